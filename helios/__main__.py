@@ -1,0 +1,5 @@
+import sys
+
+from helios.cli import main
+
+sys.exit(main())
