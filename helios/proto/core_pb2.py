@@ -26,15 +26,15 @@ from helios.proto import contract_pb2 as helios_dot_v1_dot_contract__pb2
 from helios.proto import manifest_pb2 as helios_dot_v1_dot_manifest__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14helios/v1/core.proto\x12\thelios.v1\x1a\x18helios/v1/contract.proto\x1a\x18helios/v1/manifest.proto\"\xa3\x01\n\x08\x43oreBody\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x17\n\x0fsigned_envelope\x18\x02 \x01(\x0c\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x12\n\npublic_key\x18\x04 \x01(\x0c\x12)\n\tlocations\x18\x05 \x01(\x0b\x32\x16.helios.v1.LocationSet\x12\x14\n\x0csigned_index\x18\x06 \x01(\x0c\"\x8f\x01\n\x0fPayloadEnvelope\x12\x1b\n\x13publisher_namespace\x18\x01 \x01(\t\x12\x30\n\tresources\x18\x02 \x03(\x0b\x32\x1d.helios.v1.ExecutableResource\x12-\n\ndeployment\x18\x03 \x01(\x0b\x32\x19.helios.v1.DeploymentBody\"\xa2\x01\n\x12\x45xecutableResource\x12\n\n\x02id\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.helios.v1.ResourceKind\x12\x15\n\rstored_nbytes\x18\x03 \x01(\x04\x12\x16\n\x0e\x64\x65\x63oded_nbytes\x18\x04 \x01(\x04\x12\x14\n\x0c\x63hunk_nbytes\x18\x05 \x01(\r\x12\x14\n\x0c\x63hunk_sha256\x18\x06 \x03(\x0c\"=\n\x0bLocationSet\x12.\n\tlocations\x18\x01 \x03(\x0b\x32\x1b.helios.v1.ResourceLocation\"U\n\x10ResourceLocation\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0e\n\x06nbytes\x18\x04 \x01(\x04\"n\n\x0e\x44\x65ploymentBody\x12,\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1a.helios.v1.ServingContract\x12.\n\x08manifest\x18\x02 \x01(\x0b\x32\x1c.helios.v1.ExecutionManifest\"\xb1\x01\n\nModelIndex\x12\x1b\n\x13publisher_namespace\x18\x01 \x01(\t\x12,\n\x08\x63ontract\x18\x02 \x01(\x0b\x32\x1a.helios.v1.ServingContract\x12.\n\x08manifest\x18\x03 \x01(\x0b\x32\x1c.helios.v1.ExecutionManifest\x12(\n\x05index\x18\x04 \x01(\x0b\x32\x19.helios.v1.ProtectedIndex\"s\n\x0eProtectedIndex\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x30\n\tresources\x18\x02 \x03(\x0b\x32\x1d.helios.v1.ExecutableResource\x12\x1e\n\x16\x65ncrypted_chunk_nbytes\x18\x03 \x01(\r\"W\n\rWeightCatalog\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\'\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x16.helios.v1.WeightEntry\"y\n\x0bWeightEntry\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x15\n\rsource_tensor\x18\x02 \x01(\t\x12\x1f\n\x05\x64type\x18\x03 \x01(\x0e\x32\x10.helios.v1.DType\x12\r\n\x05shape\x18\x04 \x03(\x04\x12\x11\n\ttransform\x18\x05 \x01(\t\"`\n\x0fRebuildManifest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06recipe\x18\x02 \x01(\t\x12\x19\n\x11\x63heckpoint_digest\x18\x03 \x01(\t\x12\x11\n\targuments\x18\x04 \x03(\t*\x80\x02\n\x0cResourceKind\x12\x1d\n\x19RESOURCE_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15RESOURCE_KIND_PROGRAM\x10\x01\x12\x18\n\x14RESOURCE_KIND_WEIGHT\x10\x02\x12\x1b\n\x17RESOURCE_KIND_TOKENIZER\x10\x03\x12\x1f\n\x1bRESOURCE_KIND_CHAT_TEMPLATE\x10\x04\x12 \n\x1cRESOURCE_KIND_WEIGHT_CATALOG\x10\x05\x12\"\n\x1eRESOURCE_KIND_REBUILD_MANIFEST\x10\x06\x12\x18\n\x14RESOURCE_KIND_OPAQUE\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14helios/v1/core.proto\x12\thelios.v1\x1a\x18helios/v1/contract.proto\x1a\x18helios/v1/manifest.proto\"\xa3\x01\n\x08\x43oreBody\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x17\n\x0fsigned_envelope\x18\x02 \x01(\x0c\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x12\n\npublic_key\x18\x04 \x01(\x0c\x12)\n\tlocations\x18\x05 \x01(\x0b\x32\x16.helios.v1.LocationSet\x12\x14\n\x0csigned_index\x18\x06 \x01(\x0c\"\x8f\x01\n\x0fPayloadEnvelope\x12\x1b\n\x13publisher_namespace\x18\x01 \x01(\t\x12\x30\n\tresources\x18\x02 \x03(\x0b\x32\x1d.helios.v1.ExecutableResource\x12-\n\ndeployment\x18\x03 \x01(\x0b\x32\x19.helios.v1.DeploymentBody\"\xa2\x01\n\x12\x45xecutableResource\x12\n\n\x02id\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.helios.v1.ResourceKind\x12\x15\n\rstored_nbytes\x18\x03 \x01(\x04\x12\x16\n\x0e\x64\x65\x63oded_nbytes\x18\x04 \x01(\x04\x12\x14\n\x0c\x63hunk_nbytes\x18\x05 \x01(\r\x12\x14\n\x0c\x63hunk_sha256\x18\x06 \x03(\x0c\"=\n\x0bLocationSet\x12.\n\tlocations\x18\x01 \x03(\x0b\x32\x1b.helios.v1.ResourceLocation\"U\n\x10ResourceLocation\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0e\n\x06nbytes\x18\x04 \x01(\x04\"n\n\x0e\x44\x65ploymentBody\x12,\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1a.helios.v1.ServingContract\x12.\n\x08manifest\x18\x02 \x01(\x0b\x32\x1c.helios.v1.ExecutionManifest\"\xb1\x01\n\nModelIndex\x12\x1b\n\x13publisher_namespace\x18\x01 \x01(\t\x12,\n\x08\x63ontract\x18\x02 \x01(\x0b\x32\x1a.helios.v1.ServingContract\x12.\n\x08manifest\x18\x03 \x01(\x0b\x32\x1c.helios.v1.ExecutionManifest\x12(\n\x05index\x18\x04 \x01(\x0b\x32\x19.helios.v1.ProtectedIndex\"\x8e\x01\n\x0eProtectedIndex\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x30\n\tresources\x18\x02 \x03(\x0b\x32\x1d.helios.v1.ExecutableResource\x12\x1e\n\x16\x65ncrypted_chunk_nbytes\x18\x03 \x01(\r\x12\x19\n\x11protection_key_id\x18\x04 \x01(\x0c\"W\n\rWeightCatalog\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\'\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x16.helios.v1.WeightEntry\"y\n\x0bWeightEntry\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x15\n\rsource_tensor\x18\x02 \x01(\t\x12\x1f\n\x05\x64type\x18\x03 \x01(\x0e\x32\x10.helios.v1.DType\x12\r\n\x05shape\x18\x04 \x03(\x04\x12\x11\n\ttransform\x18\x05 \x01(\t\"`\n\x0fRebuildManifest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06recipe\x18\x02 \x01(\t\x12\x19\n\x11\x63heckpoint_digest\x18\x03 \x01(\t\x12\x11\n\targuments\x18\x04 \x03(\t*\x80\x02\n\x0cResourceKind\x12\x1d\n\x19RESOURCE_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15RESOURCE_KIND_PROGRAM\x10\x01\x12\x18\n\x14RESOURCE_KIND_WEIGHT\x10\x02\x12\x1b\n\x17RESOURCE_KIND_TOKENIZER\x10\x03\x12\x1f\n\x1bRESOURCE_KIND_CHAT_TEMPLATE\x10\x04\x12 \n\x1cRESOURCE_KIND_WEIGHT_CATALOG\x10\x05\x12\"\n\x1eRESOURCE_KIND_REBUILD_MANIFEST\x10\x06\x12\x18\n\x14RESOURCE_KIND_OPAQUE\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'helios.v1.core_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RESOURCEKIND']._serialized_start=1434
-  _globals['_RESOURCEKIND']._serialized_end=1690
+  _globals['_RESOURCEKIND']._serialized_start=1462
+  _globals['_RESOURCEKIND']._serialized_end=1718
   _globals['_COREBODY']._serialized_start=88
   _globals['_COREBODY']._serialized_end=251
   _globals['_PAYLOADENVELOPE']._serialized_start=254
@@ -49,12 +49,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEPLOYMENTBODY']._serialized_end=824
   _globals['_MODELINDEX']._serialized_start=827
   _globals['_MODELINDEX']._serialized_end=1004
-  _globals['_PROTECTEDINDEX']._serialized_start=1006
-  _globals['_PROTECTEDINDEX']._serialized_end=1121
-  _globals['_WEIGHTCATALOG']._serialized_start=1123
-  _globals['_WEIGHTCATALOG']._serialized_end=1210
-  _globals['_WEIGHTENTRY']._serialized_start=1212
-  _globals['_WEIGHTENTRY']._serialized_end=1333
-  _globals['_REBUILDMANIFEST']._serialized_start=1335
-  _globals['_REBUILDMANIFEST']._serialized_end=1431
+  _globals['_PROTECTEDINDEX']._serialized_start=1007
+  _globals['_PROTECTEDINDEX']._serialized_end=1149
+  _globals['_WEIGHTCATALOG']._serialized_start=1151
+  _globals['_WEIGHTCATALOG']._serialized_end=1238
+  _globals['_WEIGHTENTRY']._serialized_start=1240
+  _globals['_WEIGHTENTRY']._serialized_end=1361
+  _globals['_REBUILDMANIFEST']._serialized_start=1363
+  _globals['_REBUILDMANIFEST']._serialized_end=1459
 # @@protoc_insertion_point(module_scope)

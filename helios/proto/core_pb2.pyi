@@ -109,14 +109,16 @@ class ModelIndex(_message.Message):
     def __init__(self, publisher_namespace: _Optional[str] = ..., contract: _Optional[_Union[_contract_pb2.ServingContract, _Mapping]] = ..., manifest: _Optional[_Union[_manifest_pb2.ExecutionManifest, _Mapping]] = ..., index: _Optional[_Union[ProtectedIndex, _Mapping]] = ...) -> None: ...
 
 class ProtectedIndex(_message.Message):
-    __slots__ = ("version", "resources", "encrypted_chunk_nbytes")
+    __slots__ = ("version", "resources", "encrypted_chunk_nbytes", "protection_key_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     ENCRYPTED_CHUNK_NBYTES_FIELD_NUMBER: _ClassVar[int]
+    PROTECTION_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     version: int
     resources: _containers.RepeatedCompositeFieldContainer[ExecutableResource]
     encrypted_chunk_nbytes: int
-    def __init__(self, version: _Optional[int] = ..., resources: _Optional[_Iterable[_Union[ExecutableResource, _Mapping]]] = ..., encrypted_chunk_nbytes: _Optional[int] = ...) -> None: ...
+    protection_key_id: bytes
+    def __init__(self, version: _Optional[int] = ..., resources: _Optional[_Iterable[_Union[ExecutableResource, _Mapping]]] = ..., encrypted_chunk_nbytes: _Optional[int] = ..., protection_key_id: _Optional[bytes] = ...) -> None: ...
 
 class WeightCatalog(_message.Message):
     __slots__ = ("version", "rank", "entries")
