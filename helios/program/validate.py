@@ -1,0 +1,256 @@
+"""Program validation (host side): `validate_program(program, buffers=None)`.
+
+Checks, in order, before any byte of a program is used:
+  1. the operator-set version is one this engine implements;
+  2. every tensor is declared once, with a role, a dtype, static extents (only a STATE tensor's
+     leading extent may be 0: a cache plane sized at load) and the binding its role needs
+     (WEIGHT: a resource; TRANSPORT/STATE/COMPLETION/TUNED: a buffer; SCRATCH: neither);
+  3. every operator is known, with known attributes, sorted by name, of the right kind, the
+     right number of inputs and outputs, declared tensors, in-place outputs that are the tensor
+     they update, and its shape-and-dtype rule satisfied by the declared types;
+  4. no WEIGHT, TRANSPORT or TUNED tensor is written, and every SCRATCH or COMPLETION tensor is
+     written before it is read;
+  5. with the manifest's buffers, every non-scratch, non-weight tensor agrees with its buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from helios.program.errors import (
+    BufferMismatch,
+    DuplicateTensor,
+    InPlaceMismatch,
+    NonStaticExtent,
+    OperatorArity,
+    OutputTypeMismatch,
+    ReadBeforeWrite,
+    ReadOnlyTensorWritten,
+    ShapeRuleViolation,
+    TensorBindingMissing,
+    UndeclaredTensor,
+    UnknownBuffer,
+    UnknownOperator,
+    UnsortedAttributes,
+    UnspecifiedTensorDType,
+    UnspecifiedTensorRole,
+    UnsupportedOperatorSetVersion,
+)
+from helios.program.registry import OPERATORS, SUPPORTED_OPERATOR_SET_VERSIONS
+from helios.program.spec import AttributeValue, RuleError
+from helios.program.types import DTYPE_NAMES, TensorType, dtype_name
+from helios.proto import manifest_pb2, program_pb2
+
+ROLE_NAMES = {
+    program_pb2.TENSOR_ROLE_WEIGHT: "WEIGHT",
+    program_pb2.TENSOR_ROLE_TRANSPORT: "TRANSPORT",
+    program_pb2.TENSOR_ROLE_STATE: "STATE",
+    program_pb2.TENSOR_ROLE_SCRATCH: "SCRATCH",
+    program_pb2.TENSOR_ROLE_COMPLETION: "COMPLETION",
+    program_pb2.TENSOR_ROLE_TUNED: "TUNED",
+}
+# Tensors an operator may read without an earlier write in the program.
+PREFILLED_ROLES = frozenset({
+    program_pb2.TENSOR_ROLE_WEIGHT,
+    program_pb2.TENSOR_ROLE_TRANSPORT,
+    program_pb2.TENSOR_ROLE_STATE,
+    program_pb2.TENSOR_ROLE_TUNED,
+})
+READ_ONLY_ROLES = frozenset({
+    program_pb2.TENSOR_ROLE_WEIGHT,
+    program_pb2.TENSOR_ROLE_TRANSPORT,
+    program_pb2.TENSOR_ROLE_TUNED,
+})
+# The manifest buffer roles each buffer-bound tensor role may bind.
+BUFFER_ROLES = {
+    program_pb2.TENSOR_ROLE_TRANSPORT: {manifest_pb2.BUFFER_ROLE_TRANSPORT},
+    program_pb2.TENSOR_ROLE_STATE: {manifest_pb2.BUFFER_ROLE_STATE, manifest_pb2.BUFFER_ROLE_CACHE},
+    program_pb2.TENSOR_ROLE_COMPLETION: {manifest_pb2.BUFFER_ROLE_COMPLETION},
+    program_pb2.TENSOR_ROLE_TUNED: {manifest_pb2.BUFFER_ROLE_TUNED},
+}
+
+
+def attribute_value(attribute: program_pb2.Attribute) -> AttributeValue | None:
+    """The Python value of a wire attribute (None when no member of the oneof is set)."""
+    kind = attribute.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ints":
+        return tuple(attribute.ints.values)
+    if kind == "floats":
+        return tuple(attribute.floats.values)
+    return getattr(attribute, kind)
+
+
+def operator_attributes(operator: program_pb2.Operator, where: str) -> dict[str, AttributeValue]:
+    """The operator's attributes as given (no defaults), checked for order and oneof presence."""
+    given: dict[str, AttributeValue] = {}
+    previous = None
+    for attribute in operator.attributes:
+        if previous is not None and attribute.name <= previous:
+            raise UnsortedAttributes(
+                f"{where}: attributes must be sorted by name without repeats; "
+                f"{attribute.name!r} follows {previous!r}"
+            )
+        previous = attribute.name
+        value = attribute_value(attribute)
+        if value is None:
+            # An attribute with no value set: the type check below reports the kind it needed.
+            value = _Unset()  # type: ignore[assignment]
+        given[attribute.name] = value
+    return given
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedOperator:
+    """One operator after validation: its spec name, tensors and resolved attributes."""
+
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: Mapping[str, AttributeValue]  # defaults filled in; unset optional ones absent
+
+
+def declared_type(decl: program_pb2.TensorDecl) -> TensorType:
+    return TensorType(decl.dtype, tuple(int(e) for e in decl.shape))
+
+
+def check_operator(
+    index: int,
+    operator: program_pb2.Operator,
+    types: Mapping[str, TensorType],
+) -> ValidatedOperator:
+    """Validate one operator against its spec and the declared tensor types (steps 3 above)."""
+    where = f"operators[{index}] ({operator.op or '<empty>'})"
+    spec = OPERATORS.get(operator.op)
+    if spec is None:
+        raise UnknownOperator(
+            f"operators[{index}]: unknown operator {operator.op!r}; the operator set has {sorted(OPERATORS)}"
+        )
+    attributes = spec.resolve_attributes(operator_attributes(operator, where), where)
+    inputs, outputs = tuple(operator.inputs), tuple(operator.outputs)
+    if not spec.min_inputs <= len(inputs) <= len(spec.inputs):
+        wanted = (
+            f"{len(spec.inputs)}" if not spec.optional_inputs else f"{spec.min_inputs} to {len(spec.inputs)}"
+        )
+        raise OperatorArity(f"{where}: takes {wanted} inputs {list(spec.inputs)}, got {len(inputs)}")
+    if len(outputs) != len(spec.outputs):
+        raise OperatorArity(f"{where}: produces {len(spec.outputs)} outputs {list(spec.outputs)}, got {len(outputs)}")
+    for slot, name in [*zip(spec.inputs, inputs, strict=False), *zip(spec.outputs, outputs, strict=True)]:
+        if name not in types:
+            raise UndeclaredTensor(f"{where}: {slot} names undeclared tensor {name!r}")
+    for out_index, in_index in spec.in_place:
+        if outputs[out_index] != inputs[in_index]:
+            raise InPlaceMismatch(
+                f"{where}: output {spec.outputs[out_index]} must be the input {spec.inputs[in_index]} "
+                f"tensor {inputs[in_index]!r} it updates, got {outputs[out_index]!r}"
+            )
+    try:
+        produced = list(spec.rule([types[n] for n in inputs], attributes, [types[n] for n in outputs]))
+    except RuleError as error:
+        raise ShapeRuleViolation(f"{where}: {error}") from None
+    for slot, name, want in zip(spec.outputs, outputs, produced, strict=True):
+        have = types[name]
+        if have != want:
+            raise OutputTypeMismatch(f"{where}: output {slot} {name!r} is declared {have}, the rule gives {want}")
+    return ValidatedOperator(operator.op, inputs, outputs, attributes)
+
+
+def check_tensor(index: int, decl: program_pb2.TensorDecl) -> TensorType:
+    where = f"tensors[{index}] ({decl.name or '<empty>'})"
+    if not decl.name:
+        raise UndeclaredTensor(f"tensors[{index}]: a tensor declaration needs a name")
+    if decl.role not in ROLE_NAMES:
+        raise UnspecifiedTensorRole(f"{where}: role must be one of {sorted(ROLE_NAMES.values())}, got {decl.role}")
+    if decl.dtype not in DTYPE_NAMES:
+        raise UnspecifiedTensorDType(f"{where}: dtype must be one of {sorted(DTYPE_NAMES.values())}, got {decl.dtype}")
+    shape = list(decl.shape)
+    for axis, extent in enumerate(shape):
+        load_sized = axis == 0 and decl.role == program_pb2.TENSOR_ROLE_STATE and len(shape) > 1
+        if extent == 0 and not load_sized:
+            raise NonStaticExtent(
+                f"{where}: extent {axis} of {shape} is 0; only a STATE cache plane's leading extent is sized at load"
+            )
+    role = ROLE_NAMES[decl.role]
+    if decl.role == program_pb2.TENSOR_ROLE_WEIGHT:
+        if not decl.resource or decl.buffer:
+            raise TensorBindingMissing(f"{where}: a WEIGHT tensor names a resource and no buffer")
+    elif decl.role == program_pb2.TENSOR_ROLE_SCRATCH:
+        if decl.resource or decl.buffer:
+            raise TensorBindingMissing(f"{where}: a SCRATCH tensor names neither buffer nor resource")
+    elif not decl.buffer or decl.resource:
+        raise TensorBindingMissing(f"{where}: a {role} tensor names a buffer and no resource")
+    return declared_type(decl)
+
+
+def check_buffers(
+    program: program_pb2.Program, buffers: Mapping[str, manifest_pb2.BufferDescriptor]
+) -> None:
+    for index, decl in enumerate(program.tensors):
+        if decl.role not in BUFFER_ROLES:
+            continue
+        where = f"tensors[{index}] ({decl.name})"
+        buffer = buffers.get(decl.buffer)
+        if buffer is None:
+            raise UnknownBuffer(f"{where}: buffer {decl.buffer!r} is not in the execution manifest")
+        if buffer.role not in BUFFER_ROLES[decl.role]:
+            raise BufferMismatch(
+                f"{where}: a {ROLE_NAMES[decl.role]} tensor cannot bind buffer {decl.buffer!r} of role "
+                f"{manifest_pb2.BufferRole.Name(buffer.role)}"
+            )
+        if buffer.dtype != decl.dtype or list(buffer.shape) != list(decl.shape):
+            raise BufferMismatch(
+                f"{where}: declared {declared_type(decl)} but buffer {decl.buffer!r} is "
+                f"{dtype_name(buffer.dtype)}{list(buffer.shape)}"
+            )
+        if any(e == 0 for e in decl.shape) and buffer.role != manifest_pb2.BUFFER_ROLE_CACHE:
+            raise NonStaticExtent(f"{where}: only a CACHE buffer may be sized at load, {decl.buffer!r} is not one")
+
+
+def validate_program(
+    program: program_pb2.Program,
+    buffers: Mapping[str, manifest_pb2.BufferDescriptor] | Iterable[manifest_pb2.BufferDescriptor] | None = None,
+) -> tuple[ValidatedOperator, ...]:
+    """Validate `program`; return its operators with resolved attributes. Raises a ProgramError."""
+    if program.operator_set_version not in SUPPORTED_OPERATOR_SET_VERSIONS:
+        raise UnsupportedOperatorSetVersion(
+            f"program {program.graph!r}: operator_set_version {program.operator_set_version} is not one of "
+            f"{sorted(SUPPORTED_OPERATOR_SET_VERSIONS)}"
+        )
+    types: dict[str, TensorType] = {}
+    roles: dict[str, int] = {}
+    for index, decl in enumerate(program.tensors):
+        if decl.name in types:
+            raise DuplicateTensor(f"tensors[{index}]: tensor {decl.name!r} is declared twice")
+        types[decl.name] = check_tensor(index, decl)
+        roles[decl.name] = decl.role
+    written = {name for name, role in roles.items() if role in PREFILLED_ROLES}
+    validated = []
+    for index, operator in enumerate(program.operators):
+        checked = check_operator(index, operator, types)
+        where = f"operators[{index}] ({operator.op})"
+        spec = OPERATORS[operator.op]
+        aliased = {spec.inputs[i] for _, i in spec.in_place}
+        for slot, name in zip(spec.inputs, checked.inputs, strict=False):
+            if name not in written and slot not in aliased:
+                raise ReadBeforeWrite(
+                    f"{where}: input {slot} reads {ROLE_NAMES[roles[name]]} tensor {name!r} before any operator writes it"
+                )
+        for slot, name in zip(spec.outputs, checked.outputs, strict=True):
+            if roles[name] in READ_ONLY_ROLES:
+                raise ReadOnlyTensorWritten(
+                    f"{where}: output {slot} writes {ROLE_NAMES[roles[name]]} tensor {name!r}, which programs only read"
+                )
+            written.add(name)
+        validated.append(checked)
+    if buffers is not None:
+        if not isinstance(buffers, Mapping):
+            buffers = {b.name: b for b in buffers}
+        check_buffers(program, buffers)
+    return tuple(validated)
