@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except HeliosError as error:
         print(f"helios {args.command}: {error}", file=sys.stderr)
         return error.exit_code
+    except OSError as error:
+        print(f"helios {args.command}: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"helios {args.command}: interrupted", file=sys.stderr)
         return 130

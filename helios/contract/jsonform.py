@@ -30,15 +30,20 @@ def from_json(text: str) -> core_pb2.DeploymentBody:
     try:
         json_format.Parse(text, message, ignore_unknown_fields=False)
     except json_format.ParseError as error:
-        raise UnknownJsonField(_json_path(str(error)), str(error)) from None
+        path, reason = _describe(str(error))
+        raise UnknownJsonField(path, reason) from None
     return message
 
 
-def _json_path(message: str) -> str:
-    """Pulls the field path out of protobuf's parse error ('... at "DeploymentBody.contract.model"')."""
-    found = re.search(r'at "([^"]+)"', message)
-    path = found.group(1) if found else "DeploymentBody"
-    return path.removeprefix("DeploymentBody.").removeprefix("DeploymentBody") or "(root)"
+def _describe(message: str) -> tuple[str, str]:
+    """Turns protobuf's nested parse error into (snake_case field path, innermost reason)."""
+    found = re.search(r'at "?(DeploymentBody[\w.\[\]]*)', message)
+    path = found.group(1).rstrip(".") if found else "DeploymentBody"
+    path = path.removeprefix("DeploymentBody").lstrip(".")
+    path = re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), path) or "(root)"
+    reason = re.sub(r"^((Failed to parse \w+ field|Failed to load JSON): )+", "", message.splitlines()[0])
+    reason = re.sub(r' at "?DeploymentBody[\w.\[\]]*"?\.*$', "", reason).rstrip(".")
+    return path, reason
 
 
 def load_deployment(path: str | Path) -> core_pb2.DeploymentBody:
