@@ -20,8 +20,8 @@ OUT_DIR = Path(__file__).resolve().parent
 
 def generate() -> dict[str, str]:
     """Returns {file name: generated text} for every .proto under proto/helios/v1."""
-    from grpc_tools import protoc  # dev-only dependency
     import grpc_tools
+    from grpc_tools import protoc  # dev-only dependency
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     sources = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_DIR.glob("*.proto"))
