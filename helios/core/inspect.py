@@ -1,0 +1,150 @@
+"""Reading a core without trusting it (host side): `inspect_core` for `helios inspect`.
+
+Everything reported comes from the file as it is. Unless trusted keys are given and the signature
+verifies, the report says the signature is unverified and that the publisher namespace and the
+resource list are the file's claims, not facts. No resource byte is read or decoded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from helios.core.envelope import INDEX_FORMAT_VERSION, PAYLOAD_FORMAT_VERSION, verify_signature
+from helios.core.errors import CoreFormatError
+from helios.core.keys import TrustInput, load_trusted_keys
+from helios.core.layout import check_locations, read_container
+from helios.proto import core_pb2
+
+
+def _signed_claims(body: core_pb2.CoreBody) -> tuple[str, str, list[core_pb2.ExecutableResource], object, object]:
+    """(format, publisher, resources, contract, manifest) as the signed bytes claim them."""
+    if body.format_version == PAYLOAD_FORMAT_VERSION:
+        envelope = core_pb2.PayloadEnvelope.FromString(body.signed_envelope)
+        return ("payload", envelope.publisher_namespace, list(envelope.resources),
+                envelope.deployment.contract, envelope.deployment.manifest)
+    if body.format_version == INDEX_FORMAT_VERSION:
+        index = core_pb2.ModelIndex.FromString(body.signed_index)
+        return (f"index-v{index.index.version}", index.publisher_namespace, list(index.index.resources),
+                index.contract, index.manifest)
+    raise CoreFormatError(f"CoreBody.format_version {body.format_version} is unknown")
+
+
+def inspect_core(
+    path: str | os.PathLike, trusted_keys: TrustInput | Iterable[TrustInput] | None = None
+) -> dict:
+    """A plain-data description of a core; `signature.status` is "verified" only with a trusted key."""
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        container = read_container(fd)
+    finally:
+        os.close(fd)
+    body = container.body
+    report: dict = {
+        "path": path,
+        "file_nbytes": container.file_nbytes,
+        "format_version": body.format_version,
+        "body_offset": container.body_offset,
+        "body_nbytes": container.file_nbytes - container.body_offset,
+        "signature": {"public_key": bytes(body.public_key).hex(), "status": "unverified",
+                      "detail": "no trusted key given: everything below is the file's claim"},
+    }
+    if trusted_keys is not None:
+        try:
+            verify_signature(body, load_trusted_keys(trusted_keys))
+            report["signature"].update(status="verified", detail="signed by a trusted key")
+        except CoreFormatError as error:
+            report["signature"].update(status="invalid", detail=f"{type(error).__name__}: {error}")
+    try:
+        format_name, publisher, resources, contract, manifest = _signed_claims(body)
+    except (DecodeError, CoreFormatError) as error:
+        report["error"] = f"the signed bytes do not parse: {error}"
+        return report
+    placements = {loc.resource_id: loc for loc in body.locations.locations}
+    report.update(
+        format=format_name,
+        publisher_namespace=publisher,
+        resources=[
+            {
+                "id": r.id,
+                "kind": core_pb2.ResourceKind.Name(r.kind) if r.kind in core_pb2.ResourceKind.values() else str(r.kind),
+                "stored_nbytes": r.stored_nbytes,
+                "decoded_nbytes": r.decoded_nbytes,
+                "chunks": len(r.chunk_sha256),
+                "file": placements[r.id].file if r.id in placements else None,
+                "offset": placements[r.id].offset if r.id in placements else None,
+            }
+            for r in resources
+        ],
+        contract={
+            "served_id": contract.served_id,
+            "aliases": list(contract.aliases),
+            "context_tokens": contract.context_tokens,
+            "prefill_tokens": contract.prefill_tokens,
+            "max_concurrency": contract.max_concurrency,
+            "speculative_widths": list(contract.speculative_widths),
+            "model_version": contract.model.version,
+            "graphs": len(contract.model.graphs),
+        },
+        manifest={
+            "abi_label": manifest.abi_label,
+            "ranks": manifest.ranks,
+            "buffers": len(manifest.buffers),
+            "graphs": len(manifest.graphs),
+        },
+    )
+    directory = Path(path).parent
+    try:
+        sizes = {}
+        for loc in body.locations.locations:
+            if loc.file and loc.file not in sizes:
+                sizes[loc.file] = (directory / loc.file).stat().st_size
+        check_locations(container, {r.id: r.stored_nbytes for r in resources}, sizes)
+        report["layout"] = "every byte accounted for"
+    except (CoreFormatError, OSError) as error:
+        report["layout"] = f"{type(error).__name__}: {error}"
+    return report
+
+
+def format_inspection(report: dict) -> str:
+    """The report as a readable table (what `helios inspect` prints without --json)."""
+    signature = report["signature"]
+    lines = [
+        f"core              {report['path']}",
+        f"format            {report.get('format', '?')} (CoreBody.format_version {report['format_version']})",
+        f"size              {report['file_nbytes']:,} bytes (body {report['body_nbytes']:,} at {report['body_offset']:,})",
+        f"signature         {signature['status'].upper()}: {signature['detail']}",
+        f"signer key        {signature['public_key'] or '(none)'}",
+    ]
+    if "error" in report:
+        return "\n".join([*lines, f"error             {report['error']}"])
+    claim = "" if signature["status"] == "verified" else "  (claimed, unverified)"
+    contract, manifest = report["contract"], report["manifest"]
+    lines += [
+        f"publisher         {report['publisher_namespace']!r}{claim}",
+        f"layout            {report['layout']}",
+        f"contract          served_id={contract['served_id']!r} aliases={contract['aliases']} "
+        f"context={contract['context_tokens']} prefill={contract['prefill_tokens']} "
+        f"concurrency={contract['max_concurrency']} model v{contract['model_version']} "
+        f"graphs={contract['graphs']}",
+        f"manifest          abi={manifest['abi_label']!r} ranks={manifest['ranks']} "
+        f"buffers={manifest['buffers']} graphs={manifest['graphs']}",
+        "",
+    ]
+    rows = [("id", "kind", "stored", "decoded", "chunks", "location")]
+    for r in report["resources"]:
+        where = "unplaced" if r["offset"] is None else f"{r['file'] or '(this file)'}@{r['offset']}"
+        rows.append((r["id"], r["kind"].removeprefix("RESOURCE_KIND_"), f"{r['stored_nbytes']:,}",
+                     f"{r['decoded_nbytes']:,}", str(r["chunks"]), where))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) if i in (0, 1, 5) else cell.rjust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+    total_stored = sum(r["stored_nbytes"] for r in report["resources"])
+    total_decoded = sum(r["decoded_nbytes"] for r in report["resources"])
+    lines.append(f"{len(report['resources'])} resources, {total_stored:,} bytes stored, {total_decoded:,} decoded")
+    return "\n".join(lines)

@@ -1,0 +1,238 @@
+"""Opening cores (host side): `open_core` verifies, authorizes and lays out; `Core` reads lazily.
+
+`open_core` reads only the header and the body: it checks the signature against the caller's
+trusted keys, authorizes the acceptance string, checks the signed envelope and that the LocationSet
+tiles every file. Resource bytes are touched only when a resource is read: `Core.read_into` checks
+every chunk digest, then the frame structure (or the version-4 key), and only then decodes into the
+caller's buffer, hashing each chunk again as the decoder consumes it. Memory stays at the caller's
+buffer plus a few 4 MiB chunks; on any error the caller's buffer is zeroed, so no unverified byte is
+left in it. Hashing runs on a small thread pool beside the decoder (hashlib and zstd release the GIL).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import MappingProxyType
+
+from helios.core.chunks import CHUNK_NBYTES, StoredBytes, VerifiedReader
+from helios.core.envelope import SignedContent, authorize, parse_signed, verify_signature
+from helios.core.errors import (
+    BufferSizeMismatch,
+    ProtectionKeyMismatch,
+    ResourceNotFound,
+    SiblingFileInvalid,
+    UntrustedKey,
+)
+from helios.core.frame import check_frame, decode_into
+from helios.core.keys import TrustInput, load_trusted_keys, protection_key_id, resolve_protection_key
+from helios.core.layout import Container, Placement, check_locations, read_container
+from helios.core.protected import unseal_into
+from helios.proto import contract_pb2, core_pb2, manifest_pb2
+
+_SCRATCH_NBYTES = 1 << 20
+
+
+def _zero(view: memoryview) -> None:
+    zeros = bytes(min(len(view), _SCRATCH_NBYTES))
+    for start in range(0, len(view), _SCRATCH_NBYTES):
+        piece = view[start : start + _SCRATCH_NBYTES]
+        piece[:] = zeros[: len(piece)]
+
+
+def default_workers() -> int:
+    """Hashing threads beside the decoding thread: one per further core, at least one, at most four."""
+    return max(1, min(4, (os.cpu_count() or 1)))
+
+
+class Core:
+    """A verified, authorized core. Resources are read (and verified) on demand."""
+
+    def __init__(
+        self,
+        path: str,
+        fds: dict[str, int],
+        container: Container,
+        content: SignedContent,
+        placements: dict[str, Placement],
+        protection_key: bytes | None,
+        workers: int,
+    ) -> None:
+        self.path = path
+        self._fds = fds  # "" -> the core file; sibling name -> its file
+        self._container = container
+        self._content = content
+        self._placements = placements
+        self._protection_key = protection_key
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="helios-core") if workers > 0 else None
+        self.resources = MappingProxyType({r.id: r for r in content.resources})  # id -> ExecutableResource
+
+    @property
+    def publisher(self) -> str:
+        return self._content.publisher
+
+    @property
+    def format(self) -> str:
+        """"payload", "index-v6" or "index-v4"."""
+        return self._content.format
+
+    @property
+    def contract(self) -> contract_pb2.ServingContract:
+        return self._content.contract
+
+    @property
+    def manifest(self) -> manifest_pb2.ExecutionManifest:
+        return self._content.manifest
+
+    @property
+    def public_key(self) -> bytes:
+        """The raw Ed25519 key (one of the trusted keys) that signed this core."""
+        return bytes(self._container.body.public_key)
+
+    @property
+    def body(self) -> core_pb2.CoreBody:
+        return self._container.body
+
+    def placement(self, resource_id: str) -> Placement:
+        self._resource(resource_id)
+        return self._placements[resource_id]
+
+    def _resource(self, resource_id: str) -> core_pb2.ExecutableResource:
+        resource = self.resources.get(resource_id)
+        if resource is None:
+            raise ResourceNotFound(f"resource {resource_id!r} is not in core {self.path!r}")
+        if not self._fds:
+            raise ValueError(f"core {self.path!r} is closed")
+        return resource
+
+    def _stored(self, resource: core_pb2.ExecutableResource) -> StoredBytes:
+        placement = self._placements[resource.id]
+        return StoredBytes(
+            self._fds[placement.file], placement.offset, placement.nbytes, resource.id,
+            list(resource.chunk_sha256), placement.file,
+        )
+
+    def _decode(self, resource_id: str, out: memoryview | None) -> None:
+        resource = self._resource(resource_id)
+        stored = self._stored(resource)
+        stored.verify_all(self._executor)
+        reader = VerifiedReader(stored, self._executor)
+        try:
+            if self._protection_key is not None:
+                unseal_into(
+                    reader.read, stored.nbytes, out, resource.decoded_nbytes, resource.id,
+                    self._protection_key, self._content.encrypted_chunk_nbytes, stored.where,
+                )
+            else:
+                check_frame(stored.read_at, stored.nbytes, resource.decoded_nbytes, resource.id, stored.offset)
+                if out is None:
+                    out = memoryview(bytearray(min(max(resource.decoded_nbytes, 1), _SCRATCH_NBYTES)))
+                decode_into(reader.read, out, resource.decoded_nbytes, resource.id, stored.offset, CHUNK_NBYTES)
+        finally:
+            reader.close()
+
+    def read_into(self, resource_id: str, out: memoryview | bytearray) -> None:
+        """Verifies resource `resource_id` and decodes it into `out` (exactly its decoded length)."""
+        resource = self._resource(resource_id)
+        view = memoryview(out)
+        if view.readonly:
+            raise BufferSizeMismatch(f"resource {resource_id!r}: the output buffer is read-only")
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if view.nbytes != resource.decoded_nbytes:
+            raise BufferSizeMismatch(
+                f"resource {resource_id!r}: the output buffer has {view.nbytes} bytes, the signed decoded "
+                f"length is {resource.decoded_nbytes}"
+            )
+        try:
+            self._decode(resource_id, view)
+        except BaseException:
+            _zero(view)
+            raise
+
+    def read(self, resource_id: str) -> bytes:
+        """The verified, decoded bytes of one resource (use `read_into` for large ones: no second copy)."""
+        buffer = bytearray(self._resource(resource_id).decoded_nbytes)
+        self.read_into(resource_id, buffer)
+        return bytes(buffer)
+
+    def verify(self, resource_id: str) -> None:
+        """Checks one resource completely (digests, frame, decoding) without keeping its bytes."""
+        self._decode(resource_id, None)
+
+    def verify_all(self) -> None:
+        for resource_id in self.resources:
+            self.verify(resource_id)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def __enter__(self) -> Core:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fds", None):
+            self.close()
+
+
+def open_core(
+    path: str | os.PathLike,
+    *,
+    trusted_keys: TrustInput | Iterable[TrustInput],
+    accept: str,
+    protection_key: bytes | str | os.PathLike | None = None,
+    workers: int | None = None,
+) -> Core:
+    """Opens a core: verifies its signature with one of `trusted_keys`, authorizes `accept` exactly,
+    checks its envelope and layout. Resource bytes are verified later, when read.
+
+    `trusted_keys`: a public key, its 32 raw bytes, a key file, a directory of `.pub` files, or an
+    iterable of these. `protection_key` (version-4 cores only): the AES-256 key or its file, else
+    HELIOS_PROTECTION_KEY_FILE. `workers`: hashing threads (default `default_workers()`, 0: none).
+    """
+    path = os.fspath(path)
+    trusted = load_trusted_keys(trusted_keys)
+    if not trusted:
+        raise UntrustedKey(f"no trusted public key was given to verify {path!r}")
+    fds: dict[str, int] = {"": os.open(path, os.O_RDONLY)}
+    try:
+        container = read_container(fds[""])
+        verify_signature(container.body, trusted)
+        content = parse_signed(container.body)
+        authorize(content, accept)
+        stored_nbytes = {r.id: r.stored_nbytes for r in content.resources}
+        check_locations(container, stored_nbytes, None)
+        directory = Path(path).parent
+        for location in container.body.locations.locations:
+            name = location.file
+            if name and name not in fds:
+                try:
+                    fds[name] = os.open(directory / name, os.O_RDONLY)
+                except OSError as error:
+                    raise SiblingFileInvalid(
+                        f"resource {location.resource_id!r}: sibling file {name!r} cannot be opened: {error.strerror}"
+                    ) from None
+        sizes = {name: os.fstat(fd).st_size for name, fd in fds.items() if name}
+        placements = check_locations(container, stored_nbytes, sizes)
+        key = None
+        if content.format == "index-v4":
+            key = resolve_protection_key(protection_key, f"core {path!r}")
+            if protection_key_id(key) != content.protection_key_id:
+                raise ProtectionKeyMismatch(
+                    f"core {path!r}: the protection key given is not the one its index names "
+                    f"({content.protection_key_id.hex()})"
+                )
+        return Core(path, fds, container, content, placements, key, default_workers() if workers is None else workers)
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)
+        raise
