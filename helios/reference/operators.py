@@ -1,0 +1,297 @@
+"""The reference operators: one plain NumPy function per operator of the set (host side).
+
+These functions are the executable specification of `docs/operators.md`. Each takes its inputs
+positionally (NumPy arrays) and its attributes as keywords, computes in FP32 and returns FP32 (or
+integer) arrays; the interpreter rounds to the declared output dtype when it stores. In-place
+operators (`paged_cache_write`) update the array they are given and return it.
+`REFERENCE_OPERATORS` maps every operator name to its function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+import numpy as np
+
+from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
+from helios.reference import sampling
+
+F = np.float32
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=F)
+
+
+def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    table = _f32(table)
+    ids = np.asarray(ids, dtype=np.int64)
+    valid = (ids >= 0) & (ids < table.shape[0])
+    out = np.zeros((ids.shape[0], table.shape[1]), dtype=F)
+    out[valid] = table[ids[valid]]
+    return out
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, *, eps: float, weight_offset: float = 0.0) -> np.ndarray:
+    x = _f32(x)
+    mean_square = np.mean(x * x, axis=-1, keepdims=True, dtype=F)
+    normed = x / np.sqrt(mean_square + F(eps))
+    return (normed * (_f32(weight) + F(weight_offset))).astype(F)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *, eps: float) -> np.ndarray:
+    x = _f32(x)
+    mean = np.mean(x, axis=-1, keepdims=True, dtype=F)
+    centered = x - mean
+    variance = np.mean(centered * centered, axis=-1, keepdims=True, dtype=F)
+    out = centered / np.sqrt(variance + F(eps)) * _f32(weight)
+    if bias is not None:
+        out = out + _f32(bias)
+    return out.astype(F)
+
+
+def head_rms_norm(x: np.ndarray, weight: np.ndarray, *, eps: float, head_dim: int) -> np.ndarray:
+    rows, width = x.shape
+    heads = _f32(x).reshape(rows, width // head_dim, head_dim)
+    return rms_norm(heads, weight, eps=eps).reshape(rows, width)
+
+
+def matmul(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """x @ weight.T (+ bias); weight is stored [out, in]."""
+    out = _f32(x) @ _f32(weight).T
+    if bias is not None:
+        out = out + _f32(bias)
+    return out.astype(F)
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (_f32(a) + _f32(b)).astype(F)
+
+
+def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (_f32(a) * _f32(b)).astype(F)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gated_activation(gate: np.ndarray, up: np.ndarray, *, activation: str) -> np.ndarray:
+    g = _f32(gate)
+    if activation == "silu":
+        with np.errstate(over="ignore"):
+            act = g / (F(1) + np.exp(-g))
+    elif activation == "gelu":
+        act = (F(0.5) * g * (F(1) + _erf(g / np.sqrt(F(2))).astype(F))).astype(F)
+    elif activation == "gelu_tanh":
+        inner = F(math.sqrt(2.0 / math.pi)) * (g + F(0.044715) * g * g * g)
+        act = F(0.5) * g * (F(1) + np.tanh(inner))
+    else:
+        raise ValueError(f"unknown activation {activation!r}")
+    return (act * _f32(up)).astype(F)
+
+
+def rope_frequencies(
+    *,
+    theta: float,
+    rotary_dim: int,
+    rope_type: str = "default",
+    factor: float = 1.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_max_position_embeddings: int | None = None,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    mscale: float | None = None,
+    mscale_all_dim: float | None = None,
+    attention_factor: float | None = None,
+    truncate: bool = True,
+) -> tuple[np.ndarray, float]:
+    """(inv_freq [rotary_dim / 2] f32, attention factor), as transformers' ROPE_INIT_FUNCTIONS compute them."""
+    d = rotary_dim
+    exponents = np.arange(0, d, 2, dtype=np.int64).astype(F) / F(d)
+    base_powers = np.power(F(theta), exponents).astype(F)
+    inv_freq = (F(1) / base_powers).astype(F)
+    factor_attention = 1.0
+    if rope_type == "linear":
+        inv_freq = (inv_freq / F(factor)).astype(F)
+    elif rope_type == "llama3":
+        old_context = float(original_max_position_embeddings)  # type: ignore[arg-type]
+        low_wavelen = old_context / low_freq_factor
+        high_wavelen = old_context / high_freq_factor
+        wavelen = (F(2 * math.pi) / inv_freq).astype(F)
+        scaled = np.where(wavelen > F(low_wavelen), inv_freq / F(factor), inv_freq).astype(F)
+        smooth = ((F(old_context) / wavelen - F(low_freq_factor)) / F(high_freq_factor - low_freq_factor)).astype(F)
+        smoothed = ((F(1) - smooth) * scaled / F(factor) + smooth * scaled).astype(F)
+        medium = ~(wavelen < F(high_wavelen)) & ~(wavelen > F(low_wavelen))
+        inv_freq = np.where(medium, smoothed, scaled).astype(F)
+    elif rope_type == "yarn":
+        inv_freq, factor_attention = _yarn(
+            theta, d, factor, original_max_position_embeddings, beta_fast, beta_slow, mscale, mscale_all_dim, truncate,
+            base_powers,
+        )
+    elif rope_type != "default":
+        raise ValueError(f"unknown rope_type {rope_type!r}")
+    if attention_factor is not None:
+        factor_attention = float(attention_factor)
+    return inv_freq, factor_attention
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn(theta, d, factor, original, beta_fast, beta_slow, mscale, mscale_all_dim, truncate, base_powers):
+    if mscale and mscale_all_dim:
+        attention = float(_yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim))
+    else:
+        attention = _yarn_mscale(factor)
+
+    def correction_dim(rotations: float) -> float:
+        return (d * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low, high = correction_dim(beta_fast or 32), correction_dim(beta_slow or 1)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=F) - F(low)) / F(high - low), F(0), F(1)).astype(F)
+    extrapolation_factor = (F(1) - ramp).astype(F)
+    extrapolation = (F(1) / base_powers).astype(F)
+    interpolation = (F(1) / (F(factor) * base_powers)).astype(F)
+    inv_freq = interpolation * (F(1) - extrapolation_factor) + extrapolation * extrapolation_factor
+    return inv_freq.astype(F), attention
+
+
+def rotary(x: np.ndarray, positions: np.ndarray, *, theta: float, head_dim: int, rotary_dim: int,
+           **scaling: object) -> np.ndarray:
+    """HF rotate_half rotary embedding of the first rotary_dim features of each head."""
+    inv_freq, attention_factor = rope_frequencies(theta=theta, rotary_dim=rotary_dim, **scaling)  # type: ignore[arg-type]
+    rows, width = x.shape
+    heads = _f32(x).reshape(rows, width // head_dim, head_dim)
+    angles = np.asarray(positions).astype(F)[:, None] * inv_freq[None, :]  # [P, d/2]
+    angles = np.concatenate([angles, angles], axis=-1)
+    cos = (np.cos(angles) * F(attention_factor)).astype(F)[:, None, :]
+    sin = (np.sin(angles) * F(attention_factor)).astype(F)[:, None, :]
+    rotated, passed = heads[..., :rotary_dim], heads[..., rotary_dim:]
+    half = rotary_dim // 2
+    rotate_half = np.concatenate([-rotated[..., half:], rotated[..., :half]], axis=-1)
+    out = np.concatenate([rotated * cos + rotate_half * sin, passed], axis=-1)
+    return out.reshape(rows, width).astype(F)
+
+
+def paged_cache_write(cache: np.ndarray, values: np.ndarray, token_lane: np.ndarray, positions: np.ndarray,
+                      page_table: np.ndarray) -> np.ndarray:
+    """cache[page_table[l, p // T], p % T] = values[t] for every non-padding row t; in place."""
+    page_tokens, kv_heads, head_dim = cache.shape[1:]
+    for t in range(values.shape[0]):
+        lane = int(token_lane[t])
+        if lane < 0:
+            continue
+        position = int(positions[t])
+        page = int(page_table[lane, position // page_tokens])
+        cache[page, position % page_tokens] = np.asarray(values[t]).reshape(kv_heads, head_dim)
+    return cache
+
+
+def lane_history(cache: np.ndarray, page_table_row: np.ndarray, first: int, last: int) -> np.ndarray:
+    """[last - first + 1, kv_heads, head_dim] entries of positions first..last of one lane."""
+    page_tokens = cache.shape[1]
+    js = np.arange(first, last + 1)
+    return _f32(cache[page_table_row[js // page_tokens], js % page_tokens])
+
+
+def paged_attention(q: np.ndarray, key_cache: np.ndarray, value_cache: np.ndarray, token_lane: np.ndarray,
+                    positions: np.ndarray, page_table: np.ndarray, *, scale: float,
+                    sliding_window: int | None = None, softcap: float | None = None) -> np.ndarray:
+    rows, width = q.shape
+    kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
+    heads = width // head_dim
+    group = heads // kv_heads
+    out = np.zeros((rows, heads, head_dim), dtype=F)
+    for t in range(rows):
+        lane = int(token_lane[t])
+        if lane < 0:
+            continue
+        position = int(positions[t])
+        first = 0 if sliding_window is None else max(0, position - sliding_window + 1)
+        keys = np.repeat(lane_history(key_cache, page_table[lane], first, position), group, axis=1)
+        values = np.repeat(lane_history(value_cache, page_table[lane], first, position), group, axis=1)
+        query = _f32(q[t]).reshape(heads, head_dim)
+        scores = np.einsum("hd,nhd->hn", query, keys).astype(F) * F(scale)
+        if softcap is not None:
+            scores = F(softcap) * np.tanh(scores / F(softcap))
+        scores = scores - scores.max(axis=1, keepdims=True)
+        weights = np.exp(scores).astype(F)
+        weights = weights / weights.sum(axis=1, keepdims=True, dtype=F)
+        out[t] = np.einsum("hn,nhd->hd", weights, values)
+    return out.reshape(rows, width)
+
+
+def last_row_gather(x: np.ndarray, token_lane: np.ndarray, *, lanes: int) -> np.ndarray:
+    x = np.asarray(x)
+    out = np.zeros((lanes, *x.shape[1:]), dtype=x.dtype)
+    for t in range(x.shape[0]):
+        lane = int(token_lane[t])
+        if 0 <= lane < lanes:
+            out[lane] = x[t]  # later rows overwrite earlier ones: the last row wins
+    return out
+
+
+def logits(h: np.ndarray, weight: np.ndarray, *, sampled_tokens: int | None = None,
+           softcap: float | None = None) -> np.ndarray:
+    out = (_f32(h) @ _f32(weight).T).astype(F)
+    if softcap is not None:
+        out = (F(softcap) * np.tanh(out / F(softcap))).astype(F)
+    if sampled_tokens is not None:
+        out[:, sampled_tokens:] = -np.inf
+    return out
+
+
+def sample(logits: np.ndarray, seed: np.ndarray, positions: np.ndarray, parameters: np.ndarray,
+           histogram: np.ndarray, grammar_mask: np.ndarray, *, draw_index: int = 0) -> np.ndarray:
+    return sampling.sample(logits, seed, positions, parameters, histogram, grammar_mask, draw_index)
+
+
+def argmax(logits: np.ndarray) -> np.ndarray:
+    z = _f32(logits)
+    z = np.where(np.isnan(z), -np.inf, z)
+    return np.argmax(z, axis=1).astype(np.int32)
+
+
+def copy(x: np.ndarray) -> np.ndarray:
+    return np.array(x, copy=True)
+
+
+NUMPY_DTYPES: Mapping[int, type] = MappingProxyType({
+    F32: np.float32, BF16: np.float32, F16: np.float16, F64: np.float64,
+    I32: np.int32, I64: np.int64, U8: np.uint8, U32: np.uint32,
+})
+
+
+def fill(*, value: float, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    numpy_dtype = NUMPY_DTYPES[DTYPES_BY_NAME[dtype]]
+    return np.full(shape, int(value) if np.dtype(numpy_dtype).kind in "iu" else value, dtype=numpy_dtype)
+
+
+REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType({
+    "embedding": embedding,
+    "rms_norm": rms_norm,
+    "layer_norm": layer_norm,
+    "head_rms_norm": head_rms_norm,
+    "matmul": matmul,
+    "add": add,
+    "mul": mul,
+    "gated_activation": gated_activation,
+    "rotary": rotary,
+    "paged_cache_write": paged_cache_write,
+    "paged_attention": paged_attention,
+    "last_row_gather": last_row_gather,
+    "logits": logits,
+    "sample": sample,
+    "argmax": argmax,
+    "copy": copy,
+    "fill": fill,
+})
