@@ -1,0 +1,1 @@
+"""Reusable preparation declarations (host): contract components and frontend detection."""

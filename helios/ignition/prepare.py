@@ -1,0 +1,264 @@
+"""Preparation: a checkpoint directory in, a serving contract, execution manifest and resources out
+(preparation side, host; NumPy only).
+
+    options = PreparationOptions(publisher="acme", dtype="bf16")
+    prepared = prepare_checkpoint("path/to/checkpoint", options, progress=callback)
+    prepared.contract, prepared.manifest, prepared.read("tokenizer.json")
+
+Owns the order of preparation (read, choose the recipe, convert weights, build every program,
+declare the contract) and its determinism: the same inputs give byte-identical outputs. Sealing
+into a signed core is `helios.ignition.seal`. A `PreparedCore` also serves as an unsigned in-memory
+core (`.contract`, `.manifest`, `.resources`, `.read(id)`), which tests and the reference engine use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from helios.errors import HeliosError
+from helios.ignition.preparation.contract import (
+    Declarations,
+    TextGeometry,
+    completion_layout,
+    page_table_views,
+    paged_history,
+)
+from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
+from helios.ignition.reader import Checkpoint, float32_to_bf16_bits, read_checkpoint
+from helios.ignition.recipes import llama_family
+from helios.proto import contract_pb2, core_pb2, manifest_pb2, program_pb2
+
+C, M = contract_pb2, manifest_pb2
+ABI_LABEL = "helios-text-1"
+CONTRACT_VERSION = 3
+WEIGHT_CATALOG_VERSION = 1
+REBUILD_MANIFEST_VERSION = 1
+_DTYPES = {"bf16": (M.DTYPE_BF16, "bf16"), "fp32": (M.DTYPE_F32, "f32")}
+
+Progress = Callable[[int, int, str], None]  # (done, total, tensor name)
+
+
+class InvalidPreparationOptions(HeliosError):
+    """A `helios prepare` option is out of range; the message names the option."""
+
+
+def _capacities(values: tuple[int, ...], name: str) -> tuple[int, ...]:
+    if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
+        raise InvalidPreparationOptions(f"--{name} must list distinct positive integers, got {list(values)}")
+    return tuple(sorted(values))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparationOptions:
+    dtype: str = "bf16"  # weights and cache planes: "bf16" or "fp32"
+    served_id: str | None = None  # default: the checkpoint directory's name
+    page_tokens: int = 16
+    batch_capacities: tuple[int, ...] = (1, 2, 4, 8)  # DECODE graphs; the largest is the slot count
+    prefill_capacities: tuple[int, ...] = (16, 64, 256)  # PREFILL token capacities (and MIXED chunks)
+    context_tokens: int | None = None  # default: min(max_position_embeddings, 4096)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise InvalidPreparationOptions(f"--dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.page_tokens < 1:
+            raise InvalidPreparationOptions(f"--page-tokens must be >= 1, got {self.page_tokens}")
+        object.__setattr__(self, "batch_capacities", _capacities(tuple(self.batch_capacities), "batch-capacities"))
+        object.__setattr__(self, "prefill_capacities",
+                           _capacities(tuple(self.prefill_capacities), "prefill-capacities"))
+        if self.context_tokens is not None and self.context_tokens < 1:
+            raise InvalidPreparationOptions(f"--context-tokens must be >= 1, got {self.context_tokens}")
+        if self.served_id is not None and not self.served_id:
+            raise InvalidPreparationOptions("--served-id must not be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedResource:
+    id: str
+    kind: int  # core_pb2.ResourceKind
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCore:
+    """The output of preparation, before sealing; usable as an unsigned in-memory core."""
+
+    contract: contract_pb2.ServingContract
+    manifest: manifest_pb2.ExecutionManifest
+    resource_list: tuple[PreparedResource, ...]
+    by_id: Mapping[str, PreparedResource] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ids = [r.id for r in self.resource_list]
+        if len(set(ids)) != len(ids):
+            raise HeliosError("prepared core has duplicate resource ids")
+        object.__setattr__(self, "by_id", {r.id: r for r in self.resource_list})
+
+    @property
+    def resources(self) -> tuple[PreparedResource, ...]:
+        return self.resource_list
+
+    def read(self, resource_id: str) -> bytes:
+        return self.by_id[resource_id].data
+
+    @property
+    def deployment(self) -> core_pb2.DeploymentBody:
+        return core_pb2.DeploymentBody(contract=self.contract, manifest=self.manifest)
+
+
+def _weight_bytes(checkpoint: Checkpoint, name: str, dtype: str) -> bytes:
+    info = checkpoint.tensors.info(name)
+    if dtype == "bf16" and info.dtype == "BF16":
+        return np.ascontiguousarray(checkpoint.tensors.raw(name)).astype("<u2").tobytes()
+    values = checkpoint.tensors.float32(name)
+    if dtype == "bf16":
+        return float32_to_bf16_bits(values).astype("<u2").tobytes()
+    return np.ascontiguousarray(values, dtype="<f4").tobytes()
+
+
+def _sampling_defaults(checkpoint: Checkpoint) -> C.SamplingDefaults:
+    g = checkpoint.generation
+    defaults = C.SamplingDefaults()
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        value = getattr(g, name)
+        if value is not None:
+            setattr(defaults, name, value)
+    return defaults
+
+
+def _geometry(cfg: llama_family.LlamaFamilyConfig, options: PreparationOptions) -> tuple[TextGeometry, int]:
+    context = options.context_tokens or min(cfg.max_position_embeddings, 4096)
+    if context > cfg.max_position_embeddings:
+        raise InvalidPreparationOptions(
+            f"--context-tokens {context} exceeds config.json: max_position_embeddings = {cfg.max_position_embeddings}")
+    if max(options.prefill_capacities) > context:
+        raise InvalidPreparationOptions(
+            f"--prefill-capacities {max(options.prefill_capacities)} exceeds the context of {context} tokens")
+    geometry = TextGeometry(slots=max(options.batch_capacities), page_tokens=options.page_tokens,
+                            max_pages=math.ceil(context / options.page_tokens), sampled_tokens=cfg.vocab_size,
+                            logits_width=cfg.vocab_size)
+    return geometry, context
+
+
+def _state_accesses(histories) -> list[C.StateAccess]:
+    accesses = []
+    for planes in histories:
+        element = 2 if planes.dtype == M.DTYPE_BF16 else 4
+        page_bytes = math.prod(planes.shape[1:]) * element
+        for plane in (planes.key, planes.value):
+            accesses.append(C.StateAccess(view=C.StateView(buffer=plane, byte_offset=0, row_stride=page_bytes,
+                                                           byte_extent=page_bytes), access=C.ACCESS_READ_WRITE))
+    return accesses
+
+
+def prepare_checkpoint(directory: str | Path, options: PreparationOptions,
+                       progress: Progress | None = None) -> PreparedCore:
+    """Prepare a checkpoint directory; raises CheckpointError, UnsupportedCheckpoint or option errors."""
+    checkpoint = read_checkpoint(directory)
+    cfg = llama_family.parse_config(checkpoint)
+    specs = llama_family.weight_specs(cfg, checkpoint)
+    geometry, context = _geometry(cfg, options)
+    cache_dtype, program_dtype = _DTYPES[options.dtype]
+    for eos in checkpoint.eos_token_ids:
+        if eos >= cfg.vocab_size:
+            raise HeliosError(f"EOS id {eos} lies outside config.json: vocab_size = {cfg.vocab_size}")
+
+    decl = Declarations()
+    layout = completion_layout(decl, geometry)
+    histories = [paged_history(decl, geometry, layer=i, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+                               dtype=cache_dtype, window_tokens=cfg.windows[i]) for i in range(cfg.layers)]
+    accesses = _state_accesses(histories)
+
+    graphs: list[tuple[str, int, int, int, program_pb2.Program, tuple, list[str]]] = []
+    init_program, init_bindings = llama_family.initialization_program(geometry, decl, graph="initialization")
+    graphs.append(("initialization", C.OPERATION_INITIALIZATION, 1, 1, init_program, init_bindings, []))
+    variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
+    variants += [(f"decode_b{b}", C.OPERATION_DECODE, b, b) for b in options.batch_capacities]
+    if geometry.slots > 1:
+        variants += [(f"mixed_b{geometry.slots}_p{p + geometry.slots - 1}", C.OPERATION_MIXED, geometry.slots,
+                      p + geometry.slots - 1) for p in options.prefill_capacities]
+    for name, operation, batch, packed in variants:
+        program, bindings, weights = llama_family.text_program(
+            cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype, histories=histories)
+        graphs.append((name, operation, batch, packed, program, bindings, weights))
+
+    resources: list[PreparedResource] = []
+    manifest = M.ExecutionManifest(abi_label=ABI_LABEL, ranks=1, transport=M.TransportDescriptor(frames=1),
+                                   completion=layout)
+    model = C.ModelContract(version=CONTRACT_VERSION)
+    for name, operation, batch, packed, program, bindings, weights in graphs:
+        program_id = f"program/{name}/rank0"
+        resources.append(PreparedResource(program_id, core_pb2.RESOURCE_KIND_PROGRAM,
+                                          program.SerializeToString(deterministic=True)))
+        manifest.graphs.append(M.GraphHandle(name=name, operation=operation, program_resources=[program_id],
+                                             batch_capacity=batch, packed_token_capacity=packed))
+        graph = C.GraphContract(name=name, operation=operation, value_bindings=list(bindings),
+                                resource_dependencies=[program_id, *weights],
+                                capacity=C.GraphCapacity(batch_capacity=batch, packed_token_capacity=packed))
+        if operation != C.OPERATION_INITIALIZATION:
+            graph.state_accesses.extend(accesses)
+        model.graphs.append(graph)
+    manifest.buffers.extend(decl.buffers.values())
+
+    catalog = core_pb2.WeightCatalog(version=WEIGHT_CATALOG_VERSION, rank=0)
+    for index, spec in enumerate(specs):
+        if progress is not None:
+            progress(index, len(specs), spec.name)
+        resource_id = llama_family.weight_resource(spec.name)
+        resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
+                                          _weight_bytes(checkpoint, spec.name, options.dtype)))
+        catalog.entries.append(core_pb2.WeightEntry(resource=resource_id, source_tensor=spec.name,
+                                                    dtype=cache_dtype, shape=list(spec.shape), transform="none"))
+    if progress is not None:
+        progress(len(specs), len(specs), "")
+
+    template = checkpoint.chat_template or PLAIN_TEMPLATE
+    resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER, checkpoint.tokenizer_json))
+    resources.append(PreparedResource("chat_template.jinja", core_pb2.RESOURCE_KIND_CHAT_TEMPLATE,
+                                      template.encode("utf-8")))
+    resources.append(PreparedResource("weight_catalog/rank0", core_pb2.RESOURCE_KIND_WEIGHT_CATALOG,
+                                      catalog.SerializeToString(deterministic=True)))
+    digest = checkpoint.digest()
+    arguments = [f"--dtype={options.dtype}", f"--page-tokens={options.page_tokens}",
+                 f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
+                 f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
+                 f"--context-tokens={context}"]
+    rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=llama_family.RECIPE,
+                                       checkpoint_digest=digest, arguments=arguments)
+    resources.append(PreparedResource("rebuild_manifest", core_pb2.RESOURCE_KIND_REBUILD_MANIFEST,
+                                      rebuild.SerializeToString(deterministic=True)))
+
+    model.vocabulary.CopyFrom(C.VocabularyContract(
+        sampled_tokens=geometry.sampled_tokens, logits_width=geometry.logits_width,
+        histogram_width=geometry.histogram_width, mask_words=geometry.mask_words))
+    model.input_vocabulary.CopyFrom(C.InputVocabularyContract(input_tokens=cfg.vocab_size))
+    model.cache.CopyFrom(C.CacheContract(page_tokens=geometry.page_tokens,
+                                         histories=[h.region for h in histories],
+                                         page_table_views=page_table_views()))
+    specials = _special_tokens(checkpoint)
+    eos_texts = [t for t, i in specials.items() if i in checkpoint.eos_token_ids]
+    bos_text = next((t for t, i in specials.items() if i == checkpoint.bos_token_id), "")
+    model.frontend.CopyFrom(frontend_contract(
+        chat_template=template, vocabulary=checkpoint.tokenizer_vocabulary, special_tokens=specials,
+        eos_token_ids=checkpoint.eos_token_ids, bos_text=bos_text, eos_text=eos_texts[0] if eos_texts else ""))
+
+    served_id = options.served_id or Path(directory).resolve().name
+    identity = hashlib.sha256(f"{llama_family.RECIPE}\0{digest}\0{options.dtype}".encode()).hexdigest()[:32]
+    contract = C.ServingContract(
+        served_id=served_id, cache_identity=identity, context_tokens=context,
+        prefill_tokens=max(options.prefill_capacities), page_capacity=geometry.slots * geometry.max_pages,
+        snapshot_capacity=0, max_concurrency=geometry.slots,
+        defaults=C.ServingDefaults(sampling=_sampling_defaults(checkpoint)), model=model)
+    return PreparedCore(contract, manifest, tuple(resources))
+
+
+def _special_tokens(checkpoint: Checkpoint) -> dict[str, int]:
+    """The tokenizer's added (special) tokens, text -> id."""
+    data = json.loads(checkpoint.tokenizer_json)
+    return {str(t["content"]): int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special", True)}

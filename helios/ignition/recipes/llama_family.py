@@ -1,0 +1,302 @@
+"""The Llama-family recipe (preparation side, host): Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral.
+
+Owns reading such a checkpoint's config into `LlamaFamilyConfig` (rejecting what it cannot serve
+with one line naming the config field) and writing the decoder as programs over the operator set:
+one program per (operation, capacity), all the same operator sequence over packed tokens:
+
+    embedding -> per layer: rms_norm, q/k/v matmul (+bias), [head_rms_norm q, k], rotary q, k,
+    paged_cache_write k, v, paged_attention [sliding window], o matmul, add, rms_norm,
+    gate/up matmul, gated_activation, down matmul, add
+    -> last_row_gather per lane, rms_norm, logits, sample -> completion record
+
+The family differences are data: q/k/v bias (Qwen2), per-head q/k norm and explicit head_dim (Qwen3),
+a sliding window per layer (Mistral, Qwen layer types), llama3 rope scaling, tied embeddings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from helios.ignition.preparation.contract import (
+    Declarations,
+    HistoryPlanes,
+    TextGeometry,
+    admission_inputs,
+    paged_text_inputs,
+    sampling_inputs,
+    state_transfer,
+)
+from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
+from helios.program import ACTIVATIONS, ROPE_TYPES, ProgramBuilder
+from helios.proto import program_pb2
+
+RECIPE = "llama_family"
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+_MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaFamilyConfig:
+    """What the programs depend on, read once from config.json."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    rms_norm_eps: float
+    activation: str
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    qk_norm: bool
+    windows: tuple[int | None, ...]  # per layer: sliding window tokens, None for full attention
+    rope: RopeParameters
+    max_position_embeddings: int
+
+    def __post_init__(self) -> None:
+        if len(self.windows) != self.layers:
+            raise UnsupportedCheckpoint(f"config.json: {len(self.windows)} layer types for {self.layers} layers")
+        if self.heads % self.kv_heads:
+            raise UnsupportedCheckpoint(
+                f"config.json: num_attention_heads = {self.heads} is not a multiple of num_key_value_heads = "
+                f"{self.kv_heads}")
+
+
+def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UnsupportedCheckpoint(f"config.json: {key} = {value!r} must be a positive integer")
+    return value
+
+
+def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
+    """The family config of `checkpoint`; UnsupportedCheckpoint names the first field it cannot serve."""
+    config = checkpoint.config
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (this recipe serves {list(MODEL_TYPES)})")
+    for key in _MOE_FIELDS:
+        if config.get(key):
+            raise UnsupportedCheckpoint(f"config.json: {key} = {config[key]!r} (mixture-of-experts is not supported)")
+    activation = config.get("hidden_act", "silu")
+    if activation != "silu" or activation not in ACTIVATIONS:
+        raise UnsupportedCheckpoint(f"config.json: hidden_act = {activation!r} (supported: 'silu')")
+    rope = checkpoint.rope
+    if rope.rope_type not in ROPE_TYPES:
+        raise UnsupportedCheckpoint(
+            f"config.json: rope_parameters.rope_type = {rope.rope_type!r} (supported: {list(ROPE_TYPES)})")
+    known_scaling = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+                     "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+                     "partial_rotary_factor"}
+    for key, _ in rope.scaling:
+        if key not in known_scaling:
+            raise UnsupportedCheckpoint(f"config.json: rope parameter {key!r} is not supported")
+    hidden = _int(config, "hidden_size")
+    heads = _int(config, "num_attention_heads")
+    head_dim = config.get("head_dim") or hidden // heads
+    if not isinstance(head_dim, int) or head_dim <= 0:
+        raise UnsupportedCheckpoint(f"config.json: head_dim = {head_dim!r} must be a positive integer")
+    partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0
+    rotary_dim = int(head_dim * partial)
+    layers = _int(config, "num_hidden_layers")
+
+    window = config.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise UnsupportedCheckpoint(f"config.json: sliding_window = {window!r} must be a positive integer or null")
+    layer_types = config.get("layer_types")
+    if model_type == "mistral":
+        windows: tuple[int | None, ...] = (window,) * layers
+    elif layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            raise UnsupportedCheckpoint(f"config.json: layer_types must list {layers} layer types")
+        unknown = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+        if unknown:
+            raise UnsupportedCheckpoint(f"config.json: layer_types holds {unknown[0]!r}")
+        if "sliding_attention" in layer_types and window is None:
+            raise UnsupportedCheckpoint("config.json: layer_types has sliding_attention but sliding_window is null")
+        windows = tuple(window if t == "sliding_attention" else None for t in layer_types)
+    elif model_type in ("qwen2", "qwen3") and config.get("use_sliding_window"):
+        first = int(config.get("max_window_layers", layers))
+        windows = tuple(window if i >= first else None for i in range(layers))
+    else:
+        windows = (None,) * layers
+
+    qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias", False))
+    return LlamaFamilyConfig(
+        model_type=model_type,
+        vocab_size=_int(config, "vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=_int(config, "intermediate_size"),
+        layers=layers,
+        heads=heads,
+        kv_heads=_int(config, "num_key_value_heads", heads),
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        activation=activation,
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        qkv_bias=qkv_bias,
+        o_bias=model_type != "qwen2" and bool(config.get("attention_bias", False)),
+        mlp_bias=bool(config.get("mlp_bias", False)),
+        qk_norm=model_type == "qwen3",
+        windows=windows,
+        rope=rope,
+        max_position_embeddings=_int(config, "max_position_embeddings", 4096),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSpec:
+    """One stored tensor the programs read: its checkpoint name (also its resource id) and shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+def weight_specs(cfg: LlamaFamilyConfig, checkpoint: Checkpoint) -> tuple[WeightSpec, ...]:
+    """Every tensor the programs read, in a fixed order, checked against the checkpoint."""
+    h, q, kv, f = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.intermediate_size
+    specs = [WeightSpec("model.embed_tokens.weight", (cfg.vocab_size, h))]
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}."
+        specs += [WeightSpec(p + "input_layernorm.weight", (h,)),
+                  WeightSpec(p + "self_attn.q_proj.weight", (q, h)),
+                  WeightSpec(p + "self_attn.k_proj.weight", (kv, h)),
+                  WeightSpec(p + "self_attn.v_proj.weight", (kv, h))]
+        if cfg.qkv_bias:
+            specs += [WeightSpec(p + "self_attn.q_proj.bias", (q,)), WeightSpec(p + "self_attn.k_proj.bias", (kv,)),
+                      WeightSpec(p + "self_attn.v_proj.bias", (kv,))]
+        if cfg.qk_norm:
+            specs += [WeightSpec(p + "self_attn.q_norm.weight", (cfg.head_dim,)),
+                      WeightSpec(p + "self_attn.k_norm.weight", (cfg.head_dim,))]
+        specs.append(WeightSpec(p + "self_attn.o_proj.weight", (h, q)))
+        if cfg.o_bias:
+            specs.append(WeightSpec(p + "self_attn.o_proj.bias", (h,)))
+        specs += [WeightSpec(p + "post_attention_layernorm.weight", (h,)),
+                  WeightSpec(p + "mlp.gate_proj.weight", (f, h)),
+                  WeightSpec(p + "mlp.up_proj.weight", (f, h)),
+                  WeightSpec(p + "mlp.down_proj.weight", (h, f))]
+        if cfg.mlp_bias:
+            specs += [WeightSpec(p + "mlp.gate_proj.bias", (f,)), WeightSpec(p + "mlp.up_proj.bias", (f,)),
+                      WeightSpec(p + "mlp.down_proj.bias", (h,))]
+    specs.append(WeightSpec("model.norm.weight", (h,)))
+    if not cfg.tie_word_embeddings:
+        specs.append(WeightSpec("lm_head.weight", (cfg.vocab_size, h)))
+    for spec in specs:
+        if spec.name not in checkpoint.tensors:
+            if spec.name == "lm_head.weight":
+                raise MissingCheckpointFile("checkpoint has no lm_head.weight and config.json: "
+                                            "tie_word_embeddings = false")
+            raise MissingCheckpointFile(f"checkpoint has no tensor {spec.name} (required by config.json)")
+        stored = checkpoint.tensors.info(spec.name).shape
+        if stored != spec.shape:
+            raise UnsupportedCheckpoint(f"tensor {spec.name} has shape {list(stored)}, config.json implies "
+                                        f"{list(spec.shape)}")
+    return tuple(specs)
+
+
+def weight_resource(tensor: str) -> str:
+    """The ExecutableResource id of a stored checkpoint tensor."""
+    return f"weight/{tensor}"
+
+
+def lm_head_resource(cfg: LlamaFamilyConfig) -> str:
+    return "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+
+
+def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
+    rope = cfg.rope
+    attributes: dict[str, Any] = {"theta": rope.theta, "head_dim": cfg.head_dim, "rotary_dim": cfg.rotary_dim,
+                                  "rope_type": rope.rope_type}
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
+                "mscale_all_dim", "attention_factor"):
+        value = rope.get(key)
+        if value is not None and rope.rope_type != "default":
+            attributes[key] = value
+    original = rope.get("original_max_position_embeddings")
+    if rope.rope_type in ("llama3", "yarn"):
+        attributes["original_max_position_embeddings"] = int(original or cfg.max_position_embeddings)
+    return attributes
+
+
+def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
+                 packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes]):
+    """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings."""
+    b = ProgramBuilder(graph)
+    text = paged_text_inputs(decl, geometry, b, packed_tokens)
+    admission = admission_inputs(decl, geometry, b)
+    sampling = sampling_inputs(decl, geometry, b)
+    h, q_width, kv_width = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = {}
+
+    def w(name: str, shape: tuple[int, ...]) -> str:
+        if name not in specs:
+            specs[name] = b.weight(name, resource=weight_resource(name), dtype=weight_dtype, shape=shape)
+        return specs[name]
+
+    rope = _rope_attributes(cfg)
+    x = b.embedding(text.tokens, w("model.embed_tokens.weight", (cfg.vocab_size, h)), name="x")
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}."
+        planes = histories[i]
+        hn = b.rms_norm(x, w(p + "input_layernorm.weight", (h,)), eps=cfg.rms_norm_eps, name=f"l{i}.attn_in")
+        qkv = []
+        for proj, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
+            bias = w(p + f"self_attn.{proj}_proj.bias", (width,)) if cfg.qkv_bias else None
+            qkv.append(b.matmul(hn, w(p + f"self_attn.{proj}_proj.weight", (width, h)), bias, name=f"l{i}.{proj}"))
+        q, k, v = qkv
+        if cfg.qk_norm:
+            q = b.head_rms_norm(q, w(p + "self_attn.q_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
+                                head_dim=cfg.head_dim, name=f"l{i}.q_normed")
+            k = b.head_rms_norm(k, w(p + "self_attn.k_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
+                                head_dim=cfg.head_dim, name=f"l{i}.k_normed")
+        q = b.rotary(q, text.positions, **rope, name=f"l{i}.q_rot")
+        k = b.rotary(k, text.positions, **rope, name=f"l{i}.k_rot")
+        key_cache = b.state(f"l{i}.key_cache", planes.key, weight_dtype, planes.shape)
+        value_cache = b.state(f"l{i}.value_cache", planes.value, weight_dtype, planes.shape)
+        b.paged_cache_write(key_cache, k, text.token_lane, text.positions, text.page_table)
+        b.paged_cache_write(value_cache, v, text.token_lane, text.positions, text.page_table)
+        attended = b.paged_attention(q, key_cache, value_cache, text.token_lane, text.positions, text.page_table,
+                                     scale=cfg.head_dim ** -0.5, sliding_window=cfg.windows[i], name=f"l{i}.attn")
+        o_bias = w(p + "self_attn.o_proj.bias", (h,)) if cfg.o_bias else None
+        o = b.matmul(attended, w(p + "self_attn.o_proj.weight", (h, q_width)), o_bias, name=f"l{i}.o")
+        x = b.add(x, o, name=f"l{i}.x_attn")
+        hn = b.rms_norm(x, w(p + "post_attention_layernorm.weight", (h,)), eps=cfg.rms_norm_eps, name=f"l{i}.mlp_in")
+        f = cfg.intermediate_size
+        mlp_bias = {n: (w(p + f"mlp.{n}.bias", (e,)) if cfg.mlp_bias else None)
+                    for n, e in (("gate_proj", f), ("up_proj", f), ("down_proj", h))}
+        gate = b.matmul(hn, w(p + "mlp.gate_proj.weight", (f, h)), mlp_bias["gate_proj"], name=f"l{i}.gate")
+        up = b.matmul(hn, w(p + "mlp.up_proj.weight", (f, h)), mlp_bias["up_proj"], name=f"l{i}.up")
+        act = b.gated_activation(gate, up, activation=cfg.activation, name=f"l{i}.act")
+        down = b.matmul(act, w(p + "mlp.down_proj.weight", (h, f)), mlp_bias["down_proj"], name=f"l{i}.down")
+        x = b.add(x, down, name=f"l{i}.x")
+    last = b.last_row_gather(x, text.token_lane, lanes=geometry.slots, name="last_hidden")
+    last = b.rms_norm(last, w("model.norm.weight", (h,)), eps=cfg.rms_norm_eps, name="final_hidden")
+    head = w(lm_head_resource(cfg), (cfg.vocab_size, h))
+    logits = b.logits(last, head, sampled_tokens=geometry.sampled_tokens, name="logits")
+    last_position = b.last_row_gather(text.positions, text.token_lane, lanes=geometry.slots, name="last_position")
+    endpoint = b.last_row_gather(text.next_positions, text.token_lane, lanes=geometry.slots, name="endpoint")
+    sampled = sampling.sample(b, logits, last_position)
+    state_transfer(decl, geometry, b, generation=admission.generation, emitted=admission.sampling_decision,
+                   sampled=sampled, consumed_endpoint=endpoint)
+    program = b.build(decl.buffers)
+    bindings = text.bindings + admission.bindings + sampling.bindings
+    return program, bindings, sorted({d.resource for d in program.tensors
+                                      if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
+
+
+def initialization_program(geometry: TextGeometry, decl: Declarations, *, graph: str):
+    """Per-request setup: the lane's completion row announces its generation, nothing emitted or consumed."""
+    b = ProgramBuilder(graph)
+    admission = admission_inputs(decl, geometry, b, sampling_decision=False)
+    state_transfer(decl, geometry, b, generation=admission.generation, emitted=None, sampled=None,
+                   consumed_endpoint=None)
+    return b.build(decl.buffers), admission.bindings

@@ -1,0 +1,374 @@
+"""Shared value-binding packing (host side, NumPy only, engine-agnostic).
+
+Owns the meaning of every ValueBinding a text graph may declare: `GraphPacking.resolve` checks each
+binding's destination (a registered TRANSPORT buffer), source, dtype, extent and indexing once at
+load, and `GraphPacking.pack(lanes, buffers)` fills the destinations for one round. Both runtimes
+use it: the reference engine over plain arrays, the production runtime over pinned staging arrays.
+
+One round is a list of `LaneInput`s in submission order. Each lane consumes `tokens` (its next
+tokens: prompt tokens, then at most one pending token, the last sampled id) starting at sequence
+position `consumed`. Rows are laid out as:
+
+    submission rows   [lane 0, lane 1, ..., lane n-1, padding ... up to B)
+    packed tokens     [lane 0 tokens..., lane 1 tokens..., ..., padding ... up to P)
+    physical rows     row = lane.slot (other rows untouched)
+
+Indexing (the specification's words): SCALAR writes one value; SUBMISSION_ROW writes a row per
+capacity row and `padding` in the tail; ACTIVE_ROW writes the active rows only (the tail keeps its
+bytes); PHYSICAL_REQUEST_ROW writes the lane's slot row; PACKED_TOKEN writes a row per packed token
+and `padding` in the tail. `offset` is added to every supplied integer value (never to padding).
+A program tensor bound to a buffer views the buffer's leading rows, so a graph of capacity B
+packs rows [0, B) of a buffer sized for the largest capacity.
+
+Source layouts (the trailing extent of the destination row):
+
+    SLOT, GENERATION, QUERY_LENGTH, SAMPLING_DECISION (0/1), CONSUMED_TOKEN_ENDPOINT (tokens consumed
+        before the round), OUTPUT_LIMIT                                  -> one integer per row
+    LIVE_ROW_COUNT                                                       -> one integer (SCALAR)
+    PROMPT_TOKENS, PENDING_TOKEN, PROMPT_POSITIONS                       -> one integer per packed token
+        (PROMPT_TOKENS fills the prompt tokens' rows, PENDING_TOKEN the pending token's row, so two
+        bindings may share one destination; PROMPT_POSITIONS is each packed token's sequence position)
+    PENDING_TOKEN with a row indexing                                    -> the lane's pending token
+    PAGE_TABLE                                                           -> [pages] page ids, padded
+    SEED_BITS                                                            -> [2] (low, high 32 bits) of
+        the uint64 seed, in a 32-bit integer row; or one 64-bit integer
+    GRAMMAR_MASK                                                         -> [mask_words] int32 allowed bits
+        (all set when the lane has no grammar)
+    SLOT, GENERATION, ... with PACKED_TOKEN indexing                     -> each token carries its lane's value
+    SAMPLING_PARAMETERS -> [7] float: temperature, top_p, top_k, min_p, repetition, presence and
+        frequency penalty (SAMPLING_PARAMETER_ORDER)
+    EOS_IDS                                                              -> [k] ids, padded
+    PROMPT_HISTOGRAM                                                     -> [histogram_width] counts
+    CONSTANT                                                             -> the declared constants,
+        one per trailing element (a single constant fills the row)
+    INACTIVE_PADDING                                                     -> `padding` everywhere
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from helios.errors import HeliosError
+from helios.proto import contract_pb2, manifest_pb2
+from helios.runtime.request import SamplingParams
+
+V = contract_pb2  # enum namespace
+
+
+class PackingError(HeliosError):
+    """A value binding cannot be packed as declared; the message names the graph and destination."""
+
+
+class UnsupportedValueSource(PackingError):
+    """The binding's source is one this packer does not supply (e.g. image tensors)."""
+
+
+class BindingExtentMismatch(PackingError):
+    """The destination buffer's dtype or extents cannot hold the source under the declared indexing."""
+
+
+class LaneOverflow(PackingError):
+    """A round does not fit the graph's capacity (too many lanes, tokens, pages or EOS ids)."""
+
+
+NUMPY_DTYPES: dict[int, np.dtype] = {
+    manifest_pb2.DTYPE_F32: np.dtype(np.float32),
+    manifest_pb2.DTYPE_BF16: np.dtype(np.uint16),  # bit patterns
+    manifest_pb2.DTYPE_F16: np.dtype(np.float16),
+    manifest_pb2.DTYPE_I32: np.dtype(np.int32),
+    manifest_pb2.DTYPE_I64: np.dtype(np.int64),
+    manifest_pb2.DTYPE_U8: np.dtype(np.uint8),
+    manifest_pb2.DTYPE_U32: np.dtype(np.uint32),
+    manifest_pb2.DTYPE_F64: np.dtype(np.float64),
+}
+_INTEGER_DTYPES = {manifest_pb2.DTYPE_I32, manifest_pb2.DTYPE_I64, manifest_pb2.DTYPE_U32, manifest_pb2.DTYPE_U8}
+_FLOAT_DTYPES = {manifest_pb2.DTYPE_F32, manifest_pb2.DTYPE_F64}
+
+SAMPLING_PARAMETER_ORDER = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                            "presence_penalty", "frequency_penalty")
+
+
+@dataclass(frozen=True, slots=True)
+class LaneInput:
+    """One request's share of one round, as packing sees it."""
+
+    slot: int  # physical request slot
+    generation: int  # slot generation, echoed by the completion record
+    consumed: int  # tokens consumed before this round (the consumed-token endpoint)
+    tokens: tuple[int, ...]  # tokens consumed this round: prompt tokens, then at most one pending token
+    prompt_tokens_in_round: int  # how many leading `tokens` are prompt tokens
+    samples: bool  # the sampling decision: this round emits a token for the lane
+    page_ids: tuple[int, ...]  # the request's pages, in sequence order
+    seed: int  # Philox key (taken as uint64)
+    sampling: SamplingParams
+    output_limit: int  # max sampled tokens
+    eos_ids: tuple[int, ...]
+    prompt_token_ids: tuple[int, ...] = ()  # the full prompt (for the prompt histogram)
+    grammar_mask: tuple[int, ...] | None = None  # int32 allowed-token words; None: every token allowed
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            raise LaneOverflow(f"lane in slot {self.slot} consumes no token this round")
+        if not 0 <= self.prompt_tokens_in_round <= len(self.tokens):
+            raise LaneOverflow(f"lane in slot {self.slot}: prompt_tokens_in_round out of range")
+        if len(self.tokens) - self.prompt_tokens_in_round > 1:
+            raise LaneOverflow(f"lane in slot {self.slot}: at most one pending token a round")
+        if self.slot < 0 or self.generation < 0 or self.consumed < 0:
+            raise LaneOverflow(f"lane in slot {self.slot}: slot, generation and consumed must be >= 0")
+
+    @property
+    def pending_token(self) -> int | None:
+        return self.tokens[-1] if len(self.tokens) > self.prompt_tokens_in_round else None
+
+
+_ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_PHYSICAL_REQUEST_ROW)
+
+# Sources whose row is one integer, and how to compute it from a lane.
+_ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
+    V.VALUE_SOURCE_SLOT: lambda lane: lane.slot,
+    V.VALUE_SOURCE_GENERATION: lambda lane: lane.generation,
+    V.VALUE_SOURCE_QUERY_LENGTH: lambda lane: len(lane.tokens),
+    V.VALUE_SOURCE_SAMPLING_DECISION: lambda lane: int(lane.samples),
+    V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
+    V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
+}
+_ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
+                V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK)
+_TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS)
+
+
+def _source_name(source: int) -> str:
+    return V.ValueSource.Name(source) if source in V.ValueSource.values() else f"source #{source}"
+
+
+def _indexing_name(indexing: int) -> str:
+    return V.Indexing.Name(indexing) if indexing in V.Indexing.values() else f"indexing #{indexing}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedBinding:
+    """One binding with everything checked: where it writes, how many rows, what each row holds."""
+
+    destination: str
+    source: int
+    indexing: int
+    offset: int
+    padding: int
+    constants: tuple[int, ...]
+    dtype: np.dtype
+    rows: int  # rows this graph addresses (B, P, physical rows or 1)
+    row_shape: tuple[int, ...]  # trailing extents of one row
+
+    def write(self, buffer: np.ndarray, lanes: Sequence[LaneInput]) -> None:
+        if self.indexing == V.INDEXING_SCALAR:
+            view = buffer.reshape(1, -1)
+        else:
+            view = buffer.reshape(buffer.shape[0], -1)[: self.rows].reshape((self.rows, *self.row_shape))
+        if self.source == V.VALUE_SOURCE_INACTIVE_PADDING:
+            view[...] = self.padding
+            return
+        if self.indexing == V.INDEXING_SCALAR:
+            view[0] = self._scalar(lanes)
+            return
+        if self.indexing == V.INDEXING_PACKED_TOKEN:
+            self._write_tokens(view, lanes)
+            return
+        if self.indexing == V.INDEXING_SUBMISSION_ROW:
+            view[len(lanes):] = self.padding
+        for i, lane in enumerate(lanes):
+            row = lane.slot if self.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW else i
+            if row >= self.rows:
+                raise LaneOverflow(f"{self.destination}: row {row} outside {self.rows} rows")
+            view[row] = self._row(lane)
+
+    def _scalar(self, lanes: Sequence[LaneInput]) -> np.ndarray:
+        if self.source == V.VALUE_SOURCE_LIVE_ROW_COUNT:
+            return np.full(self.row_shape, len(lanes) + self.offset, dtype=self.dtype)
+        return self._constants_row()
+
+    def _constants_row(self) -> np.ndarray:
+        count = math.prod(self.row_shape)
+        values = self.constants if len(self.constants) == count else self.constants * count
+        return (np.asarray(values, dtype=np.int64) + self.offset).astype(self.dtype).reshape(self.row_shape)
+
+    def _row(self, lane: LaneInput) -> np.ndarray:
+        source = self.source
+        if source in _ROW_SCALARS:
+            return np.full(self.row_shape, _ROW_SCALARS[source](lane) + self.offset, dtype=self.dtype)
+        if source == V.VALUE_SOURCE_PENDING_TOKEN:
+            token = lane.pending_token
+            value = self.padding if token is None else token + self.offset
+            return np.full(self.row_shape, value, dtype=self.dtype)
+        if source == V.VALUE_SOURCE_CONSTANT:
+            return self._constants_row()
+        width = self.row_shape[-1] if self.row_shape else 1
+        if source == V.VALUE_SOURCE_PAGE_TABLE:
+            return self._padded(lane.page_ids, width, "page ids")
+        if source == V.VALUE_SOURCE_EOS_IDS:
+            return self._padded(lane.eos_ids, width, "EOS ids")
+        if source == V.VALUE_SOURCE_SEED_BITS:
+            seed = lane.seed & 0xFFFF_FFFF_FFFF_FFFF
+            if width == 2:
+                words = np.array([seed & 0xFFFF_FFFF, seed >> 32], dtype=np.uint32)
+                return words.view(np.int32).astype(self.dtype) if self.dtype == np.int32 else words.astype(self.dtype)
+            return np.array([seed], dtype=np.uint64).view(np.int64).astype(self.dtype)
+        if source == V.VALUE_SOURCE_SAMPLING_PARAMETERS:
+            values = [float(getattr(lane.sampling, name)) for name in SAMPLING_PARAMETER_ORDER]
+            return np.asarray(values, dtype=self.dtype)
+        if source == V.VALUE_SOURCE_GRAMMAR_MASK:
+            if lane.grammar_mask is None:
+                return np.full(width, -1, dtype=self.dtype)  # every bit set: every token allowed
+            if len(lane.grammar_mask) != width:
+                raise LaneOverflow(f"{self.destination}: grammar mask of {len(lane.grammar_mask)} words, rows hold {width}")
+            return np.asarray(lane.grammar_mask, dtype=np.int64).astype(self.dtype)
+        if source == V.VALUE_SOURCE_PROMPT_HISTOGRAM:
+            counts = np.zeros(width, dtype=self.dtype)
+            ids = np.asarray(lane.prompt_token_ids, dtype=np.int64)
+            if ids.size and int(ids.max()) >= width:
+                raise LaneOverflow(f"{self.destination}: prompt id {int(ids.max())} outside histogram width {width}")
+            np.add.at(counts, ids, 1)
+            return counts
+        raise UnsupportedValueSource(f"{self.destination}: {_source_name(source)} has no row form")
+
+    def _padded(self, values: Sequence[int], width: int, what: str) -> np.ndarray:
+        if len(values) > width:
+            raise LaneOverflow(f"{self.destination}: {len(values)} {what} exceed the row width {width}")
+        row = np.full(width, self.padding, dtype=np.int64)
+        row[: len(values)] = np.asarray(values, dtype=np.int64) + self.offset
+        return row.astype(self.dtype)
+
+    def _write_tokens(self, view: np.ndarray, lanes: Sequence[LaneInput]) -> None:
+        total = sum(len(lane.tokens) for lane in lanes)
+        if total > self.rows:
+            raise LaneOverflow(f"{self.destination}: {total} packed tokens exceed the capacity {self.rows}")
+        view[total:] = self.padding
+        row = 0
+        for lane in lanes:
+            count = len(lane.tokens)
+            if self.source == V.VALUE_SOURCE_PROMPT_POSITIONS:
+                view[row : row + count] = np.arange(lane.consumed, lane.consumed + count)[:, None].reshape(
+                    (count, *self.row_shape)) + self.offset
+            elif self.source == V.VALUE_SOURCE_PROMPT_TOKENS:
+                k = lane.prompt_tokens_in_round
+                view[row : row + k] = (np.asarray(lane.tokens[:k], dtype=np.int64) + self.offset).reshape(
+                    (k, *self.row_shape))
+            elif self.source == V.VALUE_SOURCE_PENDING_TOKEN:
+                token = lane.pending_token
+                if token is not None:
+                    view[row + count - 1] = token + self.offset
+            elif self.source == V.VALUE_SOURCE_CONSTANT:
+                view[row : row + count] = self._constants_row()
+            elif self.source in _ROW_SCALARS:  # each packed token carries its lane's value
+                view[row : row + count] = _ROW_SCALARS[self.source](lane) + self.offset
+            else:
+                raise UnsupportedValueSource(f"{self.destination}: {_source_name(self.source)} is not per token")
+            row += count
+
+
+def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.ValueBinding,
+                     buffers: Mapping[str, manifest_pb2.BufferDescriptor], physical_rows: int) -> ResolvedBinding:
+    where = f"graph {graph.name}: binding {binding.destination}"
+    buffer = buffers.get(binding.destination)
+    if buffer is None or buffer.role != manifest_pb2.BUFFER_ROLE_TRANSPORT:
+        raise PackingError(f"{where}: the destination is not a registered transport buffer")
+    source, indexing = binding.source, binding.indexing
+    supported = set(_ROW_SCALARS) | set(_ROW_VECTORS) | set(_TOKEN_SOURCES) | {
+        V.VALUE_SOURCE_LIVE_ROW_COUNT, V.VALUE_SOURCE_CONSTANT, V.VALUE_SOURCE_INACTIVE_PADDING}
+    if source not in supported:
+        raise UnsupportedValueSource(f"{where}: this runtime does not supply {_source_name(source)}")
+    if buffer.dtype not in NUMPY_DTYPES:
+        raise BindingExtentMismatch(f"{where}: buffer dtype {buffer.dtype} is unknown")
+    numeric = _FLOAT_DTYPES if source == V.VALUE_SOURCE_SAMPLING_PARAMETERS else _INTEGER_DTYPES
+    if buffer.dtype not in numeric:
+        raise BindingExtentMismatch(
+            f"{where}: {_source_name(source)} needs a {'float' if numeric is _FLOAT_DTYPES else 'integer'} buffer, "
+            f"found {manifest_pb2.DType.Name(buffer.dtype)}")
+    shape = tuple(int(e) for e in buffer.shape)
+    if indexing == V.INDEXING_SCALAR:
+        rows = 1
+        row_shape = (math.prod(shape),)
+    else:
+        if not shape:
+            raise BindingExtentMismatch(f"{where}: a row indexing needs a leading extent")
+        capacity = {
+            V.INDEXING_SUBMISSION_ROW: graph.capacity.batch_capacity,
+            V.INDEXING_ACTIVE_ROW: graph.capacity.batch_capacity,
+            V.INDEXING_PHYSICAL_REQUEST_ROW: physical_rows,
+            V.INDEXING_PACKED_TOKEN: graph.capacity.packed_token_capacity,
+        }.get(indexing)
+        if capacity is None:
+            raise BindingExtentMismatch(f"{where}: {_indexing_name(indexing)} is not a known indexing")
+        if shape[0] < capacity:
+            raise BindingExtentMismatch(
+                f"{where}: {_indexing_name(indexing)} needs {capacity} rows, the buffer has {shape[0]}")
+        rows, row_shape = capacity, shape[1:]
+    if source in _ROW_SCALARS and indexing == V.INDEXING_SCALAR:
+        raise BindingExtentMismatch(f"{where}: {_source_name(source)} has a value per lane, not one per submission")
+    if source in _TOKEN_SOURCES and source != V.VALUE_SOURCE_PENDING_TOKEN and indexing != V.INDEXING_PACKED_TOKEN:
+        raise BindingExtentMismatch(f"{where}: {_source_name(source)} is indexed by packed token")
+    if source == V.VALUE_SOURCE_LIVE_ROW_COUNT and indexing != V.INDEXING_SCALAR:
+        raise BindingExtentMismatch(f"{where}: LIVE_ROW_COUNT is a scalar")
+    if source in _ROW_VECTORS and indexing not in _ROW_INDEXINGS:
+        raise BindingExtentMismatch(f"{where}: {_source_name(source)} needs a row indexing")
+    if source == V.VALUE_SOURCE_SAMPLING_PARAMETERS and row_shape != (len(SAMPLING_PARAMETER_ORDER),):
+        raise BindingExtentMismatch(f"{where}: sampling parameters need rows of {len(SAMPLING_PARAMETER_ORDER)}")
+    if source == V.VALUE_SOURCE_SEED_BITS and not (
+            row_shape == (2,) and buffer.dtype in (manifest_pb2.DTYPE_I32, manifest_pb2.DTYPE_U32)
+            or row_shape in ((), (1,)) and buffer.dtype == manifest_pb2.DTYPE_I64):
+        raise BindingExtentMismatch(f"{where}: seed bits need [2] 32-bit words or one 64-bit integer a row")
+    if source in (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM) \
+            and len(row_shape) != 1:
+        raise BindingExtentMismatch(f"{where}: {_source_name(source)} needs one trailing extent")
+    constants = tuple(int(c) for c in binding.constants)
+    if source == V.VALUE_SOURCE_CONSTANT:
+        count = math.prod(row_shape) if row_shape else 1
+        if len(constants) not in (1, count):
+            raise BindingExtentMismatch(f"{where}: {len(constants)} constants for rows of {count} values")
+    return ResolvedBinding(binding.destination, source, indexing, int(binding.offset), int(binding.padding),
+                           constants, NUMPY_DTYPES[buffer.dtype], rows, row_shape)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphPacking:
+    """Every binding of one graph, resolved once; `pack` fills one round."""
+
+    graph: str
+    batch_capacity: int
+    packed_token_capacity: int
+    bindings: tuple[ResolvedBinding, ...]
+    sources: frozenset[int] = field(default=frozenset())
+
+    @classmethod
+    def resolve(cls, graph: contract_pb2.GraphContract, manifest: manifest_pb2.ExecutionManifest, *,
+                physical_rows: int) -> GraphPacking:
+        buffers = {b.name: b for b in manifest.buffers}
+        resolved = tuple(_resolve_binding(graph, b, buffers, physical_rows) for b in graph.value_bindings)
+        # Token sources may share a destination; they must then be the prompt/pending pair.
+        seen: dict[str, int] = {}
+        for b in resolved:
+            if b.destination in seen and {seen[b.destination], b.source} != {
+                    V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN}:
+                raise PackingError(f"graph {graph.name}: two bindings write {b.destination}")
+            seen[b.destination] = b.source
+        return cls(graph.name, graph.capacity.batch_capacity, graph.capacity.packed_token_capacity, resolved,
+                   frozenset(b.source for b in resolved))
+
+    def pack(self, lanes: Sequence[LaneInput], buffers: Mapping[str, np.ndarray]) -> None:
+        """Fill each binding's destination for one round of `lanes` (in submission order)."""
+        if not lanes:
+            raise LaneOverflow(f"graph {self.graph}: a round has at least one lane")
+        if len(lanes) > self.batch_capacity:
+            raise LaneOverflow(f"graph {self.graph}: {len(lanes)} lanes exceed the batch capacity {self.batch_capacity}")
+        tokens = sum(len(lane.tokens) for lane in lanes)
+        if tokens > self.packed_token_capacity:
+            raise LaneOverflow(
+                f"graph {self.graph}: {tokens} tokens exceed the packed token capacity {self.packed_token_capacity}")
+        # Shared destinations (prompt + pending tokens): write the prompt binding first, whose padding
+        # initializes the tail, then the pending token rows.
+        order = sorted(self.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN)
+        for binding in order:
+            binding.write(buffers[binding.destination], lanes)
