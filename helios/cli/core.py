@@ -1,0 +1,238 @@
+"""CLI for the core format (host side): `helios keys`, `helios core pack|migrate`, `helios verify`,
+`helios inspect`. Handlers import helios.core lazily so `helios --help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+KIND_NAMES = ("program", "weight", "tokenizer", "chat-template", "weight-catalog", "rebuild-manifest", "opaque")
+
+
+def register(subparsers) -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+
+    keys = subparsers.add_parser(
+        "keys", help="create signing and protection keys",
+        description="Create keys for signing cores (Ed25519) and for version-4 protected cores (AES-256).",
+    )
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    new = keys_sub.add_parser(
+        "new", help="a new Ed25519 signing key pair", formatter_class=formatter,
+        description="Write a new Ed25519 private key (PEM, PKCS#8, mode 0600) at KEY and its public key\n"
+        "(PEM) at KEY.pub. Sign cores with KEY; give KEY.pub to whoever should trust them.",
+        epilog="example:\n  helios keys new --out publisher.key\n  helios core pack --key publisher.key ...",
+    )
+    new.add_argument("--out", required=True, metavar="KEY", help="private key file to create (KEY.pub is created too)")
+    new.set_defaults(func=_keys_new)
+    protection = keys_sub.add_parser(
+        "protection", help="a new AES-256 key for index-v4 cores",
+        description="Write a new AES-256 protection key (64 hexadecimal digits, mode 0600). Version-4 "
+        "logical-resource cores are sealed and read with it; pass it as --protection-key FILE or name the "
+        "file in HELIOS_PROTECTION_KEY_FILE.",
+    )
+    protection.add_argument("--out", required=True, metavar="FILE", help="key file to create")
+    protection.set_defaults(func=_keys_protection)
+
+    core = subparsers.add_parser(
+        "core", help="pack cores from files, migrate index-v4 cores",
+        description="Low-level core tools: `pack` turns files into a signed core (one resource per file); "
+        "`migrate` rewrites an index-v4 core as index-v6.",
+    )
+    core_sub = core.add_subparsers(dest="core_command", metavar="ACTION", required=True)
+    pack = core_sub.add_parser(
+        "pack", help="pack files into a signed core", formatter_class=formatter,
+        description="Pack each RESOURCE_FILE as one resource of a new signed core, in the order given.\n"
+        "A RESOURCE_FILE is [KIND:][ID=]PATH: KIND is one of " + ", ".join(KIND_NAMES) + " (default: opaque);\n"
+        "ID defaults to the file's base name. Identical inputs give byte-identical cores.",
+        epilog="example:\n"
+        "  helios core pack --out model.hcore --publisher acme/models --key publisher.key \\\n"
+        "      --contract contract.json tokenizer:tokenizer.json chat-template:template.jinja weight:w0=w0.bin",
+    )
+    pack.add_argument("--out", required=True, metavar="CORE", help="core file to write")
+    pack.add_argument("--publisher", required=True, metavar="NAMESPACE",
+                      help="publisher namespace to sign; readers must accept exactly this string")
+    pack.add_argument("--key", required=True, metavar="KEY", help="Ed25519 private key (from `helios keys new`)")
+    pack.add_argument("--contract", metavar="FILE",
+                      help="ServingContract as Protobuf JSON (.json) or binary Protobuf (any other name)")
+    pack.add_argument("--manifest", metavar="FILE",
+                      help="ExecutionManifest as Protobuf JSON (.json) or binary Protobuf (any other name)")
+    pack.add_argument("--format", default="payload", choices=("payload", "index-v6", "index-v4"),
+                      help="payload: format 2 (default); index-v6 / index-v4: logical-resource core "
+                      "(zstd frames / AES-GCM chunks)")
+    pack.add_argument("--protection-key", metavar="FILE", help="AES-256 key for --format index-v4")
+    pack.add_argument("resources", nargs="+", metavar="RESOURCE_FILE", help="[KIND:][ID=]PATH, one resource each")
+    pack.set_defaults(func=_core_pack)
+    migrate = core_sub.add_parser(
+        "migrate", help="rewrite an index-v4 core as index-v6", formatter_class=formatter,
+        description="Verify and decrypt every resource of an index-v4 core, then write an index-v6 core\n"
+        "(zstd frames) with the same namespace, contract, manifest and resources, signed with --key.",
+        epilog="example:\n  helios core migrate old.hcore --out new.hcore --trust publisher.key.pub \\\n"
+        "      --accept acme/models --key publisher.key --protection-key aes.key",
+    )
+    migrate.add_argument("core", metavar="CORE", help="the index-v4 core")
+    migrate.add_argument("--out", required=True, metavar="CORE", help="index-v6 core to write")
+    _trust_arguments(migrate)
+    migrate.add_argument("--key", required=True, metavar="KEY", help="Ed25519 private key that signs the result")
+    migrate.add_argument("--protection-key", metavar="FILE",
+                         help="the source's AES-256 key (default: the file HELIOS_PROTECTION_KEY_FILE names)")
+    migrate.set_defaults(func=_core_migrate)
+
+    verify = subparsers.add_parser(
+        "verify", help="check a core completely (exit 0 sound, 3 not)", formatter_class=formatter,
+        description="Verify a core: the signature against a key you trust, the publisher namespace against\n"
+        "your acceptance (exactly), the layout, and every resource (chunk digests, frame, decoding).\n"
+        "Prints one line: a summary (exit 0) or the violated invariant (exit 3).",
+        epilog="example:\n  helios verify model.hcore --accept acme/models --trust publisher.key.pub",
+    )
+    verify.add_argument("core", metavar="CORE", help="core file to verify")
+    _trust_arguments(verify)
+    verify.add_argument("--protection-key", metavar="FILE", help="AES-256 key of an index-v4 core")
+    verify.set_defaults(func=_verify)
+
+    inspect = subparsers.add_parser(
+        "inspect", help="show a core's envelope, resources and contract",
+        description="Show what a core contains without decoding it: format, signer, publisher namespace, "
+        "resources with sizes and locations, contract and manifest summary. Without --trust the "
+        "signature is reported UNVERIFIED and every field is only the file's claim.",
+    )
+    inspect.add_argument("core", metavar="CORE", help="core file to inspect")
+    inspect.add_argument("--trust", action="append", metavar="PUBKEY",
+                         help="check the signature with this public key or directory of .pub files")
+    inspect.add_argument("--json", action="store_true", help="print JSON for machines")
+    inspect.set_defaults(func=_inspect)
+
+
+def _trust_arguments(parser) -> None:
+    parser.add_argument("--accept", required=True, metavar="NAMESPACE",
+                        help="the publisher namespace you accept; must equal the signed one exactly")
+    parser.add_argument("--trust", required=True, action="append", metavar="PUBKEY",
+                        help="a trusted public key file or a directory of .pub files (repeatable)")
+
+
+def _keys_new(args) -> int:
+    from helios.core import generate_keypair
+
+    generate_keypair(args.out)
+    print(f"wrote {args.out} (private, keep it secret) and {args.out}.pub (give to verifiers)")
+    return 0
+
+
+def _keys_protection(args) -> int:
+    from helios.core import generate_protection_key
+
+    generate_protection_key(args.out)
+    print(f"wrote {args.out} (AES-256 protection key, keep it secret)")
+    return 0
+
+
+def _read_message(path: str, message):
+    from google.protobuf import json_format
+
+    from helios.core.errors import EnvelopeInvalid
+
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+        if path.endswith(".json"):
+            json_format.Parse(data.decode(), message)
+        else:
+            message.ParseFromString(data)
+    except (OSError, ValueError, json_format.ParseError) as error:
+        raise EnvelopeInvalid(f"{path!r} is not a {type(message).__name__}: {error}") from None
+    return message
+
+
+def _resource_specs(specs: list[str]) -> list[tuple[str, int, str]]:
+    from helios.core.errors import EnvelopeInvalid
+    from helios.proto import core_pb2
+
+    parsed = []
+    for spec in specs:
+        kind_name, rest = "opaque", spec
+        head, sep, tail = spec.partition(":")
+        if sep and head in KIND_NAMES:
+            kind_name, rest = head, tail
+        resource_id, sep, path = rest.partition("=")
+        if not sep:
+            resource_id, path = os.path.basename(rest), rest
+        if not resource_id or not path:
+            raise EnvelopeInvalid(f"resource file {spec!r} is not [KIND:][ID=]PATH")
+        kind = core_pb2.ResourceKind.Value("RESOURCE_KIND_" + kind_name.upper().replace("-", "_"))
+        parsed.append((resource_id, kind, path))
+    return parsed
+
+
+def _core_pack(args) -> int:
+    from helios.core import ResourceInput, write_core
+    from helios.core.errors import EnvelopeInvalid
+    from helios.proto import contract_pb2, core_pb2, manifest_pb2
+
+    deployment = core_pb2.DeploymentBody()
+    if args.contract:
+        deployment.contract.CopyFrom(_read_message(args.contract, contract_pb2.ServingContract()))
+    if args.manifest:
+        deployment.manifest.CopyFrom(_read_message(args.manifest, manifest_pb2.ExecutionManifest()))
+    specs = _resource_specs(args.resources)
+
+    def resources():
+        for resource_id, kind, path in specs:
+            try:
+                with open(path, "rb") as file:
+                    data = file.read()
+            except OSError as error:
+                raise EnvelopeInvalid(f"resource {resource_id!r}: cannot read {path!r}: {error.strerror}") from None
+            yield ResourceInput(resource_id, kind, data)
+
+    write_core(
+        args.out, publisher=args.publisher, signing_key=args.key, deployment=deployment,
+        resources=resources(), format=args.format, protection_key=args.protection_key,
+    )
+    print(f"wrote {args.out}: {args.format} core of {len(specs)} resources for {args.publisher!r}, "
+          f"{os.path.getsize(args.out):,} bytes")
+    return 0
+
+
+def _core_migrate(args) -> int:
+    from helios.core import migrate_core
+
+    migrate_core(args.core, args.out, trusted_keys=args.trust, accept=args.accept, signing_key=args.key,
+                 protection_key=args.protection_key)
+    print(f"wrote {args.out}: index-v6 core migrated from {args.core}")
+    return 0
+
+
+def _verify(args) -> int:
+    from helios.core import CoreFormatError, open_core
+
+    try:
+        with open_core(args.core, trusted_keys=args.trust, accept=args.accept,
+                       protection_key=args.protection_key) as core:
+            core.verify_all()
+            decoded = sum(r.decoded_nbytes for r in core.resources.values())
+            print(f"ok: {args.core}: {core.format} core of {core.publisher!r}, {len(core.resources)} resources, "
+                  f"{decoded:,} bytes decoded, signed by trusted key {core.public_key.hex()[:16]}")
+    except CoreFormatError as error:
+        print(f"helios verify: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as error:
+        print(f"helios verify: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _inspect(args) -> int:
+    from helios.core import CoreFormatError, format_inspection, inspect_core
+
+    try:
+        report = inspect_core(args.core, args.trust)
+    except CoreFormatError as error:
+        print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as error:
+        print(f"helios inspect: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_inspection(report))
+    return 0
