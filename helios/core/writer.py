@@ -10,7 +10,7 @@ beside `path` and renamed into place once complete.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -50,6 +50,20 @@ class ResourceInput:
             raise EnvelopeInvalid(f"resource {self.id!r}: data is bytes or a memoryview, not {type(self.data).__name__}")
 
 
+@dataclass(frozen=True, slots=True)
+class StoredResource:
+    """One resource already encoded as it will be stored (a zstd frame, or a sealed version-4 stream)."""
+
+    id: str  # unique within the core
+    kind: int  # a core_pb2.ResourceKind value
+    decoded_nbytes: int  # the decoded length to sign
+    stored: bytes  # the stored bytes, committed chunk by chunk
+
+    def __post_init__(self) -> None:
+        if self.decoded_nbytes < 0:
+            raise EnvelopeInvalid(f"resource {self.id!r}: negative decoded length {self.decoded_nbytes}")
+
+
 def write_core(
     path: str | os.PathLike,
     *,
@@ -70,9 +84,47 @@ def write_core(
     """
     if format not in FORMATS:
         raise FormatNotWritable(f"format {format!r} is not one of {', '.join(FORMATS)}")
+    key = resolve_protection_key(protection_key, f"format {format!r}") if format == "index-v4" else None
+
+    def encoded() -> Iterator[StoredResource]:
+        for resource in resources:
+            if not isinstance(resource, ResourceInput):
+                raise EnvelopeInvalid(f"resources are ResourceInput values, not {type(resource).__name__}")
+            # NOTE: no local keeps the bytes across the yield, so at most one resource is held.
+            yield StoredResource(
+                resource.id, resource.kind, memoryview(resource.data).nbytes,
+                encode_resource(resource.data) if key is None
+                else seal_resource(resource.data, resource.id, key, encrypted_chunk_nbytes),
+            )
+            del resource
+
+    write_stored_core(
+        path, publisher=publisher, signing_key=signing_key, deployment=deployment, resources=encoded(),
+        format=format, encrypted_chunk_nbytes=encrypted_chunk_nbytes if key is not None else 0,
+        protection_key_id=protection_key_id(key) if key is not None else b"",
+    )
+
+
+def write_stored_core(
+    path: str | os.PathLike,
+    *,
+    publisher: str,
+    signing_key: Ed25519PrivateKey | str | os.PathLike,
+    deployment: core_pb2.DeploymentBody,
+    resources: Iterable[StoredResource],
+    format: str = "payload",
+    encrypted_chunk_nbytes: int = 0,
+    protection_key_id: bytes = b"",
+) -> None:
+    """Writes a signed core of resources already encoded, committing and signing the bytes as given.
+
+    The low level of `write_core` (and of tools that copy stored frames without decoding them). It
+    checks the envelope rules but not the frames: a reader checks those before decoding.
+    """
+    if format not in FORMATS:
+        raise FormatNotWritable(f"format {format!r} is not one of {', '.join(FORMATS)}")
     if not isinstance(signing_key, Ed25519PrivateKey):
         signing_key = load_private_key(signing_key)
-    key = resolve_protection_key(protection_key, f"format {format!r}") if format == "index-v4" else None
     path = os.fspath(path)
     partial = f"{path}.partial"
     try:
@@ -83,29 +135,23 @@ def write_core(
             locations = core_pb2.LocationSet()
             seen: set[str] = set()
             for resource in resources:
-                if not isinstance(resource, ResourceInput):
-                    raise EnvelopeInvalid(f"resources are ResourceInput values, not {type(resource).__name__}")
                 if resource.id in seen:
                     raise EnvelopeInvalid(f"resource id {resource.id!r} is given twice")
                 seen.add(resource.id)
-                decoded_nbytes = memoryview(resource.data).nbytes
-                if key is None:
-                    stored = encode_resource(resource.data)
-                else:
-                    stored = seal_resource(resource.data, resource.id, key, encrypted_chunk_nbytes)
                 executable.append(
                     core_pb2.ExecutableResource(
-                        id=resource.id, kind=resource.kind, stored_nbytes=len(stored),
-                        decoded_nbytes=decoded_nbytes, chunk_nbytes=CHUNK_NBYTES, chunk_sha256=chunk_digests(stored),
+                        id=resource.id, kind=resource.kind, stored_nbytes=len(resource.stored),
+                        decoded_nbytes=resource.decoded_nbytes, chunk_nbytes=CHUNK_NBYTES,
+                        chunk_sha256=chunk_digests(resource.stored),
                     )
                 )
-                locations.locations.add(resource_id=resource.id, offset=offset, nbytes=len(stored))
-                file.write(stored)
-                offset += len(stored)
-                del stored
+                locations.locations.add(resource_id=resource.id, offset=offset, nbytes=len(resource.stored))
+                file.write(resource.stored)
+                offset += len(resource.stored)
+                del resource
             content = SignedContent(
                 format, publisher, tuple(executable), deployment.contract, deployment.manifest,
-                encrypted_chunk_nbytes if key is not None else 0, protection_key_id(key) if key is not None else b"",
+                encrypted_chunk_nbytes, protection_key_id,
             )
             check_content(content)
             body = _body(content, deployment)
