@@ -1,0 +1,186 @@
+"""Round trips of every core format: what is written is read back, in order, byte for byte."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helios.core import (
+    BufferSizeMismatch,
+    LayoutGap,
+    ResourceInput,
+    ResourceNotFound,
+    SiblingFileInvalid,
+    open_core,
+    write_core,
+)
+from helios.proto import core_pb2
+from tests.core.forge import (
+    OPAQUE,
+    PROTECTION_KEY,
+    PUBLISHER,
+    SIGNING_KEY,
+    WEIGHT,
+    random_bytes,
+    rewrite_body,
+)
+
+FORMATS = ("payload", "index-v6", "index-v4")
+
+
+def deployment() -> core_pb2.DeploymentBody:
+    body = core_pb2.DeploymentBody()
+    body.contract.served_id = "tiny"
+    body.contract.aliases.append("tiny-alias")
+    body.manifest.ranks = 1
+    return body
+
+
+def write(path, resources, format="payload", **extra):
+    write_core(path, publisher=PUBLISHER, signing_key=SIGNING_KEY, deployment=deployment(),
+               resources=resources, format=format, protection_key=PROTECTION_KEY if format == "index-v4" else None,
+               **extra)
+    return path
+
+
+def open_(path, trust, **extra):
+    return open_core(path, trusted_keys=trust, accept=PUBLISHER, protection_key=PROTECTION_KEY, **extra)
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_round_trip_keeps_order_bytes_contract_and_manifest(tmp_path, trust, format):
+    resources = [
+        ResourceInput("z-last-name-first", WEIGHT, random_bytes(5000, 1)),
+        ResourceInput("empty", OPAQUE, b""),
+        ResourceInput("zeros", WEIGHT, bytes(3 << 20)),
+        ResourceInput("a", core_pb2.RESOURCE_KIND_TOKENIZER, b'{"x": 1}'),
+    ]
+    path = write(tmp_path / "c.hcore", iter(resources), format, encrypted_chunk_nbytes=1 << 20)
+    with open_(path, trust) as core:
+        assert core.format == format
+        assert core.publisher == PUBLISHER
+        assert core.contract.served_id == "tiny" and list(core.contract.aliases) == ["tiny-alias"]
+        assert core.manifest.ranks == 1
+        assert list(core.resources) == [r.id for r in resources]
+        for resource in resources:
+            assert core.resources[resource.id].kind == resource.kind
+            assert core.resources[resource.id].decoded_nbytes == len(resource.data)
+            assert core.read(resource.id) == resource.data
+        core.verify_all()
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_identical_inputs_give_identical_files(tmp_path, format):
+    resources = [ResourceInput("w", WEIGHT, random_bytes(70_000, 2)), ResourceInput("e", OPAQUE, b"")]
+    first = write(tmp_path / "a.hcore", resources, format).read_bytes()
+    second = write(tmp_path / "b.hcore", iter(resources), format).read_bytes()
+    assert first == second
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    items=st.lists(
+        st.tuples(st.text(min_size=1, max_size=12), st.sampled_from([1, 2, 3, 4, 7]), st.binary(max_size=600)),
+        max_size=6, unique_by=lambda item: item[0],
+    ),
+    format=st.sampled_from(FORMATS),
+)
+def test_round_trip_property(tmp_path, trust, items, format):
+    resources = [ResourceInput(rid, kind, data) for rid, kind, data in items]
+    path = write(tmp_path / "p.hcore", resources, format, encrypted_chunk_nbytes=64)
+    with open_(path, trust) as core:
+        assert [(rid, r.kind) for rid, r in core.resources.items()] == [(r.id, r.kind) for r in resources]
+        assert [core.read(r.id) for r in resources] == [r.data for r in resources]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_multi_chunk_resource_into_caller_buffer(tmp_path, trust, workers):
+    data = random_bytes(9 << 20, 3)  # incompressible: three 4 MiB chunks of stored bytes
+    path = write(tmp_path / "big.hcore", [ResourceInput("w", WEIGHT, data)])
+    with open_(path, trust, workers=workers) as core:
+        assert len(core.resources["w"].chunk_sha256) == 3
+        out = np.zeros(len(data) // 4, dtype=np.float32)  # any writable buffer of the decoded length
+        core.read_into("w", memoryview(out))
+        assert out.tobytes() == data
+
+
+def test_read_into_rejects_wrong_buffers_and_unknown_ids(tmp_path, trust):
+    path = write(tmp_path / "c.hcore", [ResourceInput("w", WEIGHT, b"abcdef")])
+    with open_(path, trust) as core:
+        with pytest.raises(BufferSizeMismatch, match="'w'.*5 bytes.*6"):
+            core.read_into("w", bytearray(5))
+        with pytest.raises(BufferSizeMismatch, match="read-only"):
+            core.read_into("w", b"123456")
+        with pytest.raises(ResourceNotFound, match="'nope'"):
+            core.read("nope")
+    with pytest.raises(ValueError, match="closed"):
+        core.read("w")
+
+
+def _move_to_sibling(path, resource_id, sibling_name, extra=b""):
+    """Moves one resource's stored bytes to a sibling file by rewriting only the unsigned LocationSet."""
+    with open_core(path, trusted_keys=SIGNING_KEY.public_key(), accept=PUBLISHER) as core:
+        placement = core.placement(resource_id)
+        ordered = sorted((core.placement(rid).offset, rid) for rid in core.resources)
+    data = path.read_bytes()
+    (path.parent / sibling_name).write_bytes(data[placement.offset : placement.offset + placement.nbytes] + extra)
+    region, offsets = b"", {}
+    for offset, rid in ordered:
+        if rid != resource_id:
+            offsets[rid] = 24 + len(region)
+            length = next(loc.nbytes for loc in _locations(path) if loc.resource_id == rid)
+            region += data[offset : offset + length]
+
+    def mutate(body):
+        for location in body.locations.locations:
+            if location.resource_id == resource_id:
+                location.file, location.offset = sibling_name, 0
+            else:
+                location.offset = offsets[location.resource_id]
+
+    rewrite_body(path, mutate, region=region)
+
+
+def _locations(path):
+    from helios.core.layout import read_container
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return list(read_container(fd).body.locations.locations)
+    finally:
+        os.close(fd)
+
+
+def test_sibling_file_locations_need_no_resigning(tmp_path, trust):
+    a, b = random_bytes(1000, 4), random_bytes(2000, 5)
+    path = write(tmp_path / "c.hcore", [ResourceInput("a", WEIGHT, a), ResourceInput("b", WEIGHT, b)])
+    _move_to_sibling(path, "a", "weights.bin")
+    with open_(path, trust) as core:
+        assert core.placement("a").file == "weights.bin"
+        assert core.read("a") == a and core.read("b") == b
+
+
+def test_sibling_file_with_unreferenced_bytes_is_rejected(tmp_path, trust):
+    path = write(tmp_path / "c.hcore", [ResourceInput("a", WEIGHT, b"x" * 100), ResourceInput("b", WEIGHT, b"y")])
+    _move_to_sibling(path, "a", "weights.bin", extra=b"polyglot")
+    with pytest.raises(LayoutGap, match="sibling 'weights.bin'"):
+        open_(path, trust)
+
+
+def test_missing_or_unsafe_sibling_files_are_rejected(tmp_path, trust):
+    path = write(tmp_path / "c.hcore", [ResourceInput("a", WEIGHT, b"x" * 100), ResourceInput("b", WEIGHT, b"y")])
+    _move_to_sibling(path, "a", "weights.bin")
+    os.unlink(tmp_path / "weights.bin")
+    with pytest.raises(SiblingFileInvalid, match="'weights.bin' cannot be opened"):
+        open_(path, trust)
+
+    def escape(body):
+        body.locations.locations[0].file = "../weights.bin"
+
+    rewrite_body(path, escape)
+    with pytest.raises(SiblingFileInvalid, match="not a plain file name"):
+        open_(path, trust)
