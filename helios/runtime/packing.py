@@ -99,7 +99,7 @@ class LaneInput:
     slot: int  # physical request slot
     generation: int  # slot generation, echoed by the completion record
     consumed: int  # tokens consumed before this round (the consumed-token endpoint)
-    tokens: tuple[int, ...]  # tokens consumed this round: prompt tokens, then at most one pending token
+    tokens: tuple[int, ...]  # consumed this round: prompt tokens, then at most one pending token (none at admission)
     prompt_tokens_in_round: int  # how many leading `tokens` are prompt tokens
     samples: bool  # the sampling decision: this round emits a token for the lane
     page_ids: tuple[int, ...]  # the request's pages, in sequence order
@@ -111,8 +111,6 @@ class LaneInput:
     grammar_mask: tuple[int, ...] | None = None  # int32 allowed-token words; None: every token allowed
 
     def __post_init__(self) -> None:
-        if not self.tokens:
-            raise LaneOverflow(f"lane in slot {self.slot} consumes no token this round")
         if not 0 <= self.prompt_tokens_in_round <= len(self.tokens):
             raise LaneOverflow(f"lane in slot {self.slot}: prompt_tokens_in_round out of range")
         if len(self.tokens) - self.prompt_tokens_in_round > 1:
@@ -183,7 +181,7 @@ class ResolvedBinding:
             row = lane.slot if self.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW else i
             if row >= self.rows:
                 raise LaneOverflow(f"{self.destination}: row {row} outside {self.rows} rows")
-            view[row] = self._row(lane)
+            view[row] = self._row(lane).reshape(self.row_shape)
 
     def _scalar(self, lanes: Sequence[LaneInput]) -> np.ndarray:
         if self.source == V.VALUE_SOURCE_LIVE_ROW_COUNT:
@@ -356,6 +354,12 @@ class GraphPacking:
             seen[b.destination] = b.source
         return cls(graph.name, graph.capacity.batch_capacity, graph.capacity.packed_token_capacity, resolved,
                    frozenset(b.source for b in resolved))
+
+    def initialize(self, buffers: Mapping[str, np.ndarray]) -> None:
+        """Fill every destination with its binding's padding (once, at load): rows no round has
+        written yet then hold valid values, e.g. sampling parameters of unused slots."""
+        for binding in self.bindings:
+            buffers[binding.destination][...] = binding.padding
 
     def pack(self, lanes: Sequence[LaneInput], buffers: Mapping[str, np.ndarray]) -> None:
         """Fill each binding's destination for one round of `lanes` (in submission order)."""

@@ -1,0 +1,310 @@
+"""The sequential reference engine (host side, NumPy only): the executable specification of serving.
+
+    engine = ReferenceEngine.load(core)                  # an opened core or a PreparedCore
+    for token in engine.generate(request): ...           # sampled ids, EOS included, then stop
+
+Owns running one request at a time through a core's captured programs exactly as its contract
+declares: INITIALIZATION at admission, PREFILL chunks (each in the smallest token capacity that
+holds it), then one-token DECODE rounds. Every round packs the graph's value bindings with the shared
+packer (`helios.runtime.packing`), executes the program with the reference interpreter, and
+validates the completion record (generation echo, emitted count, consumed endpoint, sampled id
+within the vocabulary, no draft cursor, reserved field -1, status 0) before a token is accepted.
+
+Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages at load (default:
+enough for one request's whole context, since requests run one at a time). Lanes are addressed by
+physical request slot: a lane's completion row is its slot's row (the reference uses slot 0).
+Closing the generator early cancels the request and returns its pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from helios.errors import HeliosError
+from helios.program.validate import ValidatedOperator, validate_program
+from helios.proto import contract_pb2, manifest_pb2, program_pb2
+from helios.reference.cache import PageAllocator, pages_for
+from helios.reference.interpreter import bf16_to_f32, execute
+from helios.reference.operators import NUMPY_DTYPES
+from helios.runtime.packing import GraphPacking, LaneInput
+from helios.runtime.request import GenerationRequest
+
+C, M = contract_pb2, manifest_pb2
+F = M  # completion field enum namespace
+
+
+class EngineLoadError(HeliosError):
+    """The core cannot be executed by the reference engine (a missing graph, program or weight)."""
+
+
+class AdmissionRejected(HeliosError):
+    """The request lies outside the core's prepared capacities or vocabulary."""
+
+
+class CompletionInvalid(HeliosError):
+    """A program's completion record disagrees with the round it was given (an execution failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedGraph:
+    name: str
+    operation: int
+    batch_capacity: int
+    packed_token_capacity: int
+    program: program_pb2.Program
+    operators: tuple[ValidatedOperator, ...]
+    packing: GraphPacking
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One lane's row of the completion record."""
+
+    frame_index: int
+    submission_sequence: int
+    generation: int
+    sampled_id: int
+    emitted: int
+    consumed_endpoint: int
+    draft_cursor: int
+    model_reserved: int
+    status: int
+
+
+def _decode_contract(contract: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest) -> Any:
+    from helios.contract import PreparedContract
+
+    return PreparedContract.decode(contract, manifest)
+
+
+class ReferenceEngine:
+    """Runs requests sequentially over a core's programs with NumPy."""
+
+    def __init__(self, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
+                 prepared: Any, graphs: Mapping[str, LoadedGraph], weights: Mapping[str, np.ndarray],
+                 buffers: dict[str, np.ndarray], pages: int, keep: Sequence[str]) -> None:
+        self.serving = serving
+        self.manifest = manifest
+        self.contract = prepared  # the PreparedContract
+        self.graphs = dict(graphs)
+        self.weights = weights
+        self.buffers = buffers
+        self.allocator = PageAllocator(pages)
+        self.keep = tuple(keep)
+        self.kept: list[dict[str, np.ndarray]] = []  # per round: copies of the `keep` tensors
+        self._generations = [0] * serving.max_concurrency
+        self._sequence = 0
+        self._completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
+        self._by_operation: dict[int, list[LoadedGraph]] = {}
+        for graph in self.graphs.values():
+            self._by_operation.setdefault(graph.operation, []).append(graph)
+        for operation in (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE):
+            if operation not in self._by_operation:
+                raise EngineLoadError(f"the core has no {C.Operation.Name(operation)} graph")
+        for group in self._by_operation.values():
+            group.sort(key=lambda g: (g.packed_token_capacity, g.batch_capacity))
+
+    # ------------------------------------------------------------------------------------------ load
+
+    @classmethod
+    def load(cls, core: Any, *, pages: int | None = None, keep: Sequence[str] = ()) -> ReferenceEngine:
+        """Load `core` (anything with `.contract`, `.manifest` and `.read(id)`); `keep` names program
+        tensors (e.g. "logits") whose values are copied into `kept` after every round."""
+        serving, manifest = core.contract, core.manifest
+        prepared = _decode_contract(serving, manifest)
+        if manifest.ranks != 1:
+            raise EngineLoadError(f"the reference engine runs one rank; the core has {manifest.ranks}")
+        buffer_descriptors = {b.name: b for b in manifest.buffers}
+        page_tokens = serving.model.cache.page_tokens
+        if pages is None:
+            pages = pages_for(serving.context_tokens, page_tokens)
+        if pages < 1:
+            raise EngineLoadError(f"pages must be >= 1, got {pages}")
+        contracts = {g.name: g for g in serving.model.graphs}
+        graphs: dict[str, LoadedGraph] = {}
+        weights: dict[str, np.ndarray] = {}
+        for handle in manifest.graphs:
+            program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+            if program.graph != handle.name:
+                raise EngineLoadError(f"program {handle.program_resources[0]!r} belongs to {program.graph!r}, "
+                                      f"not {handle.name!r}")
+            operators = tuple(validate_program(program, buffer_descriptors))
+            for decl in program.tensors:
+                if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                    weights[decl.resource] = _load_weight(core, decl)
+            packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
+            graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
+                                              handle.packed_token_capacity, program, operators, packing)
+        buffers = {}
+        for b in manifest.buffers:
+            shape = [int(e) for e in b.shape]
+            if b.role == M.BUFFER_ROLE_CACHE:
+                shape[0] = pages
+            buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
+        for graph in graphs.values():
+            graph.packing.initialize(buffers)
+        return cls(serving, manifest, prepared, graphs, weights, buffers, pages, keep)
+
+    # ------------------------------------------------------------------------------------------ rounds
+
+    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> list[Completion]:
+        """Pack `lanes` into `graph_name`, execute it, and return each lane's completion row."""
+        graph = self.graphs[graph_name]
+        graph.packing.pack(lanes, self.buffers)
+        self._sequence += 1
+        frame = self._field(F.COMPLETION_FIELD_FRAME_INDEX)
+        sequence = self._field(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
+        # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.
+        frame[...] = 0
+        sequence[...] = self._sequence
+        tensors: dict[str, np.ndarray] = dict(self.buffers)
+        tensors.update(self.weights)
+        env = execute(graph.program, tensors, graph.operators)
+        if self.keep:
+            self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
+        rows = []
+        for lane in lanes:
+            values = {field: self._field(field).reshape(self._field(field).shape[0], -1)
+                      for field in self._completion}
+
+            def at(field: int, row: int, values: dict = values) -> int:
+                array = values[field]
+                return int(array[0 if array.shape[0] == 1 else row, 0])
+
+            rows.append(Completion(
+                frame_index=at(F.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
+                submission_sequence=at(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
+                generation=at(F.COMPLETION_FIELD_GENERATION, lane.slot),
+                sampled_id=at(F.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
+                emitted=at(F.COMPLETION_FIELD_EMITTED, lane.slot),
+                consumed_endpoint=at(F.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
+                draft_cursor=at(F.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
+                model_reserved=at(F.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
+                status=at(F.COMPLETION_FIELD_STATUS, lane.slot),
+            ))
+        for lane, row in zip(lanes, rows, strict=True):
+            self.validate_completion(graph_name, lane, row)
+        return rows
+
+    def _field(self, field: int) -> np.ndarray:
+        return self.buffers[self._completion[field]]
+
+    def validate_completion(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
+        """Reject a completion row that disagrees with the lane's round (before any token is accepted)."""
+        where = f"graph {graph_name}, slot {lane.slot}"
+        expected_endpoint = lane.consumed + len(lane.tokens)
+        checks = (
+            (row.status == 0, f"status {row.status} (execution failed)"),
+            (row.submission_sequence == self._sequence,
+             f"submission sequence {row.submission_sequence}, submitted {self._sequence}"),
+            (row.generation == lane.generation, f"generation echo {row.generation}, lane generation {lane.generation}"),
+            (row.emitted == int(lane.samples), f"emitted {row.emitted}, expected {int(lane.samples)}"),
+            (row.consumed_endpoint == expected_endpoint,
+             f"consumed endpoint {row.consumed_endpoint}, expected {expected_endpoint}"),
+            (row.draft_cursor == -1, f"draft cursor {row.draft_cursor}; a graph without one reports -1"),
+            (row.model_reserved == -1, f"reserved model field {row.model_reserved}, must be -1"),
+        )
+        for ok, message in checks:
+            if not ok:
+                raise CompletionInvalid(f"{where}: {message}")
+        if row.emitted and not 0 <= row.sampled_id < self.serving.model.vocabulary.sampled_tokens:
+            raise CompletionInvalid(f"{where}: sampled id {row.sampled_id} outside the vocabulary "
+                                    f"[0, {self.serving.model.vocabulary.sampled_tokens})")
+
+    def graph_for(self, operation: int, *, tokens: int, lanes: int = 1) -> LoadedGraph:
+        """The smallest graph of `operation` holding `lanes` lanes and `tokens` tokens (else the largest)."""
+        candidates = [g for g in self._by_operation.get(operation, []) if g.batch_capacity >= lanes]
+        if not candidates:
+            raise AdmissionRejected(f"no {C.Operation.Name(operation)} graph holds {lanes} lanes")
+        fitting = [g for g in candidates if g.packed_token_capacity >= tokens]
+        return fitting[0] if fitting else candidates[-1]
+
+    # ------------------------------------------------------------------------------------------ requests
+
+    def _admit(self, request: GenerationRequest) -> None:
+        vocabulary = self.serving.model
+        limit = vocabulary.input_vocabulary.input_tokens
+        bad = [t for t in request.prompt_token_ids if t >= limit]
+        if bad:
+            raise AdmissionRejected(f"prompt token {bad[0]} lies outside the input vocabulary [0, {limit})")
+        if len(request.prompt_token_ids) >= self.serving.context_tokens:
+            raise AdmissionRejected(f"the prompt's {len(request.prompt_token_ids)} tokens leave no room in the "
+                                    f"context of {self.serving.context_tokens} tokens")
+        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.serving.context_tokens)
+        needed = pages_for(reach, self.serving.model.cache.page_tokens)
+        if needed > self.allocator.free:
+            raise AdmissionRejected(f"the request reaches {reach} tokens: {needed} pages, "
+                                    f"{self.allocator.free} of the cache's {self.allocator.pages} are free")
+
+    def generate(self, request: GenerationRequest, *, slot: int = 0) -> Iterator[int]:
+        """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens."""
+        self._admit(request)
+        if not 0 <= slot < self.serving.max_concurrency:
+            raise AdmissionRejected(f"slot {slot} outside the core's {self.serving.max_concurrency} slots")
+        return self._generate(request, slot)
+
+    def _generate(self, request: GenerationRequest, slot: int) -> Iterator[int]:
+        page_tokens = self.serving.model.cache.page_tokens
+        eos = set(request.eos_token_ids or self.serving.model.frontend.eos_token_ids)
+        prompt = tuple(request.prompt_token_ids)
+        self._generations[slot] += 1
+        generation = self._generations[slot]
+        pages: list[int] = []
+        self.kept.clear()
+
+        def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool) -> LaneInput:
+            needed = pages_for(consumed + len(tokens), page_tokens)
+            if needed > len(pages):
+                pages.extend(self.allocator.allocate(needed - len(pages)))
+            return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
+                             prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=tuple(pages),
+                             seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
+                             eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt)
+
+        try:
+            init = self._by_operation[C.OPERATION_INITIALIZATION][0]
+            self.run_round(init.name, [lane(0, (), 0, False)])
+            consumed, emitted = 0, 0
+            pending: int | None = None
+            while consumed < len(prompt):
+                remaining = len(prompt) - consumed
+                graph = self.graph_for(C.OPERATION_PREFILL, tokens=remaining)
+                chunk = prompt[consumed: consumed + min(remaining, graph.packed_token_capacity)]
+                last = consumed + len(chunk) == len(prompt)
+                (row,) = self.run_round(graph.name, [lane(consumed, chunk, len(chunk), last)])
+                consumed += len(chunk)
+                if last:
+                    pending = row.sampled_id
+            while pending is not None:
+                yield pending
+                emitted += 1
+                if (pending in eos and not request.ignore_eos) or emitted >= request.max_tokens:
+                    return
+                if consumed + 1 >= self.serving.context_tokens:
+                    return  # the context is full: the next token would have no position
+                graph = self.graph_for(C.OPERATION_DECODE, tokens=1)
+                (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)])
+                consumed += 1
+                pending = row.sampled_id
+        finally:
+            self.allocator.release(pages)
+
+
+def _load_weight(core: Any, decl: program_pb2.TensorDecl) -> np.ndarray:
+    data = core.read(decl.resource)
+    shape = tuple(int(e) for e in decl.shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    if decl.dtype == M.DTYPE_BF16:
+        raw = np.frombuffer(data, dtype="<u2")
+        values = bf16_to_f32(raw)
+    elif decl.dtype in (M.DTYPE_F32, M.DTYPE_F16):
+        values = np.frombuffer(data, dtype="<f4" if decl.dtype == M.DTYPE_F32 else "<f2")
+    else:
+        raise EngineLoadError(f"weight {decl.resource!r} has a non-float dtype {decl.dtype}")
+    if values.size != count:
+        raise EngineLoadError(f"weight {decl.resource!r} holds {values.size} values, its tensor declares {count}")
+    return values.reshape(shape)
