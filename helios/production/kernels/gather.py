@@ -1,0 +1,60 @@
+"""Row gathers (device side): `embedding` (a table row per packed token) and `last_row_gather` (each
+lane's last packed row).
+
+One program per output row; the row is copied in blocks of `BLOCK` elements.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _embedding_kernel(ids_ptr, table_ptr, out_ptr, vocab, width, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    token = tl.load(ids_ptr + row).to(tl.int64)
+    valid = (token >= 0) & (token < vocab)
+    safe = tl.where(valid, token, 0)
+    readable = tl.where(valid, width, 0)  # the row's readable extent: none for an invalid id
+    for start in range(0, width, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < width
+        values = tl.load(table_ptr + safe * width + cols, mask=cols < readable, other=0.0)
+        tl.store(out_ptr + row * width + cols, values, mask=mask)
+
+
+def embedding(ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor, *, block: int = 1024) -> None:
+    """out[t] = table[ids[t]], a zero row for ids outside [0, V)."""
+    vocab, width = table.shape
+    _embedding_kernel[(ids.shape[0],)](ids, table, out, vocab, width,
+                                       BLOCK=min(block, triton.next_power_of_2(width)))
+
+
+@triton.jit
+def _last_row_kernel(x_ptr, lane_ptr, out_ptr, rows, width, ROWS_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
+    lane = tl.program_id(0)
+    last = tl.zeros((), dtype=tl.int32) - 1
+    for start in range(0, rows, ROWS_BLOCK):
+        t = start + tl.arange(0, ROWS_BLOCK)
+        lanes = tl.load(lane_ptr + t, mask=t < rows, other=-1)
+        last = tl.maximum(last, tl.max(tl.where(lanes == lane, t, -1), axis=0))
+    found = last >= 0
+    source = tl.where(found, last, 0).to(tl.int64)
+    readable = tl.where(found, width, 0)
+    for start in range(0, width, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < width
+        values = tl.load(x_ptr + source * width + cols, mask=cols < readable, other=0)
+        tl.store(out_ptr + lane.to(tl.int64) * width + cols, values, mask=mask)
+
+
+def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor, *, block: int = 1024) -> None:
+    """out[l] = x[last row t with token_lane[t] == l], zeros for a lane without rows."""
+    rows = x.shape[0]
+    width = x.numel() // rows if rows else 0
+    lanes = out.shape[0]
+    _last_row_kernel[(lanes,)](x, token_lane, out, rows, width,
+                               ROWS_BLOCK=min(1024, triton.next_power_of_2(max(rows, 1))),
+                               BLOCK=min(block, triton.next_power_of_2(max(width, 1))))

@@ -1,0 +1,175 @@
+"""Sampling (device side): `sample` (docs/sampling.md) and `argmax`.
+
+`Sampler` owns the static buffers of one (rows, vocab) shape and runs three stages, each a pure
+function of the previous one, so the result equals `helios.reference.sampling.sample` bit for bit
+wherever `exp` agrees:
+
+  1. `_filter_kernel` (Triton, one program a row, blocks over the vocabulary): penalties from the
+     prompt histogram (repetition, then frequency, then presence), the grammar mask, the greedy id
+     (lowest id of the maximum), temperature, the fixed-point weights `floor(e * 2^24)` with
+     `e = exp(z - max)` (exactly 1 at the maximum) and `e` itself for min-p;
+  2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`:
+     one stable descending torch sort over static buffers, cumulative weights in int64, the top-p
+     threshold as one float64 product;
+  3. `_draw_kernel` (Triton): the Philox word `tl.randint(seed, ((position + 1) << 32) | draw_index)`,
+     `target = (word * total) >> 32` (computed without overflow from the two 32-bit halves of the
+     total) and the first id, in id order, whose cumulative kept weight exceeds the target; the greedy
+     id when temperature <= 0; -1 when the mask allows nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+WEIGHT_SCALE = float(2**24)
+
+
+@triton.jit
+def _filter_kernel(logits_ptr, params_ptr, hist_ptr, mask_ptr, z_ptr, e_ptr, w_ptr, greedy_ptr,
+                   vocab, hist_width, mask_words, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    temperature = tl.load(params_ptr + row * 7 + 0)
+    repetition = tl.load(params_ptr + row * 7 + 4)
+    presence = tl.load(params_ptr + row * 7 + 5)
+    frequency = tl.load(params_ptr + row * 7 + 6)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_id = tl.zeros((), tl.int32) - 1
+    for start in range(0, vocab, BLOCK):
+        ids = start + tl.arange(0, BLOCK)
+        inside = ids < vocab
+        z = tl.load(logits_ptr + row * vocab + ids, mask=inside, other=float("-inf"))
+        z = tl.where(z != z, float("-inf"), z)
+        counts = tl.load(hist_ptr + row * hist_width + ids, mask=inside & (ids < hist_width), other=0)
+        seen = counts > 0
+        z = tl.where(seen, tl.where(z > 0, z / repetition, z * repetition), z)
+        z = z - frequency * counts.to(tl.float32)
+        z = z - presence * seen.to(tl.float32)
+        word = tl.load(mask_ptr + row * mask_words + ids // 32, mask=inside, other=0)
+        allowed = ((word >> (ids % 32)) & 1) != 0
+        z = tl.where(allowed & inside, z, float("-inf"))
+        tl.store(z_ptr + row * vocab + ids, z, mask=inside)
+        block_best = tl.max(z, axis=0)
+        block_id = tl.min(tl.where((z == block_best) & inside, ids, vocab), axis=0)
+        take = (block_best > best) & (block_best > float("-inf"))
+        best_id = tl.where(take, block_id, best_id)
+        best = tl.maximum(best, block_best)
+    tl.store(greedy_ptr + row, best_id)
+    # Temperature and weights (only meaningful when temperature > 0 and some token is allowed).
+    safe_temperature = tl.where(temperature > 0, temperature, 1.0)
+    top = best / safe_temperature
+    for start in range(0, vocab, BLOCK):
+        ids = start + tl.arange(0, BLOCK)
+        inside = ids < vocab
+        z = tl.load(z_ptr + row * vocab + ids, mask=inside, other=float("-inf")) / safe_temperature
+        e = tl.where(z == top, 1.0, tl.exp(z - top))
+        e = tl.where(z > float("-inf"), e, 0.0)
+        weight = tl.floor(e * 16777216.0).to(tl.int64)
+        tl.store(z_ptr + row * vocab + ids, z, mask=inside)
+        tl.store(e_ptr + row * vocab + ids, e, mask=inside)
+        tl.store(w_ptr + row * vocab + ids, weight, mask=inside)
+
+
+@triton.jit
+def _draw_kernel(kept_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab, draw_index,
+                 BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    temperature = tl.load(params_ptr + row * 7 + 0)
+    greedy = tl.load(greedy_ptr + row)
+    total = tl.zeros((), tl.int64)
+    for start in range(0, vocab, BLOCK):
+        ids = start + tl.arange(0, BLOCK)
+        total += tl.sum(tl.load(kept_ptr + row * vocab + ids, mask=ids < vocab, other=0), axis=0)
+    seed = tl.load(seed_ptr + row)
+    offset = ((tl.load(positions_ptr + row).to(tl.int64) + 1) << 32) | draw_index
+    word = tl.randint(seed, offset).to(tl.uint64)
+    # target = (word * total) >> 32 without 64-bit overflow: total = hi * 2^32 + lo
+    total_u = total.to(tl.uint64)
+    hi = total_u >> 32
+    lo = total_u & 0xFFFFFFFF
+    target = (word * hi + ((word * lo) >> 32)).to(tl.int64)
+    running = tl.zeros((), tl.int64)
+    found = tl.zeros((), tl.int32) + vocab
+    for start in range(0, vocab, BLOCK):
+        ids = start + tl.arange(0, BLOCK)
+        kept = tl.load(kept_ptr + row * vocab + ids, mask=ids < vocab, other=0)
+        cumulative = tl.cumsum(kept, axis=0) + running
+        first = tl.min(tl.where((cumulative > target) & (ids < vocab), ids, vocab), axis=0)
+        found = tl.minimum(found, first)
+        running += tl.sum(kept, axis=0)
+    sampled = tl.where(found < vocab, found, -1)
+    result = tl.where(temperature > 0, sampled, greedy)
+    result = tl.where(greedy >= 0, result, -1)
+    tl.store(out_ptr + row, result)
+
+
+@triton.jit
+def _argmax_kernel(logits_ptr, out_ptr, vocab, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_id = tl.zeros((), tl.int32)
+    for start in range(0, vocab, BLOCK):
+        ids = start + tl.arange(0, BLOCK)
+        inside = ids < vocab
+        z = tl.load(logits_ptr + row * vocab + ids, mask=inside, other=float("-inf")).to(tl.float32)
+        z = tl.where(z != z, float("-inf"), z)
+        block_best = tl.max(z, axis=0)
+        block_id = tl.min(tl.where((z == block_best) & inside, ids, vocab), axis=0)
+        take = block_best > best
+        best_id = tl.where(take, block_id, best_id)
+        best = tl.maximum(best, block_best)
+    tl.store(out_ptr + row, best_id)
+
+
+def argmax(logits: torch.Tensor, out: torch.Tensor, *, block: int = 4096) -> None:
+    """out[b] = the lowest index of row b's maximum (NaN never wins)."""
+    rows, vocab = logits.shape
+    _argmax_kernel[(rows,)](logits, out, vocab, BLOCK=min(block, triton.next_power_of_2(vocab)))
+
+
+class Sampler:
+    """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
+
+    def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096) -> None:
+        self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
+        f32 = dict(dtype=torch.float32, device=device)
+        i64 = dict(dtype=torch.int64, device=device)
+        self.z = torch.empty((rows, vocab), **f32)  # [B, V] f32: filtered, tempered logits
+        self.e = torch.empty((rows, vocab), **f32)  # [B, V] f32: exp(z - max)
+        self.weights = torch.empty((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
+        self.greedy = torch.empty((rows,), dtype=torch.int32, device=device)  # [B] i32
+        self.sorted_z = torch.empty((rows, vocab), **f32)  # [B, V] f32, rank order
+        self.order = torch.empty((rows, vocab), **i64)  # [B, V] i64: id at each rank
+        self.ordered = torch.empty((rows, vocab), **i64)  # [B, V] i64: weights in rank order
+        self.before = torch.empty((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
+        self.sorted_e = torch.empty((rows, vocab), **f32)
+        self.keep = torch.empty((rows, vocab), dtype=torch.bool, device=device)
+        self.kept = torch.empty((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
+        self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
+        self.threshold = torch.empty((rows, 1), dtype=torch.float64, device=device)
+
+    def __call__(self, logits: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor, parameters: torch.Tensor,
+                 histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0
+                 ) -> None:
+        rows, vocab = self.rows, self.vocab
+        _filter_kernel[(rows,)](logits, parameters, histogram, grammar_mask, self.z, self.e, self.weights,
+                                self.greedy, vocab, histogram.shape[1], grammar_mask.shape[1], BLOCK=self.block)
+        torch.sort(self.z, dim=1, descending=True, stable=True, out=(self.sorted_z, self.order))
+        torch.gather(self.weights, 1, self.order, out=self.ordered)
+        keep = self.keep
+        torch.gt(self.sorted_z, float("-inf"), out=keep)
+        top_k = parameters[:, 2:3]
+        # top-k (0 or >= V: disabled): rank < k
+        keep &= (self.rank < top_k) | (top_k <= 0) | (top_k >= vocab)
+        self.ordered.mul_(keep)
+        torch.cumsum(self.ordered, dim=1, out=self.before)
+        torch.mul(parameters[:, 1:2].double(), self.before[:, -1:].double(), out=self.threshold)
+        self.before.sub_(self.ordered)
+        keep &= (self.before.double() < self.threshold) | (self.rank == 0)
+        torch.gather(self.e, 1, self.order, out=self.sorted_e)
+        keep &= (self.sorted_e >= parameters[:, 3:4]) | (self.rank == 0)
+        self.ordered.mul_(keep)
+        self.kept.scatter_(1, self.order, self.ordered)
+        _draw_kernel[(rows,)](self.kept, parameters, seed, positions, self.greedy, out, vocab, int(draw_index),
+                              BLOCK=self.block)

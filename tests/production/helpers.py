@@ -1,0 +1,65 @@
+"""Shared fixtures of the production tests: the device and activation dtype under test, conversions
+between torch tensors and the reference's NumPy arrays, and random paged cohorts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if GPU else "cpu")
+# bf16 on the GPU; fp32 on CPU, where the interpreter's bf16 arithmetic is broken.
+DTYPE = torch.bfloat16 if GPU else torch.float32
+# Tolerance of a result stored in DTYPE against the FP32 reference.
+ATOL, RTOL = (2e-2, 2e-2) if GPU else (2e-5, 2e-5)
+
+
+def tensor(array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A device tensor of `array` (floating arrays take the activation dtype unless given)."""
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    if dtype is None and t.is_floating_point():
+        dtype = DTYPE
+    return t.to(device=DEVICE, dtype=dtype or t.dtype)
+
+
+def values(array: np.ndarray) -> np.ndarray:
+    """`array` as the stored activation dtype holds it, back in float32 (what the reference reads)."""
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(DTYPE).float().numpy()
+
+
+def numpy(t: torch.Tensor) -> np.ndarray:
+    return (t.float() if t.is_floating_point() else t).cpu().numpy()
+
+
+def close(actual: torch.Tensor, expected: np.ndarray, atol: float = ATOL, rtol: float = RTOL) -> None:
+    np.testing.assert_allclose(numpy(actual), expected, atol=atol, rtol=rtol)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A random packed round: lanes with histories and query rows, pages shuffled over the plane."""
+
+    token_lane: np.ndarray  # [P] i32, -1 on padding rows
+    positions: np.ndarray  # [P] i32
+    page_table: np.ndarray  # [B, max_pages] i32
+    pages: int  # physical pages of the plane
+    page_tokens: int
+
+
+def cohort(rng: np.random.Generator, *, lanes: int, history: list[int], queries: list[int], padding: int,
+           page_tokens: int, max_pages: int, spare_pages: int = 3) -> Cohort:
+    """Lane l has `history[l]` committed tokens and `queries[l]` new rows (interleaved order is kept
+    per lane: rows of one lane are contiguous, as packing lays them out)."""
+    pages = lanes * max_pages + spare_pages
+    physical = rng.permutation(pages).astype(np.int32)
+    page_table = physical[: lanes * max_pages].reshape(lanes, max_pages)
+    token_lane, positions = [], []
+    for lane in range(lanes):
+        for i in range(queries[lane]):
+            token_lane.append(lane)
+            positions.append(history[lane] + i)
+    token_lane += [-1] * padding
+    positions += [0] * padding
+    return Cohort(np.array(token_lane, np.int32), np.array(positions, np.int32), page_table, pages, page_tokens)
