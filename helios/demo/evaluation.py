@@ -1,0 +1,83 @@
+"""Held-out evaluation of a demo checkpoint with HF transformers greedy decoding (device side).
+
+Imports torch and transformers: this is preparation and test tooling, never serving. Prompts are
+rendered by the chat template, encoded with the checkpoint's `tokenizer.json`, decoded greedily in
+left-padded batches, cut at the first EOS and scored by `helios.demo.scoring`, which is independent
+of how the text was generated (the same scorer later grades `helios generate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from helios.demo.corpus import render_pair
+from helios.demo.scoring import Accuracy, Verdict, score_text, summarize
+from helios.demo.tasks import Example
+from helios.demo.tokenizer import EOS_TOKEN, PAD_TOKEN
+
+MAX_NEW_TOKENS = 96  # the longest demo completion is about 60 tokens
+
+
+@torch.no_grad()
+def greedy_generate(
+    model: torch.nn.Module,
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    batch_size: int = 64,
+) -> list[str]:
+    """Greedy completions of `prompts` (text up to, not including, the first EOS)."""
+    eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    pad_id = tokenizer.token_to_id(PAD_TOKEN)
+    device = next(model.parameters()).device
+    completions: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        encoded = [tokenizer.encode(prompt).ids for prompt in prompts[start : start + batch_size]]
+        width = max(len(ids) for ids in encoded)
+        input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):  # left padding: every prompt ends at column width-1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention_mask[row, width - len(ids) :] = 1
+        output = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos_id,
+            pad_token_id=pad_id,
+        )
+        for row in output[:, width:].tolist():
+            if eos_id in row:
+                row = row[: row.index(eos_id)]
+            completions.append(tokenizer.decode(row, skip_special_tokens=False))
+    return completions
+
+
+def evaluate(
+    model: torch.nn.Module, tokenizer: Tokenizer, examples: Sequence[Example], batch_size: int = 64
+) -> tuple[list[Verdict], list[str]]:
+    """Generate greedily for each example's prompt and score it; returns verdicts and completions."""
+    prompts = [render_pair(example).prompt for example in examples]
+    completions = greedy_generate(model, tokenizer, prompts, batch_size=batch_size)
+    verdicts = [score_text(example.expectation, text) for example, text in zip(examples, completions, strict=True)]
+    return verdicts, completions
+
+
+def load_checkpoint(path: Path, device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
+    """A demo checkpoint as an fp32 HF model in eval mode, and its tokenizer."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    return model, Tokenizer.from_file(str(path / "tokenizer.json"))
+
+
+def format_report(report: dict[str, Accuracy]) -> str:
+    return "  ".join(f"{name}={accuracy.correct}/{accuracy.total}" for name, accuracy in report.items())
+
+
+__all__ = ["evaluate", "format_report", "greedy_generate", "load_checkpoint", "summarize"]

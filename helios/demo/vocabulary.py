@@ -1,0 +1,90 @@
+"""Fixed tables the demo tasks draw from (host side): names, cities, units, currencies, weather.
+
+Everything a task needs to know about the world lives here, so that the corpus, the tools and the
+scorer agree on it. The tables are small on purpose: the demo model has a few million parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helios.errors import HeliosError
+
+
+class InvalidUnitConversion(HeliosError):
+    """A unit conversion row is malformed (empty names, non-positive factor or amount range)."""
+
+
+NAMES: tuple[str, ...] = (
+    "Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Irene", "Jack",
+    "Karen", "Leo", "Maria", "Nina", "Oscar", "Paula", "Quinn", "Rosa", "Sam", "Tina",
+    "Umar", "Vera", "Walter", "Xenia", "Yusuf", "Zoe", "Ahmed", "Bianca", "Chen", "Diego",
+    "Elena", "Farah", "Hugo", "Ines", "Jonas", "Kenji", "Lena", "Mateo", "Noor", "Priya",
+)  # fmt: skip
+
+CITIES: tuple[str, ...] = (
+    "Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Lisbon", "Vienna", "Prague", "Oslo",
+    "Dublin", "Athens", "Cairo", "Nairobi", "Lagos", "Delhi", "Mumbai", "Seoul", "Beijing", "Sydney",
+    "Toronto", "Chicago", "Boston", "Denver", "Lima", "Bogota", "Santiago", "Havana", "Manila", "Hanoi",
+    "Warsaw", "Zurich", "Helsinki", "Istanbul", "Dubai", "Singapore", "New York", "Mexico City",
+    "Buenos Aires", "Cape Town",
+)  # fmt: skip
+
+WEATHER_CONDITIONS: tuple[str, ...] = ("sunny", "cloudy", "rainy", "windy", "snowy", "foggy", "clear")
+
+# Units per one US dollar; a conversion goes through the dollar and is rounded to cents.
+CURRENCY_PER_USD: dict[str, float] = {
+    "USD": 1.0,
+    "EUR": 0.92,
+    "GBP": 0.79,
+    "JPY": 151.0,
+    "CHF": 0.88,
+    "CAD": 1.36,
+    "AUD": 1.52,
+    "INR": 83.0,
+}
+
+# Hours added to UTC for each city's demo clock (standard time, rounded to whole hours).
+CITY_UTC_OFFSET: dict[str, int] = {
+    "Paris": 1, "London": 0, "Tokyo": 9, "Berlin": 1, "Madrid": 1, "Rome": 1, "Lisbon": 0, "Vienna": 1,
+    "Prague": 1, "Oslo": 1, "Dublin": 0, "Athens": 2, "Cairo": 2, "Nairobi": 3, "Lagos": 1, "Delhi": 5,
+    "Mumbai": 5, "Seoul": 9, "Beijing": 8, "Sydney": 10, "Toronto": -5, "Chicago": -6, "Boston": -5,
+    "Denver": -7, "Lima": -5, "Bogota": -5, "Santiago": -4, "Havana": -5, "Manila": 8, "Hanoi": 7,
+    "Warsaw": 1, "Zurich": 1, "Helsinki": 2, "Istanbul": 3, "Dubai": 4, "Singapore": 8, "New York": -5,
+    "Mexico City": -6, "Buenos Aires": -3, "Cape Town": 2,
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class UnitConversion:
+    """One row of the unit table: `amount` of `source` is `amount * factor` of `target`."""
+
+    source: str  # plural unit name as written in prompts, e.g. "kilometers"
+    target: str  # plural unit name of the result, e.g. "meters"
+    singular: str  # the source unit for a quantity of one, e.g. "kilometer"
+    factor: int  # how many target units one source unit is
+    max_amount: int  # amounts are drawn from 1..max_amount
+
+    def __post_init__(self) -> None:
+        if not (self.source and self.target and self.singular):
+            raise InvalidUnitConversion(f"unit names must be non-empty, got {self!r}")
+        if self.factor < 2 or self.max_amount < 1:
+            raise InvalidUnitConversion(
+                f"factor must be >= 2 and max_amount >= 1 in {self.source}->{self.target}, "
+                f"got factor={self.factor}, max_amount={self.max_amount}"
+            )
+
+
+UNIT_CONVERSIONS: tuple[UnitConversion, ...] = (
+    UnitConversion("kilometers", "meters", "kilometer", 1000, 99),
+    UnitConversion("meters", "centimeters", "meter", 100, 99),
+    UnitConversion("centimeters", "millimeters", "centimeter", 10, 99),
+    UnitConversion("kilograms", "grams", "kilogram", 1000, 99),
+    UnitConversion("liters", "milliliters", "liter", 1000, 99),
+    UnitConversion("hours", "minutes", "hour", 60, 12),
+    UnitConversion("minutes", "seconds", "minute", 60, 12),
+    UnitConversion("days", "hours", "day", 24, 12),
+    UnitConversion("weeks", "days", "week", 7, 12),
+)
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
