@@ -1,0 +1,110 @@
+"""`helios generate` (host side): one prompt through a signed core, text (or JSON) out.
+
+Opens and authorizes the core, loads its frontend (`Bootstrap`: tokenizer, chat template, EOS ids,
+sampling defaults) and a runtime, renders the prompt (`--chat` applies the chat template), generates
+and prints. Request values win over the core's sampling defaults. Heavy imports stay in the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from helios.errors import HeliosError
+
+RUNTIMES = ("reference",)
+DEFAULT_MAX_TOKENS = 128
+
+
+class CoreUnreadable(HeliosError):
+    """The core file cannot be opened (missing, unreadable)."""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "generate", help="generate text from a prompt with a signed core",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Generate from one prompt. The core is verified against --trust and --accept before anything\n"
+            "runs. The prompt is tokenized as given, or with --chat rendered as one user message through\n"
+            "the core's chat template. Generation stops after an EOS id of the core or at --max-tokens.\n"
+            "Sampling settings not given come from the core's declared defaults; --temperature 0 is greedy.\n"
+            "--json prints {\"prompt_token_ids\", \"token_ids\", \"text\", \"finish_reason\"} on one line."
+        ),
+        epilog=(
+            "example:\n"
+            "  helios generate qwen3.hcore --accept acme/models --trust publisher.key.pub \\\n"
+            "      --prompt 'Why is the sky blue?' --chat --max-tokens 64 --temperature 0 --json"
+        ),
+    )
+    parser.add_argument("core", metavar="MODEL.hcore", help="the core to run")
+    parser.add_argument("--accept", required=True, metavar="NAMESPACE",
+                        help="the publisher namespace you accept; must equal the signed one exactly")
+    parser.add_argument("--trust", required=True, action="append", metavar="PUBKEY",
+                        help="a trusted public key file or a directory of .pub files (repeatable)")
+    parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt text")
+    parser.add_argument("--chat", action="store_true", help="render the prompt as a user message with the template")
+    parser.add_argument("--max-tokens", type=int, metavar="N",
+                        help=f"output limit, EOS included (default: the core's, else {DEFAULT_MAX_TOKENS})")
+    parser.add_argument("--temperature", type=float, metavar="T", help="0 is greedy (default: the core's, else 1)")
+    parser.add_argument("--top-p", type=float, metavar="P", help="nucleus mass in (0, 1] (default: the core's, else 1)")
+    parser.add_argument("--top-k", type=int, metavar="K", help="0 disables (default: the core's, else 0)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="Philox seed (default: 0)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default="reference",
+                        help="which runtime executes the programs (default: reference, NumPy)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
+    parser.set_defaults(func=_generate)
+
+
+def _sampling(args, defaults):
+    from helios.runtime.request import SamplingParams
+
+    def pick(given, name: str, fallback):
+        if given is not None:
+            return given
+        return getattr(defaults, name) if defaults.HasField(name) else fallback
+
+    return SamplingParams(
+        temperature=pick(args.temperature, "temperature", 1.0),
+        top_p=pick(args.top_p, "top_p", 1.0),
+        top_k=pick(args.top_k, "top_k", 0),
+        min_p=pick(None, "min_p", 0.0),
+        repetition_penalty=pick(None, "repetition_penalty", 1.0),
+        presence_penalty=pick(None, "presence_penalty", 0.0),
+        frequency_penalty=pick(None, "frequency_penalty", 0.0),
+        seed=args.seed,
+    )
+
+
+def _generate(args) -> int:
+    from helios.core import open_core
+    from helios.frontend.bootstrap import Bootstrap
+    from helios.reference.engine import ReferenceEngine
+    from helios.runtime.request import GenerationRequest
+
+    try:
+        core_context = open_core(args.core, trusted_keys=args.trust, accept=args.accept)
+    except OSError as error:
+        raise CoreUnreadable(f"{args.core}: cannot read: {error.strerror}") from None
+    with core_context as core:
+        bootstrap = Bootstrap.from_core(core)
+        engine = ReferenceEngine.load(core)
+        defaults = core.contract.defaults
+        text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+        prompt_ids = bootstrap.encode(text)
+        max_tokens = args.max_tokens
+        if max_tokens is None:
+            max_tokens = defaults.max_output_tokens if defaults.HasField("max_output_tokens") else DEFAULT_MAX_TOKENS
+        eos = tuple(bootstrap.eos_token_ids)
+        request = GenerationRequest(tuple(prompt_ids), max_tokens=max_tokens, sampling=_sampling(args, defaults.sampling),
+                                    eos_token_ids=eos)
+        token_ids = list(engine.generate(request))
+    finish_reason = "stop" if token_ids and token_ids[-1] in eos else "length"
+    visible = token_ids[:-1] if finish_reason == "stop" else token_ids
+    output = bootstrap.decode(visible)
+    if args.json:
+        print(json.dumps({"prompt_token_ids": prompt_ids, "token_ids": token_ids, "text": output,
+                          "finish_reason": finish_reason}, ensure_ascii=False))
+    else:
+        print(output)
+    return 0

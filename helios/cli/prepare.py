@@ -1,0 +1,92 @@
+"""`helios prepare` (host side): a Hugging Face checkpoint directory in, a signed core out.
+
+The handler reads the checkpoint, runs the family recipe, converts weights (with a progress bar on
+stderr), validates the contract and seals the core. Heavy imports stay inside the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "prepare", help="prepare a Hugging Face checkpoint into a signed core",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Prepare CHECKPOINT (a Hugging Face directory: config.json, *.safetensors, tokenizer.json,\n"
+            "tokenizer_config.json or chat_template.jinja, generation_config.json) into one signed core:\n"
+            "weights converted to --dtype, one captured program per operation and capacity\n"
+            "(INITIALIZATION, PREFILL per --prefill-capacities, DECODE per --batch-capacities, MIXED),\n"
+            "the typed serving contract, the tokenizer and the chat template.\n\n"
+            "Supported: Llama 3.x, Qwen2/2.5, Qwen3 dense and Mistral checkpoints. An unsupported one\n"
+            "(mixture-of-experts, another activation, an unknown rope type) fails with one line naming\n"
+            "the config field. The same inputs give a byte-identical core."
+        ),
+        epilog=(
+            "example:\n"
+            "  helios keys new --out publisher.key\n"
+            "  helios prepare ./Qwen3-0.6B --out qwen3.hcore --publisher acme/models --key publisher.key\n"
+            "  helios verify qwen3.hcore --accept acme/models --trust publisher.key.pub"
+        ),
+    )
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="Hugging Face checkpoint directory")
+    parser.add_argument("--out", required=True, metavar="MODEL.hcore", help="core file to write")
+    parser.add_argument("--publisher", required=True, metavar="NAMESPACE",
+                        help="publisher namespace to sign; readers must accept exactly this string")
+    parser.add_argument("--key", required=True, metavar="KEY", help="Ed25519 private key (from `helios keys new`)")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
+                        help="weight and cache dtype (default: bf16)")
+    parser.add_argument("--served-id", metavar="ID", help="model name clients address (default: the directory name)")
+    parser.add_argument("--page-tokens", type=int, default=16, metavar="N", help="tokens per cache page (default: 16)")
+    parser.add_argument("--batch-capacities", type=_int_list, default=(1, 2, 4, 8), metavar="B,B,...",
+                        help="DECODE batch capacities; the largest is the request slot count (default: 1,2,4,8)")
+    parser.add_argument("--prefill-capacities", type=_int_list, default=(16, 64, 256), metavar="P,P,...",
+                        help="PREFILL token capacities; also the MIXED prefill chunks (default: 16,64,256)")
+    parser.add_argument("--context-tokens", type=int, metavar="N",
+                        help="largest prompt + output (default: min(max_position_embeddings, 4096))")
+    parser.set_defaults(func=_prepare)
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr, redrawn in place."""
+
+    width = 30
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.stream = stream
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        filled = self.width * done // max(total, 1)
+        bar = "#" * filled + "." * (self.width - filled)
+        line = f"\rconverting weights [{bar}] {done}/{total}"
+        self.stream.write(line + ("\n" if done == total else ""))
+        self.stream.flush()
+
+
+def _prepare(args) -> int:
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from helios.ignition.seal import seal
+    from helios.proto import core_pb2
+
+    options = PreparationOptions(dtype=args.dtype, served_id=args.served_id, page_tokens=args.page_tokens,
+                                 batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
+                                 context_tokens=args.context_tokens)
+    prepared = prepare_checkpoint(args.checkpoint, options, progress=_ProgressBar())
+    seal(prepared, args.out, publisher=args.publisher, signing_key=args.key)
+    graphs = len(prepared.manifest.graphs)
+    weights = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
+    print(f"wrote {args.out}: {prepared.contract.served_id!r}, {graphs} graphs, {weights} weights, "
+          f"{args.dtype}, publisher {args.publisher!r}")
+    return 0
