@@ -1,0 +1,181 @@
+"""The ModelRuntime interface (host side): the one seam both runtimes implement and the server uses.
+
+Owns: `ModelRuntime` (submit a prepared request and read its events; cancel; health; metrics),
+`PreparedRequest`, `OutputFilter` (the protocol of the per-request stop and decoding object the
+worker calls after each validated token), `EventStream`, `Health` and `RuntimeMetrics`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from helios.errors import HeliosError
+from helios.runtime.clock import ObservationClock
+from helios.runtime.events import TERMINAL, Event, Rejected
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.request import GenerationRequest
+
+
+class DuplicateRequestId(HeliosError):
+    """A request id was submitted twice while the first is still known to the runtime."""
+
+
+class FilterStep(Protocol):
+    pieces: Sequence[object]
+    stopped: bool
+
+
+class OutputFilter(Protocol):
+    """Per-request decoding and host stops (e.g. `helios.frontend.stops.OutputFilter`)."""
+
+    def push(self, token_id: int) -> FilterStep: ...
+
+    def finish(self) -> Sequence[object]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """What the frontend hands a runtime: the generation, its output filter, what to observe."""
+
+    request_id: str
+    generation: GenerationRequest
+    output_filter: OutputFilter | None = None  # None: no decoding, no host stops
+    observe_tokens: bool = False  # return_token_ids: every sampled id is delivered as an event
+    observe_timestamps: bool = False  # return_token_timestamps: read the clock per validated token
+    host_stop: bool = False  # string stops: width one, one outstanding round (the host-stop barrier)
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must be non-empty")
+        if self.observe_timestamps and not self.observe_tokens:
+            raise ValueError("observe_timestamps requires observe_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    status: str  # "starting", "ok", "stopping", "stopped"
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeMetrics:
+    """A snapshot of the runtime's counters and gauges (no request ids, prompts or token ids)."""
+
+    requests_submitted: int = 0
+    requests_started: int = 0  # left the pending deque for a model slot
+    requests_rejected: int = 0  # scheduler admission rejections
+    requests_finished: dict[str, int] = field(default_factory=dict)  # Termination value -> count
+    requests_failed: int = 0
+    requests_active: int = 0
+    requests_pending: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    prefix_lookups: int = 0
+    reused_prompt_tokens: int = 0
+    graph_launches: dict[str, int] = field(default_factory=dict)  # operation -> rounds submitted
+    snapshots_published: int = 0
+    snapshots_evicted: int = 0
+    capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity
+    mixed_grammar_decode_steps: int = 0  # flare_mixed_grammar_decode_steps_total
+    constrained_max_inflight: int = 0  # flare_constrained_max_inflight
+
+
+class EventStream:
+    """The events of one submitted request, read asynchronously. The queue grows as events arrive
+    (never allocated at the request's full event budget), so a paused reader loses nothing and
+    blocks no scheduling."""
+
+    __slots__ = ("_done", "_loop", "_queue", "enqueue_ns", "request_id")
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.request_id = request_id
+        self.enqueue_ns: int | None = None  # observation clock at submission, for timed requests
+        self._loop = loop
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._done = False
+
+    def put(self, event: Event) -> None:
+        """Deliver from any thread."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    def put_nowait(self, event: Event) -> None:
+        """Deliver from the event loop's thread."""
+        self._queue.put_nowait(event)
+
+    @property
+    def done(self) -> bool:
+        """The terminal event has been read."""
+        return self._done
+
+    async def next(self) -> Event:
+        event = await self._queue.get()
+        if isinstance(event, TERMINAL):
+            self._done = True
+        return event
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        while not self._done:
+            yield await self.next()
+
+
+class ModelRuntime(abc.ABC):
+    """Submit prepared requests, read their events, cancel them; report health and metrics.
+
+    `submit` is called on the event loop; it never blocks. A request the scheduler cannot admit
+    (outside prepared capacities, or no room in the ingress channel) gets a `Rejected` event."""
+
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self.limits = limits
+        self.clock = ObservationClock()
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start the model worker; fixes the observation clock's origin."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Cancel everything and stop the worker."""
+
+    def submit(self, request: PreparedRequest) -> EventStream:
+        stream = EventStream(request.request_id, asyncio.get_running_loop())
+        if request.observe_timestamps:
+            stream.enqueue_ns = self.clock.now_ns()
+        reason = self._admission_check(request)
+        if reason is not None:
+            self._count_rejection()
+            stream.put_nowait(Rejected(reason))
+            return stream
+        self._enqueue(request, stream)
+        return stream
+
+    @abc.abstractmethod
+    def _admission_check(self, request: PreparedRequest) -> str | None:
+        """Why the scheduler rejects this request, or None."""
+
+    @abc.abstractmethod
+    def _count_rejection(self) -> None: ...
+
+    @abc.abstractmethod
+    def _enqueue(self, request: PreparedRequest, stream: EventStream) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self, request_id: str) -> None:
+        """Cancel a request (no-op if it already ended). Its stream ends with Finished(CANCELLED)
+        once the worker released its resources."""
+
+    @abc.abstractmethod
+    def health(self) -> Health: ...
+
+    @abc.abstractmethod
+    def metrics(self) -> RuntimeMetrics: ...

@@ -1,0 +1,296 @@
+"""The model worker (host side): a `ModelRuntime` over any engine that turns a `GenerationRequest`
+into a stream of sampled token ids.
+
+Owns: `TokenEngine` (the engine seam: `generate(request) -> Iterator[int]`, EOS included; closing
+the iterator cancels and releases its resources) and `WorkerRuntime`.
+
+One worker thread owns the engine. Each loop it moves submitted requests into the pending deque
+(at most `queue_capacity`), starts pending requests while fewer than `max_active` generate, then
+runs one round: one token from every active request, in admission order. After each token it
+
+    validates the id -> reads the observation clock (timed requests only) -> EOS / output filter
+    (decoding and host stops) / output limit -> delivers the events
+
+before that request's next round is submitted: the host-stop barrier (width one, one outstanding
+round) holds for every request. A batching engine (one graph launch per cohort) replaces the
+round's per-request `next()` with one cohort submission and keeps everything after it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from helios.runtime.events import Failed, Finished, Termination, TokenEvent
+from helios.runtime.interface import (
+    DuplicateRequestId,
+    EventStream,
+    Health,
+    ModelRuntime,
+    PreparedRequest,
+    RuntimeMetrics,
+)
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.request import GenerationRequest
+
+
+class TokenEngine(Protocol):
+    def generate(self, request: GenerationRequest) -> Iterator[int]: ...
+
+
+@dataclass(slots=True)
+class _Active:
+    request: PreparedRequest
+    stream: EventStream
+    tokens: Iterator[int] | None = None
+    sampled: int = 0
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
+class _Counters:
+    submitted: int = 0
+    started: int = 0
+    rejected: int = 0
+    failed: int = 0
+    finished: dict[str, int] = field(default_factory=lambda: {t.value: 0 for t in Termination})
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    launches: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0})
+
+
+class WorkerRuntime(ModelRuntime):
+    """The reference runtime's worker, and the shape every runtime's worker keeps."""
+
+    def __init__(
+        self,
+        engine: TokenEngine,
+        limits: AdmissionLimits,
+        *,
+        context_tokens: int,
+        vocab_size: int,
+        capacity: Mapping[str, int] | None = None,
+    ) -> None:
+        super().__init__(limits)
+        self._engine = engine
+        self._context_tokens = context_tokens
+        self._vocab_size = vocab_size
+        self._capacity = dict(capacity or {})
+        self._lock = threading.Condition()
+        self._ingress: collections.deque[_Active] = collections.deque()
+        self._pending: collections.deque[_Active] = collections.deque()
+        self._active: list[_Active] = []
+        self._known: dict[str, _Active] = {}
+        self._counters = _Counters()
+        self._thread: threading.Thread | None = None
+        self._status = "starting"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.clock.restart()
+        self._status = "ok"
+        self._thread = threading.Thread(target=self._run, name="helios-model-worker", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._status in ("stopping", "stopped"):
+                return
+            self._status = "stopping"
+            for entry in self._known.values():
+                entry.cancelled = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self._status = "stopped"
+
+    # -- submission ------------------------------------------------------------------------------
+
+    def _admission_check(self, request: PreparedRequest) -> str | None:
+        generation = request.generation
+        needed = len(generation.prompt_token_ids) + generation.max_tokens
+        if needed > self._context_tokens:
+            return (
+                f"prompt ({len(generation.prompt_token_ids)} tokens) plus max_tokens ({generation.max_tokens}) "
+                f"exceeds the served context of {self._context_tokens} tokens"
+            )
+        if any(t >= self._vocab_size for t in generation.prompt_token_ids):
+            return f"a prompt token is outside the input vocabulary of {self._vocab_size}"
+        with self._lock:
+            if self._status != "ok":
+                return f"the model worker is {self._status}"
+            if len(self._ingress) + len(self._pending) >= max(self.limits.queue_capacity, 1):
+                return f"the pending admission deque is full ({self.limits.queue_capacity} requests)"
+        return None
+
+    def _count_rejection(self) -> None:
+        with self._lock:
+            self._counters.submitted += 1
+            self._counters.rejected += 1
+
+    def _enqueue(self, request: PreparedRequest, stream: EventStream) -> None:
+        with self._lock:
+            if request.request_id in self._known:
+                raise DuplicateRequestId(f"request id {request.request_id!r} is already submitted")
+            entry = _Active(request, stream)
+            self._known[request.request_id] = entry
+            self._ingress.append(entry)
+            self._counters.submitted += 1
+            self._lock.notify_all()
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            entry = self._known.get(request_id)
+            if entry is not None:
+                entry.cancelled = True
+                self._lock.notify_all()
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        thread_alive = self._thread is not None and self._thread.is_alive()
+        if self._status == "ok" and not thread_alive:
+            return Health("stopped", "the model worker thread has exited")
+        return Health(self._status)
+
+    def metrics(self) -> RuntimeMetrics:
+        with self._lock:
+            c = self._counters
+            capacity = {
+                "max_active": self.limits.max_active,
+                "queue_capacity": self.limits.queue_capacity,
+                "context_tokens": self._context_tokens,
+                **self._capacity,
+            }
+            return RuntimeMetrics(
+                requests_submitted=c.submitted,
+                requests_started=c.started,
+                requests_rejected=c.rejected,
+                requests_finished=dict(c.finished),
+                requests_failed=c.failed,
+                requests_active=len(self._active),
+                requests_pending=len(self._pending) + len(self._ingress),
+                prompt_tokens=c.prompt_tokens,
+                output_tokens=c.output_tokens,
+                graph_launches=dict(c.launches),
+                capacity=capacity,
+            )
+
+    # -- the worker thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._status == "ok" and not (self._ingress or self._pending or self._active):
+                    self._lock.wait()
+                stopping = self._status != "ok"
+                while self._ingress:
+                    self._pending.append(self._ingress.popleft())
+                for entry in [e for e in self._pending if e.cancelled]:
+                    self._pending.remove(entry)
+                    self._finish(entry, Termination.CANCELLED, ())
+                while self._pending and len(self._active) < self.limits.max_active:
+                    entry = self._pending.popleft()
+                    self._active.append(entry)
+                    self._counters.started += 1
+                    self._counters.prompt_tokens += len(entry.request.generation.prompt_token_ids)
+                cohort = list(self._active)
+            if stopping and not cohort:
+                return
+            for entry in cohort:
+                self._round(entry)
+
+    def _round(self, entry: _Active) -> None:
+        """One round of one request: a token, validated, observed, filtered, delivered."""
+        request = entry.request
+        generation = request.generation
+        if entry.cancelled:
+            self._release(entry)
+            self._finish(entry, Termination.CANCELLED, ())
+            return
+        try:
+            if entry.tokens is None:
+                entry.tokens = iter(self._engine.generate(generation))
+            operation = "prefill" if entry.sampled == 0 else "decode"
+            token = next(entry.tokens)
+        except StopIteration:
+            self._fail(entry, "the engine ended the generation before EOS or the output limit")
+            return
+        except Exception as error:  # any engine failure is this request's execution failure
+            self._fail(entry, f"model execution failed: {type(error).__name__}: {error}")
+            return
+        with self._lock:
+            self._counters.launches[operation] += 1
+            self._counters.output_tokens += 1
+        if not isinstance(token, int) or not 0 <= token < self._vocab_size:
+            self._fail(
+                entry, f"the engine sampled id {token!r}, outside the vocabulary of {self._vocab_size}"
+            )
+            return
+        entry.sampled += 1
+        timestamp = self.clock.now_ns() if request.observe_timestamps else None
+        output = request.output_filter
+        if token in generation.eos_token_ids and not generation.ignore_eos:
+            if request.observe_tokens:
+                entry.stream.put(TokenEvent(token, (), timestamp))
+            flushed = tuple(output.finish()) if output is not None else ()
+            self._release(entry)
+            self._finish(entry, Termination.EOS, flushed)
+            return
+        try:
+            step = output.push(token) if output is not None else None
+        except Exception as error:  # decoding failures are output errors (HTTP 500)
+            self._fail(entry, f"output decoding failed: {type(error).__name__}: {error}")
+            return
+        pieces = tuple(step.pieces) if step is not None else ()
+        if pieces or request.observe_tokens:
+            entry.stream.put(TokenEvent(token, pieces, timestamp))
+        if step is not None and step.stopped:
+            self._release(entry)
+            self._finish(entry, Termination.STOP, ())
+        elif entry.sampled >= generation.max_tokens:
+            flushed = tuple(output.finish()) if output is not None else ()
+            self._release(entry)
+            self._finish(entry, Termination.LENGTH, flushed)
+
+    def _release(self, entry: _Active) -> None:
+        """Close the engine's generation: it frees the request's slot and pages."""
+        tokens, entry.tokens = entry.tokens, None
+        if tokens is not None and hasattr(tokens, "close"):
+            try:
+                tokens.close()
+            except Exception:  # releasing must not fail the worker
+                pass
+
+    def _finish(self, entry: _Active, termination: Termination, pieces: tuple[object, ...]) -> None:
+        with self._lock:
+            self._forget(entry)
+            self._counters.finished[termination.value] += 1
+        generation = entry.request.generation
+        entry.stream.put(
+            Finished(
+                termination=termination,
+                pieces=pieces,
+                prompt_tokens=len(generation.prompt_token_ids),
+                output_tokens=entry.sampled,
+                reused_prompt_tokens=0,
+            )
+        )
+
+    def _fail(self, entry: _Active, message: str) -> None:
+        self._release(entry)
+        with self._lock:
+            self._forget(entry)
+            self._counters.failed += 1
+        entry.stream.put(Failed(message))
+
+    def _forget(self, entry: _Active) -> None:
+        if entry in self._active:
+            self._active.remove(entry)
+        self._known.pop(entry.request.request_id, None)
