@@ -95,7 +95,8 @@ class ReferenceEngine:
         self.buffers = buffers
         self.allocator = PageAllocator(pages)
         self.keep = tuple(keep)
-        self.kept: list[dict[str, np.ndarray]] = []  # per round: copies of the `keep` tensors
+        self.kept: list[dict[str, np.ndarray]] = []  # per round of the last request: copies of `keep` tensors
+        self.kept_graphs: list[str] = []  # the graph of each kept round
         self._generations = [0] * serving.max_concurrency
         self._sequence = 0
         self._completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
@@ -166,6 +167,7 @@ class ReferenceEngine:
         env = execute(graph.program, tensors, graph.operators)
         if self.keep:
             self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
+            self.kept_graphs.append(graph_name)
         rows = []
         for lane in lanes:
             values = {field: self._field(field).reshape(self._field(field).shape[0], -1)
@@ -255,6 +257,7 @@ class ReferenceEngine:
         generation = self._generations[slot]
         pages: list[int] = []
         self.kept.clear()
+        self.kept_graphs.clear()
 
         def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool) -> LaneInput:
             needed = pages_for(consumed + len(tokens), page_tokens)

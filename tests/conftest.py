@@ -1,0 +1,40 @@
+"""Shared test fixtures (test helper). Add fixtures here additively; keep heavy imports inside them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """`tiny_checkpoint(family, config_form="v5")` -> a directory holding a tiny random fp32 checkpoint
+    (llama, qwen2, qwen3 or mistral; see tests/fixtures/checkpoints.py), built once per session."""
+    from tests.fixtures.checkpoints import make_checkpoint
+
+    built: dict[tuple[str, str], Path] = {}
+
+    def make(family: str, config_form: str = "v5") -> Path:
+        key = (family, config_form)
+        if key not in built:
+            directory = tmp_path_factory.mktemp(f"ckpt-{family}-{config_form}") / f"tiny-{family}"
+            built[key] = make_checkpoint(family, directory, config_form=config_form)
+        return built[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def hf_model(tiny_checkpoint):
+    """`hf_model(family)` -> the transformers model of `tiny_checkpoint(family)`, fp32, eager attention."""
+    from tests.fixtures.hf_oracle import load_hf_model
+
+    models: dict[str, object] = {}
+
+    def load(family: str):
+        if family not in models:
+            models[family] = load_hf_model(tiny_checkpoint(family))
+        return models[family]
+
+    return load
