@@ -5,10 +5,11 @@ digests are the integrity check). Before any byte is decoded, `check_frame` pars
 and walks the block headers (RFC 8878) to prove that the stored bytes are exactly one frame: the zstd
 magic (no skippable frame), no reserved bits, a content size equal to the signed decoded length, a
 window of at most 8 MiB, no dictionary, every block present, nothing after the last block.
-`decode_into` then decodes into the caller's buffer through zstd's streaming reader, which enforces
-the window limit too and never allocates output (NOTE: python-zstandard's one-shot `decompress()`
-skips the window check when the header carries a content size and pre-allocates whatever size the
-header claims, so it is never used on stored bytes).
+`decode_into` then decodes into the caller's buffer through zstd's streaming reader, which never
+allocates output. NOTE: measured with python-zstandard 0.25, neither the one-shot `decompress()`
+nor `stream_reader()` enforces `max_window_size` on a frame that declares its content size, and
+`decompressobj()` is silent on truncation; the one-shot call also pre-allocates whatever size the
+header claims. So the window, the content size and the frame's extent are checked here, by hand.
 """
 
 from __future__ import annotations
