@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from helios.runtime.events import Failed, Finished, Termination, TokenEvent
+from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
@@ -38,7 +38,10 @@ from helios.runtime.request import GenerationRequest
 
 
 class TokenEngine(Protocol):
-    def generate(self, request: GenerationRequest) -> Iterator[int]: ...
+    def generate(self, request: GenerationRequest, *, slot: int) -> Iterator[int]:
+        """Sampled ids of `request` in request slot `slot` (distinct among concurrent requests),
+        EOS included; may raise one of the runtime's `rejections` before the first id."""
+        ...
 
 
 @dataclass(slots=True)
@@ -46,6 +49,7 @@ class _Active:
     request: PreparedRequest
     stream: EventStream
     tokens: Iterator[int] | None = None
+    slot: int | None = None
     sampled: int = 0
     cancelled: bool = False
 
@@ -72,12 +76,17 @@ class WorkerRuntime(ModelRuntime):
         *,
         context_tokens: int,
         vocab_size: int,
+        input_vocab_size: int | None = None,
         capacity: Mapping[str, int] | None = None,
+        rejections: tuple[type[BaseException], ...] = (),
     ) -> None:
         super().__init__(limits)
         self._engine = engine
         self._context_tokens = context_tokens
-        self._vocab_size = vocab_size
+        self._vocab_size = vocab_size  # sampled ids lie in [0, vocab_size)
+        self._input_vocab_size = input_vocab_size or vocab_size  # prompt ids lie in [0, input_vocab_size)
+        self._rejections = rejections  # engine errors that mean "scheduler admission rejection"
+        self._free_slots = list(range(limits.max_active - 1, -1, -1))
         self._capacity = dict(capacity or {})
         self._lock = threading.Condition()
         self._ingress: collections.deque[_Active] = collections.deque()
@@ -120,8 +129,8 @@ class WorkerRuntime(ModelRuntime):
                 f"prompt ({len(generation.prompt_token_ids)} tokens) plus max_tokens ({generation.max_tokens}) "
                 f"exceeds the served context of {self._context_tokens} tokens"
             )
-        if any(t >= self._vocab_size for t in generation.prompt_token_ids):
-            return f"a prompt token is outside the input vocabulary of {self._vocab_size}"
+        if any(t >= self._input_vocab_size for t in generation.prompt_token_ids):
+            return f"a prompt token is outside the input vocabulary of {self._input_vocab_size}"
         with self._lock:
             if self._status != "ok":
                 return f"the model worker is {self._status}"
@@ -197,14 +206,42 @@ class WorkerRuntime(ModelRuntime):
                     self._finish(entry, Termination.CANCELLED, ())
                 while self._pending and len(self._active) < self.limits.max_active:
                     entry = self._pending.popleft()
-                    self._active.append(entry)
-                    self._counters.started += 1
-                    self._counters.prompt_tokens += len(entry.request.generation.prompt_token_ids)
+                    if not self._start(entry):
+                        break
                 cohort = list(self._active)
             if stopping and not cohort:
                 return
             for entry in cohort:
                 self._round(entry)
+
+    def _start(self, entry: _Active) -> bool:
+        """Give a pending request a slot and start its generation (under the lock). An engine
+        rejection while other requests run is a temporary shortage: the request waits at the head of
+        the deque until one finishes. With nothing else running it can never fit: rejected."""
+        entry.slot = self._free_slots.pop()
+        try:
+            entry.tokens = iter(self._engine.generate(entry.request.generation, slot=entry.slot))
+        except self._rejections as error:
+            self._free_slots.append(entry.slot)
+            entry.slot = None
+            if self._active:
+                self._pending.appendleft(entry)
+                return False
+            self._forget(entry)
+            self._counters.rejected += 1
+            entry.stream.put(Rejected(str(error)))
+            return True
+        except Exception as error:  # any engine failure is this request's execution failure
+            self._free_slots.append(entry.slot)
+            entry.slot = None
+            self._forget(entry)
+            self._counters.failed += 1
+            entry.stream.put(Failed(f"model execution failed: {type(error).__name__}: {error}"))
+            return True
+        self._active.append(entry)
+        self._counters.started += 1
+        self._counters.prompt_tokens += len(entry.request.generation.prompt_token_ids)
+        return True
 
     def _round(self, entry: _Active) -> None:
         """One round of one request: a token, validated, observed, filtered, delivered."""
@@ -214,13 +251,16 @@ class WorkerRuntime(ModelRuntime):
             self._release(entry)
             self._finish(entry, Termination.CANCELLED, ())
             return
+        assert entry.tokens is not None
         try:
-            if entry.tokens is None:
-                entry.tokens = iter(self._engine.generate(generation))
             operation = "prefill" if entry.sampled == 0 else "decode"
             token = next(entry.tokens)
         except StopIteration:
-            self._fail(entry, "the engine ended the generation before EOS or the output limit")
+            # the engine ends a generation early only when the context is full: an output limit
+            output = request.output_filter
+            flushed = tuple(output.finish()) if output is not None else ()
+            self._release(entry)
+            self._finish(entry, Termination.LENGTH, flushed)
             return
         except Exception as error:  # any engine failure is this request's execution failure
             self._fail(entry, f"model execution failed: {type(error).__name__}: {error}")
@@ -267,6 +307,10 @@ class WorkerRuntime(ModelRuntime):
                 tokens.close()
             except Exception:  # releasing must not fail the worker
                 pass
+        if entry.slot is not None:
+            with self._lock:
+                self._free_slots.append(entry.slot)
+            entry.slot = None
 
     def _finish(self, entry: _Active, termination: Termination, pieces: tuple[object, ...]) -> None:
         with self._lock:

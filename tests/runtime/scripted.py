@@ -10,6 +10,10 @@ from collections.abc import Callable, Iterator, Sequence
 from helios.runtime.request import GenerationRequest
 
 
+class ShortOfPages(Exception):
+    """The scripted engine's admission rejection."""
+
+
 class ScriptedEngine:
     def __init__(
         self,
@@ -17,7 +21,10 @@ class ScriptedEngine:
         *,
         delay_s: float = 0.0,
         fail_at: int | None = None,
+        reject: Callable[[GenerationRequest, ScriptedEngine], bool] | None = None,
     ) -> None:
+        self.reject = reject
+        self.slots_in_use: set[int] = set()
         self._script = script
         self.delay_s = delay_s
         self.fail_at = fail_at
@@ -25,10 +32,17 @@ class ScriptedEngine:
         self.released = 0
         self.lock = threading.Lock()
 
-    def generate(self, request: GenerationRequest) -> Iterator[int]:
+    def generate(self, request: GenerationRequest, *, slot: int) -> Iterator[int]:
+        if self.reject is not None and self.reject(request, self):
+            raise ShortOfPages("no free pages")
         ids = self._script(request) if callable(self._script) else self._script
         with self.lock:
             self.started.append(request.prompt_token_ids)
+            assert slot not in self.slots_in_use, f"slot {slot} handed out twice"
+            self.slots_in_use.add(slot)
+        return self._run(ids, slot)
+
+    def _run(self, ids: Sequence[int], slot: int) -> Iterator[int]:
         try:
             for index, token in enumerate(ids):
                 if self.fail_at is not None and index == self.fail_at:
@@ -39,3 +53,4 @@ class ScriptedEngine:
         finally:
             with self.lock:
                 self.released += 1
+                self.slots_in_use.discard(slot)

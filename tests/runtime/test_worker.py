@@ -8,7 +8,7 @@ import time
 
 import pytest
 import tinyfront
-from scripted import ScriptedEngine
+from scripted import ScriptedEngine, ShortOfPages
 from tokenizers import Tokenizer
 
 from helios.frontend.detokenize import join_text
@@ -44,10 +44,16 @@ async def collect(stream) -> list:
 
 
 def run_requests(
-    engine, requests, *, limits=AdmissionLimits(max_active=2, queue_capacity=4), context=4096, during=None
+    engine,
+    requests,
+    *,
+    limits=AdmissionLimits(max_active=2, queue_capacity=4),
+    context=4096,
+    during=None,
+    rejections=(),
 ):
     async def main():
-        runtime = WorkerRuntime(engine, limits, context_tokens=context, vocab_size=VOCAB)
+        runtime = WorkerRuntime(engine, limits, context_tokens=context, vocab_size=VOCAB, rejections=rejections)
         runtime.start()
         try:
             streams = [runtime.submit(r) for r in requests]
@@ -153,6 +159,7 @@ def test_max_active_runs_requests_in_turn() -> None:
     engine = ScriptedEngine([5, 6, EOS], delay_s=0.005)
     requests = [prepared(str(i), prompt=(i + 1,)) for i in range(3)]
     runtime, results = run_requests(engine, requests, limits=AdmissionLimits(max_active=1, queue_capacity=4))
+    assert engine.slots_in_use == set()
     assert all(events[-1].termination is Termination.EOS for events in results)
     assert engine.started == [(1,), (2,), (3,)]
     metrics = runtime.metrics()
@@ -189,9 +196,27 @@ def test_execution_failure_does_not_stop_the_worker() -> None:
     bad_id = ScriptedEngine([VOCAB + 1])
     _, [events] = run_requests(bad_id, [prepared("b")])
     assert isinstance(events[-1], Failed) and "outside the vocabulary" in events[-1].message
+    # an engine that ends early (a full context) ends the request as an output limit
     early = ScriptedEngine([5])
     _, [events] = run_requests(early, [prepared("c")])
-    assert isinstance(events[-1], Failed)
+    assert events[-1].termination is Termination.LENGTH
+
+
+def test_engine_rejection_waits_while_others_run_else_rejects() -> None:
+    # a shortage while another request runs: the request waits for it and then runs
+    busy = ScriptedEngine(
+        [5, 6, 7, EOS], delay_s=0.01, reject=lambda request, engine: bool(engine.slots_in_use)
+    )
+    busy_rejections = (ShortOfPages,)
+    limits = AdmissionLimits(max_active=2, queue_capacity=4)
+    _, results = run_requests(busy, [prepared("a"), prepared("b")], limits=limits, rejections=busy_rejections)
+    assert len(busy.started) == 2
+    assert [events[-1].termination for events in results] == [Termination.EOS, Termination.EOS]
+    # with nothing else running, the rejection is final: its own event
+    never = ScriptedEngine([5], reject=lambda request, engine: True)
+    runtime, [events] = run_requests(never, [prepared("c")], rejections=(ShortOfPages,))
+    assert isinstance(events[-1], Rejected) and "no free pages" in events[-1].reason
+    assert runtime.metrics().requests_rejected == 1
 
 
 def test_health_follows_the_lifecycle() -> None:
