@@ -64,8 +64,8 @@ class _ProgressBar:
 
     width = 30
 
-    def __init__(self, stream=sys.stderr) -> None:
-        self.stream = stream
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
 
     def __call__(self, done: int, total: int, name: str) -> None:
         filled = self.width * done // max(total, 1)
@@ -83,7 +83,7 @@ def _prepare(args) -> int:
     options = PreparationOptions(dtype=args.dtype, served_id=args.served_id, page_tokens=args.page_tokens,
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
                                  context_tokens=args.context_tokens)
-    prepared = prepare_checkpoint(args.checkpoint, options, progress=_ProgressBar())
+    prepared = prepare_checkpoint(args.checkpoint, options, progress=_ProgressBar(sys.stderr))
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key)
     graphs = len(prepared.manifest.graphs)
     weights = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
