@@ -13,9 +13,10 @@ A version-4 resource is stored as a 16-byte salt followed by n = max(1, ceil(D /
 
 K is the AES-256 protection key; `final` is 1 for chunk n-1 only. The synthetic salt makes the
 output deterministic while a (key, nonce) pair never seals two different plaintexts. The reader
-releases a chunk's plaintext only after its tag verifies; a chunk that fails at its position is
-retried with the other final flag to tell a missing final chunk, or bytes after the final chunk,
-from an altered, reordered or duplicated one.
+takes the chunk structure from the signed decoded length and releases a chunk's plaintext only
+after its tag verifies; a chunk that fails at its position is retried with the other final flag to
+tell a missing final chunk, or bytes after the final chunk, from an altered, reordered or
+duplicated one. Bytes after the final chunk are rejected.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from helios.core.errors import (
     BytesAfterFinalChunk,
     ChunkAuthenticationFailed,
-    DecodedLengthMismatch,
     MissingFinalChunk,
     TruncatedChunk,
 )
@@ -105,27 +105,26 @@ def unseal_into(
 ) -> None:
     """Decrypts a version-4 stream of `stored_nbytes` (pulled through `read(n)`) into `out`.
 
-    `out` has the signed decoded length `decoded_nbytes`, or is None to check the stream without
-    keeping the plaintext; `where(position)` names the resource and file offset of a
-    stream position for error messages.
+    The chunk structure follows from the signed `decoded_nbytes`; `out` has that length, or is None
+    to check the stream without keeping the plaintext. `where(position)` names the resource and file
+    offset of a stream position for error messages.
     """
     if stored_nbytes < SALT_NBYTES:
         raise TruncatedChunk(f"{where(0)}: {stored_nbytes} stored bytes cannot hold the 16-byte salt")
     salt = read(SALT_NBYTES)
     aead = _resource_key(key, salt, resource_id)
-    record_nbytes = chunk_nbytes + TAG_NBYTES
-    remaining = stored_nbytes - SALT_NBYTES
-    if remaining == 0:
-        raise MissingFinalChunk(f"{where(SALT_NBYTES)}: the stream holds no chunk, so no final chunk")
-    count = -(-remaining // record_nbytes)
-    filled = 0
+    count = sealed_chunk_count(decoded_nbytes, chunk_nbytes)
     position = SALT_NBYTES
     for index in range(count):
         final = index == count - 1
-        record = read(min(record_nbytes, stored_nbytes - position))
-        if len(record) < TAG_NBYTES:
+        expected = min(chunk_nbytes, decoded_nbytes - index * chunk_nbytes) + TAG_NBYTES
+        record = read(expected)
+        if not record:
+            after = f"after chunk {index - 1}" if index else "before its first chunk"
+            raise MissingFinalChunk(f"{where(position)}: the stream ends {after}; {count} chunks are signed")
+        if len(record) < expected:
             raise TruncatedChunk(
-                f"{where(position)}: chunk {index} has {len(record)} bytes, fewer than its 16-byte tag"
+                f"{where(position)}: chunk {index} has {len(record)} of its {expected} bytes"
             )
         try:
             plain = aead.decrypt(_nonce(index), record, _aad(resource_id, chunk_nbytes, index, final))
@@ -143,19 +142,14 @@ def unseal_into(
                     f"which was not sealed as final"
                 ) from None
             raise BytesAfterFinalChunk(
-                f"{where(position + len(record))}: {stored_nbytes - position - len(record)} bytes "
-                f"follow chunk {index}, which was sealed as final"
+                f"{where(position + len(record))}: chunk {index} was sealed as final, yet "
+                f"{stored_nbytes - position - len(record)} bytes follow it"
             ) from None
-        if filled + len(plain) > decoded_nbytes:
-            raise DecodedLengthMismatch(
-                f"{where(position)}: chunk {index} decrypts past the signed decoded length {decoded_nbytes}"
-            )
         if out is not None:
-            out[filled : filled + len(plain)] = plain
-        filled += len(plain)
+            out[index * chunk_nbytes : index * chunk_nbytes + len(plain)] = plain
         position += len(record)
-    if filled != decoded_nbytes:
-        raise DecodedLengthMismatch(
-            f"{where(stored_nbytes)}: the stream decrypts to {filled} bytes, the signed decoded length "
-            f"is {decoded_nbytes}"
+    if position < stored_nbytes or read(1):
+        raise BytesAfterFinalChunk(
+            f"{where(position)}: {max(stored_nbytes - position, 1)} bytes follow chunk {count - 1}, "
+            f"the final chunk"
         )
