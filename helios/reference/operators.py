@@ -15,10 +15,32 @@ from types import MappingProxyType
 
 import numpy as np
 
+from helios.errors import HeliosError
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
 from helios.reference import sampling
 
 F = np.float32
+
+
+class InvalidCacheSlot(HeliosError):
+    """A packed row addresses a page outside its lane's page table or outside the cache plane."""
+
+
+def cache_slots(cache: np.ndarray, page_table_row: np.ndarray, positions: np.ndarray, lane: int) -> tuple:
+    """(pages, slots) of `positions` of one lane: page_table_row[p // T], p % T, checked."""
+    page_tokens = cache.shape[1]
+    positions = np.asarray(positions, dtype=np.int64)
+    logical = positions // page_tokens
+    if positions.size and (positions.min() < 0 or logical.max() >= page_table_row.shape[0]):
+        raise InvalidCacheSlot(
+            f"lane {lane}: positions {positions.min()}..{positions.max()} need logical pages up to "
+            f"{logical.max()}, its page table has {page_table_row.shape[0]}"
+        )
+    pages = np.asarray(page_table_row, dtype=np.int64)[logical]
+    if pages.size and (pages.min() < 0 or pages.max() >= cache.shape[0]):
+        raise InvalidCacheSlot(f"lane {lane}: page table names page {pages.min()}..{pages.max()} outside "
+                               f"the cache plane's {cache.shape[0]} pages")
+    return pages, positions % page_tokens
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
@@ -185,22 +207,20 @@ def rotary(x: np.ndarray, positions: np.ndarray, *, theta: float, head_dim: int,
 def paged_cache_write(cache: np.ndarray, values: np.ndarray, token_lane: np.ndarray, positions: np.ndarray,
                       page_table: np.ndarray) -> np.ndarray:
     """cache[page_table[l, p // T], p % T] = values[t] for every non-padding row t; in place."""
-    page_tokens, kv_heads, head_dim = cache.shape[1:]
+    kv_heads, head_dim = cache.shape[2:]
     for t in range(values.shape[0]):
         lane = int(token_lane[t])
         if lane < 0:
             continue
-        position = int(positions[t])
-        page = int(page_table[lane, position // page_tokens])
-        cache[page, position % page_tokens] = np.asarray(values[t]).reshape(kv_heads, head_dim)
+        (page,), (slot,) = cache_slots(cache, page_table[lane], [positions[t]], lane)
+        cache[page, slot] = np.asarray(values[t]).reshape(kv_heads, head_dim)
     return cache
 
 
-def lane_history(cache: np.ndarray, page_table_row: np.ndarray, first: int, last: int) -> np.ndarray:
+def lane_history(cache: np.ndarray, page_table_row: np.ndarray, first: int, last: int, lane: int) -> np.ndarray:
     """[last - first + 1, kv_heads, head_dim] entries of positions first..last of one lane."""
-    page_tokens = cache.shape[1]
-    js = np.arange(first, last + 1)
-    return _f32(cache[page_table_row[js // page_tokens], js % page_tokens])
+    pages, slots = cache_slots(cache, page_table_row, np.arange(first, last + 1), lane)
+    return _f32(cache[pages, slots])
 
 
 def paged_attention(q: np.ndarray, key_cache: np.ndarray, value_cache: np.ndarray, token_lane: np.ndarray,
@@ -217,8 +237,8 @@ def paged_attention(q: np.ndarray, key_cache: np.ndarray, value_cache: np.ndarra
             continue
         position = int(positions[t])
         first = 0 if sliding_window is None else max(0, position - sliding_window + 1)
-        keys = np.repeat(lane_history(key_cache, page_table[lane], first, position), group, axis=1)
-        values = np.repeat(lane_history(value_cache, page_table[lane], first, position), group, axis=1)
+        keys = np.repeat(lane_history(key_cache, page_table[lane], first, position, lane), group, axis=1)
+        values = np.repeat(lane_history(value_cache, page_table[lane], first, position, lane), group, axis=1)
         query = _f32(q[t]).reshape(heads, head_dim)
         scores = np.einsum("hd,nhd->hn", query, keys).astype(F) * F(scale)
         if softcap is not None:

@@ -289,3 +289,16 @@ def test_copy_and_fill():
     filled = ops.fill(value=-1.0, shape=(4,), dtype="i32")
     assert filled.dtype == np.int32
     np.testing.assert_array_equal(filled, [-1, -1, -1, -1])
+
+
+def test_rows_addressing_pages_outside_the_table_or_the_plane_are_rejected():
+    cache = np.zeros((3, 2, 1, 2), dtype=np.float32)
+    values = randn(1, 2)
+    lane = np.zeros(1, np.int32)
+    with pytest.raises(ops.InvalidCacheSlot, match="lane 0"):
+        ops.paged_cache_write(cache, values, lane, np.array([4], np.int32), np.array([[0, 1]], np.int32))
+    with pytest.raises(ops.InvalidCacheSlot, match="outside"):
+        ops.paged_cache_write(cache, values, lane, np.array([0], np.int32), np.array([[-1, 1]], np.int32))
+    with pytest.raises(ops.InvalidCacheSlot, match="outside"):
+        ops.paged_attention(randn(1, 2), cache, cache, lane, np.array([2], np.int32), np.array([[0, 3]], np.int32),
+                            scale=1.0)
