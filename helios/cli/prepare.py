@@ -21,6 +21,8 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def register(subparsers) -> None:
+    from helios.ignition.recipes.catalog import FAMILY_DESCRIPTION, RECIPE_MODULES
+
     parser = subparsers.add_parser(
         "prepare", help="prepare a Hugging Face checkpoint into a signed core",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -30,9 +32,10 @@ def register(subparsers) -> None:
             "weights converted to --dtype, one captured program per operation and capacity\n"
             "(INITIALIZATION, PREFILL per --prefill-capacities, DECODE per --batch-capacities, MIXED),\n"
             "the typed serving contract, the tokenizer and the chat template.\n\n"
-            "Supported: Llama 3.x, Qwen2/2.5, Qwen3 dense and Mistral checkpoints. An unsupported one\n"
-            "(mixture-of-experts, another activation, an unknown rope type) fails with one line naming\n"
-            "the config field. The same inputs give a byte-identical core."
+            f"Supported: {FAMILY_DESCRIPTION} checkpoints (config.json model_type in\n"
+            f"{', '.join(sorted(RECIPE_MODULES))}). An unsupported one (mixture-of-experts, another activation,\n"
+            "an unknown rope type) fails with one line naming the config field. The same inputs give a\n"
+            "byte-identical core."
         ),
         epilog=(
             "example:\n"

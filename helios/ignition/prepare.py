@@ -31,8 +31,9 @@ from helios.ignition.preparation.contract import (
     paged_history,
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
-from helios.ignition.reader import Checkpoint, float32_to_bf16_bits, read_checkpoint
+from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
 from helios.ignition.recipes import llama_family
+from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.proto import contract_pb2, core_pb2, manifest_pb2, program_pb2
 
 C, M = contract_pb2, manifest_pb2
@@ -161,6 +162,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions,
                        progress: Progress | None = None) -> PreparedCore:
     """Prepare a checkpoint directory; raises CheckpointError, UnsupportedCheckpoint or option errors."""
     checkpoint = read_checkpoint(directory)
+    model_type = checkpoint.config.get("model_type")
+    if RECIPE_MODULES.get(model_type) != llama_family.RECIPE:
+        raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (supported: {sorted(RECIPE_MODULES)})")
     cfg = llama_family.parse_config(checkpoint)
     specs = llama_family.weight_specs(cfg, checkpoint)
     geometry, context = _geometry(cfg, options)

@@ -2,7 +2,7 @@
 
 Owns turning a checkpoint's tokenizer and chat-template text into typed FrontendContract data: the
 parser selectors (NONE unless the template shows the syntax: think tags select THINK reasoning,
-Qwen Coder function tags select that tool parser), their syntax data, the prompt envelope (found by
+`<tool_call>` with `<function=` tags selects TOOL_PARSER_QWEN_CODER), their syntax data, the prompt envelope (found by
 rendering the template on a probe conversation), the template tokens and the EOS ids. Nothing here
 runs at serving time; the runtime only reads the typed result.
 """

@@ -29,11 +29,12 @@ from helios.ignition.preparation.contract import (
     state_transfer,
 )
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
+from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.program import ACTIVATIONS, ROPE_TYPES, ProgramBuilder
 from helios.proto import program_pb2
 
 RECIPE = "llama_family"
-MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+MODEL_TYPES = tuple(t for t, module in RECIPE_MODULES.items() if module == "llama_family")
 _MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 
 
