@@ -83,6 +83,13 @@ def attribute_value(attribute: program_pb2.Attribute) -> AttributeValue | None:
     return getattr(attribute, kind)
 
 
+class _Unset:
+    """Stands for an attribute whose oneof holds no value; no kind accepts it."""
+
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
 def operator_attributes(operator: program_pb2.Operator, where: str) -> dict[str, AttributeValue]:
     """The operator's attributes as given (no defaults), checked for order and oneof presence."""
     given: dict[str, AttributeValue] = {}
@@ -96,15 +103,9 @@ def operator_attributes(operator: program_pb2.Operator, where: str) -> dict[str,
         previous = attribute.name
         value = attribute_value(attribute)
         if value is None:
-            # An attribute with no value set: the type check below reports the kind it needed.
-            value = _Unset()  # type: ignore[assignment]
+            value = _Unset()  # type: ignore[assignment]  # the kind check reports what was needed
         given[attribute.name] = value
     return given
-
-
-class _Unset:
-    def __repr__(self) -> str:
-        return "<no value>"
 
 
 @dataclass(frozen=True, slots=True)
