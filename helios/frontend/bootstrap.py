@@ -124,6 +124,23 @@ class Bootstrap:
             return ids[0]
         return None
 
+    def delimiter_markers(self) -> dict[int, str]:
+        """Token id -> text of each declared delimiter the tokenizer encodes as one token: such a
+        delimiter counts only when generated as that token. Reasoning open, close and terminal
+        marker, and the tool syntax's opener (the terminal marker's other role)."""
+        candidates: list[str] = []
+        if self.frontend.reasoning_parser == contract_pb2.REASONING_PARSER_THINK:
+            syntax = self.frontend.reasoning_syntax
+            candidates += [syntax.open, syntax.close, syntax.terminal_marker]
+        if self.frontend.tool_parser != contract_pb2.TOOL_PARSER_NONE:
+            candidates.append(self.frontend.tool_syntax.opener)
+        markers: dict[int, str] = {}
+        for text in candidates:
+            token_id = self.single_token_id(text)
+            if token_id is not None:
+                markers[token_id] = text
+        return markers
+
     # -- reasoning state -------------------------------------------------------------------------
 
     def prompt_opens_reasoning(self, prompt: str) -> bool:

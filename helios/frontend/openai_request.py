@@ -1,0 +1,421 @@
+"""OpenAI request bodies (host side): decoded JSON in, validated typed requests out.
+
+Owns: `ChatRequest`, `CompletionRequest`, `SamplingOptions` and their parsers. Every rejection is a
+`RequestFieldError` naming the field (the server answers 400 with an OpenAI-style error body).
+Unknown top-level fields are ignored, as OpenAI-compatible servers do; known fields are checked
+strictly: observation flags and `include_usage` accept only booleans or null (null means false),
+and string stops cannot be combined with token stops or structured output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from helios.frontend.errors import (
+    IncompatibleOptions,
+    InvalidFieldType,
+    InvalidFieldValue,
+    MissingField,
+    RequestFieldError,
+)
+from helios.frontend.stops import StopSpec
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _optional_bool(body: Mapping[str, Any], name: str, param: str | None = None) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidFieldType(param or name, f"must be a boolean or null, got {json.dumps(value)}")
+    return value
+
+
+def _optional_int(body: Mapping[str, Any], name: str, *, minimum: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise InvalidFieldType(name, f"must be an integer, got {json.dumps(value)}")
+    if minimum is not None and value < minimum:
+        raise InvalidFieldValue(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _optional_number(
+    body: Mapping[str, Any], name: str, low: float, high: float, *, open_low: bool = False
+) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not _is_number(value):
+        raise InvalidFieldType(name, f"must be a number, got {json.dumps(value)}")
+    if (value <= low if open_low else value < low) or value > high:
+        interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+        raise InvalidFieldValue(name, f"must lie in {interval}, got {value}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingOptions:
+    """Sampling values the request gave (None: use the core default, then the runtime default)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+
+
+def _sampling(body: Mapping[str, Any]) -> SamplingOptions:
+    top_k = _optional_int(body, "top_k", minimum=-1)
+    seed = _optional_int(body, "seed")
+    if seed is not None and not -(2**63) <= seed < 2**64:
+        raise InvalidFieldValue("seed", "must fit in 64 bits")
+    repetition = body.get("repetition_penalty")
+    if repetition is not None and (not _is_number(repetition) or not 0 < repetition <= 10):
+        raise InvalidFieldValue(
+            "repetition_penalty", f"must be a number in (0, 10], got {json.dumps(repetition)}"
+        )
+    return SamplingOptions(
+        temperature=_optional_number(body, "temperature", 0.0, 2.0),
+        top_p=_optional_number(body, "top_p", 0.0, 1.0, open_low=True),
+        top_k=None if top_k is None else max(top_k, 0),  # -1 and 0 both disable top-k
+        min_p=_optional_number(body, "min_p", 0.0, 1.0),
+        repetition_penalty=None if repetition is None else float(repetition),
+        presence_penalty=_optional_number(body, "presence_penalty", -2.0, 2.0),
+        frequency_penalty=_optional_number(body, "frequency_penalty", -2.0, 2.0),
+        seed=seed,
+    )
+
+
+def _stops(body: Mapping[str, Any]) -> StopSpec:
+    stop = body.get("stop")
+    if stop is None:
+        strings: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        strings = (stop,)
+    elif isinstance(stop, list):
+        for index, item in enumerate(stop):
+            if not isinstance(item, str):
+                raise InvalidFieldType(f"stop.{index}", f"must be a string, got {json.dumps(item)}")
+        strings = tuple(stop)  # an empty array disables string stops
+    else:
+        raise InvalidFieldType("stop", "must be null, a string or an array of strings")
+    token_ids = body.get("stop_token_ids")
+    if token_ids is None:
+        token_ids = []
+    if not isinstance(token_ids, list) or not all(_is_int(t) for t in token_ids):
+        raise InvalidFieldType("stop_token_ids", "must be an array of integer token ids")
+    sequences = body.get("stop_token_sequences")
+    if sequences is None:
+        sequences = []
+    if not isinstance(sequences, list):
+        raise InvalidFieldType("stop_token_sequences", "must be an array of arrays of integer token ids")
+    for index, sequence in enumerate(sequences):
+        if not isinstance(sequence, list) or not all(_is_int(t) for t in sequence):
+            raise InvalidFieldType(f"stop_token_sequences.{index}", "must be an array of integer token ids")
+    return StopSpec(
+        strings=strings, token_ids=tuple(token_ids), token_sequences=tuple(tuple(s) for s in sequences)
+    )
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    value = _optional_int(body, "max_completion_tokens", minimum=1)
+    if value is None:
+        value = _optional_int(body, "max_tokens", minimum=1)
+    return value
+
+
+def _stream_options(body: Mapping[str, Any], stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, Mapping):
+        raise InvalidFieldType("stream_options", "must be an object or null")
+    if not stream:
+        raise InvalidFieldValue("stream_options", "is only allowed when stream is true")
+    return _optional_bool(options, "include_usage", "stream_options.include_usage")
+
+
+def _model(body: Mapping[str, Any]) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidFieldType("model", "must be a string")
+    return model
+
+
+def _n(body: Mapping[str, Any]) -> None:
+    n = _optional_int(body, "n", minimum=1)
+    if n not in (None, 1):
+        raise InvalidFieldValue("n", "only n=1 is supported")
+
+
+# -- chat ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str | None
+    messages: tuple[dict[str, Any], ...]  # normalized for the chat template
+    tools: tuple[dict[str, Any], ...] = ()
+    parse_tools: bool = False  # tools given and tool_choice is not "none"
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    stops: StopSpec = field(default_factory=StopSpec)
+    return_token_ids: bool = False
+    return_token_timestamps: bool = False
+    ignore_eos: bool = False
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _content_text(content: Any, param: str) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for index, part in enumerate(content):
+            if (
+                not isinstance(part, Mapping)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise InvalidFieldValue(f"{param}.{index}", "only text content parts are supported")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise InvalidFieldType(param, "must be a string, an array of text parts, or null")
+
+
+def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise InvalidFieldType(param, "must be an array")
+    normalized = []
+    for index, call in enumerate(calls):
+        where = f"{param}.{index}"
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise InvalidFieldValue(where, "must be {type: function, function: {name, arguments}}")
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            # NOTE: clients send arguments as JSON text; templates iterate them as a mapping
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                raise InvalidFieldValue(f"{where}.function.arguments", "is not valid JSON") from None
+        normalized.append(
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
+        )
+    return normalized
+
+
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        raise MissingField("messages", "is required")
+    if not isinstance(value, list) or not value:
+        raise InvalidFieldValue("messages", "must be a non-empty array")
+    messages = []
+    for index, message in enumerate(value):
+        param = f"messages.{index}"
+        if not isinstance(message, Mapping):
+            raise InvalidFieldType(param, "must be an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InvalidFieldValue(
+                f"{param}.role", f"must be one of {', '.join(ROLES)}, got {json.dumps(role)}"
+            )
+        normalized: dict[str, Any] = {"role": "system" if role == "developer" else role}
+        content = _content_text(message.get("content"), f"{param}.content")
+        if content is None and role in ("system", "developer", "user", "tool"):
+            raise MissingField(f"{param}.content", f"a {role} message needs content")
+        normalized["content"] = content
+        for key in ("name", "tool_call_id", "reasoning_content"):
+            if message.get(key) is not None:
+                if not isinstance(message[key], str):
+                    raise InvalidFieldType(f"{param}.{key}", "must be a string")
+                normalized[key] = message[key]
+        if message.get("tool_calls") is not None:
+            if role != "assistant":
+                raise InvalidFieldValue(f"{param}.tool_calls", "only assistant messages carry tool calls")
+            normalized["tool_calls"] = _tool_calls(message["tool_calls"], f"{param}.tool_calls")
+        messages.append(normalized)
+    return tuple(messages)
+
+
+def _tools(value: Any) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidFieldType("tools", "must be an array")
+    tools = []
+    for index, tool in enumerate(value):
+        param = f"tools.{index}"
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            raise InvalidFieldValue(param, 'must be {"type": "function", "function": {...}}')
+        function = tool.get("function")
+        if (
+            not isinstance(function, Mapping)
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+        ):
+            raise InvalidFieldValue(f"{param}.function.name", "must be a non-empty string")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, Mapping):
+            raise InvalidFieldType(f"{param}.function.parameters", "must be a JSON schema object")
+        tools.append(json.loads(json.dumps(tool)))
+    return tuple(tools)
+
+
+def _tool_choice(body: Mapping[str, Any], tools: Sequence[Any]) -> bool:
+    """Whether tool calls are parsed. Forcing a call needs structured output, not in this build."""
+    choice = body.get("tool_choice")
+    if choice is None or choice == "auto":
+        return bool(tools)
+    if choice == "none":
+        return False
+    if choice == "required" or isinstance(choice, Mapping):
+        raise InvalidFieldValue(
+            "tool_choice", "forcing a tool call needs structured output, which this build lacks"
+        )
+    raise InvalidFieldValue("tool_choice", 'must be "none", "auto", "required" or a named function')
+
+
+def _structured_output(body: Mapping[str, Any]) -> bool:
+    response_format = body.get("response_format")
+    if response_format is None:
+        return False
+    if not isinstance(response_format, Mapping) or not isinstance(response_format.get("type"), str):
+        raise InvalidFieldType("response_format", "must be an object with a type")
+    return response_format["type"] != "text"
+
+
+def _unsupported(body: Mapping[str, Any]) -> None:
+    if body.get("logprobs") not in (None, False):
+        raise InvalidFieldValue("logprobs", "log probabilities are not supported")
+    if body.get("top_logprobs") is not None:
+        raise InvalidFieldValue("top_logprobs", "log probabilities are not supported")
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    if not isinstance(body, Mapping):
+        raise InvalidFieldType("body", "the request body must be a JSON object")
+    stream = _optional_bool(body, "stream")
+    stops = _stops(body)
+    structured = _structured_output(body)
+    if structured and stops.strings:
+        raise IncompatibleOptions("stop", "string stops cannot be combined with structured output")
+    if structured:
+        raise InvalidFieldValue("response_format", "structured output is not available in this build")
+    _n(body)
+    _unsupported(body)
+    return_token_ids = _optional_bool(body, "return_token_ids")
+    return_token_timestamps = _optional_bool(body, "return_token_timestamps")
+    if return_token_timestamps and not return_token_ids:
+        raise IncompatibleOptions("return_token_timestamps", "requires return_token_ids=true")
+    tools = _tools(body.get("tools"))
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidFieldType("chat_template_kwargs", "must be an object")
+    reserved = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} & set(kwargs or {})
+    if reserved:
+        raise InvalidFieldValue("chat_template_kwargs", f"cannot set {', '.join(sorted(reserved))}")
+    return ChatRequest(
+        model=_model(body),
+        messages=_messages(body.get("messages")),
+        tools=tools,
+        parse_tools=_tool_choice(body, tools),
+        stream=stream,
+        include_usage=_stream_options(body, stream),
+        max_tokens=_max_tokens(body),
+        sampling=_sampling(body),
+        stops=stops,
+        return_token_ids=return_token_ids,
+        return_token_timestamps=return_token_timestamps,
+        ignore_eos=_optional_bool(body, "ignore_eos"),
+        template_kwargs=dict(kwargs or {}),
+    )
+
+
+# -- completions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    model: str | None
+    prompt: str | tuple[int, ...]  # text, or token ids
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    stops: StopSpec = field(default_factory=StopSpec)
+    ignore_eos: bool = False
+
+
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+def parse_completion_request(body: Any) -> CompletionRequest:
+    if not isinstance(body, Mapping):
+        raise InvalidFieldType("body", "the request body must be a JSON object")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise InvalidFieldValue("prompt", "must be non-empty")
+        parsed: str | tuple[int, ...] = prompt
+    elif isinstance(prompt, list) and prompt and all(_is_int(t) and t >= 0 for t in prompt):
+        parsed = tuple(prompt)
+    elif prompt is None:
+        raise MissingField("prompt", "is required")
+    else:
+        raise InvalidFieldValue("prompt", "must be a string, or an array of token ids (one prompt)")
+    if body.get("echo") not in (None, False):
+        raise InvalidFieldValue("echo", "echo is not supported")
+    if body.get("suffix") is not None:
+        raise InvalidFieldValue("suffix", "suffix is not supported")
+    if body.get("best_of") not in (None, 1):
+        raise InvalidFieldValue("best_of", "only best_of=1 is supported")
+    _n(body)
+    _unsupported(body)
+    stream = _optional_bool(body, "stream")
+    max_tokens = _optional_int(body, "max_tokens", minimum=1)
+    return CompletionRequest(
+        model=_model(body),
+        prompt=parsed,
+        stream=stream,
+        include_usage=_stream_options(body, stream),
+        max_tokens=DEFAULT_COMPLETION_TOKENS if max_tokens is None else max_tokens,
+        sampling=_sampling(body),
+        stops=_stops(body),
+        ignore_eos=_optional_bool(body, "ignore_eos"),
+    )
+
+
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "RequestFieldError",
+    "parse_chat_request",
+    "parse_completion_request",
+]

@@ -1,0 +1,178 @@
+"""Frontend preparation (host side): a validated OpenAI request becomes a runtime request.
+
+Owns: `Preparer`, which renders the chat template, tokenizes, checks the prompt against the served
+context, fills sampling from request values, then core defaults, then the runtime's defaults,
+chooses the output limit, and builds the request's `OutputFilter` (decoding and stops) and
+`OutputPipeline` (reasoning and tool parsing, starting in the prompt's reasoning state). Runs on a
+frontend worker thread: it is CPU work.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from helios.frontend.bootstrap import Bootstrap
+from helios.frontend.errors import PromptTooLong, UnknownModel
+from helios.frontend.openai_request import ChatRequest, CompletionRequest, SamplingOptions
+from helios.frontend.pipeline import OutputPipeline
+from helios.frontend.stops import OutputFilter, StopSpec
+from helios.runtime.interface import PreparedRequest
+from helios.runtime.request import GenerationRequest, InvalidRequest, SamplingParams
+
+_SAMPLING_FIELDS = (
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedChat:
+    runtime_request: PreparedRequest
+    pipeline: OutputPipeline  # this response's parser state
+    prompt_token_ids: tuple[int, ...]
+    prompt: str  # the rendered prompt
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCompletion:
+    runtime_request: PreparedRequest
+    prompt_token_ids: tuple[int, ...]
+
+
+class Preparer:
+    """Turns requests into `PreparedRequest`s for one served model."""
+
+    def __init__(
+        self,
+        bootstrap: Bootstrap,
+        *,
+        served_id: str,
+        aliases: Sequence[str] = (),
+        context_tokens: int,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.served_id = served_id
+        self.aliases = tuple(aliases)
+        self.context_tokens = context_tokens
+        self._markers = bootstrap.delimiter_markers()
+
+    def check_model(self, model: str | None) -> str:
+        """The served id a request addresses (a missing model means the served one)."""
+        if model is None or model == self.served_id or model in self.aliases:
+            return self.served_id
+        raise UnknownModel("model", f"{model!r} is not served here; this server serves {self.served_id!r}")
+
+    def prepare_chat(self, request: ChatRequest, request_id: str) -> PreparedChat:
+        self.check_model(request.model)
+        prompt = self.bootstrap.render_chat(
+            request.messages,
+            tools=request.tools or None,
+            add_generation_prompt=True,
+            **request.template_kwargs,
+        )
+        prompt_ids = tuple(self.bootstrap.encode(prompt))
+        runtime_request = self._runtime_request(
+            request_id,
+            prompt_ids,
+            param="messages",
+            max_tokens=request.max_tokens,
+            sampling=request.sampling,
+            stops=request.stops,
+            ignore_eos=request.ignore_eos,
+            observe_tokens=request.return_token_ids,
+            observe_timestamps=request.return_token_timestamps,
+        )
+        pipeline = OutputPipeline(
+            self.bootstrap.frontend,
+            tools=request.tools,
+            parse_tools=request.parse_tools,
+            token_only=frozenset(self._markers.values()),
+            reasoning_open=self.bootstrap.prompt_opens_reasoning(prompt),
+        )
+        return PreparedChat(runtime_request, pipeline, prompt_ids, prompt)
+
+    def prepare_completion(self, request: CompletionRequest, request_id: str) -> PreparedCompletion:
+        self.check_model(request.model)
+        if isinstance(request.prompt, str):
+            prompt_ids = tuple(self.bootstrap.encode(request.prompt))
+        else:
+            prompt_ids = request.prompt
+            vocab = self.bootstrap.vocab_size
+            if any(t >= vocab for t in prompt_ids):
+                raise InvalidRequest(f"prompt: token ids must lie in [0, {vocab})")
+        runtime_request = self._runtime_request(
+            request_id,
+            prompt_ids,
+            param="prompt",
+            max_tokens=request.max_tokens,
+            sampling=request.sampling,
+            stops=request.stops,
+            ignore_eos=request.ignore_eos,
+            observe_tokens=False,
+            observe_timestamps=False,
+            markers={},
+        )
+        return PreparedCompletion(runtime_request, prompt_ids)
+
+    def _runtime_request(
+        self,
+        request_id: str,
+        prompt_ids: tuple[int, ...],
+        *,
+        param: str,
+        max_tokens: int | None,
+        sampling: SamplingOptions,
+        stops: StopSpec,
+        ignore_eos: bool,
+        observe_tokens: bool,
+        observe_timestamps: bool,
+        markers: dict[int, str] | None = None,
+    ) -> PreparedRequest:
+        if not prompt_ids:
+            raise PromptTooLong(param, "the prompt encodes to no tokens")
+        room = self.context_tokens - len(prompt_ids)
+        if room < 1:
+            raise PromptTooLong(
+                param,
+                f"the prompt is {len(prompt_ids)} tokens; the served context holds {self.context_tokens}",
+            )
+        if max_tokens is None:
+            # NOTE: an explicit max_tokens beyond the room is left to scheduler admission (503);
+            # the default never exceeds it.
+            defaults = self.bootstrap.defaults
+            max_tokens = (
+                min(defaults.max_output_tokens, room) if defaults.HasField("max_output_tokens") else room
+            )
+        stops.check_vocabulary(self.bootstrap.vocab_size)
+        generation = GenerationRequest(
+            prompt_token_ids=prompt_ids,
+            max_tokens=max_tokens,
+            sampling=self.sampling_params(sampling),
+            eos_token_ids=self.bootstrap.eos_token_ids,
+            ignore_eos=ignore_eos,
+        )
+        output_filter = OutputFilter(
+            self.bootstrap.tokenizer, stops, self._markers if markers is None else markers
+        )
+        return PreparedRequest(
+            request_id=request_id,
+            generation=generation,
+            output_filter=output_filter,
+            observe_tokens=observe_tokens,
+            observe_timestamps=observe_timestamps,
+            host_stop=stops.host_stop,
+        )
+
+    def sampling_params(self, options: SamplingOptions) -> SamplingParams:
+        """Request values win over the core's sampling defaults, which win over the runtime's."""
+        core = self.bootstrap.defaults.sampling
+        values: dict[str, float | int] = {}
+        for name in _SAMPLING_FIELDS:
+            requested = getattr(options, name)
+            if requested is not None:
+                values[name] = requested
+            elif core.HasField(name):
+                values[name] = getattr(core, name)
+        values["seed"] = options.seed if options.seed is not None else secrets.randbits(63)
+        return SamplingParams(**values)
