@@ -113,14 +113,15 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
         raise UnsupportedCheckpoint(f"config.json: sliding_window = {window!r} must be a positive integer or null")
     layer_types = config.get("layer_types")
-    if model_type == "mistral":
-        windows: tuple[int | None, ...] = (window,) * layers
-    elif layer_types is not None:
+    if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != layers:
             raise UnsupportedCheckpoint(f"config.json: layer_types must list {layers} layer types")
-        unknown = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+        unknown = sorted({str(t) for t in layer_types if t not in ("full_attention", "sliding_attention")})
         if unknown:
             raise UnsupportedCheckpoint(f"config.json: layer_types holds {unknown[0]!r}")
+    if model_type == "mistral":  # one window (or none) for every layer; no layer types
+        windows: tuple[int | None, ...] = (window,) * layers
+    elif layer_types is not None:
         if "sliding_attention" in layer_types and window is None:
             raise UnsupportedCheckpoint("config.json: layer_types has sliding_attention but sliding_window is null")
         windows = tuple(window if t == "sliding_attention" else None for t in layer_types)
@@ -209,7 +210,7 @@ def weight_resource(tensor: str) -> str:
     return f"weight/{tensor}"
 
 
-def lm_head_resource(cfg: LlamaFamilyConfig) -> str:
+def lm_head_tensor(cfg: LlamaFamilyConfig) -> str:
     return "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
 
 
@@ -281,7 +282,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
         x = b.add(x, down, name=f"l{i}.x")
     last = b.last_row_gather(x, text.token_lane, lanes=geometry.slots, name="last_hidden")
     last = b.rms_norm(last, w("model.norm.weight", (h,)), eps=cfg.rms_norm_eps, name="final_hidden")
-    head = w(lm_head_resource(cfg), (cfg.vocab_size, h))
+    head = w(lm_head_tensor(cfg), (cfg.vocab_size, h))
     logits = b.logits(last, head, sampled_tokens=geometry.sampled_tokens, name="logits")
     last_position = b.last_row_gather(text.positions, text.token_lane, lanes=geometry.slots, name="last_position")
     endpoint = b.last_row_gather(text.next_positions, text.token_lane, lanes=geometry.slots, name="endpoint")
