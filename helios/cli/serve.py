@@ -1,0 +1,69 @@
+"""`helios serve` (host side): an OpenAI-compatible HTTP server over one signed core.
+
+Heavy imports (FastAPI, uvicorn, the runtime) stay inside the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a signed core over an OpenAI-compatible HTTP API",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Serve MODEL.hcore over HTTP: POST /v1/chat/completions (JSON and SSE streaming, reasoning,\n"
+            "tool calls, stops, token observation), POST /v1/completions, GET /v1/models, GET /health and\n"
+            "GET /metrics (Prometheus). The core is verified against --trust and --accept before anything\n"
+            "runs. Admission: at most queue_capacity + max_active requests are held (429 past that);\n"
+            "limits not given here come from the core's defaults. One log line per request.\n"
+            "Stop with Ctrl-C: open connections get five seconds to drain."
+        ),
+        epilog=(
+            "example:\n"
+            "  helios serve qwen3.hcore --accept acme/models --trust publisher.key.pub --port 8000\n"
+            "  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+            '      -d \'{"model": "qwen3", "messages": [{"role": "user", "content": "Hi"}]}\''
+        ),
+    )
+    parser.add_argument("core", metavar="MODEL.hcore", help="the core to serve")
+    parser.add_argument("--accept", required=True, metavar="NAMESPACE",
+                        help="the publisher namespace you accept; must equal the signed one exactly")  # fmt: skip
+    parser.add_argument("--trust", required=True, action="append", metavar="PUBKEY",
+                        help="a trusted public key file or a directory of .pub files (repeatable)")  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (default: 8000; 0 picks one)"
+    )
+    parser.add_argument("--runtime", choices=("reference", "production"), default="reference",
+                        help="reference: NumPy, any machine; production: GPU graphs (default: reference)")  # fmt: skip
+    parser.add_argument("--max-active", type=int, metavar="N",
+                        help="requests generating at once (default: the core's, capped by its concurrency)")  # fmt: skip
+    parser.add_argument("--queue-capacity", type=int, metavar="N",
+                        help="requests waiting for a model slot (default: the core's)")  # fmt: skip
+    parser.add_argument("--frontend-workers", type=int, metavar="N",
+                        help="CPU threads rendering and tokenizing prompts (default: the core's)")  # fmt: skip
+    parser.set_defaults(func=_serve)
+
+
+def _serve(args) -> int:
+    from pathlib import Path
+
+    from helios.server.serve import ServeOptions, serve
+
+    serve(
+        ServeOptions(
+            core=Path(args.core),
+            accept=args.accept,
+            trust=tuple(args.trust),
+            host=args.host,
+            port=args.port,
+            runtime=args.runtime,
+            max_active=args.max_active,
+            queue_capacity=args.queue_capacity,
+            frontend_workers=args.frontend_workers,
+        )
+    )
+    return 0

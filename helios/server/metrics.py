@@ -1,0 +1,147 @@
+"""/metrics (host side): Prometheus text from prometheus-client.
+
+Owns: `HeliosCollector`, which reads the runtime's `RuntimeMetrics` snapshot and the server's own
+counters at scrape time. Labels carry only bounded enumerations (termination, operation, resource,
+endpoint, status code): never request ids, prompts or token ids.
+
+`flare_mixed_grammar_decode_steps_total` counts successful decode submissions whose request lanes
+mix constrained and unconstrained requests; `flare_constrained_max_inflight` records the maximum
+outstanding executor frames right after a successful constrained submission (0 before any). This
+build has no grammar-constrained decoding yet, so both are real series that stay 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from helios.runtime.interface import RuntimeMetrics
+
+
+class ServerCounters:
+    """HTTP-side counts, updated on the event loop thread."""
+
+    def __init__(self) -> None:
+        self.responses: Counter[tuple[str, int]] = Counter()  # (endpoint, status) -> count
+        self.cancelled_by_client = 0  # dropped connections that cancelled their request
+
+    def record(self, endpoint: str, status: int) -> None:
+        self.responses[(endpoint, status)] += 1
+
+
+class HeliosCollector(Collector):
+    def __init__(
+        self,
+        runtime_metrics: Callable[[], RuntimeMetrics],
+        counters: ServerCounters,
+        admission_in_use: Callable[[], int],
+        admission_capacity: int,
+    ) -> None:
+        self._runtime_metrics = runtime_metrics
+        self._counters = counters
+        self._in_use = admission_in_use
+        self._capacity = admission_capacity
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        m = self._runtime_metrics()
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, value=value)
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, value=value)
+
+        # request lifecycle
+        yield counter(
+            "helios_requests_submitted", "Requests submitted to the model runtime.", m.requests_submitted
+        )
+        yield counter(
+            "helios_requests_started", "Requests that left the pending deque for a slot.", m.requests_started
+        )
+        yield counter(
+            "helios_requests_rejected",
+            "Scheduler admission rejections (HTTP 503 or SSE error).",
+            m.requests_rejected,
+        )
+        yield counter("helios_requests_failed", "Requests ended by an execution failure.", m.requests_failed)
+        finished = CounterMetricFamily(
+            "helios_requests_finished", "Requests finished, by termination.", labels=["termination"]
+        )
+        for termination, value in sorted(m.requests_finished.items()):
+            finished.add_metric([termination], value)
+        yield finished
+        yield gauge("helios_requests_active", "Requests holding a model slot.", m.requests_active)
+        yield gauge(
+            "helios_requests_pending",
+            "Requests in the ingress channel and pending deque.",
+            m.requests_pending,
+        )
+        yield counter("helios_prompt_tokens", "Prompt tokens of started requests.", m.prompt_tokens)
+        yield counter(
+            "helios_generation_tokens",
+            "Sampled tokens, EOS and stop-crossing ones included.",
+            m.output_tokens,
+        )
+        # graph launches
+        launches = CounterMetricFamily(
+            "helios_graph_launches", "Rounds submitted to the engine, by operation.", labels=["operation"]
+        )
+        for operation, value in sorted(m.graph_launches.items()):
+            launches.add_metric([operation], value)
+        yield launches
+        # prefix reuse
+        yield counter("helios_prefix_lookups", "Prefix-cache lookups at admission.", m.prefix_lookups)
+        yield counter(
+            "helios_prefix_reused_tokens",
+            "Prompt tokens served from cached prefixes.",
+            m.reused_prompt_tokens,
+        )
+        # snapshots
+        yield counter("helios_snapshots_published", "Immutable snapshots published.", m.snapshots_published)
+        yield counter("helios_snapshots_evicted", "Snapshots evicted.", m.snapshots_evicted)
+        # resource capacity
+        capacity = GaugeMetricFamily(
+            "helios_capacity", "Prepared and selected capacities.", labels=["resource"]
+        )
+        for resource, value in sorted(m.capacity.items()):
+            capacity.add_metric([resource], value)
+        capacity.add_metric(["http_admission"], self._capacity)
+        yield capacity
+        yield gauge(
+            "helios_http_admission_in_use",
+            "Requests holding an HTTP admission permit (preparing, queued, generating or awaiting delivery).",
+            self._in_use(),
+        )
+        responses = CounterMetricFamily(
+            "helios_http_responses",
+            "HTTP responses, by endpoint and status code.",
+            labels=["endpoint", "code"],
+        )
+        for (endpoint, status), value in sorted(self._counters.responses.items()):
+            responses.add_metric([endpoint, str(status)], value)
+        yield responses
+        yield counter(
+            "helios_http_client_cancellations",
+            "Requests cancelled because their client dropped the connection.",
+            self._counters.cancelled_by_client,
+        )
+        # the native model worker's grammar measurements, named as the specification names them
+        yield counter(
+            "flare_mixed_grammar_decode_steps",
+            "Successful decode submissions whose request lanes include constrained and unconstrained requests.",
+            m.mixed_grammar_decode_steps,
+        )
+        yield gauge(
+            "flare_constrained_max_inflight",
+            "Maximum outstanding executor frames right after a successful constrained submission (0 before any).",
+            m.constrained_max_inflight,
+        )
+
+
+def build_registry(collector: HeliosCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
