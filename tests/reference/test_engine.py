@@ -107,3 +107,16 @@ def test_mixed_round_equals_separate_prefill_and_decode(core):
     logits = together.kept[-1]["logits"]
     np.testing.assert_allclose(logits[0], a_decode_logits, rtol=0, atol=1e-5)
     np.testing.assert_allclose(logits[1], b_prefill_logits, rtol=0, atol=1e-5)
+
+
+def test_bf16_core_stays_close_to_transformers(tiny_checkpoint, hf_model):
+    """bf16 weights and cache (upcast on load, rounded on every store) track the fp32 oracle loosely."""
+    from tests.fixtures.hf_oracle import hf_teacher_forced_logits
+
+    options = PreparationOptions(dtype="bf16", page_tokens=4, batch_capacities=(1,), prefill_capacities=(16,))
+    engine = ReferenceEngine.load(prepare_checkpoint(tiny_checkpoint("llama"), options), keep=("logits",))
+    tokens = list(engine.generate(_request(max_tokens=4, temperature=0.0)))
+    ours = np.stack([kept["logits"][0] for kept in engine.kept[1:]])
+    reference = hf_teacher_forced_logits(hf_model("llama"), list(PROMPT), tokens[:3])
+    relative = np.abs(ours - reference).max() / np.abs(reference).max()
+    assert relative < 0.05, relative
