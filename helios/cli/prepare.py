@@ -86,8 +86,8 @@ def _prepare(args) -> int:
     options = PreparationOptions(dtype=args.dtype, served_id=args.served_id, page_tokens=args.page_tokens,
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
                                  context_tokens=args.context_tokens)
-    prepared = prepare_checkpoint(args.checkpoint, options, progress=_ProgressBar(sys.stderr))
-    seal(prepared, args.out, publisher=args.publisher, signing_key=args.key)
+    prepared = prepare_checkpoint(args.checkpoint, options)
+    seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)
     weights = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
     print(f"wrote {args.out}: {prepared.contract.served_id!r}, {graphs} graphs, {weights} weights, "

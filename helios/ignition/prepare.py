@@ -2,11 +2,11 @@
 (preparation side, host; NumPy only).
 
     options = PreparationOptions(publisher="acme", dtype="bf16")
-    prepared = prepare_checkpoint("path/to/checkpoint", options, progress=callback)
+    prepared = prepare_checkpoint("path/to/checkpoint", options)
     prepared.contract, prepared.manifest, prepared.read("tokenizer.json")
 
-Owns the order of preparation (read, choose the recipe, convert weights, build every program,
-declare the contract) and its determinism: the same inputs give byte-identical outputs. Sealing
+Owns the order of preparation (read, choose the recipe, build every program, declare the contract
+and the resources; weights convert when their bytes are first needed) and its determinism: the same inputs give byte-identical outputs. Sealing
 into a signed core is `helios.ignition.seal`. A `PreparedCore` also serves as an unsigned in-memory
 core (`.contract`, `.manifest`, `.resources`, `.read(id)`), which tests and the reference engine use.
 """
@@ -18,6 +18,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +43,6 @@ CONTRACT_VERSION = 3
 WEIGHT_CATALOG_VERSION = 1
 REBUILD_MANIFEST_VERSION = 1
 _DTYPES = {"bf16": (M.DTYPE_BF16, "bf16"), "fp32": (M.DTYPE_F32, "f32")}
-
-Progress = Callable[[int, int, str], None]  # (done, total, tensor name)
-
 
 class InvalidPreparationOptions(HeliosError):
     """A `helios prepare` option is out of range; the message names the option."""
@@ -81,9 +79,20 @@ class PreparationOptions:
 
 @dataclass(frozen=True, slots=True)
 class PreparedResource:
+    """One resource of a prepared core; its bytes are produced on demand (weights convert lazily, so
+    preparing a large checkpoint never holds every converted tensor at once)."""
+
     id: str
     kind: int  # core_pb2.ResourceKind
-    data: bytes
+    produce: Callable[[], bytes]  # deterministic
+
+    @property
+    def data(self) -> bytes:
+        return self.produce()
+
+
+def _constant(data: bytes) -> Callable[[], bytes]:
+    return lambda: data
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +115,7 @@ class PreparedCore:
         return self.resource_list
 
     def read(self, resource_id: str) -> bytes:
-        return self.by_id[resource_id].data
+        return self.by_id[resource_id].produce()
 
     @property
     def deployment(self) -> core_pb2.DeploymentBody:
@@ -158,8 +167,7 @@ def _state_accesses(histories) -> list[C.StateAccess]:
     return accesses
 
 
-def prepare_checkpoint(directory: str | Path, options: PreparationOptions,
-                       progress: Progress | None = None) -> PreparedCore:
+def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> PreparedCore:
     """Prepare a checkpoint directory; raises CheckpointError, UnsupportedCheckpoint or option errors."""
     checkpoint = read_checkpoint(directory)
     model_type = checkpoint.config.get("model_type")
@@ -199,7 +207,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions,
     for name, operation, batch, packed, program, bindings, weights in graphs:
         program_id = f"program/{name}/rank0"
         resources.append(PreparedResource(program_id, core_pb2.RESOURCE_KIND_PROGRAM,
-                                          program.SerializeToString(deterministic=True)))
+                                          _constant(program.SerializeToString(deterministic=True))))
         manifest.graphs.append(M.GraphHandle(name=name, operation=operation, program_resources=[program_id],
                                              batch_capacity=batch, packed_token_capacity=packed))
         graph = C.GraphContract(name=name, operation=operation, value_bindings=list(bindings),
@@ -211,23 +219,20 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions,
     manifest.buffers.extend(decl.buffers.values())
 
     catalog = core_pb2.WeightCatalog(version=WEIGHT_CATALOG_VERSION, rank=0)
-    for index, spec in enumerate(specs):
-        if progress is not None:
-            progress(index, len(specs), spec.name)
+    for spec in specs:
         resource_id = llama_family.weight_resource(spec.name)
         resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
-                                          _weight_bytes(checkpoint, spec.name, options.dtype)))
+                                          partial(_weight_bytes, checkpoint, spec.name, options.dtype)))
         catalog.entries.append(core_pb2.WeightEntry(resource=resource_id, source_tensor=spec.name,
                                                     dtype=cache_dtype, shape=list(spec.shape), transform="none"))
-    if progress is not None:
-        progress(len(specs), len(specs), "")
 
     template = checkpoint.chat_template or PLAIN_TEMPLATE
-    resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER, checkpoint.tokenizer_json))
+    resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER,
+                                      _constant(checkpoint.tokenizer_json)))
     resources.append(PreparedResource("chat_template.jinja", core_pb2.RESOURCE_KIND_CHAT_TEMPLATE,
-                                      template.encode("utf-8")))
+                                      _constant(template.encode("utf-8"))))
     resources.append(PreparedResource("weight_catalog/rank0", core_pb2.RESOURCE_KIND_WEIGHT_CATALOG,
-                                      catalog.SerializeToString(deterministic=True)))
+                                      _constant(catalog.SerializeToString(deterministic=True))))
     digest = checkpoint.digest()
     arguments = [f"--dtype={options.dtype}", f"--page-tokens={options.page_tokens}",
                  f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
@@ -236,7 +241,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions,
     rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=llama_family.RECIPE,
                                        checkpoint_digest=digest, arguments=arguments)
     resources.append(PreparedResource("rebuild_manifest", core_pb2.RESOURCE_KIND_REBUILD_MANIFEST,
-                                      rebuild.SerializeToString(deterministic=True)))
+                                      _constant(rebuild.SerializeToString(deterministic=True))))
 
     model.vocabulary.CopyFrom(C.VocabularyContract(
         sampled_tokens=geometry.sampled_tokens, logits_width=geometry.logits_width,

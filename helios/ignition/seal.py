@@ -9,15 +9,38 @@ publisher and key give a byte-identical file.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 
 from helios.ignition.prepare import PreparedCore
+from helios.proto import core_pb2
+
+Progress = Callable[[int, int, str], None]  # (weights converted, weights in all, resource id)
 
 
-def seal(prepared: PreparedCore, path: str | os.PathLike, *, publisher: str, signing_key) -> None:
-    """Validate `prepared` and write it to `path` as a payload core signed by `signing_key`."""
+def seal(prepared: PreparedCore, path: str | os.PathLike, *, publisher: str, signing_key,
+         progress: Progress | None = None) -> None:
+    """Validate `prepared` and write it to `path` as a payload core signed by `signing_key`.
+
+    Weights convert one at a time as the writer consumes them; `progress` hears of each.
+    """
     from helios.contract import PreparedContract
     from helios.core import ResourceInput, write_core
 
     PreparedContract.decode(prepared.contract, prepared.manifest)  # raises the first ContractError
+    total = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
+
+    def resources() -> Iterator[ResourceInput]:
+        done = 0
+        if progress is not None:
+            progress(0, total, "")
+        for resource in prepared.resources:
+            data = resource.produce()
+            if resource.kind == core_pb2.RESOURCE_KIND_WEIGHT:
+                done += 1
+                if progress is not None:
+                    progress(done, total, resource.id)
+            yield ResourceInput(resource.id, resource.kind, data)
+            del data
+
     write_core(path, publisher=publisher, signing_key=signing_key, deployment=prepared.deployment,
-               resources=(ResourceInput(r.id, r.kind, r.data) for r in prepared.resources), format="payload")
+               resources=resources(), format="payload")
