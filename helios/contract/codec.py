@@ -129,6 +129,11 @@ _REASONING_FIELDS = ReasoningSyntax.__slots__
 _PROMPT_SCALARS = ("assistant_open", "message_end", "header_start", "header_message", "internal_end")
 
 
+def _plain(value):
+    """A scalar field as is; a repeated field as a tuple (the typed model is frozen)."""
+    return value if isinstance(value, str | bool | int) else tuple(value)
+
+
 def frontend_from_proto(m: contract_pb2.FrontendContract) -> Frontend:
     return Frontend(
         tool_parser=_enum(ToolParser, m.tool_parser),
@@ -136,7 +141,7 @@ def frontend_from_proto(m: contract_pb2.FrontendContract) -> Frontend:
         image_preparation=_enum(ImagePreparation, m.image_preparation),
         image_layout=_enum(ImageLayout, m.image_layout),
         tool_syntax=ToolSyntax(**{n: getattr(m.tool_syntax, n) for n in _TOOL_FIELDS}),
-        reasoning_syntax=ReasoningSyntax(**{n: getattr(m.reasoning_syntax, n) for n in _REASONING_FIELDS}),
+        reasoning_syntax=ReasoningSyntax(**{n: _plain(getattr(m.reasoning_syntax, n)) for n in _REASONING_FIELDS}),
         prompt_syntax=PromptSyntax(
             **{n: getattr(m.prompt_syntax, n) for n in _PROMPT_SCALARS},
             prefix_boundaries=tuple(PrefixBoundaryRule(r.role, r.marker) for r in m.prompt_syntax.prefix_boundaries)),

@@ -216,6 +216,9 @@ class ToolSyntax:
     value_close: str = ""
     separator: str = ""
     wrapping_newlines: bool = False
+    parameter_flag_open: str = ""
+    parameter_flag_close: str = ""
+    string_flag: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +227,11 @@ class ReasoningSyntax:
     close: str = ""
     terminal_marker: str = ""
     wrapping_newlines: bool = False
+    recipient_open: str = ""
+    reasoning_recipient: str = ""
+    content_recipients: tuple[str, ...] = ()
+    tool_recipient: str = ""
+    tool_recipient_separator: str = ""
 
 
 @dataclass(frozen=True, slots=True)

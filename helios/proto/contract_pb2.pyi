@@ -459,7 +459,7 @@ class FrontendContract(_message.Message):
     def __init__(self, tool_parser: _Optional[_Union[ToolParser, str]] = ..., reasoning_parser: _Optional[_Union[ReasoningParser, str]] = ..., image_preparation: _Optional[_Union[ImagePreparation, str]] = ..., image_layout: _Optional[_Union[ImageLayout, str]] = ..., tool_syntax: _Optional[_Union[ToolSyntax, _Mapping]] = ..., reasoning_syntax: _Optional[_Union[ReasoningSyntax, _Mapping]] = ..., prompt_syntax: _Optional[_Union[PromptSyntax, _Mapping]] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., template_tokens: _Optional[_Iterable[_Union[TemplateToken, _Mapping]]] = ..., image_token_layout: _Optional[_Union[ImageTokenLayout, _Mapping]] = ...) -> None: ...
 
 class ToolSyntax(_message.Message):
-    __slots__ = ("opener", "closer", "invoke_open", "invoke_name_close", "invoke_close", "parameter_open", "parameter_name_close", "parameter_close", "value_open", "value_close", "separator", "wrapping_newlines")
+    __slots__ = ("opener", "closer", "invoke_open", "invoke_name_close", "invoke_close", "parameter_open", "parameter_name_close", "parameter_close", "value_open", "value_close", "separator", "wrapping_newlines", "parameter_flag_open", "parameter_flag_close", "string_flag")
     OPENER_FIELD_NUMBER: _ClassVar[int]
     CLOSER_FIELD_NUMBER: _ClassVar[int]
     INVOKE_OPEN_FIELD_NUMBER: _ClassVar[int]
@@ -472,6 +472,9 @@ class ToolSyntax(_message.Message):
     VALUE_CLOSE_FIELD_NUMBER: _ClassVar[int]
     SEPARATOR_FIELD_NUMBER: _ClassVar[int]
     WRAPPING_NEWLINES_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_FLAG_OPEN_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_FLAG_CLOSE_FIELD_NUMBER: _ClassVar[int]
+    STRING_FLAG_FIELD_NUMBER: _ClassVar[int]
     opener: str
     closer: str
     invoke_open: str
@@ -484,19 +487,32 @@ class ToolSyntax(_message.Message):
     value_close: str
     separator: str
     wrapping_newlines: bool
-    def __init__(self, opener: _Optional[str] = ..., closer: _Optional[str] = ..., invoke_open: _Optional[str] = ..., invoke_name_close: _Optional[str] = ..., invoke_close: _Optional[str] = ..., parameter_open: _Optional[str] = ..., parameter_name_close: _Optional[str] = ..., parameter_close: _Optional[str] = ..., value_open: _Optional[str] = ..., value_close: _Optional[str] = ..., separator: _Optional[str] = ..., wrapping_newlines: _Optional[bool] = ...) -> None: ...
+    parameter_flag_open: str
+    parameter_flag_close: str
+    string_flag: str
+    def __init__(self, opener: _Optional[str] = ..., closer: _Optional[str] = ..., invoke_open: _Optional[str] = ..., invoke_name_close: _Optional[str] = ..., invoke_close: _Optional[str] = ..., parameter_open: _Optional[str] = ..., parameter_name_close: _Optional[str] = ..., parameter_close: _Optional[str] = ..., value_open: _Optional[str] = ..., value_close: _Optional[str] = ..., separator: _Optional[str] = ..., wrapping_newlines: _Optional[bool] = ..., parameter_flag_open: _Optional[str] = ..., parameter_flag_close: _Optional[str] = ..., string_flag: _Optional[str] = ...) -> None: ...
 
 class ReasoningSyntax(_message.Message):
-    __slots__ = ("open", "close", "terminal_marker", "wrapping_newlines")
+    __slots__ = ("open", "close", "terminal_marker", "wrapping_newlines", "recipient_open", "reasoning_recipient", "content_recipients", "tool_recipient", "tool_recipient_separator")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_MARKER_FIELD_NUMBER: _ClassVar[int]
     WRAPPING_NEWLINES_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_OPEN_FIELD_NUMBER: _ClassVar[int]
+    REASONING_RECIPIENT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RECIPIENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RECIPIENT_SEPARATOR_FIELD_NUMBER: _ClassVar[int]
     open: str
     close: str
     terminal_marker: str
     wrapping_newlines: bool
-    def __init__(self, open: _Optional[str] = ..., close: _Optional[str] = ..., terminal_marker: _Optional[str] = ..., wrapping_newlines: _Optional[bool] = ...) -> None: ...
+    recipient_open: str
+    reasoning_recipient: str
+    content_recipients: _containers.RepeatedScalarFieldContainer[str]
+    tool_recipient: str
+    tool_recipient_separator: str
+    def __init__(self, open: _Optional[str] = ..., close: _Optional[str] = ..., terminal_marker: _Optional[str] = ..., wrapping_newlines: _Optional[bool] = ..., recipient_open: _Optional[str] = ..., reasoning_recipient: _Optional[str] = ..., content_recipients: _Optional[_Iterable[str]] = ..., tool_recipient: _Optional[str] = ..., tool_recipient_separator: _Optional[str] = ...) -> None: ...
 
 class PromptSyntax(_message.Message):
     __slots__ = ("assistant_open", "message_end", "header_start", "header_message", "internal_end", "prefix_boundaries")
