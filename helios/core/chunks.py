@@ -1,11 +1,12 @@
 """Chunk commitments of stored resource bytes (host side): compute, verify, and read verified.
 
 A resource's stored bytes are cut into 4 MiB chunks (the last may be shorter), each committed by its
-SHA-256 in the signed envelope. Reading happens in two passes over the file, never holding more than
-a few chunks: `verify_all` checks every digest (chunks hashed on a thread pool: hashlib releases the
-GIL) before a single byte is decoded; `VerifiedReader` then yields the bytes to the decoder, hashing
-each chunk again as it is read, one chunk ahead of the decoder, so bytes changed in the file after
-the first pass are rejected instead of used.
+SHA-256 in the signed envelope. `verify_all` checks every digest (chunks hashed on a thread pool:
+hashlib releases the GIL) before a single byte is decoded. `VerifiedReader` then yields the bytes
+to the decoder: either the chunks the first pass kept (small resources), or, so that memory stays at
+a few chunks, each chunk read from the file and hashed again one chunk ahead of the decoder. Either
+way the decoder sees only bytes that matched their digest; bytes changed in the file after the
+first pass are rejected instead of used.
 """
 
 from __future__ import annotations
@@ -71,32 +72,44 @@ class StoredBytes:
             )
         return data
 
-    def verify_all(self, executor: Executor | None) -> None:
-        """Checks every chunk digest; raises for the lowest-numbered chunk that fails."""
+    def verify_all(self, executor: Executor | None, keep: bool = False) -> list[bytes] | None:
+        """Checks every chunk digest; raises for the lowest-numbered chunk that fails.
+
+        With `keep`, returns the verified chunks so that they can be decoded without reading and
+        hashing them again (for resources small enough to hold twice).
+        """
         indices = range(len(self.digests))
         if executor is None or len(indices) < 2:
-            for index in indices:
-                self._checked_chunk(index, again=False)
-            return
-        for _ in executor.map(lambda index: self._checked_chunk(index, again=False) and None, indices):
+            chunks = [self._checked_chunk(index, again=False) for index in indices] if keep else None
+            if not keep:
+                for index in indices:
+                    self._checked_chunk(index, again=False)
+            return chunks
+        results = executor.map(lambda index: self._checked_chunk(index, again=False), indices)
+        if keep:
+            return list(results)
+        for _ in results:
             pass
+        return None
 
 
 class VerifiedReader:
-    """`read(n)` over a resource's stored bytes, each chunk hashed again before it is released."""
+    """`read(n)` over a resource's stored bytes: chunks verified in the first pass (`verified`), or
+    each chunk read and hashed again, one ahead of the consumer, before it is released."""
 
-    __slots__ = ("_stored", "_executor", "_next", "_pending", "_chunk", "_position")
+    __slots__ = ("_stored", "_executor", "_next", "_pending", "_verified", "_chunk", "_position")
 
     _AHEAD = 2
 
-    def __init__(self, stored: StoredBytes, executor: Executor | None) -> None:
+    def __init__(self, stored: StoredBytes, executor: Executor | None, verified: list[bytes] | None = None) -> None:
         self._stored = stored
         self._executor = executor
         self._next = 0
         self._pending: deque[Future[bytes]] = deque()
+        self._verified = deque(verified) if verified is not None else None
         self._chunk = b""
         self._position = 0
-        if executor is not None:
+        if executor is not None and verified is None:
             for _ in range(self._AHEAD):
                 self._submit()
 
@@ -106,7 +119,11 @@ class VerifiedReader:
             self._next += 1
 
     def _advance(self) -> bool:
-        if self._executor is None:
+        if self._verified is not None:
+            if not self._verified:
+                return False
+            self._chunk = self._verified.popleft()  # NOTE: released as consumed
+        elif self._executor is None:
             if self._next >= len(self._stored.digests):
                 return False
             self._chunk = self._stored._checked_chunk(self._next, again=True)

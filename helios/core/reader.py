@@ -4,9 +4,10 @@
 trusted keys, authorizes the acceptance string, checks the signed envelope and that the LocationSet
 tiles every file. Resource bytes are touched only when a resource is read: `Core.read_into` checks
 every chunk digest, then the frame structure (or the version-4 key), and only then decodes into the
-caller's buffer, hashing each chunk again as the decoder consumes it. Memory stays at the caller's
-buffer plus a few 4 MiB chunks; on any error the caller's buffer is zeroed, so no unverified byte is
-left in it. Hashing runs on a small thread pool beside the decoder (hashlib and zstd release the GIL).
+caller's buffer. A resource stored in at most 64 MiB is decoded from the chunks the digest pass
+read; a larger one is read again, each chunk hashed again as the decoder consumes it, so memory
+stays at the caller's buffer plus 64 MiB at most. On any error the caller's buffer is zeroed, so no
+unverified byte is left in it. Hashing runs on a small thread pool beside the decoder (hashlib and zstd release the GIL).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from helios.core.protected import unseal_into
 from helios.proto import contract_pb2, core_pb2, manifest_pb2
 
 _SCRATCH_NBYTES = 1 << 20
+_KEEP_VERIFIED_NBYTES = 64 << 20  # resources stored in at most this are hashed and read once
 
 
 def _zero(view: memoryview) -> None:
@@ -114,11 +116,21 @@ class Core:
             list(resource.chunk_sha256), placement.file,
         )
 
-    def _decode(self, resource_id: str, out: memoryview | None) -> None:
+    def _first_pass(
+        self, resource_id: str, executor: ThreadPoolExecutor | None
+    ) -> tuple[core_pb2.ExecutableResource, StoredBytes, list[bytes] | None]:
+        """Checks every chunk digest of one resource; keeps the chunks of a small one."""
         resource = self._resource(resource_id)
         stored = self._stored(resource)
-        stored.verify_all(self._executor)
-        reader = VerifiedReader(stored, self._executor)
+        return resource, stored, stored.verify_all(executor, keep=stored.nbytes <= _KEEP_VERIFIED_NBYTES)
+
+    def _second_pass(
+        self, resource: core_pb2.ExecutableResource, stored: StoredBytes, verified: list[bytes] | None,
+        out: memoryview | None,
+    ) -> None:
+        """Checks the frame (or the version-4 stream) and decodes verified bytes into `out`."""
+        reader = VerifiedReader(stored, self._executor, verified)
+        del verified
         try:
             if self._protection_key is not None:
                 unseal_into(
@@ -133,8 +145,7 @@ class Core:
         finally:
             reader.close()
 
-    def read_into(self, resource_id: str, out: memoryview | bytearray) -> None:
-        """Verifies resource `resource_id` and decodes it into `out` (exactly its decoded length)."""
+    def _output(self, resource_id: str, out: memoryview | bytearray) -> memoryview:
         resource = self._resource(resource_id)
         view = memoryview(out)
         if view.readonly:
@@ -145,11 +156,46 @@ class Core:
                 f"resource {resource_id!r}: the output buffer has {view.nbytes} bytes, the signed decoded "
                 f"length is {resource.decoded_nbytes}"
             )
+        return view
+
+    def read_into(self, resource_id: str, out: memoryview | bytearray) -> None:
+        """Verifies resource `resource_id` and decodes it into `out` (exactly its decoded length)."""
+        view = self._output(resource_id, out)
         try:
-            self._decode(resource_id, view)
+            self._second_pass(*self._first_pass(resource_id, self._executor), view)
         except BaseException:
             _zero(view)
             raise
+
+    def read_many_into(self, items: Iterable[tuple[str, memoryview | bytearray]]) -> None:
+        """`read_into` for each (id, buffer) in order, faster: while one resource decodes, the next
+        one's digests are checked on a worker thread (hashlib and zstd release the GIL).
+
+        On an error, the failing resource's buffer is zeroed; earlier buffers keep their verified bytes.
+        """
+        views = [(resource_id, self._output(resource_id, out)) for resource_id, out in items]
+        if self._executor is None:
+            for resource_id, view in views:
+                self.read_into(resource_id, view)
+            return
+        # NOTE: a background first pass hashes inline (executor None): a pool task that waited on
+        # tasks queued behind it in the same pool could deadlock a one-worker pool.
+        pending = None
+        try:
+            for index, (resource_id, view) in enumerate(views):
+                try:
+                    first = self._first_pass(resource_id, self._executor) if pending is None else pending.result()
+                    pending = None
+                    if index + 1 < len(views):
+                        pending = self._executor.submit(self._first_pass, views[index + 1][0], None)
+                    self._second_pass(*first, view)
+                    del first
+                except BaseException:
+                    _zero(view)
+                    raise
+        finally:
+            if pending is not None:
+                pending.cancel()
 
     def read(self, resource_id: str) -> bytes:
         """The verified, decoded bytes of one resource (use `read_into` for large ones: no second copy)."""
@@ -159,7 +205,7 @@ class Core:
 
     def verify(self, resource_id: str) -> None:
         """Checks one resource completely (digests, frame, decoding) without keeping its bytes."""
-        self._decode(resource_id, None)
+        self._second_pass(*self._first_pass(resource_id, self._executor), None)
 
     def verify_all(self) -> None:
         for resource_id in self.resources:

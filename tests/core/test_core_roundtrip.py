@@ -184,3 +184,68 @@ def test_missing_or_unsafe_sibling_files_are_rejected(tmp_path, trust):
     rewrite_body(path, escape)
     with pytest.raises(SiblingFileInvalid, match="not a plain file name"):
         open_(path, trust)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_large_resources_are_read_again_and_hashed_again(tmp_path, trust, monkeypatch, workers):
+    import helios.core.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_KEEP_VERIFIED_NBYTES", 0)  # every resource takes the streaming path
+    data = random_bytes(9 << 20, 7)
+    path = write(tmp_path / "big.hcore", [ResourceInput("w", WEIGHT, data), ResourceInput("e", OPAQUE, b"")])
+    with open_(path, trust, workers=workers) as core:
+        assert core.read("w") == data and core.read("e") == b""
+
+
+def test_bytes_changed_between_the_passes_are_never_used(tmp_path, trust, monkeypatch):
+    import helios.core.reader as reader_module
+    from helios.core import ChunkDigestMismatch
+    from helios.core.chunks import CHUNK_NBYTES, StoredBytes
+    from tests.core.forge import flip
+
+    monkeypatch.setattr(reader_module, "_KEEP_VERIFIED_NBYTES", 0)
+    data = random_bytes(9 << 20, 8)
+    path = write(tmp_path / "big.hcore", [ResourceInput("w", WEIGHT, data)])
+    original = StoredBytes.verify_all
+
+    def verify_then_alter(self, executor, keep=False):
+        result = original(self, executor, keep)
+        flip(path, self.offset + CHUNK_NBYTES + 5)  # another writer changes chunk 1 after the first pass
+        return result
+
+    monkeypatch.setattr(StoredBytes, "verify_all", verify_then_alter)
+    with open_(path, trust) as core:
+        out = bytearray(len(data))
+        with pytest.raises(ChunkDigestMismatch, match="chunk 1 of 3.*changed after it was verified"):
+            core.read_into("w", out)
+    assert out == bytes(len(out))
+
+
+@pytest.mark.parametrize(("workers", "keep"), [(0, 64 << 20), (1, 64 << 20), (2, 64 << 20), (1, 0), (2, 0)])
+def test_read_many_into_pipelines_and_matches_read(tmp_path, trust, monkeypatch, workers, keep):
+    import helios.core.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_KEEP_VERIFIED_NBYTES", keep)  # 0: the streaming path, no deadlock
+    datas = [random_bytes(n, n) for n in (5 << 20, 0, 100, 9 << 20)]
+    resources = [ResourceInput(f"r{i}", WEIGHT, data) for i, data in enumerate(datas)]
+    path = write(tmp_path / "many.hcore", resources)
+    with open_(path, trust, workers=workers) as core:
+        outs = [bytearray(len(data)) for data in datas]
+        core.read_many_into(zip(core.resources, outs, strict=True))
+        assert outs == datas
+
+
+def test_read_many_into_zeroes_the_failing_buffer(tmp_path, trust):
+    from helios.core import ChunkDigestMismatch
+    from tests.core.forge import flip
+
+    datas = [random_bytes(1000, 1), random_bytes(2000, 2), random_bytes(3000, 3)]
+    path = write(tmp_path / "many.hcore", [ResourceInput(f"r{i}", WEIGHT, d) for i, d in enumerate(datas)])
+    with open_(path, trust) as core:
+        offset = core.placement("r1").offset
+    flip(path, offset + 7)
+    with open_(path, trust, workers=2) as core:
+        outs = [bytearray(b"\xaa" * len(d)) for d in datas]
+        with pytest.raises(ChunkDigestMismatch, match="'r1'"):
+            core.read_many_into(zip(core.resources, outs, strict=True))
+    assert outs[0] == datas[0] and outs[1] == bytes(len(datas[1]))
