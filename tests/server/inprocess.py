@@ -1,0 +1,54 @@
+"""An in-process server for host tests: the real app and WorkerRuntime over a scripted engine and the
+tiny frontend, served by uvicorn on a free loopback port in a thread."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import tinyfront
+import uvicorn
+
+from helios.frontend.preparation import Preparer
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.worker import WorkerRuntime
+from helios.server.app import ServerState, create_app
+
+SERVED_ID = "tiny-chat"
+ALIASES = ("tiny",)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(engine, *, limits=AdmissionLimits(max_active=2, queue_capacity=2), context_tokens=2048,
+            rejections=()) -> Iterator[tuple[str, ServerState]]:  # fmt: skip
+    bootstrap = tinyfront.make_bootstrap()
+    runtime = WorkerRuntime(
+        engine, limits, context_tokens=context_tokens, vocab_size=bootstrap.vocab_size, rejections=rejections
+    )
+    preparer = Preparer(bootstrap, served_id=SERVED_ID, aliases=ALIASES, context_tokens=context_tokens)
+    state = ServerState(runtime=runtime, preparer=preparer)
+    port = free_port()
+    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
+                            timeout_graceful_shutdown=5)  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}", state
+    finally:
+        server.should_exit = True
+        thread.join(10)
