@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 lint: setup
-	$(PY) -m ruff check helios tests conformance bench
+	$(PY) -m ruff check .
 
 test: setup lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
