@@ -18,7 +18,7 @@ Closing the generator early cancels the request and returns its pages.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,7 @@ class ReferenceEngine:
         self.kept: list[dict[str, np.ndarray]] = []  # per round of the last request: copies of `keep` tensors
         self.kept_graphs: list[str] = []  # the graph of each kept round
         self._generations = [0] * serving.max_concurrency
+        self._active_slots: set[int] = set()
         self._sequence = 0
         self._completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         self._by_operation: dict[int, list[LoadedGraph]] = {}
@@ -243,58 +244,94 @@ class ReferenceEngine:
                                     f"{self.allocator.free} of the cache's {self.allocator.pages} are free")
 
     def generate(self, request: GenerationRequest, *, slot: int = 0) -> Iterator[int]:
-        """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens."""
+        """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens.
+
+        Admission happens here, before the first id: the request's pages (prompt + max_tokens, within
+        the context) are reserved, or AdmissionRejected is raised. Closing the returned iterator (or
+        exhausting it) cancels the request and returns its pages; requests in distinct slots may
+        interleave, each round still runs alone."""
         self._admit(request)
         if not 0 <= slot < self.serving.max_concurrency:
             raise AdmissionRejected(f"slot {slot} outside the core's {self.serving.max_concurrency} slots")
-        return self._generate(request, slot)
-
-    def _generate(self, request: GenerationRequest, slot: int) -> Iterator[int]:
-        page_tokens = self.serving.model.cache.page_tokens
-        eos = set(request.eos_token_ids or self.serving.model.frontend.eos_token_ids)
-        prompt = tuple(request.prompt_token_ids)
+        if slot in self._active_slots:
+            raise AdmissionRejected(f"slot {slot} already holds a request")
+        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.serving.context_tokens)
+        pages = self.allocator.allocate(pages_for(reach, self.serving.model.cache.page_tokens))
+        self._active_slots.add(slot)
         self._generations[slot] += 1
-        generation = self._generations[slot]
-        pages: list[int] = []
         self.kept.clear()
         self.kept_graphs.clear()
 
+        def release() -> None:
+            self.allocator.release(pages)
+            self._active_slots.discard(slot)
+
+        return _Generation(self._rounds(request, slot, self._generations[slot], tuple(pages)), release)
+
+    def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...]) -> Iterator[int]:
+        eos = set(request.eos_token_ids or self.serving.model.frontend.eos_token_ids)
+        prompt = tuple(request.prompt_token_ids)
+
         def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool) -> LaneInput:
-            needed = pages_for(consumed + len(tokens), page_tokens)
-            if needed > len(pages):
-                pages.extend(self.allocator.allocate(needed - len(pages)))
             return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
-                             prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=tuple(pages),
+                             prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages,
                              seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
                              eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt)
 
-        try:
-            init = self._by_operation[C.OPERATION_INITIALIZATION][0]
-            self.run_round(init.name, [lane(0, (), 0, False)])
-            consumed, emitted = 0, 0
-            pending: int | None = None
-            while consumed < len(prompt):
-                remaining = len(prompt) - consumed
-                graph = self.graph_for(C.OPERATION_PREFILL, tokens=remaining)
-                chunk = prompt[consumed: consumed + min(remaining, graph.packed_token_capacity)]
-                last = consumed + len(chunk) == len(prompt)
-                (row,) = self.run_round(graph.name, [lane(consumed, chunk, len(chunk), last)])
-                consumed += len(chunk)
-                if last:
-                    pending = row.sampled_id
-            while pending is not None:
-                yield pending
-                emitted += 1
-                if (pending in eos and not request.ignore_eos) or emitted >= request.max_tokens:
-                    return
-                if consumed + 1 >= self.serving.context_tokens:
-                    return  # the context is full: the next token would have no position
-                graph = self.graph_for(C.OPERATION_DECODE, tokens=1)
-                (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)])
-                consumed += 1
+        init = self._by_operation[C.OPERATION_INITIALIZATION][0]
+        self.run_round(init.name, [lane(0, (), 0, False)])
+        consumed, emitted = 0, 0
+        pending: int | None = None
+        while consumed < len(prompt):
+            remaining = len(prompt) - consumed
+            graph = self.graph_for(C.OPERATION_PREFILL, tokens=remaining)
+            chunk = prompt[consumed: consumed + min(remaining, graph.packed_token_capacity)]
+            last = consumed + len(chunk) == len(prompt)
+            (row,) = self.run_round(graph.name, [lane(consumed, chunk, len(chunk), last)])
+            consumed += len(chunk)
+            if last:
                 pending = row.sampled_id
-        finally:
-            self.allocator.release(pages)
+        while pending is not None:
+            yield pending
+            emitted += 1
+            if (pending in eos and not request.ignore_eos) or emitted >= request.max_tokens:
+                return
+            if consumed + 1 >= self.serving.context_tokens:
+                return  # the context is full: the next token would have no position
+            graph = self.graph_for(C.OPERATION_DECODE, tokens=1)
+            (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)])
+            consumed += 1
+            pending = row.sampled_id
+
+
+class _Generation(Iterator[int]):
+    """A request's token stream that returns its resources exactly once: when exhausted, when a
+    round fails, when closed, or when dropped without being started."""
+
+    def __init__(self, tokens: Iterator[int], release: Callable[[], None]) -> None:
+        self._tokens = tokens
+        self._release: Callable[[], None] | None = release
+
+    def __iter__(self) -> _Generation:
+        return self
+
+    def __next__(self) -> int:
+        if self._release is None:
+            raise StopIteration
+        try:
+            return next(self._tokens)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            self._tokens.close()  # type: ignore[attr-defined]
+            release()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _load_weight(core: Any, decl: program_pb2.TensorDecl) -> np.ndarray:

@@ -51,6 +51,31 @@ def test_closing_the_generator_cancels_and_frees_pages(core):
     assert engine.allocator.free == engine.allocator.pages
 
 
+def test_requests_in_distinct_slots_interleave(core):
+    engine = ReferenceEngine.load(core, pages=16)
+    alone = [list(engine.generate(_request(max_tokens=4, temperature=1.0, seed=s))) for s in (1, 2)]
+    first = engine.generate(_request(max_tokens=4, temperature=1.0, seed=1), slot=0)
+    second = engine.generate(_request(max_tokens=4, temperature=1.0, seed=2), slot=1)
+    with pytest.raises(AdmissionRejected, match="slot 0 already holds"):
+        engine.generate(_request(max_tokens=4), slot=0)
+    interleaved = [[], []]
+    for a, b in zip(first, second, strict=True):
+        interleaved[0].append(a)
+        interleaved[1].append(b)
+    assert interleaved == alone
+    assert engine.allocator.free == engine.allocator.pages
+
+
+def test_admission_reserves_pages_and_a_dropped_stream_returns_them(core):
+    engine = ReferenceEngine.load(core, pages=6)  # 11 prompt + 12 output tokens = 6 pages of 4
+    stream = engine.generate(_request(max_tokens=12, temperature=0.0))
+    assert engine.allocator.free == 0
+    with pytest.raises(AdmissionRejected, match="pages"):
+        engine.generate(_request(max_tokens=1), slot=1)
+    del stream  # never started
+    assert engine.allocator.free == 6
+
+
 def test_seeded_sampling_reproduces_and_depends_on_the_seed(core):
     engine = ReferenceEngine.load(core)
     first = list(engine.generate(_request(max_tokens=8, temperature=1.5, seed=7)))
