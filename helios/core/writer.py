@@ -39,15 +39,19 @@ class ResourceInput:
 
     id: str  # unique within the core; names the resource to readers
     kind: int  # a core_pb2.ResourceKind value other than RESOURCE_KIND_UNSPECIFIED
-    data: bytes | memoryview  # the decoded bytes
+    data: bytes | bytearray | memoryview  # the decoded bytes (any C-contiguous buffer through memoryview)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise EnvelopeInvalid(f"a resource id is a non-empty string, not {self.id!r}")
         if self.kind not in core_pb2.ResourceKind.values() or self.kind == 0:
             raise EnvelopeInvalid(f"resource {self.id!r}: kind {self.kind!r} is not a ResourceKind other than UNSPECIFIED")
-        if not isinstance(self.data, bytes | memoryview):
-            raise EnvelopeInvalid(f"resource {self.id!r}: data is bytes or a memoryview, not {type(self.data).__name__}")
+        if not isinstance(self.data, bytes | bytearray | memoryview):
+            raise EnvelopeInvalid(
+                f"resource {self.id!r}: data is bytes, bytearray or a memoryview, not {type(self.data).__name__}"
+            )
+        if isinstance(self.data, memoryview) and not self.data.c_contiguous:
+            raise EnvelopeInvalid(f"resource {self.id!r}: a memoryview of data must be C-contiguous")
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,3 +249,24 @@ def test_read_many_into_zeroes_the_failing_buffer(tmp_path, trust):
         with pytest.raises(ChunkDigestMismatch, match="'r1'"):
             core.read_many_into(zip(core.resources, outs, strict=True))
     assert outs[0] == datas[0] and outs[1] == bytes(len(datas[1]))
+
+
+def test_resource_input_accepts_buffers_and_refuses_the_rest(tmp_path, trust):
+    from helios.core import EnvelopeInvalid
+
+    array = np.arange(1000, dtype=np.float32)
+    resources = [ResourceInput("array", WEIGHT, memoryview(array)), ResourceInput("ba", OPAQUE, bytearray(b"xyz"))]
+    path = write(tmp_path / "c.hcore", resources)
+    with open_(path, trust) as core:
+        assert core.read("array") == array.tobytes() and core.read("ba") == b"xyz"
+    with pytest.raises(EnvelopeInvalid, match="C-contiguous"):
+        ResourceInput("strided", WEIGHT, memoryview(array)[::2])
+    with pytest.raises(EnvelopeInvalid, match="not str"):
+        ResourceInput("text", WEIGHT, "text")
+    with pytest.raises(EnvelopeInvalid, match="kind 0"):
+        ResourceInput("k", 0, b"")
+    with pytest.raises(EnvelopeInvalid, match="non-empty"):
+        ResourceInput("", WEIGHT, b"")
+    with pytest.raises(EnvelopeInvalid, match="given twice"):
+        write(tmp_path / "d.hcore", [ResourceInput("a", WEIGHT, b""), ResourceInput("a", WEIGHT, b"")])
+    assert not (tmp_path / "d.hcore").exists() and not (tmp_path / "d.hcore.partial").exists()
