@@ -79,17 +79,14 @@ class StoredBytes:
         hashing them again (for resources small enough to hold twice).
         """
         indices = range(len(self.digests))
-        if executor is None or len(indices) < 2:
-            chunks = [self._checked_chunk(index, again=False) for index in indices] if keep else None
-            if not keep:
-                for index in indices:
-                    self._checked_chunk(index, again=False)
-            return chunks
-        results = executor.map(lambda index: self._checked_chunk(index, again=False), indices)
+
+        def check(index: int) -> bytes:
+            return self._checked_chunk(index, again=False)
+
+        results = map(check, indices) if executor is None or len(indices) < 2 else executor.map(check, indices)
         if keep:
             return list(results)
-        for _ in results:
-            pass
+        deque(results, maxlen=0)  # NOTE: raises the lowest failing chunk's error; drops the bytes
         return None
 
 

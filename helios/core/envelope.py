@@ -97,26 +97,30 @@ class SignedContent:
             raise ValueError(f"format {self.format!r} is not one of {FORMATS}")
 
 
-def _no_unknown_fields(message, what: str) -> None:
-    if len(UnknownFieldSet(message)):
+def _no_unknown_fields(message, what: str, strict: bool) -> None:
+    if strict and len(UnknownFieldSet(message)):
         raise EnvelopeInvalid(f"the signed {what} has fields this reader does not know")
 
 
-def parse_signed(body: core_pb2.CoreBody) -> SignedContent:
-    """Parses and checks the signed bytes. Call only after `verify_signature`."""
+def parse_signed(body: core_pb2.CoreBody, *, strict: bool = True) -> SignedContent:
+    """Parses the signed bytes. Call only after `verify_signature`.
+
+    `strict` (always, when loading) also refuses unknown fields and applies `check_content`;
+    `inspect_core` parses leniently to show what an unsound core claims.
+    """
     data = signed_bytes(body)
     try:
         if body.format_version == PAYLOAD_FORMAT_VERSION:
             envelope = core_pb2.PayloadEnvelope.FromString(data)
-            _no_unknown_fields(envelope, "PayloadEnvelope")
+            _no_unknown_fields(envelope, "PayloadEnvelope", strict)
             content = SignedContent(
                 "payload", envelope.publisher_namespace, tuple(envelope.resources),
                 envelope.deployment.contract, envelope.deployment.manifest, 0, b"",
             )
         else:
             index = core_pb2.ModelIndex.FromString(data)
-            _no_unknown_fields(index, "ModelIndex")
-            _no_unknown_fields(index.index, "ProtectedIndex")
+            _no_unknown_fields(index, "ModelIndex", strict)
+            _no_unknown_fields(index.index, "ProtectedIndex", strict)
             version = index.index.version
             if version not in (ZSTD_INDEX_VERSION, PROTECTED_VERSION):
                 raise UnsupportedFormatVersion(
@@ -128,8 +132,11 @@ def parse_signed(body: core_pb2.CoreBody) -> SignedContent:
                 bytes(index.index.protection_key_id),
             )
     except DecodeError as error:
-        raise EnvelopeInvalid(f"the signed bytes verify but do not parse: {error}") from None
-    check_content(content)
+        raise EnvelopeInvalid(f"the signed bytes do not parse: {error}") from None
+    if strict:
+        for resource in content.resources:
+            _no_unknown_fields(resource, f"ExecutableResource {resource.id!r}", strict)
+        check_content(content)
     return content
 
 
@@ -150,7 +157,6 @@ def check_content(content: SignedContent) -> None:
     seen: set[str] = set()
     for resource in content.resources:
         rid = resource.id
-        _no_unknown_fields(resource, f"ExecutableResource {rid!r}")
         if not rid or len(rid.encode()) > MAX_RESOURCE_ID_NBYTES:
             raise EnvelopeInvalid(f"resource id {rid!r} is empty or longer than {MAX_RESOURCE_ID_NBYTES} bytes")
         if rid in seen:

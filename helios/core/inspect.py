@@ -11,26 +11,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
-
-from helios.core.envelope import INDEX_FORMAT_VERSION, PAYLOAD_FORMAT_VERSION, verify_signature
+from helios.core.envelope import parse_signed, verify_signature
 from helios.core.errors import CoreFormatError
 from helios.core.keys import TrustInput, load_trusted_keys
-from helios.core.layout import check_locations, read_container
+from helios.core.layout import check_locations, read_container, sibling_names
 from helios.proto import core_pb2
-
-
-def _signed_claims(body: core_pb2.CoreBody) -> tuple[str, str, list[core_pb2.ExecutableResource], object, object]:
-    """(format, publisher, resources, contract, manifest) as the signed bytes claim them."""
-    if body.format_version == PAYLOAD_FORMAT_VERSION:
-        envelope = core_pb2.PayloadEnvelope.FromString(body.signed_envelope)
-        return ("payload", envelope.publisher_namespace, list(envelope.resources),
-                envelope.deployment.contract, envelope.deployment.manifest)
-    if body.format_version == INDEX_FORMAT_VERSION:
-        index = core_pb2.ModelIndex.FromString(body.signed_index)
-        return (f"index-v{index.index.version}", index.publisher_namespace, list(index.index.resources),
-                index.contract, index.manifest)
-    raise CoreFormatError(f"CoreBody.format_version {body.format_version} is unknown")
 
 
 def inspect_core(
@@ -60,14 +45,15 @@ def inspect_core(
         except CoreFormatError as error:
             report["signature"].update(status="invalid", detail=f"{type(error).__name__}: {error}")
     try:
-        format_name, publisher, resources, contract, manifest = _signed_claims(body)
-    except (DecodeError, CoreFormatError) as error:
-        report["error"] = f"the signed bytes do not parse: {error}"
+        claims = parse_signed(body, strict=False)
+    except CoreFormatError as error:
+        report["error"] = f"{type(error).__name__}: {error}"
         return report
+    contract, manifest, resources = claims.contract, claims.manifest, claims.resources
     placements = {loc.resource_id: loc for loc in body.locations.locations}
     report.update(
-        format=format_name,
-        publisher_namespace=publisher,
+        format=claims.format,
+        publisher_namespace=claims.publisher,
         resources=[
             {
                 "id": r.id,
@@ -97,12 +83,8 @@ def inspect_core(
             "graphs": len(manifest.graphs),
         },
     )
-    directory = Path(path).parent
     try:
-        sizes = {}
-        for loc in body.locations.locations:
-            if loc.file and loc.file not in sizes:
-                sizes[loc.file] = (directory / loc.file).stat().st_size
+        sizes = {name: (Path(path).parent / name).stat().st_size for name in sibling_names(body)}
         check_locations(container, {r.id: r.stored_nbytes for r in resources}, sizes)
         report["layout"] = "every byte accounted for"
     except (CoreFormatError, OSError) as error:

@@ -102,9 +102,20 @@ def write_body(file, body: core_pb2.CoreBody, body_offset: int) -> None:
     file.write(encode_header(body_offset, len(raw)))
 
 
-def check_sibling_name(name: str) -> None:
-    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip():
-        raise SiblingFileInvalid(f"sibling file name {name!r} is not a plain file name in the core's directory")
+def sibling_names(body: core_pb2.CoreBody) -> list[str]:
+    """The sibling files the LocationSet names, each once, in order; unsafe names are refused."""
+    names: list[str] = []
+    for location in body.locations.locations:
+        name = location.file
+        if not name or name in names:
+            continue
+        if name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip():
+            raise SiblingFileInvalid(
+                f"resource {location.resource_id!r}: sibling file name {name!r} is not a plain file name "
+                f"in the core's directory"
+            )
+        names.append(name)
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +132,12 @@ class Placement:
 
 
 def check_locations(
-    container: Container, stored_nbytes: Mapping[str, int], sibling_nbytes: Mapping[str, int] | None
+    container: Container, stored_nbytes: Mapping[str, int], sibling_nbytes: Mapping[str, int]
 ) -> dict[str, Placement]:
     """Checks that the LocationSet places every signed resource exactly once and tiles every file.
 
     `stored_nbytes` maps each signed resource id (in envelope order) to its signed stored length;
-    `sibling_nbytes` gives the size of each sibling file (None: the caller has not opened them yet,
-    and only the names are checked).
+    `sibling_nbytes` gives the size of each sibling file that `sibling_names` returned.
     """
     placements: dict[str, Placement] = {}
     for location in container.body.locations.locations:
@@ -136,8 +146,6 @@ def check_locations(
             raise LocationInvalid(f"the LocationSet places {rid!r}, which the signed envelope does not name")
         if rid in placements:
             raise LocationInvalid(f"the LocationSet places resource {rid!r} twice")
-        if location.file:
-            check_sibling_name(location.file)
         if location.nbytes != stored_nbytes[rid]:
             raise LocationInvalid(
                 f"resource {rid!r} at file offset {location.offset}: the LocationSet gives {location.nbytes} "
@@ -152,7 +160,7 @@ def check_locations(
         files.setdefault(placement.file, []).append((placement.offset, placement.nbytes, rid))
     _tile("", files.get("", []), HEADER_NBYTES, container.body_offset)
     for name, ranges in files.items():
-        if name and sibling_nbytes is not None:
+        if name:
             _tile(name, ranges, 0, sibling_nbytes[name])
     return placements
 

@@ -29,7 +29,7 @@ from helios.core.errors import (
 )
 from helios.core.frame import check_frame, decode_into
 from helios.core.keys import TrustInput, load_trusted_keys, protection_key_id, resolve_protection_key
-from helios.core.layout import Container, Placement, check_locations, read_container
+from helios.core.layout import Container, Placement, check_locations, read_container, sibling_names
 from helios.core.protected import unseal_into
 from helios.proto import contract_pb2, core_pb2, manifest_pb2
 
@@ -255,20 +255,13 @@ def open_core(
         verify_signature(container.body, trusted)
         content = parse_signed(container.body)
         authorize(content, accept)
-        stored_nbytes = {r.id: r.stored_nbytes for r in content.resources}
-        check_locations(container, stored_nbytes, None)
-        directory = Path(path).parent
-        for location in container.body.locations.locations:
-            name = location.file
-            if name and name not in fds:
-                try:
-                    fds[name] = os.open(directory / name, os.O_RDONLY)
-                except OSError as error:
-                    raise SiblingFileInvalid(
-                        f"resource {location.resource_id!r}: sibling file {name!r} cannot be opened: {error.strerror}"
-                    ) from None
+        for name in sibling_names(container.body):
+            try:
+                fds[name] = os.open(Path(path).parent / name, os.O_RDONLY)
+            except OSError as error:
+                raise SiblingFileInvalid(f"sibling file {name!r} cannot be opened: {error.strerror}") from None
         sizes = {name: os.fstat(fd).st_size for name, fd in fds.items() if name}
-        placements = check_locations(container, stored_nbytes, sizes)
+        placements = check_locations(container, {r.id: r.stored_nbytes for r in content.resources}, sizes)
         key = None
         if content.format == "index-v4":
             key = resolve_protection_key(protection_key, f"core {path!r}")

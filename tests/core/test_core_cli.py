@@ -111,3 +111,16 @@ def test_help_teaches(capsys, command):
     assert caught.value.code == 0
     out = capsys.readouterr().out
     assert "usage: helios" in out and len(out.splitlines()) > 8
+
+
+def test_inspect_reports_what_is_wrong(capsys, packed):
+    tmp_path, core, key = packed
+    data = bytearray(core.read_bytes())
+    body_offset = int.from_bytes(data[8:16], "little")
+    data[body_offset + 10] ^= 1  # inside the signed envelope
+    core.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "inspect", str(core), "--json", "--trust", f"{key}.pub")
+    assert code == 0 and json.loads(out)["signature"]["status"] == "invalid"
+    (tmp_path / "junk").write_bytes(b"not a core at all")
+    code, out, err = run(capsys, "inspect", str(tmp_path / "junk"))
+    assert code == 3 and out == "" and err.count("\n") == 1 and "BadMagic" in err
