@@ -1,0 +1,246 @@
+"""The page cache (host side, no torch): which physical cache pages hold which tokens.
+
+Owns page bookkeeping for every history plane of a core at once (all planes share one page id
+space, as the page-table views declare): free pages, reference counts, prefix reuse, eviction and
+the incremental page-table upload rule. It never touches device memory: the scheduler gives lanes
+page ids, the captured programs write and read the planes.
+
+Pages and prefixes. A page holds `page_tokens` consecutive token positions of one sequence. When
+every position of a page has been consumed (its history committed by a validated round), the page
+may be *published* under its chain key:
+
+    key(page i) = H(cache_identity, key(page i-1), tokens of page i)          key(page -1) = b""
+
+so a key names a whole prefix, not just one page's tokens; the contract's `cache_identity` keeps
+cores with different weights or geometry apart. A later request whose tokens start with the same
+complete pages takes references on those pages instead of computing them (`lookup`). Published
+pages are immutable: a sequence only ever writes positions past what it reused, and a lookup never
+matches the page holding a request's last known token (that token must be consumed to sample).
+
+Lifetime. A page is *free* (no reference, no key), *referenced* (held by one or more sequences), or
+*cached* (published, no reference: reusable and evictable, least recently released first).
+`allocate` takes free pages first, then evicts cached ones; when both run out the caller preempts.
+
+Page-table uploads. `PageTableUploads` remembers, per physical request slot, how many entries of the
+slot's page-table row the device already holds and under which slot generation; a round uploads only
+the entries assigned since, and a new generation (a new request in the slot) invalidates the memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from helios.errors import HeliosError
+
+
+class PagesShort(HeliosError):
+    """More pages were asked for than are free or evictable (the scheduler preempts or waits)."""
+
+
+class PageNotHeld(HeliosError):
+    """A page was released that holds no reference (a bookkeeping error)."""
+
+
+def pages_for(tokens: int, page_tokens: int) -> int:
+    """Pages holding `tokens` positions: ceil(tokens / page_tokens)."""
+    return -(-tokens // page_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """The outcome of a lookup: referenced pages holding the first `tokens` tokens."""
+
+    pages: tuple[int, ...]  # page ids in sequence order (references already taken)
+    keys: tuple[bytes, ...]  # each page's chain key
+    tokens: int  # len(pages) * page_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class CacheGauges:
+    """What /metrics reports about the cache."""
+
+    capacity: int  # physical pages
+    in_use: int  # pages referenced by at least one sequence
+    cached: int  # published pages no sequence references (reusable, evictable)
+    free: int  # pages with neither
+    lookups: int  # prefix lookups performed
+    hit_tokens: int  # tokens served by lookups
+    evictions: int  # cached pages evicted to satisfy allocations
+
+
+class PageCache:
+    """Free list, reference counts and the prefix index over `pages` physical pages."""
+
+    def __init__(self, pages: int, page_tokens: int, cache_identity: str, *, prefix_reuse: bool = True) -> None:
+        if pages < 1:
+            raise ValueError(f"a page cache has at least one page, got {pages}")
+        if page_tokens < 1:
+            raise ValueError(f"page_tokens must be >= 1, got {page_tokens}")
+        self.pages = pages
+        self.page_tokens = page_tokens
+        self.prefix_reuse = prefix_reuse
+        self._identity = hashlib.blake2b(cache_identity.encode("utf-8"), digest_size=16).digest()
+        self._free: list[int] = list(range(pages - 1, -1, -1))  # a stack: lowest id handed out first
+        self._references = [0] * pages
+        self._key_of: dict[int, bytes] = {}  # published page -> its chain key
+        self._page_of: dict[bytes, int] = {}  # chain key -> published page
+        self._cached: OrderedDict[int, None] = OrderedDict()  # published, unreferenced; oldest first
+        self._lookups = 0
+        self._hit_tokens = 0
+        self._evictions = 0
+
+    # ------------------------------------------------------------------------------------ keys
+
+    def chain_key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
+        """The key of a page holding `tokens` after the prefix keyed `parent`."""
+        if len(tokens) != self.page_tokens:
+            raise ValueError(f"a page key covers exactly {self.page_tokens} tokens, got {len(tokens)}")
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(self._identity)
+        digest.update(parent)
+        digest.update(b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens))
+        return digest.digest()
+
+    # ------------------------------------------------------------------------------------ pages
+
+    @property
+    def available(self) -> int:
+        """Pages an allocation can obtain now (free plus evictable)."""
+        return len(self._free) + len(self._cached)
+
+    def allocate(self, count: int) -> list[int]:
+        """`count` private pages, each with one reference; raises PagesShort (taking nothing) if short."""
+        if count < 0:
+            raise ValueError(f"cannot allocate {count} pages")
+        if count > self.available:
+            raise PagesShort(f"need {count} pages, {self.available} of {self.pages} are free or evictable")
+        out = []
+        for _ in range(count):
+            if self._free:
+                page = self._free.pop()
+            else:
+                page, _ = self._cached.popitem(last=False)  # the least recently released
+                del self._page_of[self._key_of.pop(page)]
+                self._evictions += 1
+            self._references[page] = 1
+            out.append(page)
+        return out
+
+    def release(self, pages: Sequence[int]) -> None:
+        """Drop one reference on each page; unreferenced pages become cached (if published) or free."""
+        for page in pages:
+            if self._references[page] < 1:
+                raise PageNotHeld(f"page {page} is released without a reference")
+            self._references[page] -= 1
+            if self._references[page] == 0:
+                if page in self._key_of:
+                    self._cached[page] = None
+                else:
+                    self._free.append(page)
+
+    def publish(self, page: int, key: bytes) -> bool:
+        """Make a referenced, completely consumed page reusable under `key`. False (and the page
+        stays private) when reuse is off, the page is already published, or the key has a page."""
+        if self._references[page] < 1:
+            raise PageNotHeld(f"page {page} is published without a reference")
+        if not self.prefix_reuse or page in self._key_of or key in self._page_of:
+            return False
+        self._key_of[page] = key
+        self._page_of[key] = page
+        return True
+
+    def lookup(self, tokens: Sequence[int], *, limit: int) -> PrefixMatch:
+        """Reference the published pages holding the longest complete-page prefix of
+        `tokens[:limit]`; `limit` keeps the positions the caller must still compute."""
+        self._lookups += 1
+        pages: list[int] = []
+        keys: list[bytes] = []
+        if self.prefix_reuse:
+            parent = b""
+            for start in range(0, limit - self.page_tokens + 1, self.page_tokens):
+                key = self.chain_key(parent, tokens[start:start + self.page_tokens])
+                page = self._page_of.get(key)
+                if page is None:
+                    break
+                pages.append(page)
+                keys.append(key)
+                parent = key
+        for page in pages:
+            if self._references[page] == 0:
+                del self._cached[page]
+            self._references[page] += 1
+        self._hit_tokens += len(pages) * self.page_tokens
+        return PrefixMatch(tuple(pages), tuple(keys), len(pages) * self.page_tokens)
+
+    def gauges(self) -> CacheGauges:
+        in_use = sum(1 for r in self._references if r > 0)
+        return CacheGauges(capacity=self.pages, in_use=in_use, cached=len(self._cached), free=len(self._free),
+                           lookups=self._lookups, hit_tokens=self._hit_tokens, evictions=self._evictions)
+
+
+class SequencePages:
+    """The pages of one admitted sequence, in sequence order, with the keys of its published prefix."""
+
+    __slots__ = ("_cache", "keys", "pages")
+
+    def __init__(self, cache: PageCache, match: PrefixMatch | None = None) -> None:
+        self._cache = cache
+        self.pages: list[int] = list(match.pages) if match else []
+        self.keys: list[bytes] = list(match.keys) if match else []  # keys of pages [0, len(keys))
+
+    @property
+    def reserved_tokens(self) -> int:
+        return len(self.pages) * self._cache.page_tokens
+
+    def shortfall(self, tokens: int) -> int:
+        """Pages still to allocate before positions [0, tokens) all have a page."""
+        return max(pages_for(tokens, self._cache.page_tokens) - len(self.pages), 0)
+
+    def reserve(self, tokens: int) -> None:
+        """Hold pages for positions [0, tokens); raises PagesShort (taking nothing) if short."""
+        need = self.shortfall(tokens)
+        if need:
+            self.pages.extend(self._cache.allocate(need))
+
+    def publish(self, tokens: Sequence[int], consumed: int) -> int:
+        """Publish every page whose positions all lie below `consumed` (committed history); `tokens`
+        are the sequence's known tokens. Returns how many pages were newly keyed."""
+        page_tokens = self._cache.page_tokens
+        published = 0
+        while len(self.keys) < min(consumed // page_tokens, len(self.pages)):
+            i = len(self.keys)
+            parent = self.keys[-1] if self.keys else b""
+            key = self._cache.chain_key(parent, tokens[i * page_tokens:(i + 1) * page_tokens])
+            published += int(self._cache.publish(self.pages[i], key))
+            self.keys.append(key)
+        return published
+
+    def release(self) -> None:
+        """Return every page (published ones stay cached for reuse)."""
+        pages, self.pages = self.pages, []
+        self.keys = []
+        self._cache.release(pages)
+
+
+class PageTableUploads:
+    """Which page-table entries the device already holds, per physical request slot."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[int, int]] = {}  # slot -> (generation, entries uploaded)
+        self.entries_uploaded = 0
+
+    def delta(self, slot: int, generation: int, page_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        """(first index, entries) a round must upload for `slot`: only entries assigned since the
+        last upload under the same generation; a new generation uploads the row from index 0."""
+        held_generation, held = self._held.get(slot, (-1, 0))
+        start = held if held_generation == generation and held <= len(page_ids) else 0
+        entries = tuple(page_ids[start:])
+        self._held[slot] = (generation, len(page_ids))
+        self.entries_uploaded += len(entries)
+        return start, entries
+
+    def forget(self, slot: int) -> None:
+        self._held.pop(slot, None)

@@ -1,0 +1,90 @@
+"""Graph variants as the scheduler sees them (host side): operation, capacities, pending-token owner.
+
+Owns choosing the smallest captured variant that fits a cohort: the fewest packed tokens P, then the
+fewest lanes B, among the variants of one operation whose B holds the lanes and whose P holds the
+tokens. Capacities are what the contract declares; nothing here depends on a model family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from helios.errors import HeliosError
+from helios.proto import contract_pb2
+
+C = contract_pb2
+
+
+class MissingOperation(HeliosError):
+    """The selected graphs lack an operation the scheduler needs (INITIALIZATION, PREFILL or DECODE)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GraphVariant:
+    name: str  # graph handle name
+    operation: int  # contract_pb2.Operation
+    batch_capacity: int  # B: lanes a round may hold
+    packed_token_capacity: int  # P: tokens a round may hold
+    device_pending: bool  # the pending token is device-owned (a state view, no host PENDING_TOKEN binding)
+
+    def __post_init__(self) -> None:
+        if self.batch_capacity < 1 or self.packed_token_capacity < 1:
+            raise ValueError(f"graph {self.name}: capacities must be >= 1")
+
+    def fits(self, lanes: int, tokens: int) -> bool:
+        return lanes <= self.batch_capacity and tokens <= self.packed_token_capacity
+
+
+class GraphCatalog:
+    """The selected graphs, grouped by operation, smallest first."""
+
+    REQUIRED = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
+
+    def __init__(self, variants: Iterable[GraphVariant]) -> None:
+        self._by_operation: dict[int, list[GraphVariant]] = {}
+        for variant in variants:
+            self._by_operation.setdefault(int(variant.operation), []).append(variant)
+        for group in self._by_operation.values():
+            group.sort(key=lambda v: (v.packed_token_capacity, v.batch_capacity, v.name))
+        for operation in self.REQUIRED:
+            if operation not in self._by_operation:
+                raise MissingOperation(f"no selected graph performs {C.Operation.Name(operation)}")
+
+    @classmethod
+    def from_graphs(cls, graphs: Iterable) -> GraphCatalog:
+        """From `helios.contract` Graph records (a PreparedContract's or a Selection's graphs)."""
+        variants = []
+        for g in graphs:
+            host_pending = any(int(b.source) == C.VALUE_SOURCE_PENDING_TOKEN for b in g.value_bindings)
+            variants.append(GraphVariant(g.name, int(g.operation), g.batch_capacity, g.packed_token_capacity,
+                                         device_pending=g.pending_token_state is not None and not host_pending))
+        return cls(variants)
+
+    def has(self, operation: int) -> bool:
+        return operation in self._by_operation
+
+    def variants(self, operation: int) -> tuple[GraphVariant, ...]:
+        return tuple(self._by_operation.get(operation, ()))
+
+    def smallest(self, operation: int, *, lanes: int, tokens: int) -> GraphVariant | None:
+        """The smallest variant of `operation` holding `lanes` lanes and `tokens` tokens, or None."""
+        for variant in self._by_operation.get(operation, ()):
+            if variant.fits(lanes, tokens):
+                return variant
+        return None
+
+    def max_lanes(self, operation: int) -> int:
+        return max((v.batch_capacity for v in self._by_operation.get(operation, ())), default=0)
+
+    def max_tokens(self, operation: int, *, lanes: int = 1) -> int:
+        """The most tokens one round of `operation` with `lanes` lanes can hold (0: none fits)."""
+        return max((v.packed_token_capacity for v in self._by_operation.get(operation, ())
+                    if v.batch_capacity >= lanes), default=0)
+
+    @property
+    def device_pending(self) -> bool:
+        """Every generating variant keeps its pending token on the device (no host feedback needed)."""
+        generating = [v for op, group in self._by_operation.items() if op != C.OPERATION_INITIALIZATION
+                      for v in group]
+        return bool(generating) and all(v.device_pending for v in generating)

@@ -1,0 +1,473 @@
+"""The batching scheduler (host side, no torch): cohorts, graph choice, frames, retirement.
+
+    scheduler.add(request)                        # into the pending deque (bounded)
+    plan = scheduler.schedule()                   # a RoundPlan, or None when nothing may run now
+    outcomes = scheduler.complete(plan, rows)     # validate every row, then retire every lane
+
+One rule for every request: a request *knows* tokens (its prompt, then each validated sample) and
+*consumes* them in rounds; a round gives a lane the next chunk of its unconsumed known tokens, and
+the lane samples when the chunk reaches its last known token. Prefill, chunked prefill, decode and
+readmission after preemption are all this rule; only the chunk length differs.
+
+    known     [p0 p1 p2 ... p(n-1) s0 s1 s2]        p: prompt, s: sampled
+    consumed  [=========== committed ======)        pages hold positions [0, consumed)
+    a round   lane.tokens = known[consumed : consumed + chunk]; samples iff the chunk ends at s2
+
+Cohorts. Lanes with one token left are decode lanes, the rest prefill lanes. Where a MIXED graph
+exists, one round holds every decode lane and then prefill chunks up to its token capacity; without
+one, DECODE and PREFILL rounds alternate while both kinds wait. Each round runs the smallest variant
+of its operation that holds its lanes and tokens (catalog.py). A newly admitted request first runs
+its INITIALIZATION round.
+
+Frames. Two rounds may be outstanding only when the transport declares two frames, the executor can
+take a second submission, every generating graph keeps its pending token on the device, and no
+active request needs completion feedback (string stops, grammars): otherwise one. A lane joins the
+second frame while in the first only as a decode lane after a decode round (no phase change).
+
+Pages. A lane's pages must cover its chunk before it is submitted. When pages run short the scheduler
+evicts unreferenced cached pages (page_cache.py), then preempts the most recently admitted request
+that is not in flight (its pages return, its published prefix stays cached) and readmits it later
+ahead of new requests; the oldest request can always proceed, so a request that fits the cache alone
+never fails for a temporary shortage.
+
+Retirement. `complete` validates every row of the round (helios.runtime.completion) and that the
+round is the oldest outstanding one before any lane retires. A cancelled or ended request's lanes
+are suppressed (no token, no prefix publication) and its slot and pages return only at the fence of
+its last outstanding round.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from helios.errors import HeliosError
+from helios.production.page_cache import PageCache, PagesShort, PageTableUploads, SequencePages, pages_for
+from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
+from helios.production.scheduling.plan import LaneOutcome, RoundPlan, SchedulerConfig, SchedulerRequest
+from helios.proto import contract_pb2
+from helios.runtime.completion import Completion, SubmissionOrderViolated, validate_round
+from helios.runtime.packing import LaneInput
+
+C = contract_pb2
+DEVICE_PENDING = -1  # stands for a pending token the host does not know yet (device-owned, in flight)
+
+
+class QueueFull(HeliosError):
+    """The pending admission deque holds queue_capacity requests already."""
+
+
+class UnknownRequest(HeliosError):
+    """A request id the scheduler does not hold."""
+
+
+class DuplicateRequest(HeliosError):
+    """A request id the scheduler already holds."""
+
+
+@dataclass(eq=False, slots=True)
+class _Sequence:
+    request: SchedulerRequest
+    order: int  # arrival ticket: admission and preemption priority (lower is older)
+    known: list[int]
+    consumed: int = 0  # committed positions
+    submitted: int = 0  # positions in outstanding rounds
+    unknown: int = 0  # outstanding rounds that sample (their tokens are not known yet)
+    sampled: int = 0
+    slot: int | None = None
+    generation: int = 0
+    pages: SequencePages | None = None
+    initialized: bool = False
+    in_flight: int = 0
+    last_operation: int = 0
+    cancelled: bool = False
+    ended: bool = False
+    admitted: bool = False  # admitted at least once
+    reused_prompt_tokens: int = 0
+
+    @property
+    def frontier(self) -> int:
+        return self.consumed + self.submitted
+
+    @property
+    def remaining(self) -> int:
+        return len(self.known) + self.unknown - self.frontier
+
+
+@dataclass(slots=True)
+class SchedulerCounters:
+    started: int = 0  # first admissions
+    readmissions: int = 0
+    preemptions: int = 0
+    launches: dict[str, int] = field(default_factory=dict)  # operation name -> rounds completed
+    prefix_lookups: int = 0
+    reused_tokens: int = 0  # positions served by the prefix cache, readmissions included
+    mixed_grammar_decode_steps: int = 0
+    constrained_max_inflight: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Scheduler:
+    """Continuous batching over a graph catalog and a page cache; see the module docstring."""
+
+    def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
+                 framed_executor: bool = False, sequence_origin: int = 0) -> None:
+        if cache.page_tokens != config.page_tokens:
+            raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
+        self.config = config
+        self.catalog = catalog
+        self.cache = cache
+        self.uploads = PageTableUploads()
+        self.counters = SchedulerCounters()
+        self._framed = framed_executor  # the executor accepts a second submission before the first completes
+        self._sequence = sequence_origin
+        self._tickets = 0
+        self._pending: collections.deque[_Sequence] = collections.deque()  # new requests, bounded
+        self._readmit: list[_Sequence] = []  # preempted requests, by order (ahead of new ones)
+        self._running: list[_Sequence] = []  # holding a slot, by order
+        self._all: dict[str, _Sequence] = {}
+        self._free_slots = list(range(config.max_active - 1, -1, -1))
+        self._slot_generations = [0] * config.max_active
+        self._outstanding: collections.deque[RoundPlan] = collections.deque()
+        self._released: list[str] = []  # cancelled requests whose resources came back
+        self._prefill_turn = False
+        self._next_frame = 0  # frames alternate by submission; rounds retire in submission order
+        self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
+
+    # ------------------------------------------------------------------------------------ intake
+
+    def admission_check(self, request: SchedulerRequest) -> str | None:
+        """Why this request can never run on this core and cache, or None."""
+        prompt = request.generation.prompt_token_ids
+        generation = request.generation
+        if len(prompt) + generation.max_tokens > self.config.context_tokens:
+            return (f"prompt ({len(prompt)} tokens) plus max_tokens ({generation.max_tokens}) exceeds the served "
+                    f"context of {self.config.context_tokens} tokens")
+        if any(t >= self.config.input_tokens for t in prompt):
+            return f"a prompt token is outside the input vocabulary of {self.config.input_tokens}"
+        # The last sampled token is never consumed: positions [0, prompt + max_tokens - 1) need pages.
+        need = pages_for(len(prompt) + generation.max_tokens - 1, self.config.page_tokens)
+        if need > self.cache.pages:
+            return f"the request needs {need} cache pages; the cache holds {self.cache.pages}"
+        return None
+
+    def add(self, request: SchedulerRequest) -> None:
+        """Queue a request for admission (check `admission_check` first)."""
+        if request.request_id in self._all:
+            raise DuplicateRequest(f"request {request.request_id!r} is already scheduled")
+        if len(self._pending) >= self.config.queue_capacity:
+            raise QueueFull(f"the pending admission deque is full ({self.config.queue_capacity} requests)")
+        self._tickets += 1
+        sequence = _Sequence(request, self._tickets, list(request.generation.prompt_token_ids))
+        self._all[request.request_id] = sequence
+        self._pending.append(sequence)
+
+    def cancel(self, request_id: str) -> None:
+        """Suppress the request's output; its slot and pages return at the fence of its last
+        outstanding round (then it is listed by `released`)."""
+        s = self._all.get(request_id)
+        if s is None or s.cancelled:
+            return
+        s.cancelled = True
+        if s.in_flight == 0:
+            self._release(s)
+
+    def finish(self, request_id: str) -> None:
+        """The runtime ended the request (EOS, stop, output limit, failure): stop scheduling it."""
+        s = self._all.get(request_id)
+        if s is None:
+            raise UnknownRequest(f"request {request_id!r} is not scheduled")
+        s.ended = True
+        if s.in_flight == 0:
+            self._release(s)
+
+    def released(self) -> list[str]:
+        """Cancelled requests whose resources have come back since the last call."""
+        out, self._released = self._released, []
+        return out
+
+    def reused_prompt_tokens(self, request_id: str) -> int:
+        s = self._all.get(request_id)
+        return 0 if s is None else s.reused_prompt_tokens
+
+    # ------------------------------------------------------------------------------------ state
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending) + len(self._readmit)
+
+    @property
+    def active(self) -> int:
+        return len(self._running)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._outstanding)
+
+    @property
+    def idle(self) -> bool:
+        return not (self._pending or self._readmit or self._running or self._outstanding)
+
+    def oldest(self) -> RoundPlan | None:
+        """The oldest outstanding round: the next one to complete."""
+        return self._outstanding[0] if self._outstanding else None
+
+    def max_inflight(self) -> int:
+        """Rounds that may be outstanding now: 2 only where the specification allows it."""
+        if self.config.frames < 2 or not self._framed or not self.catalog.device_pending:
+            return 1
+        if any(s.request.needs_feedback for s in self._running):
+            return 1
+        return 2
+
+    # ------------------------------------------------------------------------------------ rounds
+
+    def schedule(self) -> RoundPlan | None:
+        """The next round to submit, or None (nothing ready, or the frames are full)."""
+        if len(self._outstanding) >= self.max_inflight():
+            return None
+        self._admit()
+        if len(self._outstanding) >= self.max_inflight():  # an admission may have brought feedback needs
+            return None
+        for s in self._running:
+            if not s.initialized and s.in_flight == 0 and not (s.cancelled or s.ended):
+                return self._submit(self._init, [(s, 0)])
+        ready = [s for s in self._running if self._ready(s)]
+        decode = [s for s in ready if s.remaining == 1]
+        prefill = [s for s in ready if s.remaining > 1]
+        mixed = self.catalog.has(C.OPERATION_MIXED)
+        if decode and prefill and mixed:
+            operation, order = C.OPERATION_MIXED, decode + prefill
+        elif prefill and (not decode or self._prefill_turn):
+            if mixed and len(prefill) > 1:
+                operation, order = C.OPERATION_MIXED, prefill
+            else:
+                operation, order = C.OPERATION_PREFILL, prefill
+        elif decode:
+            operation, order = C.OPERATION_DECODE, decode
+        else:
+            return None
+        cohort = self._cohort(operation, order)
+        if not cohort:
+            return None
+        tokens = sum(chunk for _, chunk in cohort)
+        variant = self.catalog.smallest(operation, lanes=len(cohort), tokens=tokens)
+        if variant is None:  # _cohort keeps within the largest variant, so this cannot happen
+            raise RuntimeError(f"no {C.Operation.Name(operation)} graph holds {len(cohort)} lanes, {tokens} tokens")
+        self._prefill_turn = operation == C.OPERATION_DECODE
+        return self._submit(variant, cohort)
+
+    def complete(self, plan: RoundPlan, rows: Sequence[Completion]) -> list[LaneOutcome]:
+        """Validate `rows` (the plan's completion rows, lane order), then retire every lane.
+        Raises a CompletionInvalid error, retiring nothing; the caller then calls `abort(plan)`."""
+        if not self._outstanding or self._outstanding[0] is not plan:
+            oldest = self._outstanding[0].sequence if self._outstanding else None
+            raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
+                                          f"{oldest} is the oldest outstanding")
+        validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
+                       sampled_tokens=self.config.sampled_tokens, page_tokens=self.config.page_tokens,
+                       frame=plan.frame)
+        self._outstanding.popleft()
+        name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
+        self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
+        if plan.constrained_lanes:
+            self.counters.constrained_max_inflight = max(self.counters.constrained_max_inflight, plan.outstanding)
+            if plan.operation == C.OPERATION_DECODE and plan.constrained_lanes < len(plan.lanes):
+                self.counters.mixed_grammar_decode_steps += 1
+        outcomes = []
+        for lane, request_id, row in zip(plan.lanes, plan.request_ids, rows, strict=True):
+            s = self._all[request_id]
+            self._retire_lane(s, lane)
+            if s.cancelled or s.ended:
+                if s.in_flight == 0:
+                    self._release(s)
+                continue
+            if plan.operation == C.OPERATION_INITIALIZATION:
+                s.initialized = True
+                continue
+            assert s.pages is not None
+            s.pages.publish(s.known, s.consumed)
+            if row.emitted:
+                s.known.append(row.sampled_id)
+                s.sampled += 1
+                self.counters.output_tokens += 1
+                outcomes.append(LaneOutcome(request_id, row.sampled_id, s.sampled))
+        return outcomes
+
+    def abort(self, plan: RoundPlan) -> list[str]:
+        """The round failed (the executor raised, or its completion was invalid): its lanes' requests
+        end; returns those the runtime must report as failed (cancelled ones are just released)."""
+        if plan in self._outstanding:
+            self._outstanding.remove(plan)
+        failed = []
+        for lane, request_id in zip(plan.lanes, plan.request_ids, strict=True):
+            s = self._all.get(request_id)
+            if s is None:
+                continue
+            s.in_flight -= 1
+            s.submitted -= len(lane.tokens)
+            s.unknown -= int(lane.samples)
+            if not (s.cancelled or s.ended):
+                s.ended = True
+                failed.append(request_id)
+            if s.in_flight == 0:
+                self._release(s)
+        return failed
+
+    # ------------------------------------------------------------------------------------ internals
+
+    def _ready(self, s: _Sequence) -> bool:
+        if not s.initialized or s.cancelled or s.ended or s.remaining < 1:
+            return False
+        if s.in_flight == 0:
+            return True
+        # The second frame: a decode lane whose previous round was a decode, pending token on device.
+        return (len(self._outstanding) == 1 and self.max_inflight() == 2 and s.remaining == 1
+                and s.last_operation == C.OPERATION_DECODE
+                and s.sampled + s.unknown < s.request.generation.max_tokens)
+
+    def _cohort(self, operation: int, order: list[_Sequence]) -> list[tuple[_Sequence, int]]:
+        cohort: list[tuple[_Sequence, int]] = []
+        lanes_limit = self.catalog.max_lanes(operation)
+        tokens = 0
+        for s in order:
+            if s.slot is None:  # preempted while this cohort was formed
+                continue
+            if len(cohort) >= lanes_limit:
+                break
+            budget = self.catalog.max_tokens(operation, lanes=len(cohort) + 1) - tokens
+            if budget < 1:
+                break
+            chunk = min(s.remaining, budget)
+            if not self._reserve(s, s.frontier + chunk, keep={id(c) for c, _ in cohort}):
+                break
+            cohort.append((s, chunk))
+            tokens += chunk
+        return cohort
+
+    def _reserve(self, s: _Sequence, tokens: int, keep: set[int]) -> bool:
+        """Pages for positions [0, tokens) of `s`, preempting younger idle requests if needed."""
+        assert s.pages is not None
+        while True:
+            try:
+                s.pages.reserve(tokens)
+                return True
+            except PagesShort:
+                victims = [v for v in self._running if v.order > s.order and v.in_flight == 0
+                           and id(v) not in keep and v is not s]
+                if not victims:
+                    return False
+                self._preempt(max(victims, key=lambda v: v.order))
+
+    def _preempt(self, s: _Sequence) -> None:
+        assert s.pages is not None and s.slot is not None
+        s.pages.release()
+        self._free_slot(s)
+        s.pages, s.consumed, s.submitted, s.unknown, s.initialized = None, 0, 0, 0, False
+        self._running.remove(s)
+        bisect.insort(self._readmit, s, key=lambda v: v.order)
+        self.counters.preemptions += 1
+
+    def _admit(self) -> None:
+        while self._free_slots and (self._readmit or self._pending):
+            s = self._readmit[0] if self._readmit else self._pending[0]
+            match = self.cache.lookup(s.known, limit=len(s.known) - 1)
+            pages = SequencePages(self.cache, match)
+            # Room for the whole known history, plus a page of growth for each running request.
+            need = pages.shortfall(len(s.known) + 1)
+            headroom = len(self._running)
+            if self._running and need + headroom > self.cache.available:
+                pages.release()
+                return
+            if self._readmit and self._readmit[0] is s:
+                self._readmit.pop(0)
+                self.counters.readmissions += 1
+            else:
+                self._pending.popleft()
+                self.counters.started += 1
+                self.counters.prompt_tokens += len(s.request.generation.prompt_token_ids)
+                s.reused_prompt_tokens = min(match.tokens, len(s.request.generation.prompt_token_ids))
+            self.counters.prefix_lookups += 1
+            self.counters.reused_tokens += match.tokens
+            s.slot = self._free_slots.pop()
+            self._slot_generations[s.slot] += 1
+            s.generation = self._slot_generations[s.slot]
+            s.pages, s.consumed, s.initialized, s.admitted = pages, match.tokens, False, True
+            bisect.insort(self._running, s, key=lambda v: v.order)
+
+    def _submit(self, variant: GraphVariant, cohort: list[tuple[_Sequence, int]]) -> RoundPlan:
+        self._sequence += 1
+        lanes, updates = [], []
+        constrained = 0
+        for s, chunk in cohort:
+            lane = self._lane(s, chunk, initialization=variant.operation == C.OPERATION_INITIALIZATION)
+            lanes.append(lane)
+            start, entries = self.uploads.delta(lane.slot, lane.generation, lane.page_ids)
+            if entries:
+                updates.append((lane.slot, start, entries))
+            constrained += int(s.request.constrained)
+            s.in_flight += 1
+            s.submitted += chunk
+            s.unknown += int(lane.samples)
+            s.last_operation = variant.operation
+        frame = self._next_frame
+        if self.config.frames > 1:
+            self._next_frame ^= 1
+        plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=variant.operation,
+                         lanes=tuple(lanes), request_ids=tuple(s.request.request_id for s, _ in cohort),
+                         page_table_updates=tuple(updates), constrained_lanes=constrained,
+                         outstanding=len(self._outstanding) + 1)
+        self._outstanding.append(plan)
+        return plan
+
+    def _lane(self, s: _Sequence, chunk: int, *, initialization: bool) -> LaneInput:
+        request = s.request.generation
+        assert s.pages is not None and s.slot is not None
+        if initialization:
+            tokens: tuple[int, ...] = ()
+            consumed, prompt_in_round, samples = 0, 0, False
+        else:
+            consumed = s.frontier
+            known = s.known[consumed:consumed + chunk]
+            tokens = tuple(known) + (DEVICE_PENDING,) * (chunk - len(known))
+            samples = consumed + chunk == len(s.known) + s.unknown
+            # The last known token is the pending one when it was sampled; earlier tokens (the prompt,
+            # or history re-fed after readmission) are host-fed as prompt tokens.
+            ends_in_sample = samples and len(s.known) + s.unknown > len(request.prompt_token_ids)
+            prompt_in_round = chunk - 1 if ends_in_sample else chunk
+        eos = request.eos_token_ids or self.config.eos_ids
+        return LaneInput(slot=s.slot, generation=s.generation, consumed=consumed, tokens=tokens,
+                         prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=tuple(s.pages.pages),
+                         seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
+                         eos_ids=tuple(eos), prompt_token_ids=request.prompt_token_ids)
+
+    def _retire_lane(self, s: _Sequence, lane: LaneInput) -> None:
+        s.in_flight -= 1
+        s.submitted -= len(lane.tokens)
+        s.consumed += len(lane.tokens)
+        s.unknown -= int(lane.samples)
+
+    def _free_slot(self, s: _Sequence) -> None:
+        if s.slot is not None:
+            self._free_slots.append(s.slot)
+            self._free_slots.sort(reverse=True)
+            s.slot = None
+
+    def _release(self, s: _Sequence) -> None:
+        """Return the request's slot and pages and forget it (the fence has passed)."""
+        if s.pages is not None:
+            s.pages.release()
+            s.pages = None
+        self._free_slot(s)
+        if s in self._running:
+            self._running.remove(s)
+        if s in self._readmit:
+            self._readmit.remove(s)
+        if s in self._pending:
+            self._pending.remove(s)
+        self._all.pop(s.request.request_id, None)
+        if s.cancelled:
+            self._released.append(s.request.request_id)

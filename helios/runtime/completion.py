@@ -1,0 +1,132 @@
+"""Completion records and their validation (host side, shared by both runtimes' schedulers).
+
+Owns `Completion` (one lane's row of a graph's completion record, as the host reads it back),
+`validate_completion` (one row against the lane that was submitted: a drop-in for the reference
+engine's check) and `validate_round` (every row of a round, before any lane retires: what a batching
+scheduler adds: submission order across lanes and rounds, accepted count within the offer, consumed
+endpoint within the lane's page reservation).
+
+The specification: "The scheduler independently validates generations, submission order, accepted
+counts, and request endpoints before retiring any lane." Each violated invariant has its own error
+class; the message names the graph, the slot and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from helios.errors import HeliosError
+from helios.runtime.packing import LaneInput
+
+
+class CompletionInvalid(HeliosError):
+    """A completion row disagrees with the round it answers (an execution failure)."""
+
+
+class ExecutionStatusFailed(CompletionInvalid):
+    """The row's status field is not 0: the program reported a failure."""
+
+
+class SubmissionOrderViolated(CompletionInvalid):
+    """Rows answer another submission, arrive out of submission order, or repeat a slot."""
+
+
+class GenerationMismatch(CompletionInvalid):
+    """The generation echo differs from the lane's slot generation (a stale or foreign row)."""
+
+
+class AcceptedCountInvalid(CompletionInvalid):
+    """The emitted (accepted) count is above the lane's offer, or differs from what the graph must emit."""
+
+
+class EndpointInvalid(CompletionInvalid):
+    """The consumed-token endpoint is not the lane's, or lies past the lane's page reservation."""
+
+
+class EndpointPastReservation(EndpointInvalid):
+    """The consumed-token endpoint lies past the tokens the lane's pages reserve."""
+
+
+class CursorInvalid(CompletionInvalid):
+    """The draft cursor of a graph without one is not -1, or the reserved model field is not -1."""
+
+
+class SampledIdOutOfRange(CompletionInvalid):
+    """A sampled id lies outside the vocabulary's sampled range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One lane's row of the completion record."""
+
+    frame_index: int  # the execution frame the transport submitted the round in
+    submission_sequence: int  # the transport's sequence number of the round
+    generation: int  # echo of the lane's slot generation
+    sampled_id: int  # the sampled token (meaningful when emitted > 0)
+    emitted: int  # tokens accepted and emitted this round (the accepted count)
+    consumed_endpoint: int  # tokens consumed after the round
+    draft_cursor: int  # -1 for a graph without a draft cursor
+    model_reserved: int  # the ABI6 reserved model field: always -1
+    status: int  # 0: success
+
+
+def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int,
+                        sampled_tokens: int, frame: int | None = None, offer: int | None = None,
+                        reservation_tokens: int | None = None) -> None:
+    """Reject `row` unless it answers `lane` of submission `sequence` exactly.
+
+    `offer` is the most tokens the lane may accept (default: 1 when it samples, else 0); a graph that
+    is not speculative must emit exactly its sampling decision. `reservation_tokens` bounds the
+    consumed endpoint (default: the lane's pages hold no bound)."""
+    where = f"graph {graph_name}, slot {lane.slot}"
+    if row.status != 0:
+        raise ExecutionStatusFailed(f"{where}: status {row.status} (execution failed)")
+    if row.submission_sequence != sequence:
+        raise SubmissionOrderViolated(f"{where}: submission_sequence {row.submission_sequence}, "
+                                      f"the round was submitted as {sequence}")
+    if frame is not None and row.frame_index != frame:
+        raise SubmissionOrderViolated(f"{where}: frame_index {row.frame_index}, the round was submitted in "
+                                      f"frame {frame}")
+    if row.generation != lane.generation:
+        raise GenerationMismatch(f"{where}: generation echo {row.generation}, lane generation {lane.generation}")
+    expected = int(lane.samples)
+    limit = expected if offer is None else offer
+    if row.emitted > limit:
+        raise AcceptedCountInvalid(f"{where}: emitted {row.emitted} exceeds the lane's offer of {limit}")
+    if offer is None and row.emitted != expected:
+        raise AcceptedCountInvalid(f"{where}: emitted {row.emitted}, expected {expected}")
+    if row.emitted < 0:
+        raise AcceptedCountInvalid(f"{where}: emitted {row.emitted} is negative")
+    endpoint = lane.consumed + len(lane.tokens)
+    if reservation_tokens is not None and row.consumed_endpoint > reservation_tokens:
+        raise EndpointPastReservation(f"{where}: consumed_endpoint {row.consumed_endpoint} lies past the lane's "
+                              f"reservation of {reservation_tokens} tokens")
+    if row.consumed_endpoint != endpoint:
+        raise EndpointInvalid(f"{where}: consumed_endpoint {row.consumed_endpoint}, expected {endpoint}")
+    if row.draft_cursor != -1:
+        raise CursorInvalid(f"{where}: draft_cursor {row.draft_cursor}; a graph without one reports -1")
+    if row.model_reserved != -1:
+        raise CursorInvalid(f"{where}: model_reserved {row.model_reserved}, must be -1")
+    if row.emitted and not 0 <= row.sampled_id < sampled_tokens:
+        raise SampledIdOutOfRange(f"{where}: sampled_id {row.sampled_id} outside the vocabulary "
+                                  f"[0, {sampled_tokens})")
+
+
+def validate_round(graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion], *, sequence: int,
+                   sampled_tokens: int, page_tokens: int, frame: int | None = None,
+                   offers: Sequence[int] | None = None) -> None:
+    """Validate every row of one round before any lane retires.
+
+    Rows come in submission order, one per lane; slots are distinct; each lane's endpoint must lie
+    within the tokens its pages reserve (`len(lane.page_ids) * page_tokens`)."""
+    if len(rows) != len(lanes):
+        raise SubmissionOrderViolated(f"graph {graph_name}: {len(rows)} completion rows for {len(lanes)} lanes")
+    seen: set[int] = set()
+    for i, (lane, row) in enumerate(zip(lanes, rows, strict=True)):
+        if lane.slot in seen:
+            raise SubmissionOrderViolated(f"graph {graph_name}: slot {lane.slot} appears twice in one round")
+        seen.add(lane.slot)
+        validate_completion(graph_name, lane, row, sequence=sequence, sampled_tokens=sampled_tokens, frame=frame,
+                            offer=None if offers is None else offers[i],
+                            reservation_tokens=len(lane.page_ids) * page_tokens)
