@@ -13,7 +13,9 @@ process so that its peak RSS is its own:
   sha256sum    `sha256sum` of the core file (the plain digest)
   idle         the interpreter with helios.core imported, nothing read (the fixed part of the RSS)
 
-Throughput is decoded bytes per second for the decoders and file bytes per second for sha256sum.
+Throughput is decoded bytes per second for the decoders and file bytes per second for sha256sum,
+per second of wall time (MB/s) and per second of CPU time summed over threads (MB/CPU-s: the cost,
+which the load of other processes on a shared machine disturbs much less than the wall time).
 The page cache is warm for every row (the core was just written). With --repeat N each row is run
 N times, interleaved, and its fastest run is reported (on a shared machine the others' load only
 ever slows a run down). Usage:
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -75,6 +78,12 @@ def build(directory: Path, decoded_nbytes: int, resource_nbytes: int) -> None:
             remaining -= len(piece)
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process, all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _peak_rss() -> int:
     """This process's own peak resident set (VmHWM), in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -89,7 +98,7 @@ def child(kind: str, core: str, key: str, workers: int) -> None:
 
     from helios.core import open_core
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     total = 0
     if kind == "helios":
         chosen = None if workers < 0 else workers  # -1: the default thread pool
@@ -109,12 +118,12 @@ def child(kind: str, core: str, key: str, workers: int) -> None:
             for placement, _ in placements:
                 file.seek(placement.offset)
                 total += len(decompressor.decompress(file.read(placement.nbytes)))
-    seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "decoded_nbytes": total, "peak_rss": _peak_rss()}))
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "decoded_nbytes": total, "peak_rss": _peak_rss()}))
 
 
-def measure(argv: list[str], stdout=subprocess.PIPE) -> tuple[float, int, str]:
-    """(wall seconds, peak RSS bytes, stdout) of one child process."""
+def measure(argv: list[str], stdout=subprocess.PIPE) -> tuple[float, float, int, str]:
+    """(wall seconds, CPU seconds, peak RSS bytes, stdout) of one child process."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE)
     out = process.stdout.read().decode() if stdout == subprocess.PIPE else ""
@@ -124,7 +133,7 @@ def measure(argv: list[str], stdout=subprocess.PIPE) -> tuple[float, int, str]:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:
         raise SystemExit(f"{argv[0]} failed: {err}")
-    return wall, usage.ru_maxrss * 1024, out
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, out
 
 
 def main() -> int:
@@ -170,15 +179,16 @@ def main() -> int:
             for name, argv, nbytes in commands:
                 if shutil.which(argv[0]) is None:
                     continue
-                if nbytes is None:  # a Python child reports its own time and peak RSS
-                    wall, _, out = measure(argv)
+                if nbytes is None:  # a Python child reports its own times and peak RSS
+                    wall, _, _, out = measure(argv)
                     inner = json.loads(out)
-                    row = {"name": name, "seconds": inner["seconds"], "process_seconds": wall,
-                           "nbytes": inner["decoded_nbytes"], "peak_rss": inner["peak_rss"]}
+                    row = {"name": name, "seconds": inner["seconds"], "cpu_seconds": inner["cpu_seconds"],
+                           "process_seconds": wall, "nbytes": inner["decoded_nbytes"], "peak_rss": inner["peak_rss"]}
                 else:
                     with open(os.devnull, "wb") as null:
-                        wall, rss, _ = measure(argv, stdout=null)
-                    row = {"name": name, "seconds": wall, "process_seconds": wall, "nbytes": nbytes, "peak_rss": rss}
+                        wall, cpu, rss, _ = measure(argv, stdout=null)
+                    row = {"name": name, "seconds": wall, "cpu_seconds": cpu, "process_seconds": wall,
+                           "nbytes": nbytes, "peak_rss": rss}
                 if name not in best or row["seconds"] < best[name]["seconds"]:
                     best[name] = row
         rows = list(best.values())
@@ -187,15 +197,16 @@ def main() -> int:
               f"(ratio {real_decoded / stored:.2f}), {-(-decoded // (args.resource_mib << 20))} resources; "
               f"built in {build_seconds:.1f} s; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
               f"best of {args.repeat}")
-        print(f"{'what':<10} {'seconds':>8} {'MB/s':>8} {'peak RSS':>10} {'RSS/decoded':>12}")
+        print(f"{'what':<10} {'seconds':>8} {'MB/s':>8} {'CPU s':>8} {'MB/CPU-s':>9} {'peak RSS':>10} {'RSS/decoded':>12}")
         for row in rows:
             if row["name"] == "idle":
-                print(f"{'idle':<10} {'':>8} {'':>8} {row['peak_rss'] / (1 << 20):>8.0f} MiB "
+                print(f"{'idle':<10} {'':>8} {'':>8} {'':>8} {'':>9} {row['peak_rss'] / (1 << 20):>6.0f} MiB "
                       f"{'':>12}  (the interpreter with helios.core imported)")
                 continue
             rate = row["nbytes"] / row["seconds"] / 1e6
-            print(f"{row['name']:<10} {row['seconds']:>8.2f} {rate:>8.0f} {row['peak_rss'] / (1 << 20):>8.0f} MiB "
-                  f"{row['peak_rss'] / real_decoded:>11.2f}x")
+            per_cpu = row["nbytes"] / max(row["cpu_seconds"], 1e-9) / 1e6
+            print(f"{row['name']:<10} {row['seconds']:>8.2f} {rate:>8.0f} {row['cpu_seconds']:>8.2f} {per_cpu:>9.0f} "
+                  f"{row['peak_rss'] / (1 << 20):>6.0f} MiB {row['peak_rss'] / real_decoded:>11.2f}x")
         if args.json:
             print(json.dumps({"decoded_nbytes": real_decoded, "stored_nbytes": stored, "rows": rows}))
     finally:
