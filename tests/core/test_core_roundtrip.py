@@ -270,3 +270,22 @@ def test_resource_input_accepts_buffers_and_refuses_the_rest(tmp_path, trust):
     with pytest.raises(EnvelopeInvalid, match="given twice"):
         write(tmp_path / "d.hcore", [ResourceInput("a", WEIGHT, b""), ResourceInput("a", WEIGHT, b"")])
     assert not (tmp_path / "d.hcore").exists() and not (tmp_path / "d.hcore.partial").exists()
+
+
+def test_writer_holds_one_resource_at_a_time(tmp_path):
+    import tracemalloc
+
+    resource_nbytes = 4 << 20
+
+    def resources():
+        for index in range(6):  # 24 MiB in all, made one at a time
+            yield ResourceInput(f"r{index}", WEIGHT, random_bytes(resource_nbytes, index))
+
+    tracemalloc.start()
+    try:
+        write(tmp_path / "c.hcore", resources())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # one resource's input and its stored frame, with room for the generator's scratch
+    assert peak < 3.5 * resource_nbytes, peak
