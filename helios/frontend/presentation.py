@@ -171,7 +171,9 @@ class ChatPresenter:
         timestamps_ns: list[int | None],
         timing: Timing | None,
     ) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        # OpenAI's shape: content is null only beside tool calls, else a string (maybe empty)
+        content = parsed.content if parsed.content is not None or parsed.tool_calls else ""
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning
         message["tool_calls"] = (

@@ -115,4 +115,10 @@ def serve(options: ServeOptions) -> None:
         timeout_graceful_shutdown=SHUTDOWN_DRAIN_S,
         lifespan="on",
     )
-    uvicorn.Server(config).run()
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        # NOTE: uvicorn drains, shuts the app down, then re-raises the captured Ctrl-C: that is
+        # the normal way to stop a server, not an error.
+        pass
+    logging.getLogger("helios.server").info("stopped")

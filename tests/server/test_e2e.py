@@ -1,0 +1,229 @@
+"""End to end: `helios prepare` a tiny random Qwen3-shaped checkpoint, start `helios serve` as a real
+process on a loopback port, and drive it with the official openai client and httpx: chat with and
+without streaming, include_usage, tools rendered into the prompt, stop, return_token_ids, 400, 429,
+503, a dropped connection that cancels its request, /metrics and a clean shutdown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+from inprocess import free_port
+from prometheus_client.parser import text_string_to_metric_families
+from tokenizers import Tokenizer
+
+from helios.cli import main
+
+pytestmark = pytest.mark.slow
+
+# ChatML with think tags and Qwen Coder tool calls, compact enough for a byte-level tokenizer.
+TEMPLATE = """\
+{%- if tools %}<|im_start|>system
+Tools:{% for tool in tools %} {{ tool.function.name }}{% endfor %}<|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == 'assistant' %}<|im_start|>assistant
+{% if message.reasoning_content %}<think>
+{{ message.reasoning_content }}
+</think>
+
+{% endif %}{{ message.content or '' }}
+{%- for tc in message.tool_calls or [] %}<tool_call>
+<function={{ tc.function.name }}>
+{% for key, value in tc.function.arguments | items %}<parameter={{ key }}>
+{{ value }}
+</parameter>
+{% endfor %}</function>
+</tool_call>{% endfor %}<|im_end|>
+{% else %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+USER = [{"role": "user", "content": "Hi"}]
+CONTEXT = 192
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    checkpoint = root / "tiny-tools"
+    shutil.copytree(tiny_checkpoint("qwen3"), checkpoint)
+    (checkpoint / "chat_template.jinja").write_text(TEMPLATE, encoding="utf-8")
+    key = root / "publisher.key"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    core = root / "tiny.hcore"
+    assert main(["prepare", str(checkpoint), "--out", str(core), "--publisher", "acme/tests", "--key", str(key),
+                 "--served-id", "tiny-qwen", "--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2",
+                 "--prefill-capacities", "8,32", "--context-tokens", str(CONTEXT)]) == 0  # fmt: skip
+    port = free_port()
+    log = root / "server.log"
+    command = [sys.executable, "-m", "helios", "serve", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub",
+               "--port", str(port), "--max-active", "1", "--queue-capacity", "1", "--frontend-workers", "1"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with open(log, "w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.time() > deadline:
+            process.kill()
+            raise AssertionError("helios serve did not start:\n" + log.read_text())
+        time.sleep(0.1)
+    tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    yield base, process, log, tokenizer
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def api(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def metrics(base: str) -> dict[tuple[str, tuple], float]:
+    values = {}
+    for family in text_string_to_metric_families(httpx.get(base + "/metrics").text):
+        for sample in family.samples:
+            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return values
+
+
+def wait_for(predicate, timeout=30.0) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_chat_json_stream_usage_and_token_ids(server) -> None:
+    base, _, _, tokenizer = server
+    client = api(base)
+    assert [m.id for m in client.models.list().data] == ["tiny-qwen"]
+    response = client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=8, temperature=0,
+                                              extra_body={"return_token_ids": True})  # fmt: skip
+    choice = response.choices[0]
+    token_ids = choice.model_extra["token_ids"]
+    assert choice.finish_reason in ("stop", "length") and 1 <= len(token_ids) <= 8
+    assert response.usage.completion_tokens == len(token_ids)
+    prompt = tokenizer.decode(response.model_extra["prompt_token_ids"], skip_special_tokens=False)
+    assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    # the same greedy request streamed gives the same ids and the same text
+    chunks = list(client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=8, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True},
+                                                 extra_body={"return_token_ids": True}))  # fmt: skip
+    streamed_ids = [c.choices[0].model_extra["token_ids"][0] for c in chunks
+                    if c.choices and c.choices[0].model_extra.get("token_ids")]  # fmt: skip
+    assert streamed_ids == token_ids
+    streamed_text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed_text == (choice.message.content or "")
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(token_ids)
+
+
+def test_tools_are_rendered_and_the_shape_is_right(server) -> None:
+    base, _, _, tokenizer = server
+    response = api(base).chat.completions.create(model="tiny-qwen", messages=USER, tools=[WEATHER], max_tokens=4,
+                                                 temperature=0, extra_body={"return_token_ids": True})  # fmt: skip
+    prompt = tokenizer.decode(response.model_extra["prompt_token_ids"], skip_special_tokens=False)
+    assert prompt.startswith("<|im_start|>system\nTools: get_weather<|im_end|>\n")
+    choice = response.choices[0]
+    assert choice.message.role == "assistant" and choice.finish_reason in ("stop", "length", "tool_calls")
+    assert choice.message.tool_calls is None or all(c.type == "function" for c in choice.message.tool_calls)
+
+
+def test_stop_string(server) -> None:
+    base, _, _, tokenizer = server
+    client = api(base)
+    free = client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=12, temperature=0,
+                                          extra_body={"ignore_eos": True})  # fmt: skip
+    text = free.choices[0].message.content
+    assert text and len(text) >= 3
+    stop = text[1:3]
+    stopped = client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=12, temperature=0,
+                                             stop=[stop], extra_body={"ignore_eos": True})  # fmt: skip
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].message.content == text[: text.find(stop)]
+
+
+def test_400_429_and_503(server) -> None:
+    base, _, _, _ = server
+    client = api(base)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model="tiny-qwen", messages=USER, temperature=5)
+    assert error.value.body["param"] == "temperature"
+    for body, param in [({"stop": "a", "stop_token_ids": [1]}, "stop_token_ids"),
+                        ({"return_token_ids": "yes"}, "return_token_ids"), ({"messages": []}, "messages")]:  # fmt: skip
+        response = httpx.post(
+            base + "/v1/chat/completions", json={"model": "tiny-qwen", "messages": USER, **body}
+        )
+        assert response.status_code == 400 and response.json()["error"]["param"] == param
+    # an output limit beyond the served context: scheduler admission rejects it
+    with pytest.raises(openai.InternalServerError) as error:
+        client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=CONTEXT)
+    assert error.value.status_code == 503
+    # saturate admission: queue_capacity + max_active = 2 long streams that nobody reads
+    body = {"model": "tiny-qwen", "messages": USER, "max_tokens": 150, "ignore_eos": True, "stream": True}
+    streams = [httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) for _ in range(2)]
+    for stream in streams:
+        assert stream.__enter__().status_code == 200
+    try:
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=2)
+    finally:
+        for stream in streams:
+            stream.__exit__(None, None, None)
+    wait_for(lambda: metrics(base)[("helios_http_admission_in_use", ())] == 0)
+    assert httpx.get(base + "/health").status_code == 200
+
+
+def test_dropped_connection_cancels_and_releases(server) -> None:
+    base, _, _, _ = server
+    before = metrics(base).get(("helios_requests_finished_total", (("termination", "cancelled"),)), 0)
+    body = {"model": "tiny-qwen", "messages": USER, "max_tokens": 150, "ignore_eos": True, "stream": True,
+            "return_token_ids": True}  # fmt: skip
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        received = [next(lines) for _ in range(4)]
+    assert any(line.startswith("data: ") for line in received)
+    wait_for(
+        lambda: (
+            metrics(base)[("helios_requests_finished_total", (("termination", "cancelled"),))] == before + 1
+        )
+    )
+    values = metrics(base)
+    assert values[("helios_requests_active", ())] == 0
+    assert values[("helios_http_admission_in_use", ())] == 0
+    assert values[("flare_mixed_grammar_decode_steps_total", ())] == 0
+    assert values[("flare_constrained_max_inflight", ())] == 0
+
+
+def test_request_log_and_shutdown(server) -> None:
+    base, process, log, _ = server
+    httpx.post(base + "/v1/chat/completions", json={"model": "tiny-qwen", "messages": USER, "max_tokens": 2})
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=20) == 0
+    lines = log.read_text().splitlines()
+    assert any("/v1/chat/completions 200" in line for line in lines)
+    assert any("/v1/chat/completions 429" in line for line in lines)
+    assert "Traceback" not in log.read_text()
