@@ -179,7 +179,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     cache_dtype, program_dtype = _DTYPES[options.dtype]
     for eos in checkpoint.eos_token_ids:
         if eos >= cfg.vocab_size:
-            raise HeliosError(f"EOS id {eos} lies outside config.json: vocab_size = {cfg.vocab_size}")
+            raise UnsupportedCheckpoint(f"config.json: eos_token_id {eos} lies outside vocab_size = {cfg.vocab_size}")
 
     decl = Declarations()
     layout = completion_layout(decl, geometry)
@@ -268,6 +268,6 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
 
 
 def _special_tokens(checkpoint: Checkpoint) -> dict[str, int]:
-    """The tokenizer's added (special) tokens, text -> id."""
+    """The tokenizer's added tokens (special or not, e.g. think tags), text -> id."""
     data = json.loads(checkpoint.tokenizer_json)
-    return {str(t["content"]): int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special", True)}
+    return {str(t["content"]): int(t["id"]) for t in data.get("added_tokens") or []}
