@@ -4,7 +4,7 @@ Owns: `QwenCoderToolParser` (TOOL_PARSER_QWEN_CODER, function tags), `NoToolPars
 they return (`ContentText`, `ToolCallStart`, `ToolCallArguments`) and `convert_parameter` (a value
 converted by the tool's JSON schema type).
 
-The Qwen Coder syntax, with every string taken from `ToolSyntax`:
+The function-tag syntax (TOOL_PARSER_QWEN_CODER), every string taken from `ToolSyntax`:
 
     <tool_call>                 opener   (a marker piece when the tokenizer encodes it as one token)
     <function=NAME>             invoke_open NAME invoke_name_close
