@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
 import tinyfront
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,9 +25,11 @@ def counter_ids():
     return lambda: f"call_{next(counter)}"
 
 
-def run(pieces: list[Piece], *, token_only=frozenset(), reasoning_open=False, tools=TOOLS) -> tuple:
+def run(
+    pieces: list[Piece], *, token_only=frozenset(), reasoning_open=False, tools=TOOLS, frontend=FRONTEND
+) -> tuple:
     pipeline = OutputPipeline(
-        FRONTEND, tools=tools, token_only=token_only, reasoning_open=reasoning_open, id_factory=counter_ids()
+        frontend, tools=tools, token_only=token_only, reasoning_open=reasoning_open, id_factory=counter_ids()
     )
     accumulator = OutputAccumulator()
     deltas: list[Delta] = []
@@ -192,19 +195,27 @@ def coalesce(segments: list[tuple[str, bool]], token_only: bool) -> list[Piece]:
     return pieces
 
 
-@settings(max_examples=250, deadline=None)
+FRONTENDS = {
+    "think+qwen-coder": FRONTEND,
+    "think-only": tinyfront.frontend_contract(tools=False),
+    "tools-only": tinyfront.frontend_contract(reasoning=False),
+}
+
+
+@pytest.mark.parametrize("name", list(FRONTENDS))
+@settings(max_examples=150, deadline=None)
 @given(
     segments=outputs(),
     cuts=st.lists(st.integers(0, 50), max_size=80),
     token_only=st.booleans(),
     reasoning_open=st.booleans(),
 )
-def test_streamed_equals_non_streamed(segments, cuts, token_only, reasoning_open) -> None:
+def test_streamed_equals_non_streamed(name, segments, cuts, token_only, reasoning_open) -> None:
+    frontend = FRONTENDS[name]
     delimiters = TOKEN_ONLY if token_only else frozenset()
-    whole, _ = run(coalesce(segments, token_only), token_only=delimiters, reasoning_open=reasoning_open)
-    streamed, deltas = run(
-        split_pieces(segments, cuts, token_only), token_only=delimiters, reasoning_open=reasoning_open
-    )
+    options = dict(token_only=delimiters, reasoning_open=reasoning_open, frontend=frontend)
+    whole, _ = run(coalesce(segments, token_only), **options)
+    streamed, deltas = run(split_pieces(segments, cuts, token_only), **options)
     assert streamed == whole
     for call in whole.tool_calls:
         assert isinstance(json.loads(call.arguments), dict)
