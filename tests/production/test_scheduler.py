@@ -1,0 +1,346 @@
+"""The batching scheduler with hand-built completions (host only, no executor): cohorts, graph choice,
+the frame rule, completion validation before retirement, cancellation fences, preemption."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from helios.production.page_cache import PageCache
+from helios.production.scheduling import (
+    GraphCatalog,
+    GraphVariant,
+    RoundPlan,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerRequest,
+)
+from helios.production.scheduling.scheduler import QueueFull
+from helios.proto import contract_pb2
+from helios.runtime.completion import (
+    AcceptedCountInvalid,
+    Completion,
+    EndpointPastReservation,
+    GenerationMismatch,
+    SubmissionOrderViolated,
+)
+from helios.runtime.request import GenerationRequest
+
+C = contract_pb2
+INIT, PREFILL, DECODE, MIXED = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE,
+                                C.OPERATION_MIXED)
+
+
+def catalog(*, mixed: bool = True, device_pending: bool = False) -> GraphCatalog:
+    variants = [GraphVariant("initialization", INIT, 1, 1, device_pending)]
+    variants += [GraphVariant(f"prefill_p{p}", PREFILL, 1, p, device_pending) for p in (8, 16)]
+    variants += [GraphVariant(f"decode_b{b}", DECODE, b, b, device_pending) for b in (1, 2, 4)]
+    if mixed:
+        variants += [GraphVariant(f"mixed_b4_p{p}", MIXED, 4, p, device_pending) for p in (11, 19)]
+    return GraphCatalog(variants)
+
+
+def scheduler(*, pages: int = 64, mixed: bool = True, device_pending: bool = False, frames: int = 1,
+              framed: bool = False, max_active: int = 4, queue_capacity: int = 8) -> Scheduler:
+    config = SchedulerConfig(max_active=max_active, queue_capacity=queue_capacity, page_tokens=4,
+                             context_tokens=64, input_tokens=300, sampled_tokens=300, eos_ids=(299,), frames=frames)
+    return Scheduler(config, catalog(mixed=mixed, device_pending=device_pending), PageCache(pages, 4, "test"),
+                     framed_executor=framed)
+
+
+def request(name: str, prompt: int, max_tokens: int = 8, first: int = 1, **flags) -> SchedulerRequest:
+    tokens = tuple(range(first, first + prompt))
+    return SchedulerRequest(name, GenerationRequest(tokens, max_tokens=max_tokens), **flags)
+
+
+def rows(plan: RoundPlan, token: int = 7) -> list[Completion]:
+    """The completion rows a correct executor writes for `plan`."""
+    return [Completion(frame_index=plan.frame, submission_sequence=plan.sequence, generation=lane.generation,
+                       sampled_id=token, emitted=int(lane.samples),
+                       consumed_endpoint=lane.consumed + len(lane.tokens), draft_cursor=-1, model_reserved=-1,
+                       status=0) for lane in plan.lanes]
+
+
+def run(s: Scheduler, plan: RoundPlan, token: int = 7):
+    return s.complete(plan, rows(plan, token))
+
+
+def test_a_new_request_initializes_then_prefills_in_the_smallest_fitting_graph():
+    s = scheduler(mixed=False)
+    s.add(request("a", 5))
+    init = s.schedule()
+    assert init.operation == INIT and init.graph == "initialization"
+    assert init.lanes[0].tokens == () and not init.lanes[0].samples
+    assert run(s, init) == []
+    prefill = s.schedule()
+    assert prefill.graph == "prefill_p8"  # 5 tokens: the smallest PREFILL capacity that holds them
+    (lane,) = prefill.lanes
+    assert lane.tokens == (1, 2, 3, 4, 5) and lane.samples and lane.prompt_tokens_in_round == 5
+    (outcome,) = run(s, prefill, token=42)
+    assert (outcome.request_id, outcome.token, outcome.sampled) == ("a", 42, 1)
+    decode = s.schedule()
+    assert decode.graph == "decode_b1" and decode.lanes[0].tokens == (42,)
+    assert decode.lanes[0].prompt_tokens_in_round == 0 and decode.lanes[0].consumed == 5
+
+
+def test_a_long_prompt_is_chunked_into_the_prepared_capacities():
+    s = scheduler(mixed=False)
+    s.add(request("a", 20))
+    run(s, s.schedule())
+    first = s.schedule()
+    assert first.graph == "prefill_p16" and len(first.lanes[0].tokens) == 16 and not first.lanes[0].samples
+    assert run(s, first) == []
+    second = s.schedule()
+    assert second.graph == "prefill_p8" and second.lanes[0].tokens == (17, 18, 19, 20)
+    assert second.lanes[0].consumed == 16 and second.lanes[0].samples
+
+
+def test_cohorts_mix_prefill_and_decode_in_the_smallest_mixed_graph():
+    s = scheduler()
+    s.add(request("a", 3))
+    s.add(request("b", 3))
+    for _ in range(2):
+        run(s, s.schedule())  # two initializations
+    both = s.schedule()  # two prefills, no decode yet: one MIXED round holds both
+    assert both.operation == MIXED and both.graph == "mixed_b4_p11" and both.request_ids == ("a", "b")
+    run(s, both)
+    s.add(request("c", 12))
+    run(s, s.schedule())  # c's initialization
+    plan = s.schedule()
+    assert plan.operation == MIXED
+    assert plan.request_ids == ("a", "b", "c")  # decode lanes first, then the prefill chunk
+    assert [len(lane.tokens) for lane in plan.lanes] == [1, 1, 12]
+    assert [lane.samples for lane in plan.lanes] == [True, True, True]
+    assert plan.graph == "mixed_b4_p19"  # 14 tokens: p11 is too small
+
+
+def test_decode_only_cohorts_use_the_smallest_batch_that_holds_them():
+    s = scheduler(mixed=False)
+    for name in "abc":
+        s.add(request(name, 2))
+    for _ in range(3):
+        run(s, s.schedule())  # initializations
+    decodes = []
+    for _ in range(6):
+        plan = s.schedule()
+        if plan.operation == DECODE:
+            decodes.append((plan.graph, len(plan.lanes)))
+        run(s, plan)
+    assert decodes == [("decode_b1", 1), ("decode_b2", 2), ("decode_b4", 3)]
+
+
+def test_without_a_mixed_graph_prefill_and_decode_rounds_alternate():
+    s = scheduler(mixed=False)
+    s.add(request("a", 2))
+    run(s, s.schedule())
+    run(s, s.schedule())  # a prefilled, now decoding
+    s.add(request("b", 40, max_tokens=4))
+    run(s, s.schedule())  # b's initialization
+    operations = []
+    for _ in range(4):
+        plan = s.schedule()
+        operations.append(plan.operation)
+        run(s, plan)
+    assert operations == [DECODE, PREFILL, DECODE, PREFILL]
+
+
+def test_two_frames_only_where_allowed():
+    s = scheduler(device_pending=True, frames=2, framed=True)
+    s.add(request("a", 2, max_tokens=10))
+    run(s, s.schedule())
+    run(s, s.schedule())  # prefill: a decodes from now on
+    assert s.max_inflight() == 2
+    first = s.schedule()
+    assert first.operation == DECODE and first.frame == 0
+    second = s.schedule()  # the same lane again: its pending token is on the device
+    assert second is not None and second.frame == 1 and second.lanes[0].consumed == first.lanes[0].consumed + 1
+    assert s.schedule() is None  # both frames are taken
+    run(s, first, token=11)
+    (outcome,) = run(s, second, token=12)
+    assert outcome.sampled == 3
+
+
+@pytest.mark.parametrize("flag", ["host_stop", "constrained"])
+def test_a_string_stop_or_a_grammar_forces_one_frame(flag):
+    s = scheduler(device_pending=True, frames=2, framed=True)
+    s.add(request("a", 2))
+    s.add(request("b", 2, **{flag: True}))
+    assert s.max_inflight() == 2  # nothing is active yet
+    plan = s.schedule()
+    assert s.max_inflight() == 1 and s.schedule() is None  # b is active: one outstanding round
+    run(s, plan)
+    s.finish("b")
+    assert s.max_inflight() == 2
+
+
+def test_one_frame_when_the_pending_token_is_host_fed():
+    s = scheduler(device_pending=False, frames=2, framed=True)
+    s.add(request("a", 2))
+    assert s.max_inflight() == 1
+    s.schedule()
+    assert s.schedule() is None
+
+
+def test_the_frame_metrics_follow_constrained_submissions():
+    s = scheduler()
+    s.add(request("a", 2, constrained=True))
+    s.add(request("b", 2))
+    for _ in range(3):
+        run(s, s.schedule())  # two initializations, one MIXED prefill of both
+    plan = s.schedule()
+    assert plan.operation == MIXED or plan.operation == DECODE
+    run(s, plan)
+    assert s.counters.constrained_max_inflight == 1
+
+
+def _prefilled(s: Scheduler, *names: str) -> RoundPlan:
+    for name in names:
+        s.add(request(name, 3))
+    for _ in names:
+        run(s, s.schedule())
+    run(s, s.schedule())
+    return s.schedule()
+
+
+@pytest.mark.parametrize("corrupt, error", [
+    (lambda row, plan: dataclasses.replace(row, generation=row.generation + 1), GenerationMismatch),
+    (lambda row, plan: dataclasses.replace(row, submission_sequence=plan.sequence - 1), SubmissionOrderViolated),
+    (lambda row, plan: dataclasses.replace(row, emitted=2), AcceptedCountInvalid),
+    (lambda row, plan: dataclasses.replace(row, consumed_endpoint=10_000), EndpointPastReservation),
+])
+def test_an_invalid_completion_retires_no_lane(corrupt, error):
+    s = scheduler()
+    plan = _prefilled(s, "a", "b")
+    before = [(q.consumed, list(q.known), q.sampled) for q in (s._all["a"], s._all["b"])]
+    good, bad = rows(plan)
+    with pytest.raises(error) as caught:
+        s.complete(plan, [good, corrupt(bad, plan)])
+    assert "slot" in str(caught.value)
+    after = [(q.consumed, list(q.known), q.sampled) for q in (s._all["a"], s._all["b"])]
+    assert after == before  # the valid first lane did not retire either
+    assert s.abort(plan) == ["a", "b"]
+    assert s.idle and s.cache.gauges().in_use == 0
+
+
+def test_rounds_retire_in_submission_order():
+    s = scheduler(device_pending=True, frames=2, framed=True)
+    s.add(request("a", 2, max_tokens=10))
+    run(s, s.schedule())
+    run(s, s.schedule())
+    first, second = s.schedule(), s.schedule()
+    with pytest.raises(SubmissionOrderViolated):
+        s.complete(second, rows(second))
+    run(s, first)
+    run(s, second)
+
+
+def test_a_duplicate_slot_in_a_round_is_rejected():
+    s = scheduler()
+    plan = _prefilled(s, "a", "b")
+    doubled = dataclasses.replace(plan, lanes=(plan.lanes[0], plan.lanes[0]), request_ids=("a", "a"))
+    s._outstanding[0] = doubled
+    with pytest.raises(SubmissionOrderViolated, match="twice"):
+        s.complete(doubled, rows(doubled))
+
+
+def test_cancellation_mid_flight_releases_only_after_the_fence():
+    s = scheduler()
+    plan = _prefilled(s, "a", "b")
+    pages_held = s.cache.gauges().in_use
+    s.cancel("a")
+    assert s.released() == []  # in flight: slot and pages stay until the round completes
+    assert s.cache.gauges().in_use == pages_held
+    outcomes = run(s, plan)
+    assert [o.request_id for o in outcomes] == ["b"]  # a's token is suppressed
+    assert s.released() == ["a"]
+    assert s.cache.gauges().in_use < pages_held
+    assert s.active == 1
+
+
+def test_cancelled_lanes_publish_no_prefix():
+    s = scheduler()
+    s.add(request("a", 9))
+    run(s, s.schedule())
+    plan = s.schedule()
+    s.cancel("a")
+    run(s, plan)
+    assert s.cache.gauges().cached == 0
+
+
+def test_a_cancelled_pending_request_is_released_at_once():
+    s = scheduler(max_active=1)
+    s.add(request("a", 3))
+    s.add(request("b", 3))
+    s.schedule()
+    s.cancel("b")
+    assert s.released() == ["b"] and s.pending == 0
+
+
+def test_preemption_readmits_and_never_fails_a_request_that_fits():
+    # 6 pages of 4 tokens; each request reaches 3 + 12 - 1 = 14 positions: 4 pages. Two cannot both finish.
+    s = scheduler(pages=6, max_active=2)
+    s.add(request("a", 3, max_tokens=12))
+    s.add(request("b", 3, max_tokens=12))
+    sampled = {"a": 0, "b": 0}
+    for _ in range(200):
+        plan = s.schedule()
+        if plan is None:
+            break
+        for outcome in run(s, plan):
+            sampled[outcome.request_id] = outcome.sampled
+            if outcome.sampled == 12:
+                s.finish(outcome.request_id)
+    assert sampled == {"a": 12, "b": 12}
+    assert s.counters.preemptions >= 1 and s.counters.readmissions >= 1
+    assert s.idle and s.cache.gauges().in_use == 0
+
+
+def test_readmission_refeeds_history_and_ends_in_the_pending_token():
+    s = scheduler(pages=6, max_active=2)
+    s.add(request("a", 3, max_tokens=12))
+    s.add(request("b", 3, max_tokens=12, first=100))  # no prefix shared with a
+    refed = None
+    for _ in range(200):
+        plan = s.schedule()
+        if plan is None:
+            break
+        if plan.operation != INIT and s.counters.readmissions and refed is None:
+            lanes = [lane for lane, rid in zip(plan.lanes, plan.request_ids, strict=True) if rid == "b"]
+            if lanes and len(lanes[0].tokens) > 1:
+                refed = lanes[0]
+        for outcome in run(s, plan):
+            if outcome.sampled == 12:
+                s.finish(outcome.request_id)
+    assert refed is not None
+    # history past the prompt is host-fed as prompt tokens; the last sampled token is the pending one
+    assert refed.samples and refed.prompt_tokens_in_round == len(refed.tokens) - 1
+
+
+def test_admission_checks_and_the_bounded_pending_deque():
+    s = scheduler(pages=4, queue_capacity=2)
+    assert "context" in s.admission_check(request("x", 60, max_tokens=8))
+    assert "input vocabulary" in s.admission_check(
+        SchedulerRequest("y", GenerationRequest((1, 400), max_tokens=2)))
+    assert "cache pages" in s.admission_check(request("z", 10, max_tokens=10))  # 19 positions: 5 pages
+    assert s.admission_check(request("ok", 10, max_tokens=7)) is None  # 16 positions: 4 pages
+    s.add(request("a", 2))
+    s.add(request("b", 2))
+    with pytest.raises(QueueFull):
+        s.add(request("c", 2))
+
+
+def test_page_table_updates_carry_only_new_entries():
+    s = scheduler(mixed=False)
+    s.add(request("a", 3, max_tokens=10))
+    init = s.schedule()
+    assert init.page_table_updates == ()  # no page yet
+    run(s, init)
+    prefill = s.schedule()
+    assert prefill.page_table_updates == ((0, 0, (0,)),)
+    run(s, prefill)
+    decode = s.schedule()  # position 3 still lies in page 0
+    assert decode.page_table_updates == ()
+    run(s, decode)
+    grow = s.schedule()  # position 4 needs page 1: one new entry from index 1
+    assert grow.page_table_updates == ((0, 1, (1,)),)
