@@ -11,7 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Packages allowed to import torch: the production device side, preparation, and demo training.
 DEVICE_PACKAGES = ("helios.production", "helios.ignition", "helios.demo")
-FAMILY_NAMES = re.compile(r"\b(llama|qwen|mistral|gemma|deepseek|phi-?\d|gpt-?oss)\b", re.IGNORECASE)
+# NOTE: "Qwen Coder" names a tool-call syntax in the specification ("Qwen Coder function tags"), not a
+# model identity, so the syntax name is allowed; the family name on its own is not.
+FAMILY_NAMES = re.compile(r"\b(llama|qwen(?![-_ ]coder\b)|mistral|gemma|deepseek|phi-?\d|gpt-?oss)\b", re.IGNORECASE)
 
 _PROBE = """
 import importlib, pkgutil, sys
