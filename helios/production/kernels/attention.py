@@ -44,7 +44,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
         first = tl.maximum(position - window + 1, 0)
     last = tl.where(lane >= 0, position + 1, 0)  # exclusive end; no keys for padding rows
     length = tl.maximum(last - first, 0)
-    chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    chunk = ((length + SPLITS - 1) // SPLITS + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     lo = first + split * chunk
     hi = tl.minimum(lo + chunk, last)
     safe_lane = tl.maximum(lane, 0).to(tl.int64)

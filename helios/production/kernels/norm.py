@@ -1,7 +1,7 @@
 """RMS norm kernels (device side): `rms_norm`, `head_rms_norm` and `layer_norm`, optionally fused with
 the residual `add` that feeds them.
 
-One program normalizes one row; the row (hidden or head_dim wide) fits one block. With a residual,
+One program normalizes one row on a GPU (a block of rows in the CPU interpreter); the row (hidden or head_dim wide) fits one block. With a residual,
 the kernel stores `a + b` (rounded to its dtype, as the unfused `add` stores it) and normalizes the
 rounded sum, so the fusion never changes the program's meaning.
 """
@@ -15,28 +15,30 @@ import triton.language as tl
 
 @triton.jit
 def _norm_kernel(x_ptr, residual_ptr, sum_ptr, weight_ptr, bias_ptr, out_ptr, n_cols, eps, weight_offset,
-                 HAS_RESIDUAL: tl.constexpr, LAYER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+                 n_rows, HAS_RESIDUAL: tl.constexpr, LAYER: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK)[None, :]
+    mask = (cols < n_cols) & (rows < n_rows)
+    offsets = rows * n_cols + cols
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
-        r = tl.load(residual_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        r = tl.load(residual_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         stored = (x + r).to(sum_ptr.dtype.element_ty)
-        tl.store(sum_ptr + row * n_cols + cols, stored, mask=mask)
+        tl.store(sum_ptr + offsets, stored, mask=mask)
         x = stored.to(tl.float32)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(weight_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
     if LAYER:
-        mean = tl.sum(x, axis=0) / n_cols
+        mean = tl.sum(x, axis=1)[:, None] / n_cols
         centered = tl.where(mask, x - mean, 0.0)
-        var = tl.sum(centered * centered, axis=0) / n_cols
+        var = tl.sum(centered * centered, axis=1)[:, None] / n_cols
         y = centered / tl.sqrt(var + eps) * w
         if HAS_BIAS:
-            y = y + tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            y = y + tl.load(bias_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
     else:
-        mean_square = tl.sum(x * x, axis=0) / n_cols
+        mean_square = tl.sum(x * x, axis=1)[:, None] / n_cols
         y = x / tl.sqrt(mean_square + eps) * (w + weight_offset)
-    tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, *, eps: float, weight_offset: float = 0.0,
@@ -51,9 +53,12 @@ def norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, *, eps: float
     rows = x.numel() // width
     block = triton.next_power_of_2(width)
     has_residual = residual is not None
-    _norm_kernel[(rows,)](
+    # NOTE: one row a program on a GPU; in the CPU interpreter each program costs milliseconds, so
+    # a program takes as many rows as fit 16K elements.
+    per_program = 1 if x.is_cuda else max(1, min(triton.next_power_of_2(rows), 16384 // block))
+    _norm_kernel[(triton.cdiv(rows, per_program),)](
         x, residual if has_residual else x, sum_out if has_residual else out, weight,
         bias if bias is not None else weight, out, width, float(eps), float(weight_offset),
-        HAS_RESIDUAL=has_residual, LAYER=layer, HAS_BIAS=bias is not None, BLOCK=block,
+        rows, HAS_RESIDUAL=has_residual, LAYER=layer, HAS_BIAS=bias is not None, ROWS=per_program, BLOCK=block,
         num_warps=4 if block <= 1024 else 8,
     )

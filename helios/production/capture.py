@@ -1,0 +1,55 @@
+"""CUDA-graph capture and replay (device side): the one place device graphs are made.
+
+`GraphCapture.capture(plans)` runs each launch plan twice on a side stream (compiling every Triton
+kernel and letting cuBLAS pick its algorithms), then captures each plan as one `torch.cuda.CUDAGraph`
+into one shared memory pool: graphs never run concurrently (one stream, one submission at a time), so
+temporaries of one graph may reuse those of another. After startup only `replay` runs: no
+compilation, capture or device allocation happens while serving (tests/production/test_gpu_replay.py
+proves it with the allocator's counters and Triton's kernel caches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from helios.errors import HeliosError
+from helios.production.plan import LaunchPlan
+
+
+class GraphNotCaptured(HeliosError):
+    """A replay names a graph variant that startup did not capture."""
+
+
+class GraphCapture:
+    """Captured CUDA graphs, one per (operation, capacity) variant, keyed by graph handle name."""
+
+    def __init__(self, device: torch.device) -> None:
+        if device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device; CPU plans run eagerly")
+        self.device = device
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+
+    def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 2) -> None:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for plan in plans.values():
+                for _ in range(warmup):
+                    plan.run()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        for name, plan in plans.items():
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                plan.run()
+            self.graphs[name] = graph
+        torch.cuda.synchronize(self.device)
+
+    def replay(self, name: str) -> None:
+        graph = self.graphs.get(name)
+        if graph is None:
+            raise GraphNotCaptured(f"graph {name!r} was not captured at startup (captured: {sorted(self.graphs)})")
+        graph.replay()

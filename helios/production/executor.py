@@ -1,0 +1,211 @@
+"""The production executor (device side): one graph over a cohort in, completion rows out.
+
+    rows = executor.run_round(graph_name, lanes)     # lanes: helios.runtime.packing.LaneInput
+
+It is the same seam as `ReferenceEngine.run_round`, so a scheduler (or the reference engine's own
+sequential loop) and the trace audit can drive either runtime. A round is: pack the graph's value
+bindings with the shared packer into host staging, upload what changed, write the transport-owned
+completion fields (frame index, submission sequence), replay the graph's CUDA graph (or run its plan
+eagerly on a CPU), read the completion record back and validate every lane's row before returning it.
+
+Uploads. Rows addressed by physical request slot whose value is fixed for a request (seed, sampling
+parameters, prompt histogram, EOS ids, output limit, generation) are packed and uploaded only when the
+slot's generation changes; page-table rows only when the lane's pages change; everything else (tokens,
+positions, per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
+staging is pinned host memory and every copy is asynchronous on the serving stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from helios.errors import HeliosError
+from helios.production.capture import GraphCapture, GraphNotCaptured
+from helios.production.plan import LaunchPlan
+from helios.proto import contract_pb2, manifest_pb2
+from helios.reference.engine import Completion
+from helios.runtime.packing import GraphPacking, LaneInput, ResolvedBinding
+
+V, M = contract_pb2, manifest_pb2
+
+# Physical-row sources whose row is a function of the request alone (packed once per admission).
+REQUEST_SOURCES = frozenset({
+    V.VALUE_SOURCE_SLOT, V.VALUE_SOURCE_GENERATION, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
+    V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_OUTPUT_LIMIT, V.VALUE_SOURCE_CONSTANT,
+})
+
+
+class CompletionInvalid(HeliosError):
+    """A completion row disagrees with the round it answers (an execution failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorGraph:
+    """One captured graph variant as the executor drives it."""
+
+    name: str
+    operation: int  # contract_pb2.Operation
+    batch_capacity: int  # B
+    packed_token_capacity: int  # P
+    plan: LaunchPlan
+    packing: GraphPacking
+
+
+def _row_key(binding: ResolvedBinding, lane: LaneInput) -> tuple | None:
+    """What a physical row's value depends on, or None when it must be packed every round."""
+    if binding.source in REQUEST_SOURCES:
+        return (binding.source, lane.generation)
+    if binding.source == V.VALUE_SOURCE_PAGE_TABLE:
+        return (binding.source, lane.generation, lane.page_ids)
+    return None
+
+
+class NativeExecutor:
+    """Runs rounds over static device buffers; see the module docstring."""
+
+    def __init__(self, graphs: Mapping[str, ExecutorGraph], buffers: Mapping[str, torch.Tensor],
+                 completion: Mapping[int, str], *, sampled_tokens: int, device: torch.device,
+                 capture: GraphCapture | None) -> None:
+        self.graphs = dict(graphs)
+        self.buffers = dict(buffers)
+        self.completion = dict(completion)  # CompletionField -> buffer name
+        self.sampled_tokens = sampled_tokens
+        self.device = device
+        self.capture = capture
+        self.sequence = 0
+        pinned = device.type == "cuda"
+        destinations = {b.destination for g in self.graphs.values() for b in g.packing.bindings}
+        # Host staging of every transport destination: pinned on a GPU, the buffer itself on a CPU.
+        self.staging: dict[str, torch.Tensor] = {}
+        for name in destinations:
+            device_buffer = self.buffers[name]
+            self.staging[name] = (torch.empty(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=True)
+                                  if pinned else device_buffer)
+        self.host_view: dict[str, np.ndarray] = {n: t.numpy() for n, t in self.staging.items()}
+        self.readback: dict[int, torch.Tensor] = {
+            field: (torch.empty(self.buffers[name].shape, dtype=self.buffers[name].dtype, pin_memory=True)
+                    if pinned else self.buffers[name])
+            for field, name in self.completion.items()
+        }
+        self._row_keys: dict[tuple[str, int], tuple] = {}
+        for graph in self.graphs.values():
+            graph.packing.initialize(self.host_view)
+        for name in destinations:
+            self._upload(name)
+
+    # ------------------------------------------------------------------------------------------ round
+
+    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> list[Completion]:
+        graph = self.graphs.get(graph_name)
+        if graph is None:
+            raise GraphNotCaptured(f"graph {graph_name!r} is not loaded (loaded: {sorted(self.graphs)})")
+        self._pack(graph, lanes)
+        self.sequence += 1
+        self._execute(graph)
+        rows = self._read(lanes)
+        for lane, row in zip(lanes, rows, strict=True):
+            self.validate(graph_name, lane, row)
+        return rows
+
+    def _pack(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
+        packing = graph.packing
+        if len(lanes) > packing.batch_capacity:
+            raise ValueError(f"graph {graph.name}: {len(lanes)} lanes exceed the batch capacity")
+        whole: set[str] = set()
+        order = sorted(packing.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN)
+        for binding in order:
+            host = self.host_view[binding.destination]
+            if binding.indexing != V.INDEXING_PHYSICAL_REQUEST_ROW:
+                binding.write(host, lanes)
+                whole.add(binding.destination)
+                continue
+            changed = []
+            for lane in lanes:
+                key = _row_key(binding, lane)
+                slot_key = (binding.destination, lane.slot)
+                if key is None or self._row_keys.get(slot_key) != key:
+                    changed.append(lane)
+                    if key is not None:
+                        self._row_keys[slot_key] = key
+            if not changed:
+                continue
+            binding.write(host, changed)
+            if _row_key(binding, changed[0]) is None or len(changed) * 4 > host.shape[0]:
+                whole.add(binding.destination)
+            elif binding.destination not in whole:
+                for lane in changed:
+                    self._upload(binding.destination, lane.slot)
+        for name in whole:
+            self._upload(name)
+
+    def _upload(self, name: str, row: int | None = None) -> None:
+        if self.device.type != "cuda":
+            return  # the staging is the buffer
+        if row is None:
+            self.buffers[name].copy_(self.staging[name], non_blocking=True)
+        else:
+            self.buffers[name][row].copy_(self.staging[name][row], non_blocking=True)
+
+    def _execute(self, graph: ExecutorGraph) -> None:
+        # NOTE: the transport owns frame index and submission sequence; programs never write them.
+        frame = self.completion.get(M.COMPLETION_FIELD_FRAME_INDEX)
+        if frame is not None:
+            self.buffers[frame].fill_(0)
+        sequence = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
+        if sequence is not None:
+            self.buffers[sequence].fill_(self.sequence)
+        if self.capture is not None:
+            self.capture.replay(graph.name)
+        else:
+            graph.plan.run()
+
+    def _read(self, lanes: Sequence[LaneInput]) -> list[Completion]:
+        if self.device.type == "cuda":
+            for field, host in self.readback.items():
+                host.copy_(self.buffers[self.completion[field]], non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()
+        values = {field: t.numpy().reshape(t.shape[0], -1) for field, t in self.readback.items()}
+
+        def at(field: int, row: int) -> int:
+            array = values.get(field)
+            if array is None:
+                return -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
+            return int(array[0 if array.shape[0] == 1 else row, 0])
+
+        return [Completion(
+            frame_index=at(M.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
+            submission_sequence=at(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
+            generation=at(M.COMPLETION_FIELD_GENERATION, lane.slot),
+            sampled_id=at(M.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
+            emitted=at(M.COMPLETION_FIELD_EMITTED, lane.slot),
+            consumed_endpoint=at(M.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
+            draft_cursor=at(M.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
+            model_reserved=at(M.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
+            status=at(M.COMPLETION_FIELD_STATUS, lane.slot),
+        ) for lane in lanes]
+
+    def validate(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
+        """Reject a completion row that disagrees with the lane's round, before any token is accepted."""
+        where = f"graph {graph_name}, slot {lane.slot}"
+        expected_endpoint = lane.consumed + len(lane.tokens)
+        checks = (
+            (row.status == 0, f"status {row.status} (execution failed)"),
+            (row.submission_sequence == self.sequence,
+             f"submission sequence {row.submission_sequence}, submitted {self.sequence}"),
+            (row.generation == lane.generation, f"generation echo {row.generation}, lane generation {lane.generation}"),
+            (row.emitted == int(lane.samples), f"emitted {row.emitted}, expected {int(lane.samples)}"),
+            (row.consumed_endpoint == expected_endpoint,
+             f"consumed endpoint {row.consumed_endpoint}, expected {expected_endpoint}"),
+            (row.draft_cursor == -1, f"draft cursor {row.draft_cursor}; a graph without one reports -1"),
+            (row.model_reserved == -1, f"reserved model field {row.model_reserved}, must be -1"),
+        )
+        for ok, message in checks:
+            if not ok:
+                raise CompletionInvalid(f"{where}: {message}")
+        if row.emitted and not 0 <= row.sampled_id < self.sampled_tokens:
+            raise CompletionInvalid(f"{where}: sampled id {row.sampled_id} outside the vocabulary "
+                                    f"[0, {self.sampled_tokens})")

@@ -1,0 +1,344 @@
+"""Lowering (device side): a validated program becomes a `LaunchPlan` over static tensors, once, at load.
+
+`LOWERINGS` holds one lowering per operator of the operator set (the registry test requires it);
+`lower_program` walks the operators in order, binds every tensor to its static storage (weights,
+manifest buffers, arena scratch), and fuses neighbours where it saves a launch without changing
+meaning:
+
+    add(a, b) -> s ; rms_norm(s, w) -> n               =>  one norm kernel storing s and n
+    rotary(x, pos) -> r ; paged_cache_write(c, r, ...)  =>  one kernel rotating into the cache
+                                                             (and into r only if r is read again)
+
+Matrix products (matmul, logits) run on torch (cuBLAS on a GPU) over the static buffers; every other
+operator is a Triton kernel except `add`, `mul`, `copy` and `fill`, which are single torch calls on
+static tensors. A scratch tensor returns to the arena after its last reader, so every layer of a
+program reuses one set of buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from helios.errors import HeliosError
+from helios.production.buffers import ScratchArena, torch_dtype
+from helios.production.kernels import activation, attention, gather, norm, rotary, sampling
+from helios.production.plan import Launch, LaunchPlan
+from helios.program.registry import OPERATORS
+from helios.program.validate import ValidatedOperator
+from helios.proto import program_pb2
+from helios.reference.operators import rope_frequencies
+
+P = program_pb2
+
+
+class LoweringError(HeliosError):
+    """A program cannot be lowered on this device (a tensor without storage, an unlowered operator)."""
+
+
+@dataclass(slots=True)
+class Context:
+    """What one operator's lowering sees: the program's tensors and the device's shared resources."""
+
+    tensors: dict[str, torch.Tensor]
+    arena: ScratchArena
+    device: torch.device
+    where: str
+
+    def t(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+
+Lowering = Callable[[Context, ValidatedOperator], Callable[[], None]]
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1])
+
+
+def _embedding(c: Context, op: ValidatedOperator):
+    ids, table, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    return lambda: gather.embedding(ids, table, out)
+
+
+def _rms_norm(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    eps, offset = float(op.attributes["eps"]), float(op.attributes.get("weight_offset", 0.0))
+    return lambda: norm.norm(x, w, out, eps=eps, weight_offset=offset)
+
+
+def _layer_norm(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
+    eps = float(op.attributes["eps"])
+    return lambda: norm.norm(x, w, out, eps=eps, layer=True, bias=bias)
+
+
+def _head_rms_norm(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    eps, head_dim = float(op.attributes["eps"]), int(op.attributes["head_dim"])
+    return lambda: norm.norm(x, w, out, eps=eps, width=head_dim)
+
+
+def _matmul(c: Context, op: ValidatedOperator):
+    x, w, out = _flat(c.t(op.inputs[0])), c.t(op.inputs[1]), _flat(c.t(op.outputs[0]))
+    wt = w.t()
+    if len(op.inputs) > 2:
+        bias = c.t(op.inputs[2])
+        return lambda: torch.addmm(bias, x, wt, out=out)
+    return lambda: torch.mm(x, wt, out=out)
+
+
+def _elementwise(fn):
+    def lower(c: Context, op: ValidatedOperator):
+        a, b, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+        return lambda: fn(a, b, out=out)
+    return lower
+
+
+def _gated_activation(c: Context, op: ValidatedOperator):
+    gate, up, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    kind = str(op.attributes["activation"])
+    return lambda: activation.gated_activation(gate, up, out, activation=kind)
+
+
+def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple[torch.Tensor, float]:
+    """(inv_freq [rotary_dim / 2] f32 on `device`, attention factor), computed as the reference does."""
+    scaling = {k: v for k, v in attributes.items() if k not in ("theta", "head_dim", "rotary_dim")}
+    inv_freq, factor = rope_frequencies(theta=float(attributes["theta"]), rotary_dim=int(attributes["rotary_dim"]),
+                                        **scaling)  # type: ignore[arg-type]
+    return torch.from_numpy(inv_freq.copy()).to(device), float(factor)
+
+
+def _rotary(c: Context, op: ValidatedOperator):
+    x, positions, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    key = ("rope", tuple(sorted((k, v) for k, v in op.attributes.items())))
+    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(op.attributes, c.device))
+    head_dim, rotary_dim = int(op.attributes["head_dim"]), int(op.attributes["rotary_dim"])
+    return lambda: rotary.rotary_cache(x, positions, head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim,
+                                       attention_factor=factor, out=out)
+
+
+def _paged_cache_write(c: Context, op: ValidatedOperator):
+    cache, values, lanes, positions, table = (c.t(n) for n in op.inputs)
+    head_dim = cache.shape[3]
+    return lambda: rotary.rotary_cache(values, positions, head_dim=head_dim, cache=cache, token_lane=lanes,
+                                       page_table=table)
+
+
+def _paged_attention(c: Context, op: ValidatedOperator):
+    q, key_cache, value_cache, lanes, positions, table = (c.t(n) for n in op.inputs)
+    out = c.t(op.outputs[0])
+    _, page_tokens, kv_heads, head_dim = key_cache.shape
+    heads = q.shape[1] // head_dim
+    rows = q.shape[0]
+    splits = 1
+    if c.device.type == "cuda":
+        splits = attention.choose_splits(rows, kv_heads, table.shape[1] * page_tokens)
+    scratch = None
+    if splits > 1:
+        scratch = c.arena.memo(("attention", rows, heads, head_dim, splits),
+                               lambda: attention.split_scratch(rows, heads, head_dim, splits, c.device))
+    scale = float(op.attributes["scale"])
+    window = op.attributes.get("sliding_window")
+    softcap = op.attributes.get("softcap")
+    return lambda: attention.paged_attention(q, key_cache, value_cache, lanes, positions, table, out, scale=scale,
+                                             sliding_window=window, softcap=softcap, splits=splits,
+                                             scratch=scratch)
+
+
+def _last_row_gather(c: Context, op: ValidatedOperator):
+    x, lanes, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    return lambda: gather.last_row_gather(x, lanes, out)
+
+
+def _logits(c: Context, op: ValidatedOperator):
+    h, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    sampled = op.attributes.get("sampled_tokens")
+    softcap = op.attributes.get("softcap")
+    wt = w.t()
+    if h.dtype == torch.float32 and w.dtype == torch.float32:
+        def product() -> None:
+            torch.mm(h, wt, out=out)
+    elif c.device.type == "cuda":
+        def product() -> None:
+            # NOTE: cuBLAS reads bf16/f16 operands and accumulates and stores FP32: no rounding to bf16.
+            torch.mm(h, wt, out_dtype=torch.float32, out=out)
+    else:
+        def product() -> None:
+            torch.mm(h.float(), wt.float(), out=out)
+    tail = out[:, int(sampled):] if sampled is not None and int(sampled) < out.shape[1] else None
+
+    def run() -> None:
+        product()
+        if softcap is not None:
+            out.div_(float(softcap)).tanh_().mul_(float(softcap))
+        if tail is not None:
+            tail.fill_(float("-inf"))
+    return run
+
+
+def _sample(c: Context, op: ValidatedOperator):
+    logits, seed, positions, parameters, histogram, mask = (c.t(n) for n in op.inputs)
+    out = c.t(op.outputs[0])
+    rows, vocab = logits.shape
+    sampler = c.arena.memo(("sampler", rows, vocab), lambda: sampling.Sampler(rows, vocab, c.device))
+    draw_index = int(op.attributes.get("draw_index", 0))
+    return lambda: sampler(logits, seed, positions, parameters, histogram, mask, out, draw_index=draw_index)
+
+
+def _argmax(c: Context, op: ValidatedOperator):
+    logits, out = c.t(op.inputs[0]), c.t(op.outputs[0])
+    return lambda: sampling.argmax(logits, out)
+
+
+def _copy(c: Context, op: ValidatedOperator):
+    x, out = c.t(op.inputs[0]).reshape(-1), c.t(op.outputs[0]).reshape(-1)
+    return lambda: out.copy_(x)
+
+
+def _fill(c: Context, op: ValidatedOperator):
+    out = c.t(op.outputs[0])
+    value = float(op.attributes["value"])
+    fill = value if out.is_floating_point() else int(value)
+    return lambda: out.fill_(fill)
+
+
+LOWERINGS: Mapping[str, Lowering] = {
+    "embedding": _embedding,
+    "rms_norm": _rms_norm,
+    "layer_norm": _layer_norm,
+    "head_rms_norm": _head_rms_norm,
+    "matmul": _matmul,
+    "add": _elementwise(torch.add),
+    "mul": _elementwise(torch.mul),
+    "gated_activation": _gated_activation,
+    "rotary": _rotary,
+    "paged_cache_write": _paged_cache_write,
+    "paged_attention": _paged_attention,
+    "last_row_gather": _last_row_gather,
+    "logits": _logits,
+    "sample": _sample,
+    "argmax": _argmax,
+    "copy": _copy,
+    "fill": _fill,
+}
+
+
+# ------------------------------------------------------------------------------------------------ fusion
+
+def _fused_add_norm(c: Context, add: ValidatedOperator, rms: ValidatedOperator):
+    a, b, total = c.t(add.inputs[0]), c.t(add.inputs[1]), c.t(add.outputs[0])
+    w, out = c.t(rms.inputs[1]), c.t(rms.outputs[0])
+    eps, offset = float(rms.attributes["eps"]), float(rms.attributes.get("weight_offset", 0.0))
+    return lambda: norm.norm(a, w, out, eps=eps, weight_offset=offset, residual=b, sum_out=total)
+
+
+def _fused_rotary_cache(c: Context, rot: ValidatedOperator, write: ValidatedOperator, keep_rotated: bool):
+    x, positions = c.t(rot.inputs[0]), c.t(rot.inputs[1])
+    cache, lanes, table = c.t(write.inputs[0]), c.t(write.inputs[2]), c.t(write.inputs[4])
+    out = c.t(rot.outputs[0]) if keep_rotated else None
+    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
+    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
+    head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
+    return lambda: rotary.rotary_cache(x, positions, head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim,
+                                       attention_factor=factor, out=out, cache=cache, token_lane=lanes,
+                                       page_table=table)
+
+
+def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
+    readers: dict[str, list[int]] = {}
+    for index, op in enumerate(operators):
+        for name in op.inputs:
+            readers.setdefault(name, []).append(index)
+    return readers
+
+
+def _fusion(operators: Sequence[ValidatedOperator], i: int, readers: Mapping[str, list[int]]) -> str | None:
+    if i + 1 >= len(operators):
+        return None
+    op, nxt = operators[i], operators[i + 1]
+    if op.op == "add" and nxt.op == "rms_norm" and nxt.inputs[0] == op.outputs[0] \
+            and op.outputs[0] not in nxt.outputs:
+        return "add+rms_norm"
+    if op.op == "rotary" and nxt.op == "paged_cache_write" and nxt.inputs[1] == op.outputs[0] \
+            and nxt.inputs[3] == op.inputs[1] and op.inputs[0] != op.outputs[0]:
+        return "rotary+paged_cache_write"
+    return None
+
+
+def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOperator], *,
+                  weights: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
+                  arena: ScratchArena, device: torch.device, fuse: bool = True) -> LaunchPlan:
+    """Lower one validated program into a launch plan over static storage (see the module docstring)."""
+    where = f"program {program.graph!r}"
+    decls = {d.name: d for d in program.tensors}
+    tensors: dict[str, torch.Tensor] = {}
+    for name, decl in decls.items():
+        if decl.role == P.TENSOR_ROLE_WEIGHT:
+            if decl.resource not in weights:
+                raise LoweringError(f"{where}: tensor {name!r} needs weight {decl.resource!r}, which is not loaded")
+            tensors[name] = weights[decl.resource]
+        elif decl.role != P.TENSOR_ROLE_SCRATCH:
+            if decl.buffer not in buffers:
+                raise LoweringError(f"{where}: tensor {name!r} needs buffer {decl.buffer!r}, which has no storage")
+            storage = buffers[decl.buffer]
+            declared = [int(e) for e in decl.shape]
+            if list(storage.shape[1:]) != declared[1:] or (declared[0] and storage.shape[0] != declared[0]):
+                raise LoweringError(f"{where}: buffer {decl.buffer!r} is {list(storage.shape)}, "
+                                    f"tensor {name!r} declares {declared}")
+            tensors[name] = storage
+    bound = dict(tensors)
+    arena.reset()
+    readers = _readers(operators)
+    last_read = {name: max(indices) for name, indices in readers.items()}
+    context = Context(tensors, arena, device, where)
+    launches: list[Launch] = []
+
+    def bind_outputs(ops: Sequence[ValidatedOperator], skip: set[str]) -> None:
+        for op in ops:
+            for name in op.outputs:
+                decl = decls[name]
+                if name in tensors or name in skip:
+                    continue
+                if decl.role != P.TENSOR_ROLE_SCRATCH:
+                    raise LoweringError(f"{where}: output {name!r} has no storage")
+                tensors[name] = arena.acquire(torch_dtype(decl.dtype, f"{where} tensor {name}"),
+                                              tuple(int(e) for e in decl.shape))
+
+    def release(upto: int, ops: Sequence[ValidatedOperator]) -> None:
+        for op in ops:
+            for name in (*op.inputs, *op.outputs):
+                if decls[name].role == P.TENSOR_ROLE_SCRATCH and name in tensors \
+                        and last_read.get(name, -1) <= upto:
+                    arena.release(tensors.pop(name))
+
+    i = 0
+    while i < len(operators):
+        op = operators[i]
+        if op.op not in LOWERINGS:
+            raise LoweringError(f"{where} operators[{i}]: operator {op.op!r} has no production lowering")
+        fused = _fusion(operators, i, readers) if fuse else None
+        if fused == "add+rms_norm":
+            group = (op, operators[i + 1])
+            bind_outputs(group, set())
+            run = _fused_add_norm(context, *group)
+        elif fused == "rotary+paged_cache_write":
+            group = (op, operators[i + 1])
+            keep = any(r > i + 1 for r in readers.get(op.outputs[0], ()))
+            bind_outputs(group, set() if keep else {op.outputs[0]})
+            run = _fused_rotary_cache(context, *group, keep_rotated=keep)
+        else:
+            group = (op,)
+            bind_outputs(group, set())
+            run = LOWERINGS[op.op](context, op)
+        end = i + len(group) - 1
+        launches.append(Launch(fused or op.op, tuple(range(i, end + 1)), run))
+        release(end, group)
+        i = end + 1
+    missing = sorted(set(OPERATORS) - set(LOWERINGS))
+    if missing:
+        raise LoweringError(f"operators without a production lowering: {missing}")
+    return LaunchPlan(program.graph, tuple(launches), bound, len(operators))

@@ -1,0 +1,266 @@
+"""`NativeModel.load` (device side): a verified core becomes a running production executor.
+
+Startup phases, each timed and reported in `NativeModel.startup`:
+
+  verify   decode and validate the PreparedContract, apply load-time selection (which may reduce the
+           captured concurrency), check that every selected graph has its program for rank 0, that
+           the engine's operations (INITIALIZATION, PREFILL, DECODE) are covered, validate programs
+           against the manifest's buffers;
+  weights  map rank 0's weights from the core onto the device (one copy per resource, no conversion);
+  kernels  lower every selected program into a launch plan and run each once, compiling every Triton
+           kernel and measuring the transient memory the plans need;
+  tuning   run the manifest's startup tuning producers, if any, before any dependent graph is exposed;
+  cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
+           device minus what is allocated (weights, static buffers, scratch) minus the measured
+           transient need; never more pages than max_concurrency full contexts;
+  graphs   re-bind the plans to the final cache planes and capture one CUDA graph per selected
+           (operation, capacity) variant (on a CPU the plans stay eager).
+
+NOTE: the cache is sized before capture because a CUDA graph records buffer addresses; the memory
+the graphs hold is what the kernels phase measured, so "after graphs are loaded" holds in substance.
+`NativeModel.manifests` is the resulting execution geometry per rank: the selected graphs and the
+manifest's buffers with cache planes at their physical page count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from helios.contract import PreparedContract, StartupOptions
+from helios.errors import HeliosError
+from helios.production.buffers import ScratchArena, manifest_buffers, weight_tensor
+from helios.production.capture import GraphCapture
+from helios.production.executor import ExecutorGraph, NativeExecutor
+from helios.production.lowering import lower_program
+from helios.production.plan import LaunchPlan
+from helios.program.validate import ValidatedOperator, validate_program
+from helios.proto import contract_pb2, manifest_pb2, program_pb2
+from helios.runtime.packing import GraphPacking, LaneInput
+
+C, M, P = contract_pb2, manifest_pb2, program_pb2
+REQUIRED_OPERATIONS = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
+
+
+class StartupFailed(HeliosError):
+    """The core cannot be served on this device; the message names the phase and what is wrong."""
+
+
+class MissingGraphVariant(StartupFailed):
+    """A selected graph has no program, or an operation the engine needs has no selected graph."""
+
+
+class InsufficientMemory(StartupFailed):
+    """The memory left after weights and graphs cannot hold the cache the selection needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """How to load a core."""
+
+    device: str = "cuda"  # "cuda", "cuda:N" or "cpu"
+    startup: StartupOptions = field(default_factory=StartupOptions)  # load-time selection
+    gpu_memory_fraction: float = 0.9  # share of the device's memory Helios may hold in all
+    pages: int | None = None  # physical cache pages; None: sized from gpu_memory_fraction (CPU: full contexts)
+    cuda_graphs: bool = True  # capture and replay CUDA graphs (GPU only; False runs plans eagerly)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_fraction <= 1.0:
+            raise StartupFailed(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
+        if self.pages is not None and self.pages < 1:
+            raise StartupFailed(f"pages must be >= 1, got {self.pages}")
+
+
+@dataclass(frozen=True, slots=True)
+class StartupPhase:
+    name: str  # verify, weights, kernels, tuning, cache, graphs
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Program:
+    handle: manifest_pb2.GraphHandle
+    program: program_pb2.Program
+    operators: tuple[ValidatedOperator, ...]
+
+
+class NativeModel:
+    """A core loaded for production execution on one device (rank 0)."""
+
+    def __init__(self, *, contract: PreparedContract, serving: contract_pb2.ServingContract,
+                 manifests: tuple[manifest_pb2.ExecutionManifest, ...], executor: NativeExecutor, pages: int,
+                 startup: tuple[StartupPhase, ...], device: torch.device, weight_bytes: int) -> None:
+        self.contract = contract
+        self.serving = serving
+        self.manifests = manifests  # per rank: the execution geometry as loaded
+        self.executor = executor
+        self.pages = pages  # physical cache pages of every cache plane
+        self.startup = startup
+        self.device = device
+        self.weight_bytes = weight_bytes
+
+    def run_round(self, graph_name: str, lanes: list[LaneInput]):
+        """One round of one graph over a cohort: the executor seam (see executor.py)."""
+        return self.executor.run_round(graph_name, lanes)
+
+    @property
+    def graphs(self) -> dict[str, ExecutorGraph]:
+        return self.executor.graphs
+
+    # ------------------------------------------------------------------------------------------ load
+
+    @classmethod
+    def load(cls, core, options: LoadOptions | None = None) -> NativeModel:
+        """Load `core` (an opened core or a PreparedCore: `.contract`, `.manifest`, `.read(id)`)."""
+        options = options or LoadOptions()
+        device = torch.device(options.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise StartupFailed("device 'cuda' requested but no CUDA device is present; use --device cpu")
+        phases: list[StartupPhase] = []
+
+        @contextmanager
+        def phase(name: str) -> Iterator[None]:
+            start = time.perf_counter()
+            yield
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            phases.append(StartupPhase(name, time.perf_counter() - start))
+
+        with phase("verify"):
+            serving, manifest = core.contract, core.manifest
+            contract = PreparedContract.decode(serving, manifest)
+            selection = contract.select(options.startup)
+            programs = _programs(core, manifest, serving, {g.name for g in selection.graphs})
+            slots = selection.max_concurrency
+        with phase("weights"):
+            weights: dict[str, torch.Tensor] = {}
+            for item in programs.values():
+                for decl in item.program.tensors:
+                    if decl.role == P.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                        weights[decl.resource] = weight_tensor(core.read(decl.resource), decl.dtype, decl.shape,
+                                                               device, f"weight {decl.resource!r}")
+            weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
+        arena = ScratchArena(device)
+        contracts = {g.name: g for g in serving.model.graphs}
+        with phase("kernels"):
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            placeholder = manifest_buffers(manifest, device, pages=1)
+            warm = {name: _lower(item, weights, placeholder, arena, device) for name, item in programs.items()}
+            packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
+                        for name in programs}
+            # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
+            # one-page placeholder cache), so each plan runs in bounds and compiles its kernels.
+            if device.type == "cuda":  # the CPU interpreter has nothing to compile
+                for plan in warm.values():
+                    plan.run()
+            transient = 0
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                transient = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
+            del placeholder, warm
+        with phase("cache"):
+            pages = _pages(contract, manifest, slots, options, device, transient)
+            buffers = manifest_buffers(manifest, device, pages=pages)
+        with phase("tuning"):
+            _run_tuning(core, manifest, weights, buffers, arena, device)
+        with phase("graphs"):
+            plans = {name: _lower(item, weights, buffers, arena, device) for name, item in programs.items()}
+            capture = None
+            if device.type == "cuda" and options.cuda_graphs:
+                capture = GraphCapture(device)
+                capture.capture(plans)
+            graphs = {name: ExecutorGraph(name, item.handle.operation, item.handle.batch_capacity,
+                                          item.handle.packed_token_capacity, plans[name], packings[name])
+                      for name, item in programs.items()}
+            completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
+            executor = NativeExecutor(graphs, buffers, completion, sampled_tokens=contract.vocabulary.sampled_tokens,
+                                      device=device, capture=capture)
+        loaded = manifest_pb2.ExecutionManifest()
+        loaded.CopyFrom(manifest)
+        del loaded.graphs[:]
+        loaded.graphs.extend(item.handle for item in programs.values())
+        for b in loaded.buffers:
+            if b.role == M.BUFFER_ROLE_CACHE:
+                b.shape[0] = pages
+        return cls(contract=contract, serving=serving, manifests=(loaded,), executor=executor, pages=pages,
+                   startup=tuple(phases), device=device, weight_bytes=weight_bytes)
+
+
+def _programs(core, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
+              selected: set[str]) -> dict[str, _Program]:
+    if manifest.ranks > 1:
+        raise StartupFailed(f"the core has {manifest.ranks} tensor-parallel ranks; this runtime loads one")
+    descriptors = {b.name: b for b in manifest.buffers}
+    handles = {h.name: h for h in manifest.graphs}
+    out: dict[str, _Program] = {}
+    for name in sorted(selected):
+        handle = handles.get(name)
+        if handle is None or not handle.program_resources:
+            raise MissingGraphVariant(f"selected graph {name!r} has no program in the execution catalog")
+        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+        if program.graph != name:
+            raise MissingGraphVariant(f"program {handle.program_resources[0]!r} belongs to graph {program.graph!r}, "
+                                      f"not {name!r}")
+        out[name] = _Program(handle, program, tuple(validate_program(program, descriptors)))
+    for operation in REQUIRED_OPERATIONS:
+        if not any(item.handle.operation == operation for item in out.values()):
+            raise MissingGraphVariant(f"no selected graph performs {C.Operation.Name(operation)}")
+    return out
+
+
+def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device) -> LaunchPlan:
+    return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device)
+
+
+def _page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
+    from helios.production.buffers import torch_dtype
+
+    total = 0
+    for b in manifest.buffers:
+        if b.role == M.BUFFER_ROLE_CACHE:
+            per_page = 1
+            for e in b.shape[1:]:
+                per_page *= int(e)
+            total += per_page * torch.empty((), dtype=torch_dtype(b.dtype, b.name)).element_size()
+    return total
+
+
+def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOptions, device: torch.device,
+           transient: int) -> int:
+    page_tokens = contract.cache.page_tokens
+    per_context = -(-contract.context_tokens // page_tokens)
+    ceiling = slots * per_context
+    if options.pages is not None:
+        return options.pages
+    if device.type != "cuda":
+        return ceiling
+    page_bytes = _page_bytes(manifest)
+    if page_bytes == 0:
+        return 1
+    free, total = torch.cuda.mem_get_info(device)
+    budget = int(total * options.gpu_memory_fraction) - (total - free) - transient
+    pages = min(ceiling, budget // page_bytes)
+    if pages < per_context:
+        raise InsufficientMemory(
+            f"cache: {max(budget, 0) / 2**30:.2f} GiB remain within gpu_memory_fraction="
+            f"{options.gpu_memory_fraction}, but one {contract.context_tokens}-token context needs "
+            f"{per_context * page_bytes / 2**30:.2f} GiB; raise the fraction or lower the concurrency")
+    return int(pages)
+
+
+def _run_tuning(core, manifest, weights, buffers, arena, device) -> None:
+    """Run each startup tuning producer once (they fill TUNED buffers that graphs only read)."""
+    descriptors = {b.name: b for b in manifest.buffers}
+    for handle in manifest.tuning_catalog:
+        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+        operators = tuple(validate_program(program, descriptors))
+        for decl in program.tensors:
+            if decl.role == P.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                weights[decl.resource] = weight_tensor(core.read(decl.resource), decl.dtype, decl.shape, device,
+                                                       f"weight {decl.resource!r}")
+        lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device).run()

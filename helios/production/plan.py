@@ -1,0 +1,50 @@
+"""Launch plans (device side): what a program becomes once lowered.
+
+A `LaunchPlan` is a flat list of `Launch`es over static tensors: each launch is one kernel (or one
+torch call on static buffers) that covers one or more consecutive program operators. Running a plan
+is calling each launch in order; on a GPU the whole plan is captured once as one CUDA graph
+(`capture.py`) and replayed, on a CPU it runs eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One kernel launch of a plan."""
+
+    kernel: str  # what runs, e.g. "matmul", "add+rms_norm", "rotary+paged_cache_write"
+    operators: tuple[int, ...]  # the program operators it covers (indices into Program.operators)
+    run: Callable[[], None]  # launches it on the plan's static tensors
+
+    def __post_init__(self) -> None:
+        if not self.operators:
+            raise ValueError(f"launch {self.kernel!r} covers no operator")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """One program lowered for one device."""
+
+    graph: str  # graph handle name
+    launches: tuple[Launch, ...]
+    tensors: Mapping[str, torch.Tensor]  # the weight and buffer tensors the plan binds, by tensor name
+    operator_count: int  # operators in the program (each covered by exactly one launch)
+
+    def __post_init__(self) -> None:
+        covered = sorted(i for launch in self.launches for i in launch.operators)
+        if covered != list(range(self.operator_count)):
+            raise ValueError(f"plan {self.graph!r}: launches must cover each operator exactly once, got {covered}")
+
+    def run(self) -> None:
+        for launch in self.launches:
+            launch.run()
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return tuple(launch.kernel for launch in self.launches)
