@@ -67,3 +67,7 @@ def test_program_and_reference_import_without_torch_or_triton():
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_operator_has_a_production_lowering():  # in a subprocess: kernels must see TRITON_INTERPRET first
+    assert subprocess.run([sys.executable, "-c", "from helios.program import OPERATORS; from helios.production.lowering import LOWERINGS; assert set(OPERATORS) <= set(LOWERINGS), set(OPERATORS) - set(LOWERINGS)"], cwd=ROOT, env={**__import__("os").environ, "TRITON_INTERPRET": "1"}).returncode == 0
