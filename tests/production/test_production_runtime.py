@@ -1,0 +1,223 @@
+"""ProductionRuntime end to end on CPU: the batching scheduler drives the reference engine's
+`run_round` (fp32) over a tiny prepared core, and every request's tokens equal the sequential
+reference engine's, under page pressure (preemption and readmission) and with prefix reuse."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+from helios.production.runtime import ProductionRuntime
+from helios.reference.engine import ReferenceEngine
+from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
+from helios.runtime.interface import PreparedRequest
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.request import GenerationRequest, SamplingParams
+
+OPTIONS = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2, 4), prefill_capacities=(8, 16),
+                             context_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def core(tiny_checkpoint):
+    return prepare_checkpoint(tiny_checkpoint("qwen3"), OPTIONS)
+
+
+def runtime(core, *, pages: int, max_active: int = 4, queue_capacity: int = 16, prefix_reuse: bool = True):
+    engine = ReferenceEngine.load(core, pages=pages)
+    limits = AdmissionLimits(max_active=max_active, queue_capacity=queue_capacity)
+    return ProductionRuntime.for_executor(engine, engine.contract, limits, pages=pages, prefix_reuse=prefix_reuse)
+
+
+@dataclass
+class Result:
+    tokens: list[int]
+    timestamps: list[int]
+    terminal: object
+    enqueue_ns: int | None
+
+
+async def _collect(stream) -> Result:
+    tokens, stamps = [], []
+    async for event in stream:
+        if isinstance(event, TokenEvent):
+            tokens.append(event.token_id)
+            if event.timestamp_ns is not None:
+                stamps.append(event.timestamp_ns)
+        else:
+            return Result(tokens, stamps, event, stream.enqueue_ns)
+    raise AssertionError("the stream ended without a terminal event")
+
+
+def serve(rt: ProductionRuntime, requests: list[PreparedRequest], *, then=None) -> list[Result]:
+    async def main():
+        rt.start()
+        try:
+            streams = [rt.submit(r) for r in requests]
+            if then is not None:
+                await then(rt, streams)
+            return [await _collect(s) for s in streams]
+        finally:
+            rt.shutdown()
+
+    return asyncio.run(main())
+
+
+def _workload(count: int, seed: int) -> list[GenerationRequest]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        sampling = SamplingParams(temperature=0.0) if i % 2 else SamplingParams(temperature=0.9, top_k=20, seed=i)
+        prompt = tuple(rng.randrange(256) for _ in range(rng.randrange(5, 30)))
+        out.append(GenerationRequest(prompt, max_tokens=rng.randrange(4, 14), sampling=sampling, ignore_eos=True))
+    return out
+
+
+def test_page_pressure_completes_every_request_with_the_reference_tokens(core):
+    requests = _workload(8, seed=3)
+    reference = ReferenceEngine.load(core, pages=16)
+    expected = [list(reference.generate(r)) for r in requests]
+    # 10 pages of 4 tokens hold 40 positions; the workload's contexts total several times that.
+    total = sum(len(r.prompt_token_ids) + r.max_tokens for r in requests)
+    assert total > 4 * 40
+    rt = runtime(core, pages=10)
+    results = serve(rt, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
+    assert [r.tokens for r in results] == expected
+    assert all(isinstance(r.terminal, Finished) and r.terminal.termination is Termination.LENGTH for r in results)
+    counters = rt.scheduler.counters
+    assert counters.preemptions >= 1 and counters.readmissions >= 1
+    assert counters.launches.get("mixed", 0) >= 1  # prefill and decode lanes shared rounds
+    metrics = rt.metrics()
+    assert metrics.capacity["cache_pages"] == 10 and metrics.capacity["cache_pages_in_use"] == 0
+    assert metrics.requests_finished["length"] == 8 and metrics.output_tokens == sum(map(len, expected))
+
+
+def test_prefix_reuse_shows_in_reused_prompt_tokens_and_a_lower_time_to_first_token(core):
+    shared = tuple(range(10, 58))  # 48 tokens: 12 pages, of which 11 are reusable (the last token is computed)
+    greedy = SamplingParams(temperature=0.0)
+
+    def timed(name: str) -> PreparedRequest:
+        return PreparedRequest(name, GenerationRequest(shared, max_tokens=3, sampling=greedy),
+                               observe_tokens=True, observe_timestamps=True)
+
+    expected = list(ReferenceEngine.load(core, pages=16).generate(GenerationRequest(shared, max_tokens=3,
+                                                                                    sampling=greedy)))
+    rt = runtime(core, pages=32)
+
+    async def main():
+        rt.start()
+        try:
+            out = []
+            for i in range(3):  # the first computes the prefix; the later ones reuse it
+                out.append(await _collect(rt.submit(timed(f"r{i}"))))
+            return out
+        finally:
+            rt.shutdown()
+
+    cold, *warm = asyncio.run(main())
+    assert cold.tokens == expected and all(w.tokens == expected for w in warm)
+    assert cold.terminal.reused_prompt_tokens == 0
+    assert all(w.terminal.reused_prompt_tokens == 44 for w in warm)
+    ttft = lambda r: r.timestamps[0] - r.enqueue_ns  # noqa: E731
+    assert min(ttft(w) for w in warm) < ttft(cold)
+    assert rt.metrics().reused_prompt_tokens == 88
+
+
+def test_cancellation_mid_flight_ends_the_request_and_returns_its_pages(core):
+    rt = runtime(core, pages=16)
+    long = GenerationRequest(tuple(range(1, 20)), max_tokens=40, sampling=SamplingParams(temperature=0.0),
+                             ignore_eos=True)
+
+    async def cancel_after_first_token(rt, streams):
+        first = await streams[0].next()
+        assert isinstance(first, TokenEvent)
+        rt.cancel("long")
+
+    results = serve(rt, [PreparedRequest("long", long, observe_tokens=True)], then=cancel_after_first_token)
+    terminal = results[0].terminal
+    assert isinstance(terminal, Finished) and terminal.termination is Termination.CANCELLED
+    assert terminal.output_tokens < 40
+    assert rt.metrics().capacity["cache_pages_in_use"] == 0
+
+
+@dataclass
+class _Step:
+    pieces: tuple
+    stopped: bool
+
+
+class _StopOn:
+    """An output filter that stops when `token` is sampled (as a string stop would)."""
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def push(self, token_id: int) -> _Step:
+        return _Step((str(token_id),), token_id == self.token)
+
+    def finish(self):
+        return ()
+
+
+def test_a_host_stop_ends_at_the_matching_token_with_one_round_outstanding(core):
+    prompt = tuple(range(30, 45))
+    greedy = SamplingParams(temperature=0.0)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(
+        GenerationRequest(prompt, max_tokens=8, sampling=greedy, ignore_eos=True)))
+    stop_at = expected[3]
+    cut = expected.index(stop_at) + 1
+    rt = runtime(core, pages=16)
+    stopped = PreparedRequest("s", GenerationRequest(prompt, max_tokens=8, sampling=greedy, ignore_eos=True),
+                              output_filter=_StopOn(stop_at), observe_tokens=True, host_stop=True)
+    other = PreparedRequest("o", GenerationRequest(prompt, max_tokens=8, sampling=greedy, ignore_eos=True))
+    result, plain = serve(rt, [stopped, other])
+    assert result.tokens == expected[:cut]
+    assert result.terminal.termination is Termination.STOP and result.terminal.output_tokens == cut
+    assert plain.terminal.termination is Termination.LENGTH and plain.terminal.output_tokens == 8
+    assert rt.scheduler.max_inflight() == 1
+
+
+def test_eos_ends_a_request_and_requests_outside_the_capacities_are_rejected(core):
+    prompt = tuple(range(60, 70))
+    greedy = SamplingParams(temperature=0.0)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(
+        GenerationRequest(prompt, max_tokens=6, sampling=greedy, ignore_eos=True)))
+    rt = runtime(core, pages=16)
+    eos = PreparedRequest("e", GenerationRequest(prompt, max_tokens=6, sampling=greedy,
+                                                 eos_token_ids=(expected[2],)), observe_tokens=True)
+    too_long = PreparedRequest("t", GenerationRequest(tuple(range(60)), max_tokens=10))
+    too_big = PreparedRequest("b", GenerationRequest((1, 999), max_tokens=2))
+    result, long_result, big_result = serve(rt, [eos, too_long, too_big])
+    assert result.tokens == expected[: expected.index(expected[2]) + 1]
+    assert result.terminal.termination is Termination.EOS
+    assert isinstance(long_result.terminal, Rejected) and "context" in long_result.terminal.reason
+    assert isinstance(big_result.terminal, Rejected) and "vocabulary" in big_result.terminal.reason
+    assert rt.metrics().requests_rejected == 2
+
+
+def test_a_full_ingress_channel_rejects_and_an_executor_failure_fails_the_round(core):
+    rt = runtime(core, pages=16, queue_capacity=1)
+
+    def broken(graph_name, lanes):
+        raise RuntimeError("device lost")
+
+    rt._executor = type("Broken", (), {"run_round": staticmethod(broken)})()
+    request = GenerationRequest((1, 2, 3), max_tokens=2)
+
+    async def main():
+        streams = [rt.submit(PreparedRequest("a", request)), rt.submit(PreparedRequest("b", request))]
+        rt.start()
+        try:
+            return [await _collect(s) for s in streams]
+        finally:
+            rt.shutdown()
+
+    rt._status = "ok"  # accept submissions before the worker starts, so the ingress channel fills
+    first, second = asyncio.run(main())
+    assert isinstance(second.terminal, Rejected) and "ingress" in second.terminal.reason
+    assert isinstance(first.terminal, Failed) and "device lost" in first.terminal.message
+    assert rt.metrics().requests_failed == 1
