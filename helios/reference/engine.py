@@ -7,8 +7,9 @@ Owns running one request at a time through a core's captured programs exactly as
 declares: INITIALIZATION at admission, PREFILL chunks (each in the smallest token capacity that
 holds it), then one-token DECODE rounds. Every round packs the graph's value bindings with the shared
 packer (`helios.runtime.packing`), executes the program with the reference interpreter, and
-validates the completion record (generation echo, emitted count, consumed endpoint, sampled id
-within the vocabulary, no draft cursor, reserved field -1, status 0) before a token is accepted.
+validates the completion record with the shared rules of `helios.runtime.completion` (status,
+submission sequence, generation echo, emitted count, consumed endpoint, sampled id within the
+vocabulary, no draft cursor, reserved field -1) before a token is accepted.
 
 Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages at load (default:
 enough for one request's whole context, since requests run one at a time). Lanes are addressed by
@@ -30,11 +31,14 @@ from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.interpreter import bf16_to_f32, execute
 from helios.reference.operators import NUMPY_DTYPES
+from helios.runtime.completion import Completion, CompletionInvalid, validate_round
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import GenerationRequest
 
 C, M = contract_pb2, manifest_pb2
 F = M  # completion field enum namespace
+
+__all__ = ["AdmissionRejected", "Completion", "CompletionInvalid", "EngineLoadError", "ReferenceEngine"]
 
 
 class EngineLoadError(HeliosError):
@@ -43,10 +47,6 @@ class EngineLoadError(HeliosError):
 
 class AdmissionRejected(HeliosError):
     """The request lies outside the core's prepared capacities or vocabulary."""
-
-
-class CompletionInvalid(HeliosError):
-    """A program's completion record disagrees with the round it was given (an execution failure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,21 +58,6 @@ class LoadedGraph:
     program: program_pb2.Program
     operators: tuple[ValidatedOperator, ...]
     packing: GraphPacking
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """One lane's row of the completion record."""
-
-    frame_index: int
-    submission_sequence: int
-    generation: int
-    sampled_id: int
-    emitted: int
-    consumed_endpoint: int
-    draft_cursor: int
-    model_reserved: int
-    status: int
 
 
 def _decode_contract(contract: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest) -> Any:
@@ -189,34 +174,19 @@ class ReferenceEngine:
                 model_reserved=at(F.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
                 status=at(F.COMPLETION_FIELD_STATUS, lane.slot),
             ))
-        for lane, row in zip(lanes, rows, strict=True):
-            self.validate_completion(graph_name, lane, row)
+        self.validate_round(graph_name, lanes, rows)
         return rows
 
     def _field(self, field: int) -> np.ndarray:
         return self.buffers[self._completion[field]]
 
-    def validate_completion(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
-        """Reject a completion row that disagrees with the lane's round (before any token is accepted)."""
-        where = f"graph {graph_name}, slot {lane.slot}"
-        expected_endpoint = lane.consumed + len(lane.tokens)
-        checks = (
-            (row.status == 0, f"status {row.status} (execution failed)"),
-            (row.submission_sequence == self._sequence,
-             f"submission sequence {row.submission_sequence}, submitted {self._sequence}"),
-            (row.generation == lane.generation, f"generation echo {row.generation}, lane generation {lane.generation}"),
-            (row.emitted == int(lane.samples), f"emitted {row.emitted}, expected {int(lane.samples)}"),
-            (row.consumed_endpoint == expected_endpoint,
-             f"consumed endpoint {row.consumed_endpoint}, expected {expected_endpoint}"),
-            (row.draft_cursor == -1, f"draft cursor {row.draft_cursor}; a graph without one reports -1"),
-            (row.model_reserved == -1, f"reserved model field {row.model_reserved}, must be -1"),
-        )
-        for ok, message in checks:
-            if not ok:
-                raise CompletionInvalid(f"{where}: {message}")
-        if row.emitted and not 0 <= row.sampled_id < self.serving.model.vocabulary.sampled_tokens:
-            raise CompletionInvalid(f"{where}: sampled id {row.sampled_id} outside the vocabulary "
-                                    f"[0, {self.serving.model.vocabulary.sampled_tokens})")
+    def validate_round(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
+        """Reject completion rows that disagree with the round they answer, before any token is accepted
+        (the shared rules of helios.runtime.completion: status, sequence, generation echo, emitted,
+        consumed endpoint within the lane's pages, no draft cursor, reserved -1, sampled id in range)."""
+        validate_round(graph_name, lanes, rows, sequence=self._sequence,
+                       sampled_tokens=self.serving.model.vocabulary.sampled_tokens,
+                       page_tokens=self.serving.model.cache.page_tokens, frame=0)
 
     def graph_for(self, operation: int, *, tokens: int, lanes: int = 1) -> LoadedGraph:
         """The smallest graph of `operation` holding `lanes` lanes and `tokens` tokens (else the largest)."""

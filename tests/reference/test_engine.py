@@ -96,14 +96,16 @@ def test_a_completion_that_disagrees_with_its_round_is_rejected(core):
     engine = ReferenceEngine.load(core)
     lane = LaneInput(slot=0, generation=3, consumed=0, tokens=(), prompt_tokens_in_round=0, samples=False,
                      page_ids=(), seed=0, sampling=SamplingParams(), output_limit=1, eos_ids=())
-    engine.run_round("initialization", [lane])  # echoes generation 3
-    (row,) = engine.run_round("initialization", [lane])
+    (row,) = engine.run_round("initialization", [lane])  # echoes generation 3, validated
+    assert (row.generation, row.emitted, row.consumed_endpoint, row.draft_cursor, row.model_reserved) == (3, 0, 0, -1, -1)
     with pytest.raises(CompletionInvalid, match="generation echo"):
-        engine.validate_completion("initialization", dataclasses.replace(lane, generation=4), row)
-    with pytest.raises(CompletionInvalid, match="reserved model field"):
-        engine.validate_completion("initialization", lane, dataclasses.replace(row, model_reserved=0))
-    with pytest.raises(CompletionInvalid, match="consumed endpoint"):
-        engine.validate_completion("initialization", lane, dataclasses.replace(row, consumed_endpoint=1))
+        engine.validate_round("initialization", [dataclasses.replace(lane, generation=4)], [row])
+    with pytest.raises(CompletionInvalid, match="model_reserved"):
+        engine.validate_round("initialization", [lane], [dataclasses.replace(row, model_reserved=0)])
+    with pytest.raises(CompletionInvalid, match="consumed_endpoint"):
+        engine.validate_round("initialization", [lane], [dataclasses.replace(row, consumed_endpoint=1)])
+    with pytest.raises(CompletionInvalid, match="submission"):
+        engine.validate_round("initialization", [lane], [dataclasses.replace(row, submission_sequence=0)])
 
 
 def test_mixed_round_equals_separate_prefill_and_decode(core):
