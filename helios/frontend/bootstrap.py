@@ -66,9 +66,13 @@ class Bootstrap:
 
     @classmethod
     def from_core(cls, core: Any) -> Bootstrap:
-        """Load from an opened core (`helios.core.open_core`): its contract's frontend settings and
-        defaults, and its one tokenizer and one chat template resource."""
+        """Load from an opened core (`helios.core.open_core`): validate its prepared contract, then
+        take the contract's frontend settings and defaults and its one tokenizer and one chat
+        template resource."""
+        from helios.contract import PreparedContract
+
         contract = core.contract
+        PreparedContract.decode(contract, core.manifest)  # inconsistent contracts fail startup here
         tokenizer_json = _read_single(core, core_pb2.RESOURCE_KIND_TOKENIZER, "tokenizer")
         chat_template = _read_single(core, core_pb2.RESOURCE_KIND_CHAT_TEMPLATE, "chat template")
         return cls(

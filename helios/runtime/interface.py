@@ -103,8 +103,12 @@ class EventStream:
         self._done = False
 
     def put(self, event: Event) -> None:
-        """Deliver from any thread."""
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        """Deliver from any thread. After the serving loop closed nobody can read: dropped."""
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
 
     def put_nowait(self, event: Event) -> None:
         """Deliver from the event loop's thread."""

@@ -109,7 +109,7 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
         try:
             yield
         finally:
-            state.runtime.shutdown()
+            await asyncio.to_thread(state.runtime.shutdown)  # joins the worker off the event loop
             state.executor.shutdown(wait=False, cancel_futures=True)
             if on_shutdown is not None:
                 on_shutdown()

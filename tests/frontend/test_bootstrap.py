@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import tinyfront
 
+from helios.contract import ContractError
 from helios.frontend.bootstrap import (
     Bootstrap,
     InvalidFrontendContract,
@@ -96,9 +97,12 @@ class _FakeCore:
     """The opened-core surface Bootstrap.from_core reads: contract, resources, read()."""
 
     def __init__(self, resources: dict[str, tuple[int, bytes]]) -> None:
-        self.contract = contract_pb2.ServingContract(served_id="tiny")
+        from tests.contract.valid import manifest, serving
+
+        self.contract = serving()
         self.contract.model.frontend.CopyFrom(tinyfront.frontend_contract())
         self.contract.defaults.max_active = 3
+        self.manifest = manifest()
         self.resources = [core_pb2.ExecutableResource(id=k, kind=kind) for k, (kind, _) in resources.items()]
         self._data = {k: data for k, (_, data) in resources.items()}
 
@@ -118,6 +122,11 @@ def test_from_core() -> None:
     assert bootstrap.render_chat([{"role": "user", "content": "x"}]).endswith("assistant\n")
     with pytest.raises(MissingFrontendResource, match="chat template"):
         Bootstrap.from_core(_FakeCore({"t": (core_pb2.RESOURCE_KIND_TOKENIZER, b"{}")}))
+    # an inconsistent prepared contract fails before any frontend asset is read
+    broken = _FakeCore({})
+    broken.contract.model.frontend.tool_parser = contract_pb2.TOOL_PARSER_UNSPECIFIED
+    with pytest.raises(ContractError):
+        Bootstrap.from_core(broken)
 
 
 @pytest.mark.parametrize(

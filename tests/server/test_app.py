@@ -193,6 +193,16 @@ def test_string_stop() -> None:
         assert response.choices[0].message.content == "Hello world again"
 
 
+def test_stop_token_that_is_eos() -> None:
+    output = ids("ok") + [EOS]
+    with serving(ScriptedEngine(output)) as (base, _):
+        body = {"model": SERVED_ID, "messages": USER, "stop_token_ids": [EOS], "return_token_ids": True}
+        data = httpx.post(base + "/v1/chat/completions", json=body).json()
+        choice = data["choices"][0]
+        assert choice["finish_reason"] == "stop" and choice["message"]["content"] == "ok"
+        assert choice["token_ids"] == output and data["usage"]["completion_tokens"] == len(output)
+
+
 def test_completions_endpoint() -> None:
     engine = ScriptedEngine(ids(" there") + [EOS])
     with serving(engine) as (base, _):
