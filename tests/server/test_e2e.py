@@ -61,7 +61,7 @@ CONTEXT = 192
 
 
 @pytest.fixture(scope="module")
-def server(tiny_checkpoint, tmp_path_factory):
+def prepared_core(tiny_checkpoint, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     checkpoint = root / "tiny-tools"
     shutil.copytree(tiny_checkpoint("qwen3"), checkpoint)
@@ -72,6 +72,12 @@ def server(tiny_checkpoint, tmp_path_factory):
     assert main(["prepare", str(checkpoint), "--out", str(core), "--publisher", "acme/tests", "--key", str(key),
                  "--served-id", "tiny-qwen", "--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2",
                  "--prefill-capacities", "8,32", "--context-tokens", str(CONTEXT)]) == 0  # fmt: skip
+    return root, checkpoint, key, core
+
+
+@pytest.fixture(scope="module")
+def server(prepared_core):
+    root, checkpoint, key, core = prepared_core
     port = free_port()
     log = root / "server.log"
     command = [sys.executable, "-m", "helios", "serve", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub",
@@ -227,3 +233,46 @@ def test_request_log_and_shutdown(server) -> None:
     assert any("/v1/chat/completions 200" in line for line in lines)
     assert any("/v1/chat/completions 429" in line for line in lines)
     assert "Traceback" not in log.read_text()
+
+
+def test_interleaved_requests_equal_sequential_ones(prepared_core) -> None:
+    """The worker interleaves requests in distinct slots: greedy outputs equal those of one at a time."""
+    import asyncio
+
+    from helios.runtime.events import Finished, TokenEvent
+    from helios.runtime.interface import PreparedRequest
+    from helios.runtime.request import GenerationRequest, SamplingParams
+    from helios.server.serve import ServeOptions, load_state
+
+    _, _, key, core = prepared_core
+    prompts = [tuple(range(40, 52)), tuple(range(60, 65))]
+
+    def run(max_active: int) -> list[list[int]]:
+        options = ServeOptions(core=core, accept="acme/tests", trust=(f"{key}.pub",), max_active=max_active)
+        state, opened = load_state(options)
+        runtime = state.runtime
+        assert runtime.limits.max_active == max_active
+
+        async def main() -> list[list[int]]:
+            runtime.start()
+            try:
+                streams = [
+                    runtime.submit(PreparedRequest(f"r{i}", GenerationRequest(
+                        prompt, max_tokens=12, sampling=SamplingParams(temperature=0.0), ignore_eos=True),
+                        observe_tokens=True))
+                    for i, prompt in enumerate(prompts)
+                ]  # fmt: skip
+                results = []
+                for stream in streams:
+                    events = [event async for event in stream]
+                    assert isinstance(events[-1], Finished)
+                    results.append([e.token_id for e in events if isinstance(e, TokenEvent)])
+                return results
+            finally:
+                runtime.shutdown()
+                opened.close()
+
+        return asyncio.run(main())
+
+    together, alone = run(2), run(1)
+    assert together == alone and all(len(tokens) == 12 for tokens in together)
