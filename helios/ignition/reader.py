@@ -264,7 +264,7 @@ def _rope_parameters(config: Mapping[str, Any]) -> RopeParameters:
     for key, value in sorted(merged.items()):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not isinstance(value, int | float):  # booleans (yarn's truncate) are kept as 0.0 / 1.0
             raise UnsupportedCheckpoint(f"config.json: rope parameter {key} = {value!r} is not a number")
         scaling.append((key, float(value)))
     return RopeParameters(str(rope_type), float(theta), tuple(scaling))

@@ -189,3 +189,16 @@ def test_invalid_options_name_the_flag(options, flag):
 def test_context_beyond_the_model_is_refused(tiny_checkpoint):
     with pytest.raises(InvalidPreparationOptions, match="max_position_embeddings"):
         prepare_checkpoint(tiny_checkpoint("qwen2"), PreparationOptions(context_tokens=100000))
+
+
+def test_yarn_parameters_reach_the_rotary_operator(tiny_checkpoint, tmp_path):
+    rope = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 16,
+            "beta_fast": 16.0, "truncate": False}
+    directory = _edited(tiny_checkpoint, "qwen2", tmp_path, rope_parameters=rope)
+    prepared = prepare_checkpoint(directory, SMALL)
+    program = program_pb2.Program.FromString(prepared.read("program/decode_b1/rank0"))
+    rotary = next(op for op in program.operators if op.op == "rotary")
+    attributes = {a.name: a for a in rotary.attributes}
+    assert attributes["rope_type"].s == "yarn" and attributes["factor"].f == 4.0
+    assert attributes["beta_fast"].f == 16.0 and attributes["truncate"].b is False
+    assert attributes["original_max_position_embeddings"].i == 16

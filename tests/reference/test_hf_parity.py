@@ -44,3 +44,22 @@ def test_logits_match_transformers(family, tiny_checkpoint, hf_model):
 def test_greedy_tokens_match_transformers(family, tiny_checkpoint, hf_model):
     engine = ReferenceEngine.load(prepare_checkpoint(tiny_checkpoint(family), OPTIONS))
     assert _greedy(engine, 32) == hf_greedy(hf_model(family), list(PROMPT), 32)
+
+
+@pytest.mark.parametrize(("family", "rope"), [
+    ("qwen2", {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 16}),
+    ("llama", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+])
+def test_rope_scalings_match_transformers(family, rope, tmp_path):
+    from tests.fixtures.checkpoints import make_checkpoint
+    from tests.fixtures.hf_oracle import load_hf_model
+
+    directory = make_checkpoint(family, tmp_path / family, rope_parameters=rope)
+    engine = ReferenceEngine.load(prepare_checkpoint(directory, OPTIONS), keep=("logits",))
+    tokens = _greedy(engine, 9)
+    ours = np.stack([kept["logits"][0] for kept in engine.kept[2:]])
+    model = load_hf_model(directory)
+    reference = hf_teacher_forced_logits(model, list(PROMPT), tokens[:8])
+    relative = np.abs(ours - reference).max() / np.abs(reference).max()
+    assert relative < 1e-4, f"{family} {rope['rope_type']}: largest relative logit error {relative:.3g}"
+    assert tokens == hf_greedy(model, list(PROMPT), 9)

@@ -96,7 +96,7 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
             f"config.json: rope_parameters.rope_type = {rope.rope_type!r} (supported: {list(ROPE_TYPES)})")
     known_scaling = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
                      "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
-                     "partial_rotary_factor"}
+                     "partial_rotary_factor", "truncate"}
     for key, _ in rope.scaling:
         if key not in known_scaling:
             raise UnsupportedCheckpoint(f"config.json: rope parameter {key!r} is not supported")
@@ -223,6 +223,9 @@ def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
         value = rope.get(key)
         if value is not None and rope.rope_type != "default":
             attributes[key] = value
+    truncate = rope.get("truncate")
+    if truncate is not None and rope.rope_type == "yarn":
+        attributes["truncate"] = bool(truncate)
     original = rope.get("original_max_position_embeddings")
     if rope.rope_type in ("llama3", "yarn"):
         attributes["original_max_position_embeddings"] = int(original or cfg.max_position_embeddings)
