@@ -276,3 +276,18 @@ def test_interleaved_requests_equal_sequential_ones(prepared_core) -> None:
 
     together, alone = run(2), run(1)
     assert together == alone and all(len(tokens) == 12 for tokens in together)
+
+
+def test_serve_cli_errors_are_one_line(prepared_core, capsys) -> None:
+    _, _, key, core = prepared_core
+    trust = ["--accept", "acme/tests", "--trust", f"{key}.pub"]
+    assert main(["serve", str(core), *trust, "--runtime", "production"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "production runtime" in err
+    assert main(["serve", str(core), *trust, "--max-active", "64"]) == 2  # beyond the core's 2 slots
+    assert "request slots" in capsys.readouterr().err
+    assert main(["serve", str(core), "--accept", "someone/else", "--trust", f"{key}.pub"]) != 0
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "--queue-capacity" in capsys.readouterr().out
