@@ -27,23 +27,17 @@ def _greedy(engine: ReferenceEngine, steps: int) -> list[int]:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_logits_match_transformers(family, tiny_checkpoint, hf_model):
+def test_logits_and_greedy_tokens_match_transformers(family, tiny_checkpoint, hf_model):
     engine = ReferenceEngine.load(prepare_checkpoint(tiny_checkpoint(family), OPTIONS), keep=("logits",))
-    tokens = _greedy(engine, 17)
+    tokens = _greedy(engine, 32)
+    assert tokens == hf_greedy(hf_model(family), list(PROMPT), 32)
     # One kept logits array per round; rounds that sample are the last prefill chunk and each decode.
-    graphs = [name for name in engine.kept_graphs]
-    assert graphs[:3] == ["initialization", "prefill_p16", "prefill_p8"], graphs
-    ours = np.stack([kept["logits"][0] for kept in engine.kept[2:]])
+    assert engine.kept_graphs[:3] == ["initialization", "prefill_p16", "prefill_p8"], engine.kept_graphs
+    ours = np.stack([kept["logits"][0] for kept in engine.kept[2:19]])  # the prompt + 16 decode steps
     reference = hf_teacher_forced_logits(hf_model(family), list(PROMPT), tokens[:16])
     assert ours.shape == reference.shape == (17, reference.shape[1])
     relative = np.abs(ours - reference).max() / np.abs(reference).max()
     assert relative < 1e-4, f"{family}: largest relative logit error {relative:.3g}"
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_tokens_match_transformers(family, tiny_checkpoint, hf_model):
-    engine = ReferenceEngine.load(prepare_checkpoint(tiny_checkpoint(family), OPTIONS))
-    assert _greedy(engine, 32) == hf_greedy(hf_model(family), list(PROMPT), 32)
 
 
 @pytest.mark.parametrize(("family", "rope"), [
