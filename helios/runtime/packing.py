@@ -117,6 +117,8 @@ class LaneInput:
             raise LaneOverflow(f"lane in slot {self.slot}: at most one pending token a round")
         if self.slot < 0 or self.generation < 0 or self.consumed < 0:
             raise LaneOverflow(f"lane in slot {self.slot}: slot, generation and consumed must be >= 0")
+        if self.samples and not self.tokens:
+            raise LaneOverflow(f"lane in slot {self.slot}: a lane that samples consumes at least one token")
 
     @property
     def pending_token(self) -> int | None:
@@ -318,8 +320,8 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
             row_shape == (2,) and buffer.dtype in (manifest_pb2.DTYPE_I32, manifest_pb2.DTYPE_U32)
             or row_shape in ((), (1,)) and buffer.dtype == manifest_pb2.DTYPE_I64):
         raise BindingExtentMismatch(f"{where}: seed bits need [2] 32-bit words or one 64-bit integer a row")
-    if source in (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM) \
-            and len(row_shape) != 1:
+    if source in (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM,
+                  V.VALUE_SOURCE_GRAMMAR_MASK) and len(row_shape) != 1:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} needs one trailing extent")
     constants = tuple(int(c) for c in binding.constants)
     if source == V.VALUE_SOURCE_CONSTANT:
