@@ -1,0 +1,269 @@
+"""Responses (host side): how one request's runtime events become an HTTP response.
+
+Owns: `Responder` (a JSON body after the terminal event, or an SSE stream as events arrive), the
+status-code mapping of terminal events, permit release after delivery, cancellation of a request
+whose client went away, and the one log line per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from helios.frontend.detokenize import Piece
+from helios.frontend.pipeline import OutputAccumulator
+from helios.frontend.presentation import (
+    SSE_DONE,
+    ChatPresenter,
+    CompletionPresenter,
+    Timing,
+    Usage,
+    error_body,
+    sse,
+)
+from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
+from helios.runtime.interface import EventStream
+from helios.server.admission import Permit
+
+if TYPE_CHECKING:
+    from helios.server.app import ServerState
+
+log = logging.getLogger("helios.server")
+
+
+def error_response(
+    status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(message, kind=kind, param=param, code=code), status_code=status)
+
+
+class _PermitJSONResponse(JSONResponse):
+    """Releases the admission permit once the body was sent (or the send failed)."""
+
+    def __init__(self, content: Any, permit: Permit, *, status_code: int = 200) -> None:
+        super().__init__(content, status_code=status_code)
+        self._permit = permit
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[override]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._permit.release()
+
+
+def _finish_reason(finished: Finished, tool_calls: int) -> str:
+    if finished.termination is Termination.EOS and tool_calls:
+        return "tool_calls"
+    return finished.termination.finish_reason or "stop"
+
+
+def _pieces(event: TokenEvent | Finished) -> list[Piece]:
+    return [p for p in event.pieces if isinstance(p, Piece)]
+
+
+async def _watch_disconnect(request: Request, on_disconnect: Callable[[], None]) -> None:
+    """Waits for the client to go away (the body is already read) and reports it."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            on_disconnect()
+            return
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What the request log line and the observation fields need."""
+
+    request_id: str
+    path: str
+    endpoint: str
+    started: float
+    prompt_tokens: int
+    timing: Timing | None
+
+
+class Responder:
+    """Writes the responses of one server."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def record(self, context: RequestContext, status: int, outcome: str, output_tokens: int) -> None:
+        self.state.counters.record(context.endpoint, status)
+        log.info(
+            "%s %s %d %s prompt=%d output=%d %.1fms",
+            context.request_id,
+            context.path,
+            status,
+            outcome,
+            context.prompt_tokens,
+            output_tokens,
+            (time.monotonic() - context.started) * 1000,
+        )
+
+    async def whole(
+        self,
+        request: Request,
+        stream: EventStream,
+        presenter: Any,
+        pipeline: Any,
+        permit: Permit,
+        context: RequestContext,
+    ) -> Response:
+        def client_gone() -> None:
+            self.state.counters.cancelled_by_client += 1
+            self.state.runtime.cancel(stream.request_id)
+
+        watcher = asyncio.create_task(_watch_disconnect(request, client_gone))
+        accumulator = OutputAccumulator()
+        text: list[str] = []
+        token_ids: list[int] = []
+        timestamps: list[int | None] = []
+        try:
+            while True:
+                event = await stream.next()
+                if isinstance(event, TokenEvent):
+                    token_ids.append(event.token_id)
+                    timestamps.append(event.timestamp_ns)
+                    if pipeline is not None:
+                        accumulator.add(pipeline.feed(_pieces(event)))
+                    else:
+                        text.extend(p.text for p in _pieces(event))
+                    continue
+                break
+        except BaseException:
+            self.state.runtime.cancel(stream.request_id)
+            permit.release()
+            raise
+        finally:
+            watcher.cancel()
+        if isinstance(event, Rejected):
+            permit.release()
+            self.record(context, 503, "rejected", 0)
+            return error_response(503, event.reason, kind="server_error", code="admission_rejected")
+        if isinstance(event, Failed):
+            permit.release()
+            self.record(context, 500, "failed", len(token_ids))
+            return error_response(500, event.message, kind="server_error", code="execution_failed")
+        assert isinstance(event, Finished)
+        if event.termination is Termination.CANCELLED:
+            permit.release()
+            self.record(context, 499, "cancelled", event.output_tokens)
+            return Response(status_code=499)
+        usage = Usage(event.prompt_tokens, event.output_tokens, event.reused_prompt_tokens)
+        if pipeline is not None:
+            accumulator.add(pipeline.feed(_pieces(event)))
+            accumulator.add(pipeline.finish())
+            finish_reason = _finish_reason(event, pipeline.tool_calls)
+            body = presenter.response(
+                accumulator.result(),
+                finish_reason,
+                usage,
+                token_ids=token_ids,
+                timestamps_ns=timestamps,
+                timing=context.timing,
+            )
+        else:
+            text.extend(p.text for p in _pieces(event))
+            finish_reason = _finish_reason(event, 0)
+            body = presenter.response("".join(text), finish_reason, usage)
+        self.record(context, 200, finish_reason, event.output_tokens)
+        return _PermitJSONResponse(body, permit)
+
+    async def stream_chat(
+        self,
+        stream: EventStream,
+        presenter: ChatPresenter,
+        pipeline: Any,
+        permit: Permit,
+        context: RequestContext,
+    ) -> AsyncIterator[str]:
+        outcome, status, output_tokens = "dropped", 200, 0
+        try:
+            yield sse(presenter.first_chunk())
+            while True:
+                event = await stream.next()
+                if isinstance(event, TokenEvent):
+                    output_tokens += 1
+                    if presenter.observe_tokens:
+                        yield sse(presenter.token_chunk(event.token_id, event.timestamp_ns))
+                    for delta in pipeline.feed(_pieces(event)):
+                        yield sse(presenter.delta_chunk(delta))
+                elif isinstance(event, Finished):
+                    if event.termination is Termination.CANCELLED:
+                        outcome = "cancelled"
+                        return
+                    for delta in pipeline.feed(_pieces(event)) + pipeline.finish():
+                        yield sse(presenter.delta_chunk(delta))
+                    usage = Usage(event.prompt_tokens, event.output_tokens, event.reused_prompt_tokens)
+                    outcome = _finish_reason(event, pipeline.tool_calls)
+                    output_tokens = event.output_tokens
+                    for chunk in presenter.final_chunks(outcome, usage, context.timing):
+                        yield sse(chunk)
+                    yield SSE_DONE
+                    return
+                else:
+                    outcome, status = _sse_error(event)
+                    yield sse(_sse_error_body(event))
+                    return
+        finally:
+            if not stream.done:
+                self.state.counters.cancelled_by_client += 1
+                self.state.runtime.cancel(stream.request_id)
+            permit.release()
+            self.record(context, status, outcome, output_tokens)
+
+    async def stream_text(
+        self, stream: EventStream, presenter: CompletionPresenter, permit: Permit, context: RequestContext
+    ) -> AsyncIterator[str]:
+        outcome, status, output_tokens = "dropped", 200, 0
+        try:
+            while True:
+                event = await stream.next()
+                if isinstance(event, TokenEvent):
+                    output_tokens += 1
+                    text = "".join(p.text for p in _pieces(event))
+                    if text:
+                        yield sse(presenter.text_chunk(text))
+                elif isinstance(event, Finished):
+                    if event.termination is Termination.CANCELLED:
+                        outcome = "cancelled"
+                        return
+                    text = "".join(p.text for p in _pieces(event))
+                    if text:
+                        yield sse(presenter.text_chunk(text))
+                    usage = Usage(event.prompt_tokens, event.output_tokens, event.reused_prompt_tokens)
+                    outcome = _finish_reason(event, 0)
+                    output_tokens = event.output_tokens
+                    for chunk in presenter.final_chunks(outcome, usage):
+                        yield sse(chunk)
+                    yield SSE_DONE
+                    return
+                else:
+                    outcome, status = _sse_error(event)
+                    yield sse(_sse_error_body(event))
+                    return
+        finally:
+            if not stream.done:
+                self.state.counters.cancelled_by_client += 1
+                self.state.runtime.cancel(stream.request_id)
+            permit.release()
+            self.record(context, status, outcome, output_tokens)
+
+
+def _sse_error(event: Failed | Rejected) -> tuple[str, int]:
+    """The logged outcome and the HTTP status (200: the headers were already sent)."""
+    return ("rejected" if isinstance(event, Rejected) else "failed"), 200
+
+
+def _sse_error_body(event: Failed | Rejected) -> dict[str, Any]:
+    if isinstance(event, Rejected):
+        return error_body(event.reason, kind="server_error", code="admission_rejected")
+    return error_body(event.message, kind="server_error", code="execution_failed")
