@@ -12,7 +12,7 @@ import json
 
 from helios.errors import HeliosError
 
-RUNTIMES = ("reference",)
+RUNTIMES = ("reference", "production")
 DEFAULT_MAX_TOKENS = 128
 
 
@@ -51,7 +51,9 @@ def register(subparsers) -> None:
     parser.add_argument("--top-k", type=int, metavar="K", help="0 disables (default: the core's, else 0)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="Philox seed (default: 0)")
     parser.add_argument("--runtime", choices=RUNTIMES, default="reference",
-                        help="which runtime executes the programs (default: reference, NumPy)")
+                        help="which runtime executes the programs: reference (NumPy) or production (Triton "
+                             "kernels and the batching scheduler; GPU, else interpreted on the CPU) "
+                             "(default: reference)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
     parser.set_defaults(func=_generate)
 
@@ -88,7 +90,7 @@ def _generate(args) -> int:
         raise CoreUnreadable(f"{args.core}: cannot read: {error.strerror}") from None
     with core_context as core:
         bootstrap = Bootstrap.from_core(core)
-        engine = ReferenceEngine.load(core)
+        engine = ReferenceEngine.load(core) if args.runtime == "reference" else _production(core)
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         prompt_ids = bootstrap.encode(text)
@@ -108,3 +110,9 @@ def _generate(args) -> int:
     else:
         print(output)
     return 0
+
+
+def _production(core):
+    from helios.production.runtime import ProductionTokenEngine
+
+    return ProductionTokenEngine.load(core)

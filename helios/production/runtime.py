@@ -23,12 +23,14 @@ never reject: the scheduler waits, evicts and preempts.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from helios.errors import HeliosError
 from helios.production.page_cache import PageCache
 from helios.production.scheduling import (
     GraphCatalog,
@@ -39,7 +41,7 @@ from helios.production.scheduling import (
     SchedulerRequest,
 )
 from helios.runtime.completion import Completion
-from helios.runtime.events import Failed, Finished, Termination, TokenEvent
+from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
@@ -50,6 +52,7 @@ from helios.runtime.interface import (
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.packing import LaneInput
+from helios.runtime.request import GenerationRequest
 
 
 class RoundExecutor(Protocol):
@@ -353,3 +356,77 @@ class ProductionRuntime(ModelRuntime):
         entry.stream.put(Finished(termination=termination, pieces=pieces,
                                   prompt_tokens=len(generation.prompt_token_ids), output_tokens=entry.sampled,
                                   reused_prompt_tokens=reused))
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+class ProductionUnavailable(HeliosError):
+    """The production runtime cannot load this core here; the message says why."""
+
+
+class GenerationRejected(HeliosError):
+    """The scheduler rejected a one-shot generation (outside the prepared capacities)."""
+
+
+class GenerationFailed(HeliosError):
+    """A one-shot generation failed in execution."""
+
+
+def load_native_model(core: Any, *, max_concurrency: int | None = None, device: str | None = None,
+                      pages: int | None = None) -> Any:
+    """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
+    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores)."""
+    import os
+
+    import torch  # NOTE: the device half starts here; importing this module imports no torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels module defines its kernels
+    from helios.contract import StartupOptions
+    from helios.production.native_model import LoadOptions, NativeModel
+
+    startup = StartupOptions(max_concurrency=max_concurrency)
+    return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup))
+
+
+def load_production_runtime(core: Any, limits: AdmissionLimits, **load: Any) -> ProductionRuntime:
+    """`helios serve --runtime production`: the core on the production executor, batched."""
+    model = load_native_model(core, max_concurrency=limits.max_active, **load)
+    return ProductionRuntime.for_native_model(model, limits)
+
+
+class ProductionTokenEngine:
+    """`generate(request) -> Iterator[int]` (sampled ids, EOS included) over the batching runtime:
+    what `helios generate --runtime production` runs."""
+
+    def __init__(self, make_runtime: Any) -> None:
+        self._make_runtime = make_runtime  # () -> a fresh, unstarted ProductionRuntime
+
+    @classmethod
+    def load(cls, core: Any, **load: Any) -> ProductionTokenEngine:
+        model = load_native_model(core, max_concurrency=1, **load)
+        return cls(lambda: ProductionRuntime.for_native_model(model, AdmissionLimits(max_active=1, queue_capacity=1)))
+
+    def generate(self, request: GenerationRequest, *, slot: int = 0) -> Iterator[int]:
+        runtime = self._make_runtime()
+
+        async def run() -> list[int]:
+            runtime.start()
+            try:
+                stream = runtime.submit(PreparedRequest("generate", request, observe_tokens=True))
+                tokens = []
+                async for event in stream:
+                    if isinstance(event, TokenEvent):
+                        tokens.append(event.token_id)
+                    elif isinstance(event, Rejected):
+                        raise GenerationRejected(f"the request was rejected: {event.reason}")
+                    elif isinstance(event, Failed):
+                        raise GenerationFailed(event.message)
+                return tokens
+            finally:
+                runtime.shutdown()
+
+        return iter(asyncio.run(run()))
