@@ -162,7 +162,7 @@ def _logits(c: Context, op: ValidatedOperator):
     if h.dtype == torch.float32 and w.dtype == torch.float32:
         def product() -> None:
             torch.mm(h, wt, out=out)
-    elif c.device.type == "cuda":
+    elif c.device.type == "cuda" and _mixed_mm(c.device):
         def product() -> None:
             # NOTE: cuBLAS reads bf16/f16 operands and accumulates and stores FP32: no rounding to bf16.
             torch.mm(h, wt, out_dtype=torch.float32, out=out)
@@ -178,6 +178,22 @@ def _logits(c: Context, op: ValidatedOperator):
         if tail is not None:
             tail.fill_(float("-inf"))
     return run
+
+
+_MIXED_MM: dict[str, bool] = {}
+
+
+def _mixed_mm(device: torch.device) -> bool:
+    """Whether this torch multiplies 16-bit operands into an FP32 output in one call (probed once)."""
+    if str(device) not in _MIXED_MM:
+        try:
+            a = torch.ones((2, 16), dtype=torch.bfloat16, device=device)
+            out = torch.empty((2, 2), dtype=torch.float32, device=device)
+            torch.mm(a, a[:2].t(), out_dtype=torch.float32, out=out)
+            _MIXED_MM[str(device)] = bool(out[0, 0].item() == 16.0)
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MIXED_MM[str(device)] = False
+    return _MIXED_MM[str(device)]
 
 
 def _sample(c: Context, op: ValidatedOperator):

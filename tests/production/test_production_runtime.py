@@ -263,3 +263,59 @@ def test_the_production_executor_under_the_batching_scheduler(core):
     results = serve(rt, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
     assert [r.tokens for r in results] == expected
     assert rt.scheduler.counters.preemptions >= 1
+
+
+def test_the_http_server_serves_through_the_production_runtime(core):
+    """The server's app over ProductionRuntime (reference executor): chat JSON and SSE, a string stop
+    (the host-stop barrier), 503 for a scheduler rejection, the cache gauges on /metrics."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from helios.frontend.bootstrap import Bootstrap
+    from helios.frontend.preparation import Preparer
+    from helios.server.app import ServerState, create_app
+    from tests.server.inprocess import free_port
+
+    contract = core.contract
+    rt = runtime(core, pages=24, max_active=2, queue_capacity=4)
+    preparer = Preparer(Bootstrap.from_core(core), served_id=contract.served_id, context_tokens=contract.context_tokens)
+    state = ServerState(runtime=rt, preparer=preparer)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while not server.started:
+        assert time.time() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    base = f"http://127.0.0.1:{port}"
+    chat = {"model": contract.served_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6,
+            "temperature": 0, "return_token_ids": True}
+    try:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            plain = client.post("/v1/chat/completions", json=chat)
+            assert plain.status_code == 200, plain.text
+            body = plain.json()
+            token_ids = body["choices"][0]["token_ids"]
+            expected = list(ReferenceEngine.load(core, pages=16).generate(GenerationRequest(
+                tuple(body["prompt_token_ids"]), max_tokens=6, sampling=SamplingParams(temperature=0.0),
+                eos_token_ids=tuple(contract.model.frontend.eos_token_ids))))
+            assert token_ids == expected
+            with client.stream("POST", "/v1/chat/completions", json={**chat, "stream": True}) as streamed:
+                lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+            assert lines[-1] == "data: [DONE]"
+            text = body["choices"][0]["message"]["content"] or ""
+            if len(text) > 2:
+                stop = client.post("/v1/chat/completions", json={**chat, "stop": [text[1:3]]}).json()
+                assert stop["choices"][0]["finish_reason"] == "stop"
+                assert stop["choices"][0]["message"]["content"] == text[:1]
+            too_long = client.post("/v1/chat/completions", json={**chat, "max_tokens": 4000})
+            assert too_long.status_code in (400, 503)
+            metrics = client.get("/metrics").text
+            assert 'helios_capacity{resource="cache_pages"} 24.0' in metrics
+    finally:
+        server.should_exit = True
+        thread.join(10)
