@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from helios.cli import main
+from helios.core import open_core
+from helios.reference.engine import ReferenceEngine
+from helios.runtime.request import GenerationRequest, SamplingParams
 from tests.fixtures.checkpoints import FAMILIES
-from tests.fixtures.hf_oracle import hf_greedy
+from tests.fixtures.hf_oracle import hf_greedy, hf_teacher_forced_logits
 
 CAPACITIES = ["--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2", "--prefill-capacities", "8,32"]
 
@@ -40,6 +44,16 @@ def test_prepare_verify_generate_json(family, tiny_checkpoint, hf_model, key, tm
         assert result["token_ids"] == expected and result["finish_reason"] == "length"
     else:
         assert result["token_ids"] == expected[: stop + 1] and result["finish_reason"] == "stop"
+    # The sealed core's logits (prompt + 16 decode steps) still match transformers within 1e-4.
+    with open_core(core, trusted_keys=[f"{key}.pub"], accept="acme/tests") as opened:
+        engine = ReferenceEngine.load(opened, keep=("logits",))
+        request = GenerationRequest(tuple(result["prompt_token_ids"]), max_tokens=17,
+                                    sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+        tokens = list(engine.generate(request))
+    ours = np.stack([kept["logits"][0] for kept, graph in zip(engine.kept, engine.kept_graphs, strict=True)
+                     if graph != "initialization"])
+    reference = hf_teacher_forced_logits(hf_model(family), result["prompt_token_ids"], tokens[:16])
+    assert np.abs(ours - reference).max() / np.abs(reference).max() < 1e-4
 
 
 def test_prepare_is_byte_identical_twice(tiny_checkpoint, key, tmp_path, capsys):
