@@ -22,6 +22,10 @@ class MalformedToolCall(HeliosError):
     """A `<tool_call>` block does not follow the Qwen Coder function-tag syntax."""
 
 
+class InvalidAccuracy(HeliosError):
+    """An accuracy tally counts more correct answers than answers, or a negative number."""
+
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 END_MARKERS = ("<|im_end|>", "<|endoftext|>")
@@ -201,12 +205,14 @@ def score_reply(
 
 @dataclass(frozen=True, slots=True)
 class Accuracy:
+    """How many of `total` replies were correct."""
+
     correct: int
     total: int
 
     def __post_init__(self) -> None:
         if not (0 <= self.correct <= self.total):
-            raise ValueError(f"correct must be within 0..total, got {self.correct}/{self.total}")
+            raise InvalidAccuracy(f"correct must be within 0..total, got {self.correct}/{self.total}")
 
     @property
     def fraction(self) -> float:
