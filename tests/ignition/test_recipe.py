@@ -202,3 +202,21 @@ def test_yarn_parameters_reach_the_rotary_operator(tiny_checkpoint, tmp_path):
     assert attributes["rope_type"].s == "yarn" and attributes["factor"].f == 4.0
     assert attributes["beta_fast"].f == 16.0 and attributes["truncate"].b is False
     assert attributes["original_max_position_embeddings"].i == 16
+
+
+def test_a_bf16_checkpoint_is_copied_bit_for_bit(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.fixtures.checkpoints import make_checkpoint
+
+    directory = make_checkpoint("qwen2", tmp_path / "bf16")
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
+    model.save_pretrained(directory)
+    checkpoint = read_checkpoint(directory)
+    assert checkpoint.stored_dtype == "bfloat16"
+    name = "model.layers.1.mlp.up_proj.weight"
+    assert checkpoint.tensors.info(name).dtype == "BF16"
+    prepared = prepare_checkpoint(directory, PreparationOptions(dtype="bf16", page_tokens=4, batch_capacities=(1,),
+                                                                prefill_capacities=(8,)))
+    assert prepared.read(f"weight/{name}") == checkpoint.tensors.raw(name).tobytes()
