@@ -11,9 +11,10 @@ runs one round: one token from every active request, in admission order. After e
     validates the id -> reads the observation clock (timed requests only) -> EOS / output filter
     (decoding and host stops) / output limit -> delivers the events
 
-before that request's next round is submitted: the host-stop barrier (width one, one outstanding
-round) holds for every request. A batching engine (one graph launch per cohort) replaces the
-round's per-request `next()` with one cohort submission and keeps everything after it.
+(`RequestProgress.accept`) before that request's next round is submitted: the host-stop barrier
+(width one, one outstanding round) holds for every request. A batching engine (one graph launch per
+cohort) replaces the round's per-request `next()` with one cohort submission and keeps everything
+after it: `RequestProgress`, the events, slots and the pending deque.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
+from helios.runtime.events import Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
@@ -34,6 +35,7 @@ from helios.runtime.interface import (
     RuntimeMetrics,
 )
 from helios.runtime.limits import AdmissionLimits
+from helios.runtime.progress import InvalidSampledId, RequestProgress
 from helios.runtime.request import GenerationRequest
 
 
@@ -48,9 +50,9 @@ class TokenEngine(Protocol):
 class _Active:
     request: PreparedRequest
     stream: EventStream
+    progress: RequestProgress
     tokens: Iterator[int] | None = None
     slot: int | None = None
-    sampled: int = 0
     cancelled: bool = False
 
 
@@ -147,7 +149,7 @@ class WorkerRuntime(ModelRuntime):
         with self._lock:
             if request.request_id in self._known:
                 raise DuplicateRequestId(f"request id {request.request_id!r} is already submitted")
-            entry = _Active(request, stream)
+            entry = _Active(request, stream, RequestProgress(request, stream, self.clock, self._vocab_size))
             self._known[request.request_id] = entry
             self._ingress.append(entry)
             self._counters.submitted += 1
@@ -203,7 +205,7 @@ class WorkerRuntime(ModelRuntime):
                     self._pending.append(self._ingress.popleft())
                 for entry in [e for e in self._pending if e.cancelled]:
                     self._pending.remove(entry)
-                    self._finish(entry, Termination.CANCELLED, ())
+                    self._finish(entry, Termination.CANCELLED)
                 while self._pending and len(self._active) < self.limits.max_active:
                     entry = self._pending.popleft()
                     if not self._start(entry):
@@ -245,59 +247,35 @@ class WorkerRuntime(ModelRuntime):
 
     def _round(self, entry: _Active) -> None:
         """One round of one request: a token, validated, observed, filtered, delivered."""
-        request = entry.request
-        generation = request.generation
         if entry.cancelled:
             self._release(entry)
-            self._finish(entry, Termination.CANCELLED, ())
+            self._finish(entry, Termination.CANCELLED)
             return
         assert entry.tokens is not None
+        operation = "prefill" if entry.progress.sampled == 0 else "decode"
         try:
-            operation = "prefill" if entry.sampled == 0 else "decode"
             token = next(entry.tokens)
         except StopIteration:
             # the engine ends a generation early only when the context is full: an output limit
-            output = request.output_filter
-            flushed = tuple(output.finish()) if output is not None else ()
-            self._release(entry)
-            self._finish(entry, Termination.LENGTH, flushed)
-            return
+            ended: Termination | None = entry.progress.limit()
         except Exception as error:  # any engine failure is this request's execution failure
             self._fail(entry, f"model execution failed: {type(error).__name__}: {error}")
             return
-        with self._lock:
-            self._counters.launches[operation] += 1
-            self._counters.output_tokens += 1
-        if not isinstance(token, int) or not 0 <= token < self._vocab_size:
-            self._fail(
-                entry, f"the engine sampled id {token!r}, outside the vocabulary of {self._vocab_size}"
-            )
-            return
-        entry.sampled += 1
-        timestamp = self.clock.now_ns() if request.observe_timestamps else None
-        output = request.output_filter
-        if token in generation.eos_token_ids and not generation.ignore_eos:
-            if request.observe_tokens:
-                entry.stream.put(TokenEvent(token, (), timestamp))
-            flushed = tuple(output.finish()) if output is not None else ()
+        else:
+            with self._lock:
+                self._counters.launches[operation] += 1
+                self._counters.output_tokens += 1
+            try:
+                ended = entry.progress.accept(token)
+            except InvalidSampledId as error:
+                self._fail(entry, str(error))
+                return
+            except Exception as error:  # decoding failures are output errors (HTTP 500)
+                self._fail(entry, f"output decoding failed: {type(error).__name__}: {error}")
+                return
+        if ended is not None:
             self._release(entry)
-            self._finish(entry, Termination.EOS, flushed)
-            return
-        try:
-            step = output.push(token) if output is not None else None
-        except Exception as error:  # decoding failures are output errors (HTTP 500)
-            self._fail(entry, f"output decoding failed: {type(error).__name__}: {error}")
-            return
-        pieces = tuple(step.pieces) if step is not None else ()
-        if pieces or request.observe_tokens:
-            entry.stream.put(TokenEvent(token, pieces, timestamp))
-        if step is not None and step.stopped:
-            self._release(entry)
-            self._finish(entry, Termination.STOP, ())
-        elif entry.sampled >= generation.max_tokens:
-            flushed = tuple(output.finish()) if output is not None else ()
-            self._release(entry)
-            self._finish(entry, Termination.LENGTH, flushed)
+            self._finish(entry, ended)
 
     def _release(self, entry: _Active) -> None:
         """Close the engine's generation: it frees the request's slot and pages."""
@@ -312,27 +290,18 @@ class WorkerRuntime(ModelRuntime):
                 self._free_slots.append(entry.slot)
             entry.slot = None
 
-    def _finish(self, entry: _Active, termination: Termination, pieces: tuple[object, ...]) -> None:
+    def _finish(self, entry: _Active, termination: Termination) -> None:
         with self._lock:
             self._forget(entry)
             self._counters.finished[termination.value] += 1
-        generation = entry.request.generation
-        entry.stream.put(
-            Finished(
-                termination=termination,
-                pieces=pieces,
-                prompt_tokens=len(generation.prompt_token_ids),
-                output_tokens=entry.sampled,
-                reused_prompt_tokens=0,
-            )
-        )
+        entry.progress.finish(termination)
 
     def _fail(self, entry: _Active, message: str) -> None:
         self._release(entry)
         with self._lock:
             self._forget(entry)
             self._counters.failed += 1
-        entry.stream.put(Failed(message))
+        entry.progress.fail(message)
 
     def _forget(self, entry: _Active) -> None:
         if entry in self._active:
