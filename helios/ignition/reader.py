@@ -5,8 +5,7 @@ Owns everything Helios learns from a checkpoint directory, once, at preparation 
 - `config.json` in both forms: the v4 form (top-level `rope_theta`, optional `rope_scaling`,
   `torch_dtype`) and the v5 form (`rope_parameters: {rope_theta, rope_type, ...}`, `dtype`);
   `RopeParameters` is the normalized view a recipe reads.
-- safetensors weights, single-file or sharded (`model.safetensors.index.json`), parsed directly from
-  the format (8-byte header length, JSON header, raw little-endian bytes), bf16 included.
+- safetensors weights, single-file or sharded (`helios.ignition.safetensors`).
 - `tokenizer.json` (kept as bytes: it becomes the core's TOKENIZER resource).
 - the chat template from `chat_template.jinja` or `tokenizer_config.json` (`chat_template` as a
   string or as a list of named templates; the one named "default" wins).
@@ -20,204 +19,31 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from helios.ignition.errors import (
+    CheckpointError,
+    MalformedCheckpointFile,
+    MissingCheckpointFile,
+    UnsupportedCheckpoint,
+)
+from helios.ignition.safetensors import (
+    TensorInfo,
+    TensorStore,
+    bf16_bits_to_float32,
+    float32_to_bf16_bits,
+    read_json,
+    read_tensors,
+)
 
-from helios.errors import HeliosError
-
-
-class CheckpointError(HeliosError):
-    """The checkpoint directory cannot be read; the message names the file and what is wrong."""
-
-
-class MissingCheckpointFile(CheckpointError):
-    """A file the checkpoint must have is absent."""
-
-
-class MalformedCheckpointFile(CheckpointError):
-    """A checkpoint file exists but its contents break its format."""
-
-
-class UnsupportedCheckpoint(HeliosError):
-    """The checkpoint is readable but asks for something Helios does not implement.
-
-    The message names the config field (e.g. `config.json: hidden_act = "gelu"`).
-    """
-
-
-# safetensors dtype strings -> (NumPy storage dtype, element size). bf16 is stored as uint16 bits.
-_SAFETENSORS_DTYPES: dict[str, tuple[np.dtype, int]] = {
-    "F32": (np.dtype("<f4"), 4),
-    "F16": (np.dtype("<f2"), 2),
-    "BF16": (np.dtype("<u2"), 2),
-    "F64": (np.dtype("<f8"), 8),
-    "I64": (np.dtype("<i8"), 8),
-    "I32": (np.dtype("<i4"), 4),
-    "I16": (np.dtype("<i2"), 2),
-    "I8": (np.dtype("i1"), 1),
-    "U8": (np.dtype("u1"), 1),
-    "BOOL": (np.dtype("?"), 1),
-}
-
-_HEADER_LIMIT = 100 * 1024 * 1024  # the safetensors reference implementation's own cap
-
-
-def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
-    """Exact widening of bf16 bit patterns (uint16) to float32."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even narrowing of float32 to bf16 bit patterns (uint16); NaN stays NaN."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    rounded = ((bits + rounding) >> 16).astype(np.uint16)
-    nan = np.isnan(values)
-    if nan.any():
-        rounded = np.where(nan, np.uint16(0x7FC0), rounded)
-    return rounded
-
-
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """Where one stored tensor lies: file, safetensors dtype, shape and byte range."""
-
-    name: str
-    file: Path
-    dtype: str  # safetensors dtype string, e.g. "BF16"
-    shape: tuple[int, ...]
-    begin: int  # absolute byte offset in `file`
-    end: int
-
-    def __post_init__(self) -> None:
-        if self.dtype not in _SAFETENSORS_DTYPES:
-            raise UnsupportedCheckpoint(f"{self.file.name}: tensor {self.name} has dtype {self.dtype}")
-        count = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-        if count * _SAFETENSORS_DTYPES[self.dtype][1] != self.end - self.begin:
-            raise MalformedCheckpointFile(
-                f"{self.file.name}: tensor {self.name} spans {self.end - self.begin} bytes, "
-                f"its shape {list(self.shape)} and dtype {self.dtype} need {count * _SAFETENSORS_DTYPES[self.dtype][1]}"
-            )
-
-
-class TensorStore:
-    """The checkpoint's stored tensors by name, read lazily from memory-mapped safetensors files."""
-
-    def __init__(self, infos: Mapping[str, TensorInfo]) -> None:
-        self._infos = dict(sorted(infos.items()))
-        self._maps: dict[Path, np.memmap] = {}
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._infos
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._infos)
-
-    def __len__(self) -> int:
-        return len(self._infos)
-
-    def info(self, name: str) -> TensorInfo:
-        try:
-            return self._infos[name]
-        except KeyError:
-            raise MissingCheckpointFile(f"checkpoint has no tensor {name}") from None
-
-    def raw(self, name: str) -> np.ndarray:
-        """The stored values (bf16 as uint16 bits), a read-only view of the mapped file."""
-        info = self.info(name)
-        if info.file not in self._maps:
-            self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
-        storage, _ = _SAFETENSORS_DTYPES[info.dtype]
-        return self._maps[info.file][info.begin : info.end].view(storage).reshape(info.shape)
-
-    def float32(self, name: str) -> np.ndarray:
-        """The tensor widened to float32 (exact for bf16, f16 and f32)."""
-        info = self.info(name)
-        values = self.raw(name)
-        if info.dtype == "BF16":
-            return bf16_bits_to_float32(values)
-        if info.dtype in ("F32", "F16", "F64"):
-            return values.astype(np.float32)
-        raise UnsupportedCheckpoint(f"tensor {name} has non-float dtype {info.dtype}")
-
-
-def _read_json(path: Path, *, required: bool) -> dict[str, Any] | None:
-    if not path.is_file():
-        if required:
-            raise MissingCheckpointFile(f"{path.name} is missing from the checkpoint directory")
-        return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise MalformedCheckpointFile(f"{path.name} is not valid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise MalformedCheckpointFile(f"{path.name} must hold a JSON object")
-    return value
-
-
-def _read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) != 8:
-            raise MalformedCheckpointFile(f"{path.name}: shorter than the 8-byte header length")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > _HEADER_LIMIT:
-            raise MalformedCheckpointFile(f"{path.name}: header length {length} exceeds {_HEADER_LIMIT}")
-        raw = handle.read(length)
-    if len(raw) != length:
-        raise MalformedCheckpointFile(f"{path.name}: header truncated ({len(raw)} of {length} bytes)")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise MalformedCheckpointFile(f"{path.name}: header is not JSON: {error}") from None
-    size = path.stat().st_size
-    base = 8 + length
-    infos: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            begin, end = (int(v) for v in entry["data_offsets"])
-            info = TensorInfo(name, path, str(entry["dtype"]), tuple(int(d) for d in entry["shape"]),
-                              base + begin, base + end)
-        except (KeyError, TypeError, ValueError) as error:
-            raise MalformedCheckpointFile(f"{path.name}: tensor {name} has a malformed entry ({error})") from None
-        if info.end > size:
-            raise MalformedCheckpointFile(f"{path.name}: tensor {name} ends past the end of the file")
-        infos[name] = info
-    return infos
-
-
-def _read_tensors(directory: Path) -> TensorStore:
-    index = _read_json(directory / "model.safetensors.index.json", required=False)
-    if index is not None:
-        weight_map = index.get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise MalformedCheckpointFile("model.safetensors.index.json has no weight_map object")
-        files = sorted(set(weight_map.values()))
-    else:
-        files = sorted(p.name for p in directory.glob("*.safetensors"))
-        if not files:
-            raise MissingCheckpointFile("no *.safetensors weights in the checkpoint directory")
-    infos: dict[str, TensorInfo] = {}
-    for name in files:
-        path = directory / name
-        if not path.is_file():
-            raise MissingCheckpointFile(f"{name} (named by the safetensors index) is missing")
-        for tensor, info in _read_safetensors_header(path).items():
-            if tensor in infos:
-                raise MalformedCheckpointFile(f"tensor {tensor} is stored in two shards")
-            infos[tensor] = info
-    if index is not None:
-        for tensor, shard in index["weight_map"].items():
-            if tensor not in infos or infos[tensor].file.name != shard:
-                raise MalformedCheckpointFile(f"model.safetensors.index.json places {tensor} in {shard}, which lacks it")
-    return TensorStore(infos)
+__all__ = [
+    "Checkpoint", "CheckpointError", "GenerationRecommendations", "MalformedCheckpointFile", "MissingCheckpointFile",
+    "RopeParameters", "TensorInfo", "TensorStore", "UnsupportedCheckpoint", "bf16_bits_to_float32",
+    "float32_to_bf16_bits", "read_checkpoint",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,10 +235,10 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
     directory = Path(directory)
     if not directory.is_dir():
         raise MissingCheckpointFile(f"checkpoint directory {directory.name!r} does not exist")
-    config = _read_json(directory / "config.json", required=True)
+    config = read_json(directory / "config.json", required=True)
     assert config is not None
-    generation = _read_json(directory / "generation_config.json", required=False)
-    tokenizer_config = _read_json(directory / "tokenizer_config.json", required=False) or {}
+    generation = read_json(directory / "generation_config.json", required=False)
+    tokenizer_config = read_json(directory / "tokenizer_config.json", required=False) or {}
     tokenizer_path = directory / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise MissingCheckpointFile("tokenizer.json is missing from the checkpoint directory")
@@ -440,7 +266,7 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
         config=config,
         rope=_rope_parameters(config),
         stored_dtype=str(stored_dtype),
-        tensors=_read_tensors(directory),
+        tensors=read_tensors(directory),
         tokenizer_json=tokenizer_json,
         tokenizer_vocabulary=vocabulary,
         chat_template=_chat_template(directory, tokenizer_config),
