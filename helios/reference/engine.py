@@ -12,9 +12,10 @@ submission sequence, generation echo, emitted count, consumed endpoint, sampled 
 vocabulary, no draft cursor, reserved field -1) before a token is accepted.
 
 Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages at load (default:
-enough for one request's whole context, since requests run one at a time). Lanes are addressed by
-physical request slot: a lane's completion row is its slot's row (the reference uses slot 0).
-Closing the generator early cancels the request and returns its pages.
+enough for one request's whole context). Admission reserves a request's pages before its first id;
+closing or dropping its stream cancels it and returns them. Lanes are addressed by physical request
+slot: a lane's completion row is its slot's row. Requests in distinct slots may interleave (a
+worker pulling one token from each in turn); every round still runs one lane alone.
 """
 
 from __future__ import annotations
