@@ -80,4 +80,44 @@ def format_report(report: dict[str, Accuracy]) -> str:
     return "  ".join(f"{name}={accuracy.correct}/{accuracy.total}" for name, accuracy in report.items())
 
 
-__all__ = ["evaluate", "format_report", "greedy_generate", "load_checkpoint", "summarize"]
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from helios.demo import CHECKPOINT_DIR
+    from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED
+    from helios.demo.tasks import held_out_examples
+
+    parser = argparse.ArgumentParser(
+        prog="python -m helios.demo.evaluation",
+        description=(
+            "Score a demo checkpoint on the held-out prompts with HF transformers greedy decoding: "
+            "prints accuracy per task kind and per acceptance group, and every wrong answer with the "
+            "reason. Runs on a CPU in a few minutes."
+        ),
+        epilog="Example: python -m helios.demo.evaluation --count 40 --threads 1",
+    )
+    parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT_DIR,
+                        help="checkpoint directory (default: the committed one)")
+    parser.add_argument("--seed", type=int, default=HELD_OUT_SEED, help="prompt seed (default: the held-out %(default)s)")
+    parser.add_argument("--count", type=int, default=HELD_OUT_COUNT,
+                        help="prompts, the task kinds in turn (default %(default)s)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--batch-size", type=int, default=32, help="prompts decoded together (default %(default)s)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_checkpoint(args.checkpoint, args.device)
+    examples = held_out_examples(args.seed, args.count)
+    verdicts, completions = evaluate(model, tokenizer, examples, batch_size=args.batch_size)
+    for example, verdict, text in zip(examples, verdicts, completions, strict=True):
+        if not verdict.correct:
+            print(f"wrong {example.kind}: {example.question!r} -> {text[-120:]!r} ({verdict.reason})")
+    print(format_report(summarize(verdicts)))
+    return 0
+
+
+__all__ = ["evaluate", "format_report", "greedy_generate", "load_checkpoint", "main", "summarize"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
