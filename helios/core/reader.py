@@ -7,7 +7,9 @@ every chunk digest, then the frame structure (or the version-4 key), and only th
 caller's buffer. A resource stored in at most 64 MiB is decoded from the chunks the digest pass
 read; a larger one is read again, each chunk hashed again as the decoder consumes it, so memory
 stays at the caller's buffer plus 64 MiB at most. On any error the caller's buffer is zeroed, so no
-unverified byte is left in it. Hashing runs on a small thread pool beside the decoder (hashlib and zstd release the GIL).
+unverified byte is left in it. Hashing runs on a small thread pool beside the decoding thread
+(hashlib and zstd release the GIL); `Core.read_many_into` checks the next resource's digests while
+one decodes.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _zero(view: memoryview) -> None:
 
 
 def default_workers() -> int:
-    """Hashing threads beside the decoding thread: one per further core, at least one, at most four."""
+    """Hashing threads beside the caller's decoding thread: one per core, at most four."""
     return max(1, min(4, (os.cpu_count() or 1)))
 
 
@@ -77,7 +79,7 @@ class Core:
 
     @property
     def format(self) -> str:
-        """"payload", "index-v6" or "index-v4"."""
+        """The format: "payload", "index-v6" or "index-v4"."""
         return self._content.format
 
     @property
