@@ -273,7 +273,7 @@ def test_429_when_admission_is_full() -> None:
         held = []
         for _ in range(2):  # queue_capacity + max_active streams hold every permit
             stream = httpx.stream("POST", base + "/v1/chat/completions",
-                                  json={"model": SERVED_ID, "messages": USER, "stream": True}, timeout=30)  # fmt: skip
+                                  json={"model": SERVED_ID, "messages": USER, "stream": True, "max_tokens": 400}, timeout=30)  # fmt: skip
             response = stream.__enter__()
             held.append((stream, response))
         assert state.admission.in_use == 2
@@ -317,7 +317,7 @@ def test_500_for_execution_failure() -> None:
 def test_dropped_stream_cancels_and_releases() -> None:
     engine = ScriptedEngine([5] * 2000 + [EOS], delay_s=0.005)
     with serving(engine) as (base, state):
-        body = {"model": SERVED_ID, "messages": USER, "stream": True}
+        body = {"model": SERVED_ID, "messages": USER, "stream": True, "max_tokens": 2000}
         with httpx.stream("POST", base + "/v1/chat/completions", json=body) as response:
             lines = response.iter_lines()
             for _ in range(6):
@@ -338,7 +338,9 @@ def test_dropped_json_request_cancels() -> None:
         def send():
             try:
                 httpx.post(
-                    base + "/v1/chat/completions", json={"model": SERVED_ID, "messages": USER}, timeout=0.3
+                    base + "/v1/chat/completions",
+                    json={"model": SERVED_ID, "messages": USER, "max_tokens": 2000},
+                    timeout=0.3,
                 )
             except httpx.TimeoutException:
                 pass
@@ -423,3 +425,41 @@ def test_metrics_parse_and_carry_the_flare_metrics() -> None:
             assert all(
                 key in ("termination", "operation", "resource", "endpoint", "code") for key, _ in labels
             ), name
+
+
+@pytest.mark.slow
+def test_shutdown_drains_for_five_seconds_then_drops() -> None:
+    """A stream still generating at shutdown keeps the server up for the five-second drain, then its
+    connection is dropped and its request cancelled."""
+    import uvicorn
+    from inprocess import free_port
+
+    from helios.frontend.preparation import Preparer
+    from helios.runtime.worker import WorkerRuntime
+    from helios.server.app import ServerState, create_app
+
+    engine = ScriptedEngine([5] * 5000 + [EOS], delay_s=0.005)
+    bootstrap = tinyfront.make_bootstrap()
+    runtime = WorkerRuntime(engine, AdmissionLimits(), context_tokens=8192, vocab_size=bootstrap.vocab_size)
+    state = ServerState(
+        runtime=runtime, preparer=Preparer(bootstrap, served_id=SERVED_ID, context_tokens=8192)
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=5))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started)
+    body = {"model": SERVED_ID, "messages": USER, "stream": True, "max_tokens": 5000}
+    with httpx.stream(
+        "POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30
+    ) as response:
+        lines = response.iter_lines()
+        next(lines)
+        began = time.monotonic()
+        server.should_exit = True
+        thread.join(20)
+        elapsed = time.monotonic() - began
+    assert not thread.is_alive()
+    assert 4.5 <= elapsed <= 10, elapsed
+    assert runtime.metrics().requests_finished["cancelled"] == 1 and engine.released == 1
