@@ -253,12 +253,14 @@ class TaggedToolParser:
     def _malformed(self, out: list[ToolEvent]) -> bool:
         """Text that breaks the syntax inside a block."""
         if not self._block_calls:
-            # nothing was reported for this block: it was content after all
+            # nothing was reported for this block: its opener was content after all, and the text
+            # after it is scanned again as content (it may open the next block)
+            opener = self._l.opener if self._raw.startswith(self._l.opener) else ""
             self._state = _CONTENT
-            self._buffer = ""
-            out.append(ContentText(self._raw))
+            self._buffer = self._raw[len(opener) :]
+            out.append(ContentText(opener))
             self._raw = ""
-            return False
+            return True
         # after a reported call: skip to the next delimiter that can continue the block
         resume = [d for d in (self._l.invoke_open, self._l.closer) if d]
         found = find_first(self._buffer, resume)
@@ -277,8 +279,9 @@ class TaggedToolParser:
             ends += [layout.parameter_open, layout.closer]
         found = find_first(self._buffer, ends)
         if found is None:
-            line_break = "\n" not in "".join(ends) and "\n" in self._buffer.strip()
-            if len(self._buffer) > MAX_NAME_CHARS or line_break:
+            # whitespace inside what is surely name text already breaks the name
+            candidate = self._buffer[: len(self._buffer) - held_suffix(self._buffer, ends)].strip()
+            if len(self._buffer) > MAX_NAME_CHARS or any(c.isspace() for c in candidate):
                 return self._malformed_name(out)
             return False
         index, delimiter = found
