@@ -1,0 +1,187 @@
+"""Level 2, trace audit (host side, NumPy only): the reference replays production's submissions.
+
+    result = audit_trace(core, header, records, case="trace/pressure")
+
+A fresh `ReferenceEngine` on the same core (with production's physical page count) runs every
+recorded round through its own `run_round`, in trace order, with the very lanes production
+submitted. Each round is compared in this order, and the first disagreement ends the case:
+
+1. the submission itself: the reference must accept it (pages cover every row, capacities hold);
+2. transport: every destination the graph binds, on the rows the round addresses, exactly as the
+   reference's packing of the same lanes writes them (`transport.<destination>`);
+3. lane order: production's rows must answer the lanes in submission order (`lane_order`, when its
+   rows are the reference's rows of other lanes);
+4. each lane's completion row, integer fields exactly: status, generation, emitted (accepted count),
+   consumed_endpoint, draft_cursor, model_reserved, frame_index (the frame it was submitted in),
+   submission_sequence (the sequence the transport wrote), then sampled_id (when emitted);
+5. production's executor must not have rejected a round the reference accepts identically (`error`).
+
+A sampled id that differs is a numeric tie when the reference's logit margin between the two ids lies
+within the core precision's tie tolerance (`conformance.tolerance`): the tie is reported with its
+margin and the replay continues with production's token (later lanes carry production's tokens, so
+adopting it is automatic). Device-owned pending tokens (-1 in a lane) are the lane's previous
+production sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from conformance.report import CaseResult, Divergence
+from conformance.tolerance import is_numeric_tie
+from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
+from helios.errors import HeliosError
+from helios.proto import manifest_pb2, program_pb2
+from helios.runtime.completion import Completion
+from helios.runtime.packing import LaneInput
+
+M = manifest_pb2
+DEVICE_PENDING = -1
+INTEGER_FIELDS = ("status", "generation", "emitted", "consumed_endpoint", "draft_cursor", "model_reserved")
+DTYPE_NAMES = {M.DTYPE_F32: "f32", M.DTYPE_BF16: "bf16", M.DTYPE_F16: "f16"}
+
+
+def core_dtype(manifest: manifest_pb2.ExecutionManifest) -> str:
+    """The activation dtype a core stores (its cache planes'): the precision of its tolerances."""
+    for buffer in manifest.buffers:
+        if buffer.role == M.BUFFER_ROLE_CACHE and buffer.dtype in DTYPE_NAMES:
+            return DTYPE_NAMES[buffer.dtype]
+    return "f32"
+
+
+def sampled_logits_tensor(core: Any) -> str | None:
+    """The program tensor a generating graph samples from (input 0 of its `sample` or `argmax`)."""
+    for handle in core.manifest.graphs:
+        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+        for operator in program.operators:
+            if operator.op in ("sample", "argmax"):
+                return operator.inputs[0]
+    return None
+
+
+def _row_values(array: np.ndarray, rows: tuple[int, ...]) -> np.ndarray:
+    return array.reshape(-1) if not rows else array[list(rows)]
+
+
+class _Replay:
+    def __init__(self, core: Any, header: TraceHeader, case: str, dtype: str) -> None:
+        from helios.reference.engine import ReferenceEngine
+
+        serving = core.contract
+        if header.served_id != serving.served_id or header.cache_identity != serving.cache_identity:
+            raise TraceError(f"the trace was recorded on {header.served_id!r} ({header.cache_identity}); "
+                             f"this core is {serving.served_id!r} ({serving.cache_identity})")
+        self.logits = sampled_logits_tensor(core)
+        self.engine = ReferenceEngine.load(core, pages=header.pages, keep=(self.logits,) if self.logits else ())
+        self.case = case
+        self.dtype = dtype
+        self.slots = serving.max_concurrency
+        self.last: dict[int, int] = {}  # slot -> production's last sampled id (device-owned pending tokens)
+        self.ties: list[Divergence] = []
+
+    def lanes(self, record: RoundRecord) -> list[LaneInput]:
+        out = []
+        for lane in record.lanes:
+            if lane.pending_token == DEVICE_PENDING:
+                lane = replace(lane, tokens=(*lane.tokens[:-1], self.last.get(lane.slot, DEVICE_PENDING)))
+            out.append(lane)
+        return out
+
+    def divergence(self, record: RoundRecord, field: str, reference: object, production: object, *,
+                   lane: int | None = None, margin: float | None = None, detail: str = "") -> Divergence:
+        return Divergence(self.case, field, reference, production, round=record.round, lane=lane, margin=margin,
+                          detail=f"round {record.round} ({record.graph}): {detail}" if detail else "")
+
+    def round(self, record: RoundRecord) -> Divergence | None:
+        lanes = self.lanes(record)
+        try:
+            reference = self.engine.run_round(record.graph, lanes)
+        except (HeliosError, KeyError, IndexError) as error:
+            return self.divergence(record, "submission", f"rejected: {type(error).__name__}: {error}", "submitted",
+                                   detail="the reference cannot run the round production submitted")
+        kept = self.engine.kept.pop() if self.engine.kept else {}
+        self.engine.kept.clear()
+        found = (self._transport(record, lanes) or self._order(record, reference)
+                 or self._rows(record, lanes, reference, kept))
+        if found is None and record.error is not None:
+            found = self.divergence(record, "error", "accepted", record.error,
+                                    detail="production rejected a completion the reference produces identically")
+        for lane, row in zip(lanes, record.rows, strict=False):
+            if row.emitted:
+                self.last[lane.slot] = row.sampled_id
+        return found
+
+    def _transport(self, record: RoundRecord, lanes: list[LaneInput]) -> Divergence | None:
+        packing = self.engine.graphs[record.graph].packing
+        expected = addressed_rows(packing, lanes)
+        for name, rows in expected.items():
+            if name not in record.transport:
+                return self.divergence(record, f"transport.{name}", "bound", "not recorded")
+            recorded_rows, production = record.transport[name]
+            reference = _row_values(np.asarray(self.engine.buffers[name]), rows or ())
+            if tuple(recorded_rows) != tuple(rows or ()) or production.shape != reference.shape:
+                return self.divergence(record, f"transport.{name}", list(rows or ()), list(recorded_rows),
+                                       detail=f"{name}: recorded rows differ from the rows the round addresses")
+            bad = np.argwhere(reference != production)
+            if bad.size:
+                index = int(bad[0][0])
+                lane = (rows[index] if rows else None)
+                return self.divergence(record, f"transport.{name}", reference[index].tolist(),
+                                       production[index].tolist(), lane=lane,
+                                       detail=f"{name} row {lane} differs from the shared packing of the same lanes")
+        return None
+
+    def _order(self, record: RoundRecord, reference: list[Completion]) -> Divergence | None:
+        key = lambda row: (row.generation, row.emitted, row.consumed_endpoint)  # noqa: E731
+        produced = [key(row) for row in record.rows]
+        expected = [key(row) for row in reference]
+        if len(record.rows) != len(reference):
+            return self.divergence(record, "lane_order", len(reference), len(record.rows),
+                                   detail="production returned a different number of completion rows")
+        if produced != expected and sorted(produced) == sorted(expected) and len(set(expected)) == len(expected):
+            slots = [lane.slot for lane in record.lanes]
+            answered = [slots[expected.index(k)] for k in produced]
+            return self.divergence(record, "lane_order", slots, answered,
+                                   detail="completion rows answer the lanes' slots in another order")
+        return None
+
+    def _rows(self, record: RoundRecord, lanes: list[LaneInput], reference: list[Completion],
+              kept: dict) -> Divergence | None:
+        for index, (lane, ref, prod) in enumerate(zip(lanes, reference, record.rows, strict=True)):
+            for name in INTEGER_FIELDS:
+                if getattr(ref, name) != getattr(prod, name):
+                    return self.divergence(record, name, getattr(ref, name), getattr(prod, name), lane=lane.slot,
+                                           detail=f"slot {lane.slot}: {name} differs")
+            if prod.frame_index != record.frame:
+                return self.divergence(record, "frame_index", record.frame, prod.frame_index, lane=lane.slot,
+                                       detail="the row answers another execution frame")
+            if record.sequence is not None and prod.submission_sequence != record.sequence:
+                return self.divergence(record, "submission_sequence", record.sequence, prod.submission_sequence,
+                                       lane=lane.slot, detail="the row answers another submission")
+            if ref.emitted and ref.sampled_id != prod.sampled_id:
+                logits = kept.get(self.logits) if self.logits else None
+                if logits is None:
+                    return self.divergence(record, "sampled_id", ref.sampled_id, prod.sampled_id, lane=lane.slot)
+                row = lane.slot if logits.shape[0] == self.slots else index
+                tie, margin = is_numeric_tie(logits[row], ref.sampled_id, prod.sampled_id, self.dtype)
+                item = self.divergence(record, "sampled_id", ref.sampled_id, prod.sampled_id, lane=lane.slot,
+                                       margin=margin, detail=f"slot {lane.slot}: sampled ids differ")
+                if not tie:
+                    return item
+                self.ties.append(item)
+        return None
+
+
+def audit_trace(core: Any, header: TraceHeader, records: Iterable[RoundRecord], *, case: str,
+                dtype: str | None = None) -> CaseResult:
+    """Replay `records` on the reference and return the case's verdict (see the module docstring)."""
+    replay = _Replay(core, header, case, dtype or core_dtype(core.manifest))
+    for record in records:
+        found = replay.round(record)
+        if found is not None:
+            return CaseResult(case, "divergence", found, tuple(replay.ties))
+    return CaseResult(case, "numeric tie" if replay.ties else "pass", None, tuple(replay.ties))

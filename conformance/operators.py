@@ -1,0 +1,368 @@
+"""Level 1, operators (device side: imports torch): every operator, reference against production.
+
+For each operator of the registry (and each fusion production performs: add+rms_norm,
+rotary+paged_cache_write) and each cohort of `cases/operators.json`, one small program is built with
+the program builder over fresh random inputs, then executed twice: by the reference interpreter
+(NumPy) and by the production lowering (Triton kernels and torch; under `TRITON_INTERPRET=1` on a
+CPU). Every output is compared: integers exactly, floats within the dtype's tolerance
+(`conformance.tolerance`). Cohorts are ragged (lanes with different histories and query lengths,
+padding rows), cross page boundaries and run attention with and without a sliding window.
+
+The first mismatching element of a case is its divergence: field `OUTPUT[index]`, lane = the row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance.report import CaseResult, Divergence, LevelResult
+from conformance.tolerance import first_mismatch, tolerance
+from helios.program import OPERATORS
+from helios.program.builder import ProgramBuilder
+from helios.program.types import DTYPES_BY_NAME
+from helios.program.validate import validate_program
+from helios.reference.interpreter import execute, round_to_dtype
+
+FUSIONS = ("add+rms_norm", "rotary+paged_cache_write")
+INTEGER = ("i32", "i64")
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    name: str
+    history: tuple[int, ...]  # committed tokens per lane
+    queries: tuple[int, ...]  # new rows per lane
+    padding: int  # rows of no lane
+
+    def __post_init__(self) -> None:
+        if len(self.history) != len(self.queries) or not self.history:
+            raise ValueError(f"cohort {self.name}: history and queries need one entry per lane")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorCases:
+    seed: int
+    geometry: dict
+    cohorts: tuple[Cohort, ...]
+    windows: tuple[int | None, ...]
+    softcap: float
+
+    @classmethod
+    def from_json(cls, data: dict) -> OperatorCases:
+        cohorts = tuple(Cohort(c["name"], tuple(c["history"]), tuple(c["queries"]), int(c.get("padding", 0)))
+                        for c in data["cohorts"])
+        return cls(int(data["seed"]), dict(data["geometry"]), cohorts, tuple(data.get("windows", [None])),
+                   float(data.get("softcap", 30.0)))
+
+
+@dataclass(slots=True)
+class _Program:
+    """One case under construction: named inputs (NumPy values, dtype names) and compared outputs."""
+
+    dtype: str
+    builder: ProgramBuilder
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+
+    def input(self, name: str, value: np.ndarray, dtype: str | None = None) -> str:
+        dtype = dtype or self.dtype
+        value = np.ascontiguousarray(round_to_dtype(value, DTYPES_BY_NAME[dtype]))
+        self.builder.state(name, buffer=name, dtype=dtype, shape=list(value.shape))
+        self.values[name] = value
+        return name
+
+    def output(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        dtype = dtype or self.dtype
+        self.input(name, np.zeros(shape, np.float32 if dtype not in INTEGER else np.int64), dtype)
+        self.outputs.append(name)
+        return name
+
+
+def _rows(cohort: Cohort) -> tuple[np.ndarray, np.ndarray]:
+    lanes, positions = [], []
+    for lane, (history, queries) in enumerate(zip(cohort.history, cohort.queries, strict=True)):
+        lanes += [lane] * queries
+        positions += list(range(history, history + queries))
+    return (np.array(lanes + [-1] * cohort.padding, np.int32),
+            np.array(positions + [0] * cohort.padding, np.int32))
+
+
+def _page_table(rng: np.random.Generator, lanes: int, max_pages: int) -> tuple[np.ndarray, int]:
+    pages = lanes * max_pages + 2
+    return rng.permutation(pages)[: lanes * max_pages].reshape(lanes, max_pages).astype(np.int32), pages
+
+
+Builder = Callable[[_Program, np.random.Generator, Cohort, dict, "OperatorCases"], None]
+
+
+def _normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Builder]]:
+    """(operator or fusion, variant, cohort, builder) for every case."""
+    first = cases.cohorts[0]
+    for cohort in cases.cohorts:
+        yield "embedding", cohort.name, cohort, _embedding
+        yield "rms_norm", cohort.name, cohort, _rms_norm
+        yield "layer_norm", cohort.name, cohort, _layer_norm
+        yield "head_rms_norm", cohort.name, cohort, _head_rms_norm
+        yield "matmul", cohort.name, cohort, _matmul
+        yield "add", cohort.name, cohort, _binary("add")
+        yield "mul", cohort.name, cohort, _binary("mul")
+        yield "copy", cohort.name, cohort, _copy
+        yield "rotary", cohort.name, cohort, _rotary
+        yield "paged_cache_write", cohort.name, cohort, _cache_write
+        yield "last_row_gather", cohort.name, cohort, _last_row_gather
+        yield "add+rms_norm", cohort.name, cohort, _add_rms_norm
+        yield "rotary+paged_cache_write", cohort.name, cohort, _rotary_cache
+        for window in cases.windows:
+            suffix = "full" if window is None else f"window{window}"
+            yield "paged_attention", f"{cohort.name}/{suffix}", cohort, _attention(window, None)
+    yield "paged_attention", f"{first.name}/softcap", first, _attention(None, cases.softcap)
+    for activation in ("silu", "gelu_tanh", "gelu"):
+        yield "gated_activation", activation, first, _gated(activation)
+    yield "logits", "plain", first, _logits(None)
+    yield "logits", "softcap", first, _logits(cases.softcap)
+    yield "argmax", "rows", first, _argmax
+    yield "sample", "filters", first, _sample
+    yield "fill", "f32", first, _fill
+
+
+def _embedding(p, rng, cohort, g, cases):
+    lanes, _ = _rows(cohort)
+    ids = rng.integers(0, g["vocab"], size=lanes.shape[0]).astype(np.int32)
+    ids[lanes < 0] = -1
+    out = p.output("out", (ids.shape[0], g["hidden"]))
+    p.builder.embedding(p.input("ids", ids, "i32"), p.input("table", _normal(rng, g["vocab"], g["hidden"])), into=out)
+
+
+def _rms_norm(p, rng, cohort, g, cases):
+    rows = len(_rows(cohort)[0])
+    out = p.output("out", (rows, g["hidden"]))
+    p.builder.rms_norm(p.input("x", _normal(rng, rows, g["hidden"], scale=3.0)),
+                       p.input("w", _normal(rng, g["hidden"])), eps=1e-5, weight_offset=0.5, into=out)
+
+
+def _layer_norm(p, rng, cohort, g, cases):
+    rows = len(_rows(cohort)[0])
+    out = p.output("out", (rows, g["hidden"]))
+    p.builder.layer_norm(p.input("x", _normal(rng, rows, g["hidden"]) + 2.0), p.input("w", _normal(rng, g["hidden"])),
+                         p.input("b", _normal(rng, g["hidden"])), eps=1e-5, into=out)
+
+
+def _head_rms_norm(p, rng, cohort, g, cases):
+    rows, width = len(_rows(cohort)[0]), g["heads"] * g["head_dim"]
+    out = p.output("out", (rows, width))
+    p.builder.head_rms_norm(p.input("x", _normal(rng, rows, width)), p.input("w", _normal(rng, g["head_dim"])),
+                            eps=1e-6, head_dim=g["head_dim"], into=out)
+
+
+def _matmul(p, rng, cohort, g, cases):
+    rows = len(_rows(cohort)[0])
+    out = p.output("out", (rows, g["ffn"]))
+    p.builder.matmul(p.input("x", _normal(rng, rows, g["hidden"])), p.input("w", _normal(rng, g["ffn"], g["hidden"])),
+                     p.input("bias", _normal(rng, g["ffn"])), into=out)
+
+
+def _binary(op: str) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        rows = len(_rows(cohort)[0])
+        out = p.output("out", (rows, g["hidden"]))
+        getattr(p.builder, op)(p.input("a", _normal(rng, rows, g["hidden"])),
+                               p.input("b", _normal(rng, rows, g["hidden"])), into=out)
+    return build
+
+
+def _copy(p, rng, cohort, g, cases):
+    rows = len(_rows(cohort)[0])
+    out = p.output("out", (rows, g["hidden"]))
+    p.builder.copy(p.input("x", _normal(rng, rows, g["hidden"])), into=out)
+
+
+def _rope(g: dict) -> dict:
+    return dict(theta=500000.0, head_dim=g["head_dim"], rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                high_freq_factor=4.0, original_max_position_embeddings=8)
+
+
+def _rotary(p, rng, cohort, g, cases):
+    _, positions = _rows(cohort)
+    width = g["heads"] * g["head_dim"]
+    out = p.output("out", (len(positions), width))
+    p.builder.rotary(p.input("x", _normal(rng, len(positions), width)), p.input("positions", positions, "i32"),
+                     rotary_dim=g["head_dim"] // 2, into=out, **_rope(g))
+
+
+def _cache(p, rng, g, lanes: int, name: str, random: bool) -> tuple[str, str]:
+    table, pages = _page_table(rng, lanes, g["max_pages"])
+    shape = (pages, g["page_tokens"], g["kv_heads"], g["head_dim"])
+    cache = _normal(rng, *shape) if random else np.zeros(shape, np.float32)
+    return p.input(name, cache), p.input("page_table", table, "i32")
+
+
+def _cache_write(p, rng, cohort, g, cases):
+    lanes, positions = _rows(cohort)
+    cache, table = _cache(p, rng, g, len(cohort.history), "cache", random=True)
+    p.outputs.append(cache)
+    values = p.input("values", _normal(rng, len(lanes), g["kv_heads"] * g["head_dim"]))
+    p.builder.paged_cache_write(cache, values, p.input("token_lane", lanes, "i32"),
+                                p.input("positions", positions, "i32"), table)
+
+
+def _rotary_cache(p, rng, cohort, g, cases):
+    lanes, positions = _rows(cohort)
+    cache, table = _cache(p, rng, g, len(cohort.history), "cache", random=True)
+    p.outputs.append(cache)
+    pos = p.input("positions", positions, "i32")
+    x = p.input("x", _normal(rng, len(lanes), g["kv_heads"] * g["head_dim"]))
+    rotated = p.builder.rotary(x, pos, name="rotated", **_rope(g))
+    p.builder.paged_cache_write(cache, rotated, p.input("token_lane", lanes, "i32"), pos, table)
+
+
+def _add_rms_norm(p, rng, cohort, g, cases):
+    rows = len(_rows(cohort)[0])
+    total = p.output("total", (rows, g["hidden"]))
+    out = p.output("out", (rows, g["hidden"]))
+    p.builder.add(p.input("a", _normal(rng, rows, g["hidden"])), p.input("b", _normal(rng, rows, g["hidden"])),
+                  into=total)
+    p.builder.rms_norm(total, p.input("w", _normal(rng, g["hidden"])), eps=1e-5, into=out)
+
+
+def _attention(window: int | None, softcap: float | None) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        lanes, positions = _rows(cohort)
+        key, table = _cache(p, rng, g, len(cohort.history), "key_cache", random=True)
+        value = p.input("value_cache", _normal(rng, *p.values[key].shape))
+        width = g["heads"] * g["head_dim"]
+        out = p.output("out", (len(lanes), width))
+        p.builder.paged_attention(p.input("q", _normal(rng, len(lanes), width)), key, value,
+                                  p.input("token_lane", lanes, "i32"), p.input("positions", positions, "i32"), table,
+                                  scale=1.0 / math.sqrt(g["head_dim"]), sliding_window=window, softcap=softcap,
+                                  into=out)
+    return build
+
+
+def _last_row_gather(p, rng, cohort, g, cases):
+    lanes, _ = _rows(cohort)
+    count = len(cohort.history) + 1  # one lane without rows: a zero row
+    out = p.output("out", (count, g["hidden"]))
+    p.builder.last_row_gather(p.input("x", _normal(rng, len(lanes), g["hidden"])), p.input("token_lane", lanes, "i32"),
+                              lanes=count, into=out)
+
+
+def _gated(activation: str) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        out = p.output("out", (7, g["ffn"]))
+        p.builder.gated_activation(p.input("gate", _normal(rng, 7, g["ffn"], scale=3.0)),
+                                   p.input("up", _normal(rng, 7, g["ffn"])), activation=activation, into=out)
+    return build
+
+
+def _logits(softcap: float | None) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        out = p.output("out", (4, g["vocab"]), "f32")
+        p.builder.logits(p.input("h", _normal(rng, 4, g["hidden"])), p.input("w", _normal(rng, g["vocab"], g["hidden"])),
+                         sampled_tokens=g["sampled_tokens"], softcap=softcap, into=out)
+    return build
+
+
+def _argmax(p, rng, cohort, g, cases):
+    logits = _normal(rng, 5, g["vocab"], scale=4.0)
+    logits[1, 7] = logits[1, 9] = logits[1].max() + 1.0  # a tie: the lowest index wins
+    out = p.output("out", (5,), "i32")
+    p.builder.argmax(p.input("logits", logits, "f32"), into=out)
+
+
+def _sample(p, rng, cohort, g, cases):
+    rows, vocab = 5, g["vocab"]
+    logits = _normal(rng, rows, vocab, scale=3.0)
+    logits[:, g["sampled_tokens"]:] = -np.inf
+    # temperature, top_p, top_k, min_p, repetition, presence, frequency
+    parameters = np.array([[0.0, 1.0, 0, 0.0, 1.0, 0.0, 0.0],
+                           [0.8, 1.0, 20, 0.0, 1.0, 0.0, 0.0],
+                           [1.0, 0.9, 0, 0.05, 1.2, 0.5, 0.0],
+                           [0.7, 1.0, 0, 0.0, 1.0, 0.0, 0.3],
+                           [1.3, 0.95, 40, 0.02, 1.1, -0.5, 0.2]], np.float32)
+    mask = np.full((rows, -(-vocab // 32)), -1, np.int64)
+    mask[3, :4] = rng.integers(0, 2**32, size=4)  # a grammar mask allowing some of the first 128 ids
+    mask[3, 4:] = 0
+    mask = mask.astype(np.uint32).view(np.int32)
+    out = p.output("out", (rows,), "i32")
+    p.builder.sample(p.input("logits", logits, "f32"),
+                     p.input("seed", rng.integers(-2**62, 2**62, size=rows).astype(np.int64), "i64"),
+                     p.input("positions", rng.integers(0, 4000, size=rows).astype(np.int32), "i32"),
+                     p.input("parameters", parameters, "f32"),
+                     p.input("histogram", rng.integers(0, 3, size=(rows, vocab)).astype(np.int32), "i32"),
+                     p.input("grammar_mask", mask, "i32"), into=out)
+
+
+def _fill(p, rng, cohort, g, cases):
+    out = p.output("out", (3, g["hidden"]))
+    p.builder.fill(0.25, into=out)
+
+
+def run_operator_case(operator: str, variant: str, cohort: Cohort, build: Builder, cases: OperatorCases,
+                      dtype: str, device: str, rng: np.random.Generator) -> CaseResult:
+    """Build, run on both sides, compare every output."""
+    import torch
+
+    from helios.production.buffers import ScratchArena
+    from helios.production.lowering import lower_program
+
+    name = f"{operator}/{variant}/{dtype}"
+    p = _Program(dtype, ProgramBuilder(f"conform_{operator}"))
+    build(p, rng, cohort, cases.geometry, cases)
+    program = p.builder.build()
+    operators = validate_program(program)
+    reference = {k: v.copy() for k, v in p.values.items()}
+    env = execute(program, reference, operators)
+    dtypes = {d.name: d.dtype for d in program.tensors}
+    target = torch.device(device)
+    buffers = {}
+    for key, value in p.values.items():
+        t = torch.from_numpy(value.copy())
+        if dtypes[key] == DTYPES_BY_NAME["bf16"]:
+            t = t.to(torch.bfloat16)
+        buffers[key] = t.to(target)
+    plan = lower_program(program, operators, weights={}, buffers=buffers, arena=ScratchArena(target), device=target)
+    plan.run()
+    for output in p.outputs:
+        produced = buffers[output]
+        production = (produced.float() if produced.is_floating_point() else produced).cpu().numpy()
+        expected = np.asarray(env[output])
+        integer = not np.issubdtype(expected.dtype, np.floating)
+        index = first_mismatch(expected, production, None if integer else tolerance(dtype).relative)
+        if index is not None:
+            where = f"{output}[{', '.join(map(str, index))}]" if index else f"{output} (shape)"
+            return CaseResult(name, "divergence", Divergence(
+                case=name, field=where,
+                reference=expected[index].item() if index else list(expected.shape),
+                production=production[index].item() if index else list(production.shape),
+                lane=index[0] if index else None,
+                detail=f"{operator}: {output} differs at {where}"))
+    return CaseResult(name, "pass")
+
+
+def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = ("f32",),
+                  only: Sequence[str] | None = None) -> LevelResult:
+    """Every case of every operator (or of `only`), in every dtype; each case a fresh random draw."""
+    known = set(OPERATORS) | set(FUSIONS)
+    unknown = sorted(set(only or ()) - known)
+    if unknown:
+        raise ValueError(f"unknown operators {unknown}; the registry has {sorted(OPERATORS)}")
+    builders = [case for case in _case_builders(cases) if only is None or case[0] in only]
+    missing = sorted(set(OPERATORS) - {case[0] for case in _case_builders(cases)})
+    if missing:
+        raise ValueError(f"operators without a conformance case: {missing}")
+    rng = np.random.default_rng(cases.seed)
+    results = []
+    for dtype in dtypes:
+        for operator, variant, cohort, build in builders:
+            if dtype in INTEGER or (dtype != "f32" and operator in ("argmax", "sample", "fill")):
+                continue  # integer and f32-only operators are covered by the f32 pass
+            results.append(run_operator_case(operator, variant, cohort, build, cases, dtype, device, rng))
+    return LevelResult("operators", tuple(results))

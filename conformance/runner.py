@@ -1,0 +1,156 @@
+"""The runner (host side; production pieces are imported only when a level needs them): `conform`.
+
+    report = conform(core, levels=("operators", "trace", "e2e"), device="cpu")
+    print(report.table()); sys.exit(report.exit_code)
+
+For each workload the production runtime runs once, recording every submission (`TraceRecorder`);
+the trace level audits that trace on the reference (`audit.py`), the e2e level runs the same workload
+through the reference runtime and compares per request (`e2e.py`). The operators level needs no
+workload (`operators.py`). On a machine without CUDA the production kernels run in the Triton
+interpreter: `TRITON_INTERPRET=1` is set before the kernels are first imported.
+
+`Production` builds production's runtime for a workload; tests wrap it (or monkeypatch the
+production modules) to inject bugs and check that conformance names them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.audit import audit_trace, core_dtype
+from conformance.e2e import (
+    DEFAULT_TIMEOUT_S,
+    compare_workload,
+    drive,
+    prepare_requests,
+    reference_runtime,
+    reference_tie_check,
+)
+from conformance.report import LEVELS, CaseResult, LevelResult, Report
+from conformance.trace import TraceHeader, TraceList, TraceRecorder, TraceWriter, header_for, read_trace
+from conformance.workload import OPERATOR_CASES, WORKLOADS, Workload, load_operator_cases, load_workloads
+from helios.errors import HeliosError
+
+
+class ConformanceSetupError(HeliosError):
+    """Conformance cannot start: an unknown level, no device, or an unusable option."""
+
+
+def select_device(device: str | None) -> str:
+    """"cuda" when available (or asked for), else "cpu" with the Triton interpreter switched on."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConformanceSetupError("--device cuda: no CUDA device is present; use --device cpu")
+    if device == "cpu":
+        # NOTE: must precede the first import of helios.production.kernels (the @triton.jit decorators).
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return device
+
+
+@dataclass(frozen=True, slots=True)
+class Production:
+    """How production runs a workload: NativeModel on `device`, ProductionRuntime over it."""
+
+    device: str = "cpu"
+
+    def runtime(self, core: Any, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
+        from helios.production.native_model import LoadOptions, NativeModel
+        from helios.production.runtime import ProductionRuntime
+        from helios.runtime.limits import AdmissionLimits
+
+        model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages))
+        recorder = TraceRecorder(model.executor, core.contract, core.manifest, sink)
+        limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
+                                 queue_capacity=max(workload.queue_capacity, len(workload.requests)))
+        runtime = ProductionRuntime.for_executor(recorder, model.contract, limits, pages=model.pages,
+                                                 graph_names=model.graphs, sequence_origin=model.executor.sequence)
+        return runtime, header_for(core.contract, model.pages)
+
+
+@dataclass(frozen=True, slots=True)
+class ConformOptions:
+    levels: tuple[str, ...] = LEVELS
+    device: str | None = None  # None: cuda when present, else cpu (Triton interpreter)
+    workloads: Path = WORKLOADS
+    workload_names: tuple[str, ...] = ()  # () every workload of the file
+    operator_cases: Path = OPERATOR_CASES
+    operators: tuple[str, ...] = ()  # () every operator
+    dtypes: tuple[str, ...] = ()  # operator-level dtypes; () f32 on a CPU, f32 and bf16 on a GPU
+    trace_dir: Path | None = None  # also write each workload's trace to DIR/NAME.trace
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    production: Production | None = None  # None: Production(device)
+    extra_workloads: tuple[Workload, ...] = field(default=())  # workloads given as objects (tests)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.levels) - set(LEVELS))
+        if unknown or not self.levels:
+            raise ConformanceSetupError(f"--level: unknown {unknown}; choose from {', '.join(LEVELS)} or all")
+
+
+def _workloads(options: ConformOptions) -> tuple[Workload, ...]:
+    if options.extra_workloads:
+        return options.extra_workloads
+    return load_workloads(options.workloads, options.workload_names or None)
+
+
+def conform(core: Any, options: ConformOptions | None = None) -> Report:
+    """Run the selected levels on `core` (anything with `.contract`, `.manifest`, `.read(id)`)."""
+    options = options or ConformOptions()
+    levels = [level for level in LEVELS if level in options.levels]
+    device = select_device(options.device)
+    production = options.production or Production(device)
+    results: list[LevelResult] = []
+    if "operators" in levels:
+        from conformance.operators import OperatorCases, run_operators
+
+        dtypes = options.dtypes or (("f32",) if device == "cpu" else ("f32", "bf16"))
+        cases = OperatorCases.from_json(load_operator_cases(options.operator_cases))
+        results.append(run_operators(cases, device=device, dtypes=dtypes, only=options.operators or None))
+    if "trace" in levels or "e2e" in levels:
+        dtype = core_dtype(core.manifest)
+        trace_cases: list[CaseResult] = []
+        e2e_cases: list[CaseResult] = []
+        tie_check = reference_tie_check(core, dtype) if "e2e" in levels else None
+        for workload in _workloads(options):
+            copies = prepare_requests(core, workload, copies=2 if "e2e" in levels else 1)
+            sink = TraceList()
+            runtime, header = production.runtime(core, workload, sink)
+            produced = drive(runtime, copies[0], timeout_s=options.timeout_s)
+            if options.trace_dir is not None:
+                write_trace(Path(options.trace_dir) / f"{workload.name}.trace", header, sink.records)
+            if "trace" in levels:
+                trace_cases.append(audit_trace(core, header, sink.records, case=workload.name, dtype=dtype))
+            if "e2e" in levels:
+                referenced = drive(reference_runtime(core, workload), copies[1], timeout_s=options.timeout_s)
+                generations = [request.generation for request in copies[0]]
+                e2e_cases.extend(compare_workload(workload, generations, referenced, produced, tie_check))
+        if "trace" in levels:
+            results.append(LevelResult("trace", tuple(trace_cases)))
+        if "e2e" in levels:
+            results.append(LevelResult("e2e", tuple(e2e_cases)))
+    return Report(tuple(results))
+
+
+def write_trace(path: Path, header: TraceHeader, records: Sequence[Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = TraceWriter(path)
+    try:
+        writer.header(header)
+        for record in records:
+            writer.round(record)
+    finally:
+        writer.close()
+
+
+def audit_file(core: Any, path: str | Path) -> Report:
+    """Audit a recorded trace file (e.g. from a serving run) on the reference: one trace case."""
+    header, records = read_trace(path)
+    case = audit_trace(core, header, records, case=Path(path).name)
+    return Report((LevelResult("trace", (case,)),))

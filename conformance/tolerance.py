@@ -1,0 +1,86 @@
+"""Numeric tolerances (host side, NumPy only): how far two correct runtimes may differ.
+
+Both runtimes compute every operator in FP32 and round once to the stored dtype, but they sum in
+different orders (blocked kernels against NumPy), so floats agree within a tolerance set by the
+stored dtype, and integers agree exactly:
+
+    dtype   relative tolerance (per element, against max(1, |reference|))   numeric-tie margin
+    f32     1e-5                                                             1e-4 x max |logit|
+    bf16    1e-2                                                             3e-2 x max |logit|
+    f16     1e-3                                                             5e-3 x max |logit|
+
+A sampled id that differs is a *numeric tie* when the reference's logits of the two ids differ by at
+most the tie margin (scaled by the row's largest |logit|, at least 1): either runtime's rounding
+could have chosen either token. Anything wider is a divergence. The tie margin is looser than the
+per-element tolerance because logits carry the error of every layer below them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from helios.errors import HeliosError
+
+
+class UnknownPrecision(HeliosError):
+    """A dtype without a declared tolerance."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    relative: float  # per element, against max(1, |reference|)
+    tie: float  # numeric-tie margin, against max(1, max |logit| of the row)
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.relative < 1.0 and 0.0 < self.tie < 1.0):
+            raise UnknownPrecision(f"tolerances must lie in (0, 1): {self.relative}, {self.tie}")
+
+
+TOLERANCES = {
+    "f32": Tolerance(relative=1e-5, tie=1e-4),
+    "bf16": Tolerance(relative=1e-2, tie=3e-2),
+    "f16": Tolerance(relative=1e-3, tie=5e-3),
+}
+
+
+def tolerance(dtype: str) -> Tolerance:
+    try:
+        return TOLERANCES[dtype]
+    except KeyError:
+        raise UnknownPrecision(f"no tolerance for dtype {dtype!r} (known: {sorted(TOLERANCES)})") from None
+
+
+def first_mismatch(reference: np.ndarray, production: np.ndarray, relative: float | None) -> tuple[int, ...] | None:
+    """Index of the first element outside tolerance (`relative` None: integers, exact), or None.
+    NaN matches NaN and infinities match themselves; shapes must agree (else index ())."""
+    reference, production = np.asarray(reference), np.asarray(production)
+    if reference.shape != production.shape:
+        return ()
+    if relative is None:
+        bad = reference != production
+    else:
+        r, p = reference.astype(np.float64), production.astype(np.float64)
+        same = (r == p) | (np.isnan(r) & np.isnan(p))
+        with np.errstate(invalid="ignore"):
+            close = np.abs(r - p) <= relative * np.maximum(1.0, np.abs(r))
+        bad = ~(same | close)
+    if not bad.any():
+        return None
+    return tuple(int(i) for i in np.argwhere(bad)[0])
+
+
+def logit_margin(logits: np.ndarray, reference_id: int, production_id: int) -> float:
+    """|logit(reference_id) - logit(production_id)| on the reference's logits row."""
+    row = np.asarray(logits, dtype=np.float64)
+    return float(abs(row[reference_id] - row[production_id]))
+
+
+def is_numeric_tie(logits: np.ndarray, reference_id: int, production_id: int, dtype: str) -> tuple[bool, float]:
+    """(tie, margin): whether two differing sampled ids are within the precisions' tolerance."""
+    row = np.asarray(logits, dtype=np.float64)
+    finite = row[np.isfinite(row)]
+    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+    margin = logit_margin(row, reference_id, production_id)
+    return bool(np.isfinite(margin) and margin <= tolerance(dtype).tie * scale), margin

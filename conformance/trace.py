@@ -1,0 +1,283 @@
+"""The submission trace (host side, NumPy only): what production ran, round by round, in a compact file.
+
+    recorder = TraceRecorder(executor, manifest, header, sink=TraceWriter(path))   # wraps run_round
+    runtime = ProductionRuntime.for_executor(recorder, ...)                        # serves as usual
+    for record in read_trace(path): ...
+
+`TraceRecorder` has the executor seam (`run_round(graph_name, lanes) -> rows`) and forwards every
+round to the executor it wraps; after the round it records the graph, the cohort (each lane's
+`LaneInput`), the transport values the round actually ran with (the addressed rows of every
+destination the graph binds, read back from the executor's buffers) and the completion rows the
+host received. When the executor rejects its own completion (it raises), the rows are read from the
+completion buffers instead and the error is recorded; the error is then re-raised unchanged.
+
+File format: JSON lines. The first line is the header (`format`, `version`, the core's served id and
+cache identity, physical pages, request slots); each further line is one round:
+
+    {"round": n, "graph": name, "frame": f, "lanes": [lane...], "transport": {dest: array...},
+     "rows": [completion...], "error": null | "ExceptionClass: message"}
+
+Arrays are {"dtype", "shape", "rows", "data"}: `rows` the leading indices recorded (physical slots,
+or a prefix), `data` the zlib-compressed little-endian bytes in base64 (histograms are mostly zeros).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from helios.errors import HeliosError
+from helios.proto import contract_pb2, manifest_pb2
+from helios.runtime.completion import Completion
+from helios.runtime.packing import GraphPacking, LaneInput
+from helios.runtime.request import SamplingParams
+
+FORMAT = "helios-trace"
+VERSION = 1
+V, M = contract_pb2, manifest_pb2
+
+
+class TraceError(HeliosError):
+    """A trace file is malformed, of an unknown version, or recorded on another core."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceHeader:
+    served_id: str  # the core's served identifier
+    cache_identity: str  # the contract's cache identity (same core, same weights)
+    pages: int  # physical cache pages production ran with
+    slots: int  # request slots (physical request rows)
+
+    def __post_init__(self) -> None:
+        if self.pages < 1 or self.slots < 1:
+            raise TraceError(f"trace header: pages and slots must be >= 1, got {self.pages}, {self.slots}")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord:
+    """One submission as production ran it."""
+
+    round: int  # 1-based index in the trace
+    graph: str
+    frame: int  # the execution frame it was submitted in
+    lanes: tuple[LaneInput, ...]  # submission order
+    transport: Mapping[str, tuple[tuple[int, ...], np.ndarray]]  # destination -> (recorded rows, values)
+    rows: tuple[Completion, ...]  # the completion rows, lane order
+    sequence: int | None = None  # the submission sequence the transport wrote (None: not exposed)
+    error: str | None = None  # the executor's own rejection of its completion, if any
+
+
+# ------------------------------------------------------------------------------------------------ encoding
+
+def _array(rows: Sequence[int], values: np.ndarray) -> dict:
+    values = np.ascontiguousarray(values)
+    data = base64.b64encode(zlib.compress(values.astype(values.dtype.newbyteorder("<")).tobytes(), 6))
+    return {"dtype": values.dtype.str.lstrip("<>|="), "shape": list(values.shape), "rows": list(rows),
+            "data": data.decode("ascii")}
+
+
+def _from_array(item: dict) -> tuple[tuple[int, ...], np.ndarray]:
+    raw = zlib.decompress(base64.b64decode(item["data"]))
+    values = np.frombuffer(raw, dtype=np.dtype(item["dtype"]).newbyteorder("<")).reshape(item["shape"])
+    return tuple(int(r) for r in item["rows"]), values.astype(np.dtype(item["dtype"]))
+
+
+def lane_to_json(lane: LaneInput) -> dict:
+    out = {name: getattr(lane, name) for name in LaneInput.__slots__}
+    out["sampling"] = asdict(lane.sampling)
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids"):
+        out[name] = list(out[name])
+    if lane.grammar_mask is not None:
+        out["grammar_mask"] = list(lane.grammar_mask)
+    return out
+
+
+def lane_from_json(data: dict) -> LaneInput:
+    values = dict(data)
+    values["sampling"] = SamplingParams(**values["sampling"])
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids"):
+        values[name] = tuple(int(v) for v in values[name])
+    if values.get("grammar_mask") is not None:
+        values["grammar_mask"] = tuple(int(v) for v in values["grammar_mask"])
+    return LaneInput(**values)
+
+
+def record_to_json(record: RoundRecord) -> dict:
+    return {"round": record.round, "graph": record.graph, "frame": record.frame,
+            "lanes": [lane_to_json(lane) for lane in record.lanes],
+            "transport": {name: _array(rows, values) for name, (rows, values) in record.transport.items()},
+            "rows": [asdict(row) for row in record.rows], "sequence": record.sequence, "error": record.error}
+
+
+def record_from_json(data: dict) -> RoundRecord:
+    return RoundRecord(round=int(data["round"]), graph=str(data["graph"]), frame=int(data["frame"]),
+                       lanes=tuple(lane_from_json(lane) for lane in data["lanes"]),
+                       transport={name: _from_array(item) for name, item in data["transport"].items()},
+                       rows=tuple(Completion(**row) for row in data["rows"]), sequence=data.get("sequence"),
+                       error=data.get("error"))
+
+
+class TraceWriter:
+    """Appends a header and round records to a JSON-lines file (or any text stream)."""
+
+    def __init__(self, target: str | Path | IO[str]) -> None:
+        self._own = not hasattr(target, "write")
+        self._stream: IO[str] = open(target, "w", encoding="utf-8") if self._own else target  # type: ignore[arg-type]  # noqa: SIM115
+
+    def header(self, header: TraceHeader) -> None:
+        self._line({"format": FORMAT, "version": VERSION, **asdict(header)})
+
+    def round(self, record: RoundRecord) -> None:
+        self._line(record_to_json(record))
+
+    def _line(self, data: dict) -> None:
+        self._stream.write(json.dumps(data, separators=(",", ":")) + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._own:
+            self._stream.close()
+
+
+def read_trace(source: str | Path | IO[str]) -> tuple[TraceHeader, Iterator[RoundRecord]]:
+    """The header and a lazy iterator of the rounds of a trace file."""
+    stream: IO[str] = open(source, encoding="utf-8") if not hasattr(source, "read") else source  # type: ignore[arg-type]  # noqa: SIM115
+    first = stream.readline()
+    try:
+        data = json.loads(first)
+    except json.JSONDecodeError as error:
+        raise TraceError(f"trace: the first line is not a JSON header ({error.msg})") from None
+    if data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise TraceError(f"trace: format {data.get('format')!r} version {data.get('version')!r}; "
+                         f"this reader knows {FORMAT!r} version {VERSION}")
+    header = TraceHeader(str(data["served_id"]), str(data["cache_identity"]), int(data["pages"]), int(data["slots"]))
+
+    def rounds() -> Iterator[RoundRecord]:
+        for number, line in enumerate(stream, start=2):
+            if not line.strip():
+                continue
+            try:
+                yield record_from_json(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+                raise TraceError(f"trace line {number}: not a round record ({error})") from None
+
+    return header, rounds()
+
+
+# ------------------------------------------------------------------------------------------------ recording
+
+def addressed_rows(packing: GraphPacking, lanes: Sequence[LaneInput]) -> dict[str, tuple[int, ...] | None]:
+    """Per destination the leading rows a round addresses: the lanes' slots for physical request rows,
+    the graph's capacity rows otherwise; None: the whole buffer (a scalar)."""
+    out: dict[str, tuple[int, ...] | None] = {}
+    for binding in packing.bindings:
+        if binding.indexing == V.INDEXING_SCALAR:
+            out[binding.destination] = None
+        elif binding.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW:
+            out[binding.destination] = tuple(sorted({lane.slot for lane in lanes}))
+        elif binding.indexing == V.INDEXING_ACTIVE_ROW:  # the tail keeps whatever bytes it held
+            out[binding.destination] = tuple(range(len(lanes)))
+        else:
+            out[binding.destination] = tuple(range(binding.rows))
+    return out
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A host copy of a NumPy array or a device tensor (duck-typed: this module never imports torch)."""
+    if hasattr(value, "detach"):
+        value = value.detach()
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            value = value.float()
+        return np.array(value.cpu().numpy())
+    return np.array(value)
+
+
+def read_rows(buffers: Mapping[str, Any], completion: Mapping[int, str], lanes: Sequence[LaneInput]) -> list[Completion]:
+    """Each lane's completion row read straight from the completion buffers (row = the lane's slot)."""
+    arrays = {field: to_numpy(buffers[name]).reshape(to_numpy(buffers[name]).shape[0], -1)
+              for field, name in completion.items()}
+
+    def at(field: int, row: int) -> int:
+        array = arrays.get(field)
+        if array is None:
+            return -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
+        return int(array[0 if array.shape[0] == 1 else row, 0])
+
+    return [Completion(
+        frame_index=at(M.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
+        submission_sequence=at(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
+        generation=at(M.COMPLETION_FIELD_GENERATION, lane.slot),
+        sampled_id=at(M.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
+        emitted=at(M.COMPLETION_FIELD_EMITTED, lane.slot),
+        consumed_endpoint=at(M.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
+        draft_cursor=at(M.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
+        model_reserved=at(M.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
+        status=at(M.COMPLETION_FIELD_STATUS, lane.slot),
+    ) for lane in lanes]
+
+
+class TraceRecorder:
+    """An executor seam that records every round of the executor it wraps (see the module docstring).
+
+    `buffers` defaults to `executor.buffers` (name -> array or tensor: both runtimes keep them so);
+    `sink` is anything with `round(record)` (a TraceWriter, or a list's `append` via `TraceList`)."""
+
+    def __init__(self, executor: Any, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
+                 sink: Any, *, buffers: Mapping[str, Any] | None = None) -> None:
+        self.executor = executor
+        self.sink = sink
+        self.buffers = buffers if buffers is not None else executor.buffers
+        self.completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
+        self.packings = {g.name: GraphPacking.resolve(g, manifest, physical_rows=serving.max_concurrency)
+                         for g in serving.model.graphs}
+        self.rounds = 0
+
+    @property
+    def sequence(self) -> int:
+        """The wrapped executor's submission sequence (ProductionRuntime reads it as its origin)."""
+        return int(getattr(self.executor, "sequence", 0))
+
+    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> Sequence[Completion]:
+        error: BaseException | None = None
+        try:
+            rows = list(self.executor.run_round(graph_name, lanes))
+        except Exception as raised:  # the executor rejected its own completion: record what it wrote
+            error = raised
+            rows = read_rows(self.buffers, self.completion, lanes)
+        self.rounds += 1
+        transport = {}
+        for name, rows_addressed in addressed_rows(self.packings[graph_name], lanes).items():
+            values = to_numpy(self.buffers[name])
+            if rows_addressed is None:
+                transport[name] = ((), values.reshape(-1))
+            else:
+                transport[name] = (rows_addressed, values[list(rows_addressed)])
+        # NOTE: run_round is the unframed seam: every round is submitted in frame 0.
+        sequence = getattr(self.executor, "sequence", None)
+        self.sink.round(RoundRecord(self.rounds, graph_name, 0, tuple(lanes), transport, tuple(rows),
+                                    None if sequence is None else int(sequence),
+                                    None if error is None else f"{type(error).__name__}: {error}"))
+        if error is not None:
+            raise error
+        return rows
+
+
+class TraceList:
+    """An in-memory sink: the records, in order (what `helios conform` audits without a file)."""
+
+    def __init__(self) -> None:
+        self.records: list[RoundRecord] = []
+
+    def round(self, record: RoundRecord) -> None:
+        self.records.append(record)
+
+
+def header_for(serving: contract_pb2.ServingContract, pages: int) -> TraceHeader:
+    return TraceHeader(serving.served_id, serving.cache_identity, pages, serving.max_concurrency)

@@ -1,0 +1,99 @@
+"""Workloads (host side): the request sets of `cases/workloads.json`, readable and extendable as data.
+
+A workload is a name, production's scheduling limits (`max_active`, `queue_capacity`, `pages`: the
+cache pages production's page cache may use, few enough to force eviction and preemption) and a list
+of requests, each an OpenAI `/v1/completions` body plus an optional `name`. Bodies go through the
+server's own parsing and preparation (`parse_completion_request`, `Preparer`), so a case means what
+the same body means over HTTP. Sampled requests must carry a seed: both runtimes must draw the same
+Philox stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from helios.errors import HeliosError
+
+CASES = Path(__file__).resolve().parent / "cases"
+WORKLOADS = CASES / "workloads.json"
+OPERATOR_CASES = CASES / "operators.json"
+
+
+class InvalidWorkload(HeliosError):
+    """A workload file or request is malformed; the message names the workload and the request."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRequest:
+    name: str
+    body: Mapping[str, Any]  # an OpenAI /v1/completions body
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InvalidWorkload("a workload request needs a non-empty name")
+        sampled = self.body.get("temperature", 1.0) != 0
+        if sampled and self.body.get("seed") is None:
+            raise InvalidWorkload(f"request {self.name}: a sampled request needs a seed (both runtimes must "
+                                  "draw the same Philox stream)")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    requests: tuple[WorkloadRequest, ...]
+    max_active: int = 2  # production's request slots
+    queue_capacity: int = 8  # production's pending deque bound
+    pages: int | None = None  # the cache pages production's page cache may use (None: all it has)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.requests:
+            raise InvalidWorkload(f"workload {self.name!r}: needs a name and at least one request")
+        names = [r.name for r in self.requests]
+        if len(set(names)) != len(names):
+            raise InvalidWorkload(f"workload {self.name}: request names repeat: {names}")
+        if self.max_active < 1 or self.queue_capacity < 0 or (self.pages is not None and self.pages < 1):
+            raise InvalidWorkload(f"workload {self.name}: max_active >= 1, queue_capacity >= 0, pages >= 1")
+
+    def with_requests(self, requests: Sequence[WorkloadRequest]) -> Workload:
+        return replace(self, requests=tuple(requests))
+
+
+def workload_from_json(data: Mapping[str, Any]) -> Workload:
+    try:
+        runtime = data.get("runtime", {})
+        requests = tuple(WorkloadRequest(str(body.get("name", f"r{i}")), {k: v for k, v in body.items() if k != "name"})
+                         for i, body in enumerate(data["requests"]))
+        return Workload(str(data["name"]), requests, max_active=int(runtime.get("max_active", 2)),
+                        queue_capacity=int(runtime.get("queue_capacity", 8)),
+                        pages=None if runtime.get("pages") is None else int(runtime["pages"]),
+                        description=str(data.get("description", "")))
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise InvalidWorkload(f"workload {data.get('name', '?')!r}: malformed ({error})") from None
+
+
+def load_workloads(path: str | Path = WORKLOADS, names: Sequence[str] | None = None) -> tuple[Workload, ...]:
+    """The workloads of a JSON file (`{"workloads": [...]}` or one workload object), optionally by name."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise InvalidWorkload(f"{path}: not JSON ({error.msg}, line {error.lineno})") from None
+    items = data["workloads"] if "workloads" in data else [data]
+    workloads = tuple(workload_from_json(item) for item in items)
+    if names:
+        unknown = sorted(set(names) - {w.name for w in workloads})
+        if unknown:
+            raise InvalidWorkload(f"{path}: no workload named {unknown}; it has {[w.name for w in workloads]}")
+        workloads = tuple(w for w in workloads if w.name in names)
+    return workloads
+
+
+def load_operator_cases(path: str | Path = OPERATOR_CASES) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise InvalidWorkload(f"{path}: not JSON ({error.msg}, line {error.lineno})") from None
