@@ -166,7 +166,7 @@ def _resource_specs(specs: list[str]) -> list[tuple[str, int, str]]:
 
 
 def _core_pack(args) -> int:
-    from helios.core import ResourceInput, write_core
+    from helios.core import CoreFileUnavailable, ResourceInput, write_core
     from helios.core.errors import EnvelopeInvalid
     from helios.proto import contract_pb2, core_pb2, manifest_pb2
 
@@ -186,20 +186,26 @@ def _core_pack(args) -> int:
                 raise EnvelopeInvalid(f"resource {resource_id!r}: cannot read {path!r}: {error.strerror}") from None
             yield ResourceInput(resource_id, kind, data)
 
-    write_core(
-        args.out, publisher=args.publisher, signing_key=args.key, deployment=deployment,
-        resources=resources(), format=args.format, protection_key=args.protection_key,
-    )
+    try:
+        write_core(
+            args.out, publisher=args.publisher, signing_key=args.key, deployment=deployment,
+            resources=resources(), format=args.format, protection_key=args.protection_key,
+        )
+    except OSError as error:
+        raise CoreFileUnavailable(f"cannot write {args.out!r}: {error.strerror}") from None
     print(f"wrote {args.out}: {args.format} core of {len(specs)} resources for {args.publisher!r}, "
           f"{os.path.getsize(args.out):,} bytes")
     return 0
 
 
 def _core_migrate(args) -> int:
-    from helios.core import migrate_core
+    from helios.core import CoreFileUnavailable, migrate_core
 
-    migrate_core(args.core, args.out, trusted_keys=args.trust, accept=args.accept, signing_key=args.key,
-                 protection_key=args.protection_key)
+    try:
+        migrate_core(args.core, args.out, trusted_keys=args.trust, accept=args.accept, signing_key=args.key,
+                     protection_key=args.protection_key)
+    except OSError as error:
+        raise CoreFileUnavailable(f"{error.filename or args.core!r}: {error.strerror}") from None
     print(f"wrote {args.out}: index-v6 core migrated from {args.core}")
     return 0
 
@@ -218,7 +224,7 @@ def _verify(args) -> int:
         print(f"helios verify: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
         return error.exit_code
     except OSError as error:
-        print(f"helios verify: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
+        print(f"helios verify: {args.core}: CoreFileUnavailable: cannot read: {error.strerror}", file=sys.stderr)
         return 3
     return 0
 

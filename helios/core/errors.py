@@ -77,6 +77,10 @@ class SiblingFileInvalid(CoreFormatError):
     """A sibling file named by the LocationSet is missing or has an unsafe name."""
 
 
+class CoreFileUnavailable(CoreFormatError):
+    """A core, sibling or input file that cannot be read or written (missing, unreadable, no room)."""
+
+
 class FormatNotWritable(CoreFormatError):
     """`write_core` was asked for a format it does not write."""
 

@@ -124,3 +124,15 @@ def test_inspect_reports_what_is_wrong(capsys, packed):
     (tmp_path / "junk").write_bytes(b"not a core at all")
     code, out, err = run(capsys, "inspect", str(tmp_path / "junk"))
     assert code == 3 and out == "" and err.count("\n") == 1 and "BadMagic" in err
+
+
+def test_unwritable_and_missing_files_are_one_line(capsys, tmp_path, packed):
+    _, core, key = packed
+    code, _, err = run(capsys, "core", "pack", "--out", str(tmp_path / "no" / "such" / "dir.hcore"),
+                       "--publisher", "p", "--key", str(key), str(core))
+    assert code == 3 and err.count("\n") == 1 and "cannot write" in err and "dir.hcore" in err
+    code, _, err = run(capsys, "verify", str(tmp_path / "missing.hcore"), "--accept", "p", "--trust", f"{key}.pub")
+    assert code == 3 and err.count("\n") == 1 and "CoreFileUnavailable" in err
+    code, _, err = run(capsys, "core", "migrate", str(tmp_path / "missing.hcore"), "--out", str(tmp_path / "o"),
+                       "--trust", f"{key}.pub", "--accept", "p", "--key", str(key))
+    assert code == 3 and err.count("\n") == 1 and "missing.hcore" in err
