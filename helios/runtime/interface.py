@@ -125,6 +125,20 @@ class EventStream:
             self._done = True
         return event
 
+    def ready(self) -> list[Event]:
+        """The events already delivered, without waiting (up to and including the terminal one):
+        a writer that fell behind sends them in one write."""
+        events: list[Event] = []
+        while not self._done:
+            try:
+                event = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            if isinstance(event, TERMINAL):
+                self._done = True
+            events.append(event)
+        return events
+
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._iterate()
 

@@ -189,29 +189,42 @@ class Responder:
         try:
             yield sse(presenter.first_chunk())
             while True:
-                event = await stream.next()
-                if isinstance(event, TokenEvent):
-                    output_tokens += 1
-                    if presenter.observe_tokens:
-                        yield sse(presenter.token_chunk(event.token_id, event.timestamp_ns))
-                    for delta in pipeline.feed(_pieces(event)):
-                        yield sse(presenter.delta_chunk(delta))
-                elif isinstance(event, Finished):
-                    if event.termination is Termination.CANCELLED:
+                # NOTE: events that arrived while the previous write was in flight go out in one
+                # write; their text is parsed together (fewer, larger deltas, the same result).
+                out: list[str] = []
+                pieces: list[Piece] = []
+                terminal: Finished | Failed | Rejected | None = None
+                for event in [await stream.next(), *stream.ready()]:
+                    if isinstance(event, TokenEvent):
+                        output_tokens += 1
+                        if presenter.observe_tokens:
+                            out.extend(sse(presenter.delta_chunk(d)) for d in pipeline.feed(pieces))
+                            pieces = []
+                            out.append(sse(presenter.token_chunk(event.token_id, event.timestamp_ns)))
+                        pieces.extend(_pieces(event))
+                    else:
+                        terminal = event
+                if isinstance(terminal, Finished):
+                    if terminal.termination is Termination.CANCELLED:
                         outcome = "cancelled"
                         return
-                    for delta in pipeline.feed(_pieces(event)) + pipeline.finish():
-                        yield sse(presenter.delta_chunk(delta))
-                    usage = Usage(event.prompt_tokens, event.output_tokens, event.reused_prompt_tokens)
-                    outcome = _finish_reason(event, pipeline.tool_calls)
-                    output_tokens = event.output_tokens
-                    for chunk in presenter.final_chunks(outcome, usage, context.timing):
-                        yield sse(chunk)
-                    yield SSE_DONE
-                    return
-                else:
-                    outcome, status = _sse_error(event)
-                    yield sse(_sse_error_body(event))
+                    pieces.extend(_pieces(terminal))
+                out.extend(sse(presenter.delta_chunk(d)) for d in pipeline.feed(pieces))
+                if isinstance(terminal, Finished):
+                    out.extend(sse(presenter.delta_chunk(d)) for d in pipeline.finish())
+                    usage = Usage(
+                        terminal.prompt_tokens, terminal.output_tokens, terminal.reused_prompt_tokens
+                    )
+                    outcome = _finish_reason(terminal, pipeline.tool_calls)
+                    output_tokens = terminal.output_tokens
+                    out.extend(sse(chunk) for chunk in presenter.final_chunks(outcome, usage, context.timing))
+                    out.append(SSE_DONE)
+                elif terminal is not None:
+                    outcome, status = _sse_error(terminal)
+                    out.append(sse(_sse_error_body(terminal)))
+                if out:
+                    yield "".join(out)
+                if terminal is not None:
                     return
         finally:
             if not stream.done:
@@ -226,29 +239,34 @@ class Responder:
         outcome, status, output_tokens = "dropped", 200, 0
         try:
             while True:
-                event = await stream.next()
-                if isinstance(event, TokenEvent):
-                    output_tokens += 1
-                    text = "".join(p.text for p in _pieces(event))
-                    if text:
-                        yield sse(presenter.text_chunk(text))
-                elif isinstance(event, Finished):
-                    if event.termination is Termination.CANCELLED:
+                text: list[str] = []
+                terminal: Finished | Failed | Rejected | None = None
+                for event in [await stream.next(), *stream.ready()]:
+                    if isinstance(event, TokenEvent):
+                        output_tokens += 1
+                        text.extend(p.text for p in _pieces(event))
+                    else:
+                        terminal = event
+                if isinstance(terminal, Finished):
+                    if terminal.termination is Termination.CANCELLED:
                         outcome = "cancelled"
                         return
-                    text = "".join(p.text for p in _pieces(event))
-                    if text:
-                        yield sse(presenter.text_chunk(text))
-                    usage = Usage(event.prompt_tokens, event.output_tokens, event.reused_prompt_tokens)
-                    outcome = _finish_reason(event, 0)
-                    output_tokens = event.output_tokens
-                    for chunk in presenter.final_chunks(outcome, usage):
-                        yield sse(chunk)
-                    yield SSE_DONE
-                    return
-                else:
-                    outcome, status = _sse_error(event)
-                    yield sse(_sse_error_body(event))
+                    text.extend(p.text for p in _pieces(terminal))
+                out = [sse(presenter.text_chunk("".join(text)))] if "".join(text) else []
+                if isinstance(terminal, Finished):
+                    usage = Usage(
+                        terminal.prompt_tokens, terminal.output_tokens, terminal.reused_prompt_tokens
+                    )
+                    outcome = _finish_reason(terminal, 0)
+                    output_tokens = terminal.output_tokens
+                    out.extend(sse(chunk) for chunk in presenter.final_chunks(outcome, usage))
+                    out.append(SSE_DONE)
+                elif terminal is not None:
+                    outcome, status = _sse_error(terminal)
+                    out.append(sse(_sse_error_body(terminal)))
+                if out:
+                    yield "".join(out)
+                if terminal is not None:
                     return
         finally:
             if not stream.done:
