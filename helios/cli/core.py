@@ -1,4 +1,4 @@
-"""CLI for the core format (host side): `helios keys`, `helios core pack|migrate`, `helios verify`,
+"""CLI for the core format (host side): `helios keys`, `helios core pack|migrate|relocate`, `helios verify`,
 `helios inspect`. Handlers import helios.core lazily so `helios --help` stays fast."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def register(subparsers) -> None:
     core = subparsers.add_parser(
         "core", help="pack cores from files, migrate index-v4 cores",
         description="Low-level core tools: `pack` turns files into a signed core (one resource per file); "
-        "`migrate` rewrites an index-v4 core as index-v6.",
+        "`migrate` rewrites an index-v4 core as index-v6; `relocate` moves resources into sibling files.",
     )
     core_sub = core.add_subparsers(dest="core_command", metavar="ACTION", required=True)
     pack = core_sub.add_parser(
@@ -79,6 +79,17 @@ def register(subparsers) -> None:
     migrate.add_argument("--protection-key", metavar="FILE",
                          help="the source's AES-256 key (default: the file HELIOS_PROTECTION_KEY_FILE names)")
     migrate.set_defaults(func=_core_migrate)
+
+    relocate = core_sub.add_parser(
+        "relocate", help="move resources into sibling files (no re-signing)", formatter_class=formatter,
+        description="Move the stored bytes of resources between the core file and sibling files in its\n"
+        "directory. Only the unsigned LocationSet changes: the signature stays valid and no key is needed.\n"
+        "ID=FILE moves resource ID into sibling FILE; ID= moves it back into the core file.",
+        epilog="example:\n  helios core relocate model.hcore weights/0=rank0.bin weights/1=rank0.bin",
+    )
+    relocate.add_argument("core", metavar="CORE", help="core file to rewrite in place")
+    relocate.add_argument("moves", nargs="+", metavar="ID=FILE", help="resource id and its new sibling file")
+    relocate.set_defaults(func=_core_relocate)
 
     verify = subparsers.add_parser(
         "verify", help="check a core completely (exit 0 sound, 3 not)", formatter_class=formatter,
@@ -207,6 +218,24 @@ def _core_migrate(args) -> int:
     except OSError as error:
         raise CoreFileUnavailable(f"{error.filename or args.core!r}: {error.strerror}") from None
     print(f"wrote {args.out}: index-v6 core migrated from {args.core}")
+    return 0
+
+
+def _core_relocate(args) -> int:
+    from helios.core import CoreFileUnavailable, relocate_core
+    from helios.core.errors import LocationInvalid
+
+    placement = {}
+    for move in args.moves:
+        resource_id, sep, name = move.rpartition("=")
+        if not sep or not resource_id:
+            raise LocationInvalid(f"{move!r} is not ID=FILE")
+        placement[resource_id] = name
+    try:
+        relocate_core(args.core, placement)
+    except OSError as error:
+        raise CoreFileUnavailable(f"{error.filename or args.core!r}: {error.strerror}") from None
+    print(f"relocated {len(placement)} resources of {args.core}; the signature is unchanged")
     return 0
 
 

@@ -102,19 +102,21 @@ def write_body(file, body: core_pb2.CoreBody, body_offset: int) -> None:
     file.write(encode_header(body_offset, len(raw)))
 
 
+def check_sibling_name(name: str, resource_id: str) -> None:
+    """Refuses a sibling file name that is not a plain file name in the core's directory."""
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip():
+        raise SiblingFileInvalid(
+            f"resource {resource_id!r}: sibling file name {name!r} is not a plain file name in the core's directory"
+        )
+
+
 def sibling_names(body: core_pb2.CoreBody) -> list[str]:
     """The sibling files the LocationSet names, each once, in order; unsafe names are refused."""
     names: list[str] = []
     for location in body.locations.locations:
-        name = location.file
-        if not name or name in names:
-            continue
-        if name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip():
-            raise SiblingFileInvalid(
-                f"resource {location.resource_id!r}: sibling file name {name!r} is not a plain file name "
-                f"in the core's directory"
-            )
-        names.append(name)
+        if location.file and location.file not in names:
+            check_sibling_name(location.file, location.resource_id)
+            names.append(location.file)
     return names
 
 

@@ -104,7 +104,9 @@ def test_pack_refuses_bad_input_in_one_line(capsys, tmp_path, packed):
     assert not (tmp_path / "x.hcore").exists() and not (tmp_path / "x.hcore.partial").exists()
 
 
-@pytest.mark.parametrize("command", [["keys", "new"], ["core", "pack"], ["core", "migrate"], ["verify"], ["inspect"]])
+@pytest.mark.parametrize(
+    "command", [["keys", "new"], ["core", "pack"], ["core", "migrate"], ["core", "relocate"], ["verify"], ["inspect"]]
+)
 def test_help_teaches(capsys, command):
     with pytest.raises(SystemExit) as caught:
         main([*command, "--help"])
@@ -136,3 +138,13 @@ def test_unwritable_and_missing_files_are_one_line(capsys, tmp_path, packed):
     code, _, err = run(capsys, "core", "migrate", str(tmp_path / "missing.hcore"), "--out", str(tmp_path / "o"),
                        "--trust", f"{key}.pub", "--accept", "p", "--key", str(key))
     assert code == 3 and err.count("\n") == 1 and "missing.hcore" in err
+
+
+def test_relocate_keeps_the_core_sound(capsys, packed):
+    tmp_path, core, key = packed
+    code, out, _ = run(capsys, "core", "relocate", str(core), "embed=rank0.bin")
+    assert code == 0 and "signature is unchanged" in out and (tmp_path / "rank0.bin").exists()
+    code, out, _ = run(capsys, "verify", str(core), "--accept", "acme/models", "--trust", f"{key}.pub")
+    assert code == 0
+    code, _, err = run(capsys, "core", "relocate", str(core), "nothing")
+    assert code == 3 and "is not ID=FILE" in err

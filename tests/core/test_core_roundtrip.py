@@ -16,6 +16,7 @@ from helios.core import (
     ResourceNotFound,
     SiblingFileInvalid,
     open_core,
+    relocate_core,
     write_core,
 )
 from helios.proto import core_pb2
@@ -121,59 +122,39 @@ def test_read_into_rejects_wrong_buffers_and_unknown_ids(tmp_path, trust):
         core.read("w")
 
 
-def _move_to_sibling(path, resource_id, sibling_name, extra=b""):
-    """Moves one resource's stored bytes to a sibling file by rewriting only the unsigned LocationSet."""
-    with open_core(path, trusted_keys=SIGNING_KEY.public_key(), accept=PUBLISHER) as core:
-        placement = core.placement(resource_id)
-        ordered = sorted((core.placement(rid).offset, rid) for rid in core.resources)
-    data = path.read_bytes()
-    (path.parent / sibling_name).write_bytes(data[placement.offset : placement.offset + placement.nbytes] + extra)
-    region, offsets = b"", {}
-    for offset, rid in ordered:
-        if rid != resource_id:
-            offsets[rid] = 24 + len(region)
-            length = next(loc.nbytes for loc in _locations(path) if loc.resource_id == rid)
-            region += data[offset : offset + length]
-
-    def mutate(body):
-        for location in body.locations.locations:
-            if location.resource_id == resource_id:
-                location.file, location.offset = sibling_name, 0
-            else:
-                location.offset = offsets[location.resource_id]
-
-    rewrite_body(path, mutate, region=region)
-
-
-def _locations(path):
-    from helios.core.layout import read_container
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return list(read_container(fd).body.locations.locations)
-    finally:
-        os.close(fd)
-
-
-def test_sibling_file_locations_need_no_resigning(tmp_path, trust):
-    a, b = random_bytes(1000, 4), random_bytes(2000, 5)
-    path = write(tmp_path / "c.hcore", [ResourceInput("a", WEIGHT, a), ResourceInput("b", WEIGHT, b)])
-    _move_to_sibling(path, "a", "weights.bin")
+def test_relocation_to_sibling_files_needs_no_resigning(tmp_path, trust):
+    a, b, c = random_bytes(1000, 4), random_bytes(2000, 5), random_bytes(3000, 6)
+    resources = [ResourceInput("a", WEIGHT, a), ResourceInput("b", WEIGHT, b), ResourceInput("c", WEIGHT, c)]
+    path = write(tmp_path / "c.hcore", resources)
+    original = path.read_bytes()
+    relocate_core(path, {"a": "rank0.bin", "c": "rank0.bin"})
     with open_(path, trust) as core:
-        assert core.placement("a").file == "weights.bin"
-        assert core.read("a") == a and core.read("b") == b
+        assert [core.placement(rid).file for rid in "abc"] == ["rank0.bin", "", "rank0.bin"]
+        assert (tmp_path / "rank0.bin").stat().st_size == sum(core.resources[rid].stored_nbytes for rid in "ac")
+        assert [core.read(rid) for rid in "abc"] == [a, b, c]
+    relocate_core(path, {"a": "", "c": ""})
+    assert path.read_bytes() == original  # the LocationSet is canonical: back home, the same bytes
 
 
 def test_sibling_file_with_unreferenced_bytes_is_rejected(tmp_path, trust):
     path = write(tmp_path / "c.hcore", [ResourceInput("a", WEIGHT, b"x" * 100), ResourceInput("b", WEIGHT, b"y")])
-    _move_to_sibling(path, "a", "weights.bin", extra=b"polyglot")
+    relocate_core(path, {"a": "weights.bin"})
+    with open(tmp_path / "weights.bin", "ab") as sibling:
+        sibling.write(b"polyglot")
     with pytest.raises(LayoutGap, match="sibling 'weights.bin'"):
         open_(path, trust)
 
 
 def test_missing_or_unsafe_sibling_files_are_rejected(tmp_path, trust):
+    from helios.core import LocationInvalid
+
     path = write(tmp_path / "c.hcore", [ResourceInput("a", WEIGHT, b"x" * 100), ResourceInput("b", WEIGHT, b"y")])
-    _move_to_sibling(path, "a", "weights.bin")
+    with pytest.raises(SiblingFileInvalid, match="not a plain file name"):
+        relocate_core(path, {"a": "../weights.bin"})
+    with pytest.raises(LocationInvalid, match="no resource 'z'"):
+        relocate_core(path, {"z": "weights.bin"})
+    assert not list(tmp_path.glob("*.partial"))
+    relocate_core(path, {"a": "weights.bin"})
     os.unlink(tmp_path / "weights.bin")
     with pytest.raises(SiblingFileInvalid, match="'weights.bin' cannot be opened"):
         open_(path, trust)
