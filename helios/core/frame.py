@@ -67,12 +67,11 @@ class FrameHeader:
             raise ValueError(f"impossible frame header {self}")
 
 
-def _where(resource_id: str, base_offset: int, position: int) -> str:
-    return f"resource {resource_id!r} at file offset {base_offset + position}"
+Where = Callable[[int], str]
+"""where(position) names the resource and the file offset of a stored position, for error messages."""
 
 
-def _magic_error(magic: int, resource_id: str, base_offset: int, position: int, first: bool):
-    where = _where(resource_id, base_offset, position)
+def _magic_error(magic: int, where: str, first: bool):
     if magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
         return SkippableFrame(f"{where}: a skippable frame (magic {magic:#010x}); resources are one zstd frame")
     if first:
@@ -82,14 +81,14 @@ def _magic_error(magic: int, resource_id: str, base_offset: int, position: int, 
     return None
 
 
-def parse_header(head: bytes, resource_id: str, base_offset: int, stored_nbytes: int) -> FrameHeader:
+def parse_header(head: bytes, stored_nbytes: int, where_at: Where) -> FrameHeader:
     """Parses the frame header at the start of `head` (the first stored bytes of a resource)."""
-    where = _where(resource_id, base_offset, 0)
+    where = where_at(0)  # every header error lies at the frame's first byte
     if len(head) < 4:
         raise TruncatedFrame(f"{where}: {stored_nbytes} stored bytes cannot hold a zstd frame header")
     (magic,) = struct.unpack_from("<I", head)
     if magic != ZSTD_MAGIC:
-        raise _magic_error(magic, resource_id, base_offset, 0, first=True)
+        raise _magic_error(magic, where, first=True)
     if len(head) < 5:
         raise TruncatedFrame(f"{where}: the frame header is cut after its magic")
     descriptor = head[4]
@@ -125,17 +124,17 @@ def parse_header(head: bytes, resource_id: str, base_offset: int, stored_nbytes:
     return FrameHeader(header_nbytes, content_nbytes, window_nbytes, has_checksum)
 
 
-def check_frame(read_at: ReadAt, stored_nbytes: int, decoded_nbytes: int, resource_id: str, base_offset: int) -> None:
+def check_frame(read_at: ReadAt, stored_nbytes: int, decoded_nbytes: int, where: Where) -> None:
     """Proves that the stored bytes are exactly one well-formed zstd frame of `decoded_nbytes`.
 
     Reads only the frame header and the 3-byte block headers. Raises the specific error for the
     first rule broken; returns only when the frame ends exactly at `stored_nbytes`.
     """
     head = read_at(0, min(stored_nbytes, _MAX_HEADER_NBYTES))
-    header = parse_header(head, resource_id, base_offset, stored_nbytes)
+    header = parse_header(head, stored_nbytes, where)
     if header.content_nbytes != decoded_nbytes:
         raise DecodedLengthMismatch(
-            f"{_where(resource_id, base_offset, 0)}: the frame header declares {header.content_nbytes} "
+            f"{where(0)}: the frame header declares {header.content_nbytes} "
             f"decoded bytes, the signed decoded length is {decoded_nbytes}"
         )
     position = header.header_nbytes
@@ -143,30 +142,30 @@ def check_frame(read_at: ReadAt, stored_nbytes: int, decoded_nbytes: int, resour
         block = read_at(position, 3)
         if len(block) < 3:
             raise TruncatedFrame(
-                f"{_where(resource_id, base_offset, position)}: the frame ends before its last block "
+                f"{where(position)}: the frame ends before its last block "
                 f"({stored_nbytes} stored bytes)"
             )
         value = int.from_bytes(block, "little")
         last, block_type, block_nbytes = value & 1, (value >> 1) & 3, value >> 3
         if block_type == _BLOCK_RESERVED:
-            raise FrameHeaderInvalid(f"{_where(resource_id, base_offset, position)}: a block of reserved type 3")
+            raise FrameHeaderInvalid(f"{where(position)}: a block of reserved type 3")
         position += 3 + (1 if block_type == 1 else block_nbytes)
         if last:
             break
     end = position + (4 if header.has_checksum else 0)
     if end > stored_nbytes:
         raise TruncatedFrame(
-            f"{_where(resource_id, base_offset, stored_nbytes)}: the frame needs {end} bytes, "
+            f"{where(stored_nbytes)}: the frame needs {end} bytes, "
             f"{stored_nbytes} are stored"
         )
     if end < stored_nbytes:
         tail = read_at(end, 4)
         if len(tail) == 4:
-            error = _magic_error(struct.unpack("<I", tail)[0], resource_id, base_offset, end, first=False)
+            error = _magic_error(struct.unpack("<I", tail)[0], where(end), first=False)
             if error is not None:
                 raise error
         raise TrailingBytes(
-            f"{_where(resource_id, base_offset, end)}: {stored_nbytes - end} bytes after the end of the frame"
+            f"{where(end)}: {stored_nbytes - end} bytes after the end of the frame"
         )
 
 
@@ -180,8 +179,7 @@ class _Source:
 
 
 def decode_into(
-    read: Callable[[int], bytes], out: memoryview, decoded_nbytes: int, resource_id: str, base_offset: int,
-    read_nbytes: int,
+    read: Callable[[int], bytes], out: memoryview, decoded_nbytes: int, where: Where, read_nbytes: int
 ) -> None:
     """Decodes the one frame that `read(n)` yields into `out`.
 
@@ -204,16 +202,16 @@ def decode_into(
         extra = reader.readinto(bytearray(1)) if filled == decoded_nbytes else 0
     except zstandard.ZstdError as error:
         raise FrameCorrupt(
-            f"{_where(resource_id, base_offset, 0)}: zstd rejected the frame after {filled} decoded bytes: {error}"
+            f"{where(0)}: zstd rejected the frame after {filled} decoded bytes: {error}"
         ) from None
     finally:
         reader.close()
     if filled < decoded_nbytes:
         raise TruncatedFrame(
-            f"{_where(resource_id, base_offset, 0)}: the frame decoded to {filled} bytes and ended, "
+            f"{where(0)}: the frame decoded to {filled} bytes and ended, "
             f"the signed decoded length is {decoded_nbytes}"
         )
     if extra:
         raise DecodedLengthMismatch(
-            f"{_where(resource_id, base_offset, 0)}: the frame decodes past the signed decoded length {decoded_nbytes}"
+            f"{where(0)}: the frame decodes past the signed decoded length {decoded_nbytes}"
         )

@@ -140,10 +140,10 @@ class Core:
                     self._protection_key, self._content.encrypted_chunk_nbytes, stored.where,
                 )
             else:
-                check_frame(stored.read_at, stored.nbytes, resource.decoded_nbytes, resource.id, stored.offset)
+                check_frame(stored.read_at, stored.nbytes, resource.decoded_nbytes, stored.where)
                 if out is None:
                     out = memoryview(bytearray(min(max(resource.decoded_nbytes, 1), _SCRATCH_NBYTES)))
-                decode_into(reader.read, out, resource.decoded_nbytes, resource.id, stored.offset, CHUNK_NBYTES)
+                decode_into(reader.read, out, resource.decoded_nbytes, stored.where, CHUNK_NBYTES)
         finally:
             reader.close()
 
