@@ -270,3 +270,11 @@ def test_writer_holds_one_resource_at_a_time(tmp_path):
         tracemalloc.stop()
     # one resource's input and its stored frame, with room for the generator's scratch
     assert peak < 3.5 * resource_nbytes, peak
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_core_without_resources(tmp_path, trust, format):
+    path = write(tmp_path / "empty.hcore", [], format)
+    with open_(path, trust) as core:
+        assert dict(core.resources) == {} and core.contract.served_id == "tiny"
+        core.verify_all()
