@@ -84,6 +84,7 @@ class RuntimeMetrics:
     snapshots_published: int = 0
     snapshots_evicted: int = 0
     capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity
+    available: dict[str, int] = field(default_factory=dict)  # resource -> currently free
     mixed_grammar_decode_steps: int = 0  # flare_mixed_grammar_decode_steps_total
     constrained_max_inflight: int = 0  # flare_constrained_max_inflight
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,6 +80,7 @@ class WorkerRuntime(ModelRuntime):
         vocab_size: int,
         input_vocab_size: int | None = None,
         capacity: Mapping[str, int] | None = None,
+        available: Callable[[], Mapping[str, int]] | None = None,
         rejections: tuple[type[BaseException], ...] = (),
     ) -> None:
         super().__init__(limits)
@@ -90,6 +91,7 @@ class WorkerRuntime(ModelRuntime):
         self._rejections = rejections  # engine errors that mean "scheduler admission rejection"
         self._free_slots = list(range(limits.max_active - 1, -1, -1))
         self._capacity = dict(capacity or {})
+        self._available = available  # the engine's free resources (e.g. cache pages), read at scrape time
         self._lock = threading.Condition()
         self._ingress: collections.deque[_Active] = collections.deque()
         self._pending: collections.deque[_Active] = collections.deque()
@@ -191,6 +193,7 @@ class WorkerRuntime(ModelRuntime):
                 output_tokens=c.output_tokens,
                 graph_launches=dict(c.launches),
                 capacity=capacity,
+                available=dict(self._available()) if self._available is not None else {},
             )
 
     # -- the worker thread -----------------------------------------------------------------------

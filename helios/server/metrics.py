@@ -110,6 +110,10 @@ class HeliosCollector(Collector):
             capacity.add_metric([resource], value)
         capacity.add_metric(["http_admission"], self._capacity)
         yield capacity
+        available = GaugeMetricFamily("helios_available", "Resources free right now.", labels=["resource"])
+        for resource, value in sorted(m.available.items()):
+            available.add_metric([resource], value)
+        yield available
         yield gauge(
             "helios_http_admission_in_use",
             "Requests holding an HTTP admission permit (preparing, queued, generating or awaiting delivery).",

@@ -78,6 +78,7 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         vocab_size=contract.model.vocabulary.sampled_tokens,
         input_vocab_size=contract.model.input_vocabulary.input_tokens or None,
         capacity={"pages": pages, "max_concurrency": contract.max_concurrency},
+        available=lambda: {"pages": engine.allocator.free},
         rejections=(AdmissionRejected,),
     )
     preparer = Preparer(

@@ -220,6 +220,9 @@ def test_dropped_connection_cancels_and_releases(server) -> None:
     values = metrics(base)
     assert values[("helios_requests_active", ())] == 0
     assert values[("helios_http_admission_in_use", ())] == 0
+    # every cache page of the cancelled request is free again
+    pages = values[("helios_capacity", (("resource", "pages"),))]
+    assert pages > 0 and values[("helios_available", (("resource", "pages"),))] == pages
     assert values[("flare_mixed_grammar_decode_steps_total", ())] == 0
     assert values[("flare_constrained_max_inflight", ())] == 0
 
