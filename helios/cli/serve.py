@@ -35,7 +35,7 @@ def register(subparsers) -> None:
                         help="a trusted public key file or a directory of .pub files (repeatable)")  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default: 8000; 0 picks one)"
+        "--port", type=int, default=8000, help="port to listen on (default: 8000)"
     )
     parser.add_argument("--runtime", choices=("reference", "production"), default="reference",
                         help="reference: NumPy, any machine; production: GPU graphs (default: reference)")  # fmt: skip
