@@ -130,8 +130,37 @@ def decode_rate(model, batch: int, context: int, steps: int) -> dict:
     for cohort in cohorts:
         model.run_round(graph.name, cohort)
     seconds = time.perf_counter() - start
-    return {"graph": graph.name, "batch": batch, "steps": steps, "seconds": seconds,
-            "step_ms": 1e3 * seconds / steps, "tokens_per_second": batch * steps / seconds}
+    result = {"graph": graph.name, "batch": batch, "steps": steps, "seconds": seconds,
+              "step_ms": 1e3 * seconds / steps, "tokens_per_second": batch * steps / seconds}
+    capture = model.executor.capture
+    if capture is not None:
+        import torch
+
+        # The device's share: graph replays alone, back to back (no packing, upload or read-back).
+        start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start_event.record()
+        for _ in range(steps):
+            capture.replay(graph.name)
+        end_event.record()
+        end_event.synchronize()
+        result["replay_ms"] = start_event.elapsed_time(end_event) / steps
+    return result
+
+
+def profile(model, graph_name: str, rows: int = 18) -> str:
+    """The most expensive device kernels of a few replays of one graph (torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for _ in range(2):
+        model.executor.capture.replay(graph_name)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            model.executor.capture.replay(graph_name)
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60)
 
 
 def untied_embedding_bytes(core, model) -> int:
@@ -175,13 +204,15 @@ def hf_step_seconds(directory: Path, device: str, steps: int) -> float:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).to(device).eval()
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    # NOTE: with a static cache on a GPU, generate compiles the forward itself (its compile_config:
+    # torch.compile with CUDA graphs); wrapping it again breaks its cache updates.
     ids = torch.tensor([[5, 17, 99, 200, 33, 1, 2, 3]], device=device)
 
     def generate(n: int) -> float:
         torch.cuda.synchronize()
         start = time.perf_counter()
-        model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, cache_implementation="static")
+        model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, cache_implementation="static",
+                       pad_token_id=0)
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
@@ -199,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=512, help="history tokens of every lane (default 512)")
     parser.add_argument("--steps", type=int, default=128, help="timed decode rounds per batch (default 128)")
     parser.add_argument("--context-tokens", type=int, default=2048, help="prepared context (default 2048)")
+    parser.add_argument("--profile", type=int, nargs="*", default=[], metavar="B",
+                        help="print the device kernels of the batch-B graph (torch.profiler, 5 replays)")
     parser.add_argument("--hf", action="store_true", help="also time HF generate (static cache + torch.compile)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
@@ -240,9 +273,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(rate)
             phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in startups[batch].items())
             print(f"  batch {batch:4d}: {rate['tokens_per_second']:10.1f} tok/s, {rate['step_ms']:.3f} ms/step"
+                  + (f" (replay alone {rate['replay_ms']:.3f} ms)" if "replay_ms" in rate else "")
                   + (f", roofline {rate['roofline_step_ms']:.3f} ms/step -> {rate['roofline_fraction']:.2f} of it"
                      if cuda else "")
                   + f"; {rate['launches']} launches for {rate['operators']} operators; load: {phases}", flush=True)
+            if cuda and batch in args.profile:
+                print(profile(model, rate["graph"]), flush=True)
             del model, core
             if cuda:
                 torch.cuda.empty_cache()

@@ -4,17 +4,19 @@
 function of the previous one, so the result equals `helios.reference.sampling.sample` bit for bit
 wherever `exp` agrees:
 
-  1. `_filter_kernel` (Triton, one program a row, blocks over the vocabulary): penalties from the
-     prompt histogram (repetition, then frequency, then presence), the grammar mask, the greedy id
-     (lowest id of the maximum), temperature, the fixed-point weights `floor(e * 2^24)` with
+  1. `_filter_kernel` and `_weights_kernel` (Triton, one program per row and block of `BLOCK` ids, so
+     a row of a 150k vocabulary spreads over the GPU): penalties from the prompt histogram
+     (repetition, then frequency, then presence), the grammar mask, per-block maxima, then the row's
+     greedy id (lowest id of the maximum), temperature, the fixed-point weights `floor(e * 2^24)` with
      `e = exp(z - max)` (exactly 1 at the maximum) and `e` itself for min-p;
   2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`:
      one stable descending torch sort over static buffers, cumulative weights in int64, the top-p
      threshold as one float64 product;
-  3. `_draw_kernel` (Triton): the Philox word `tl.randint(seed, ((position + 1) << 32) | draw_index)`,
-     `target = (word * total) >> 32` (computed without overflow from the two 32-bit halves of the
-     total) and the first id, in id order, whose cumulative kept weight exceeds the target; the greedy
-     id when temperature <= 0; -1 when the mask allows nothing.
+  3. `_block_sum_kernel` and `_draw_kernel` (Triton): per-block kept weights, then the Philox word
+     `tl.randint(seed, ((position + 1) << 32) | draw_index)`, `target = (word * total) >> 32`
+     (computed without overflow from the two 32-bit halves of the total) and the first id, in id
+     order, whose cumulative kept weight exceeds the target (found in the one block where the running
+     sum crosses it); the greedy id when temperature <= 0; -1 when the mask allows nothing.
 """
 
 from __future__ import annotations
@@ -27,60 +29,83 @@ WEIGHT_SCALE = float(2**24)
 
 
 @triton.jit
-def _filter_kernel(logits_ptr, params_ptr, hist_ptr, mask_ptr, z_ptr, e_ptr, w_ptr, greedy_ptr,
-                   vocab, hist_width, mask_words, BLOCK: tl.constexpr):
+def _filter_kernel(logits_ptr, params_ptr, hist_ptr, mask_ptr, z_ptr, block_max_ptr, block_id_ptr,
+                   vocab, hist_width, mask_words, blocks, BLOCK: tl.constexpr):
+    # program (row, block): penalties and the grammar mask over one block of ids, and the block's
+    # maximum and lowest id of it
     row = tl.program_id(0).to(tl.int64)
-    temperature = tl.load(params_ptr + row * 7 + 0)
+    block = tl.program_id(1)
     repetition = tl.load(params_ptr + row * 7 + 4)
     presence = tl.load(params_ptr + row * 7 + 5)
     frequency = tl.load(params_ptr + row * 7 + 6)
-    best = tl.full((), float("-inf"), tl.float32)
-    best_id = tl.zeros((), tl.int32) - 1
-    for start in range(0, vocab, BLOCK):
-        ids = start + tl.arange(0, BLOCK)
-        inside = ids < vocab
-        z = tl.load(logits_ptr + row * vocab + ids, mask=inside, other=float("-inf"))
-        z = tl.where(z != z, float("-inf"), z)
-        counts = tl.load(hist_ptr + row * hist_width + ids, mask=inside & (ids < hist_width), other=0)
-        seen = counts > 0
-        z = tl.where(seen, tl.where(z > 0, z / repetition, z * repetition), z)
-        z = z - frequency * counts.to(tl.float32)
-        z = z - presence * seen.to(tl.float32)
-        word = tl.load(mask_ptr + row * mask_words + ids // 32, mask=inside, other=0)
-        allowed = ((word >> (ids % 32)) & 1) != 0
-        z = tl.where(allowed & inside, z, float("-inf"))
-        tl.store(z_ptr + row * vocab + ids, z, mask=inside)
-        block_best = tl.max(z, axis=0)
-        block_id = tl.min(tl.where((z == block_best) & inside, ids, vocab), axis=0)
-        take = (block_best > best) & (block_best > float("-inf"))
-        best_id = tl.where(take, block_id, best_id)
-        best = tl.maximum(best, block_best)
-    tl.store(greedy_ptr + row, best_id)
-    # Temperature and weights (only meaningful when temperature > 0 and some token is allowed).
-    safe_temperature = tl.where(temperature > 0, temperature, 1.0)
-    top = best / safe_temperature
-    for start in range(0, vocab, BLOCK):
-        ids = start + tl.arange(0, BLOCK)
-        inside = ids < vocab
-        z = tl.load(z_ptr + row * vocab + ids, mask=inside, other=float("-inf")) / safe_temperature
-        e = tl.where(z == top, 1.0, tl.exp(z - top))
-        e = tl.where(z > float("-inf"), e, 0.0)
-        weight = tl.floor(e * 16777216.0).to(tl.int64)
-        tl.store(z_ptr + row * vocab + ids, z, mask=inside)
-        tl.store(e_ptr + row * vocab + ids, e, mask=inside)
-        tl.store(w_ptr + row * vocab + ids, weight, mask=inside)
+    ids = block * BLOCK + tl.arange(0, BLOCK)
+    inside = ids < vocab
+    z = tl.load(logits_ptr + row * vocab + ids, mask=inside, other=float("-inf"))
+    z = tl.where(z != z, float("-inf"), z)
+    counts = tl.load(hist_ptr + row * hist_width + ids, mask=inside & (ids < hist_width), other=0)
+    seen = counts > 0
+    z = tl.where(seen, tl.where(z > 0, z / repetition, z * repetition), z)
+    z = z - frequency * counts.to(tl.float32)
+    z = z - presence * seen.to(tl.float32)
+    word = tl.load(mask_ptr + row * mask_words + ids // 32, mask=inside, other=0)
+    allowed = ((word >> (ids % 32)) & 1) != 0
+    z = tl.where(allowed & inside, z, float("-inf"))
+    tl.store(z_ptr + row * vocab + ids, z, mask=inside)
+    best = tl.max(z, axis=0)
+    best_id = tl.min(tl.where((z == best) & inside, ids, vocab), axis=0)
+    tl.store(block_max_ptr + row * blocks + block, best)
+    tl.store(block_id_ptr + row * blocks + block, tl.where(best > float("-inf"), best_id, vocab))
 
 
 @triton.jit
-def _draw_kernel(kept_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab, draw_index,
-                 BLOCK: tl.constexpr):
+def _weights_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, block_id_ptr, greedy_ptr, vocab, blocks,
+                    BLOCK: tl.constexpr, BLOCKS: tl.constexpr):
+    # program (row, block): the row's maximum and greedy id from the block maxima, then temperature,
+    # e = exp(z - max) (exactly 1 at the maximum) and the fixed-point weights over one block
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    b = tl.arange(0, BLOCKS)
+    maxima = tl.load(block_max_ptr + row * blocks + b, mask=b < blocks, other=float("-inf"))
+    best = tl.max(maxima, axis=0)
+    greedy = tl.min(tl.where(maxima == best, tl.load(block_id_ptr + row * blocks + b, mask=b < blocks,
+                                                         other=vocab), vocab), axis=0)
+    greedy = tl.where(best > float("-inf"), greedy, -1)
+    if block == 0:
+        tl.store(greedy_ptr + row, greedy)
+    temperature = tl.load(params_ptr + row * 7 + 0)
+    safe_temperature = tl.where(temperature > 0, temperature, 1.0)
+    top = best / safe_temperature
+    ids = block * BLOCK + tl.arange(0, BLOCK)
+    inside = ids < vocab
+    z = tl.load(z_ptr + row * vocab + ids, mask=inside, other=float("-inf")) / safe_temperature
+    e = tl.where(z == top, 1.0, tl.exp(z - top))
+    e = tl.where(z > float("-inf"), e, 0.0)
+    weight = tl.floor(e * 16777216.0).to(tl.int64)
+    tl.store(z_ptr + row * vocab + ids, z, mask=inside)
+    tl.store(e_ptr + row * vocab + ids, e, mask=inside)
+    tl.store(w_ptr + row * vocab + ids, weight, mask=inside)
+
+
+@triton.jit
+def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    ids = block * BLOCK + tl.arange(0, BLOCK)
+    kept = tl.load(kept_ptr + row * vocab + ids, mask=ids < vocab, other=0)
+    tl.store(block_sum_ptr + row * blocks + block, tl.sum(kept, axis=0))
+
+
+@triton.jit
+def _draw_kernel(kept_ptr, block_sum_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab,
+                 blocks, draw_index, BLOCK: tl.constexpr, BLOCKS: tl.constexpr):
+    # program (row): the Philox word, the target, the block whose cumulative weight crosses it, then
+    # the first id within that block whose cumulative kept weight exceeds the target
     row = tl.program_id(0).to(tl.int64)
     temperature = tl.load(params_ptr + row * 7 + 0)
     greedy = tl.load(greedy_ptr + row)
-    total = tl.zeros((), tl.int64)
-    for start in range(0, vocab, BLOCK):
-        ids = start + tl.arange(0, BLOCK)
-        total += tl.sum(tl.load(kept_ptr + row * vocab + ids, mask=ids < vocab, other=0), axis=0)
+    b = tl.arange(0, BLOCKS)
+    sums = tl.load(block_sum_ptr + row * blocks + b, mask=b < blocks, other=0)
+    total = tl.sum(sums, axis=0)
     seed = tl.load(seed_ptr + row)
     offset = ((tl.load(positions_ptr + row).to(tl.int64) + 1) << 32) | draw_index
     word = tl.randint(seed, offset).to(tl.uint64)
@@ -89,15 +114,14 @@ def _draw_kernel(kept_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_
     hi = total_u >> 32
     lo = total_u & 0xFFFFFFFF
     target = (word * hi + ((word * lo) >> 32)).to(tl.int64)
-    running = tl.zeros((), tl.int64)
-    found = tl.zeros((), tl.int32) + vocab
-    for start in range(0, vocab, BLOCK):
-        ids = start + tl.arange(0, BLOCK)
-        kept = tl.load(kept_ptr + row * vocab + ids, mask=ids < vocab, other=0)
-        cumulative = tl.cumsum(kept, axis=0) + running
-        first = tl.min(tl.where((cumulative > target) & (ids < vocab), ids, vocab), axis=0)
-        found = tl.minimum(found, first)
-        running += tl.sum(kept, axis=0)
+    through = tl.cumsum(sums, axis=0)  # kept weight up to the end of each block
+    crossing = tl.min(tl.where((through > target) & (b < blocks), b, BLOCKS), axis=0)
+    crossing = tl.minimum(crossing, blocks - 1)
+    before = tl.sum(tl.where(b < crossing, sums, 0), axis=0)
+    ids = crossing * BLOCK + tl.arange(0, BLOCK)
+    kept = tl.load(kept_ptr + row * vocab + ids, mask=ids < vocab, other=0)
+    cumulative = tl.cumsum(kept, axis=0) + before
+    found = tl.min(tl.where((cumulative > target) & (ids < vocab), ids, vocab), axis=0)
     sampled = tl.where(found < vocab, found, -1)
     result = tl.where(temperature > 0, sampled, greedy)
     result = tl.where(greedy >= 0, result, -1)
@@ -133,6 +157,11 @@ class Sampler:
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
+        self.blocks = triton.cdiv(vocab, self.block)
+        self.blocks_pow2 = triton.next_power_of_2(self.blocks)
+        self.block_max = torch.empty((rows, self.blocks), dtype=torch.float32, device=device)
+        self.block_id = torch.empty((rows, self.blocks), dtype=torch.int32, device=device)
+        self.block_sum = torch.empty((rows, self.blocks), dtype=torch.int64, device=device)
         f32 = dict(dtype=torch.float32, device=device)
         i64 = dict(dtype=torch.int64, device=device)
         self.z = torch.empty((rows, vocab), **f32)  # [B, V] f32: filtered, tempered logits
@@ -153,8 +182,11 @@ class Sampler:
                  histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0
                  ) -> None:
         rows, vocab = self.rows, self.vocab
-        _filter_kernel[(rows,)](logits, parameters, histogram, grammar_mask, self.z, self.e, self.weights,
-                                self.greedy, vocab, histogram.shape[1], grammar_mask.shape[1], BLOCK=self.block)
+        grid = (rows, self.blocks)
+        _filter_kernel[grid](logits, parameters, histogram, grammar_mask, self.z, self.block_max, self.block_id,
+                             vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block)
+        _weights_kernel[grid](parameters, self.z, self.e, self.weights, self.block_max, self.block_id, self.greedy,
+                              vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2)
         torch.sort(self.z, dim=1, descending=True, stable=True, out=(self.sorted_z, self.order))
         torch.gather(self.weights, 1, self.order, out=self.ordered)
         keep = self.keep
@@ -171,5 +203,6 @@ class Sampler:
         keep &= (self.sorted_e >= parameters[:, 3:4]) | (self.rank == 0)
         self.ordered.mul_(keep)
         self.kept.scatter_(1, self.order, self.ordered)
-        _draw_kernel[(rows,)](self.kept, parameters, seed, positions, self.greedy, out, vocab, int(draw_index),
-                              BLOCK=self.block)
+        _block_sum_kernel[grid](self.kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
+        _draw_kernel[(rows,)](self.kept, self.block_sum, parameters, seed, positions, self.greedy, out, vocab,
+                              self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
