@@ -136,7 +136,8 @@ class _Replay:
         return None
 
     def _order(self, record: RoundRecord, reference: list[Completion]) -> Divergence | None:
-        key = lambda row: (row.generation, row.emitted, row.consumed_endpoint)  # noqa: E731
+        key = lambda row: (row.generation, row.emitted, row.consumed_endpoint,  # noqa: E731
+                           row.sampled_id if row.emitted else None)
         produced = [key(row) for row in record.rows]
         expected = [key(row) for row in reference]
         if len(record.rows) != len(reference):

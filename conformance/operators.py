@@ -273,7 +273,7 @@ def _logits(softcap: float | None) -> Builder:
 def _argmax(p, rng, cohort, g, cases):
     logits = _normal(rng, 5, g["vocab"], scale=4.0)
     logits[1, 7] = logits[1, 9] = logits[1].max() + 1.0  # a tie: the lowest index wins
-    out = p.output("out", (5,), "i32")
+    out = p.output("ids", (5,), "i32")
     p.builder.argmax(p.input("logits", logits, "f32"), into=out)
 
 
@@ -291,7 +291,7 @@ def _sample(p, rng, cohort, g, cases):
     mask[3, :4] = rng.integers(0, 2**32, size=4)  # a grammar mask allowing some of the first 128 ids
     mask[3, 4:] = 0
     mask = mask.astype(np.uint32).view(np.int32)
-    out = p.output("out", (rows,), "i32")
+    out = p.output("ids", (rows,), "i32")
     p.builder.sample(p.input("logits", logits, "f32"),
                      p.input("seed", rng.integers(-2**62, 2**62, size=rows).astype(np.int64), "i64"),
                      p.input("positions", rng.integers(0, 4000, size=rows).astype(np.int32), "i32"),

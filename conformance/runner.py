@@ -85,7 +85,7 @@ class ConformOptions:
     dtypes: tuple[str, ...] = ()  # operator-level dtypes; () f32 on a CPU, f32 and bf16 on a GPU
     trace_dir: Path | None = None  # also write each workload's trace to DIR/NAME.trace
     timeout_s: float = DEFAULT_TIMEOUT_S
-    production: Production | None = None  # None: Production(device)
+    production: Any = None  # anything with `runtime(core, workload, sink)`; None: Production(device)
     extra_workloads: tuple[Workload, ...] = field(default=())  # workloads given as objects (tests)
 
     def __post_init__(self) -> None:

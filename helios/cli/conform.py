@@ -1,0 +1,98 @@
+"""`helios conform` (host side): run both runtimes on one core and report the first divergence.
+
+The handler opens and authorizes the core, then runs the conformance suite (`conformance/`): the
+operators level, the trace audit and the end-to-end comparison, and prints one table (or one JSON
+object). Exit status 0 only when nothing diverged; 1 when something did; 2 for unusable input.
+Heavy imports (the runtimes, torch) stay inside the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from helios.errors import HeliosError
+
+LEVEL_CHOICES = ("operators", "trace", "e2e", "all")
+
+
+class CoreUnreadable(HeliosError):
+    """The core file cannot be opened (missing, unreadable)."""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "conform", help="check the production runtime against the reference on one core",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Run the same core through both runtimes and report where they disagree. Three levels:\n"
+            "  operators  every operator of the registry (and each production fusion) on fresh random inputs\n"
+            "             at ragged, page-crossing and sliding-window shapes: reference against production\n"
+            "             kernels; integers exactly, floats within the dtype's tolerance\n"
+            "  trace      production serves each workload while recording every submission (graph, lanes,\n"
+            "             packed transport rows, completion rows); the reference replays the trace and\n"
+            "             compares every field. A sampled id that differs within the logit margin the two\n"
+            "             precisions allow is a numeric tie (production's token is adopted)\n"
+            "  e2e        each workload through both full runtimes, each scheduling on its own; per request:\n"
+            "             outcome, token ids, finish reason, stop position, usage, visible text\n\n"
+            "Workloads are data: conformance/cases/workloads.json (OpenAI /v1/completions bodies with\n"
+            "production's scheduling limits); --workloads FILE runs your own. Each divergence row gives\n"
+            "the case, the round (trace: submission; e2e: token index), the lane (trace: slot; e2e: request;\n"
+            "operators: row), the field, both values and the logit margin. Exit status: 0 when nothing\n"
+            "diverged, 1 when something did. On a machine without CUDA the production kernels run in the\n"
+            "Triton interpreter (slow: keep workloads small)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  helios conform qwen3.hcore --accept acme/models --trust publisher.key.pub\n"
+            "  helios conform qwen3.hcore --accept acme/models --trust keys/ --level trace --json\n"
+            "  helios conform qwen3.hcore --accept acme/models --trust keys/ --audit served.trace"
+        ),
+    )
+    parser.add_argument("core", metavar="MODEL.hcore", help="the core to check")
+    parser.add_argument("--accept", required=True, metavar="NAMESPACE",
+                        help="the publisher namespace you accept; must equal the signed one exactly")
+    parser.add_argument("--trust", required=True, action="append", metavar="PUBKEY",
+                        help="a trusted public key file or a directory of .pub files (repeatable)")
+    parser.add_argument("--level", choices=LEVEL_CHOICES, default="all",
+                        help="which level to run (default: all three)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON object: {"verdict", "levels": [{"level", "cases", "passed", '
+                             '"numeric_ties", "divergences": [...]}]}')
+    parser.add_argument("--device", metavar="DEVICE",
+                        help="production's device: cuda, cuda:N or cpu (default: cuda when present)")
+    parser.add_argument("--workloads", type=Path, metavar="FILE",
+                        help="a workloads JSON file (default: conformance/cases/workloads.json)")
+    parser.add_argument("--workload", action="append", default=[], metavar="NAME",
+                        help="run only this workload of the file (repeatable)")
+    parser.add_argument("--operator", action="append", default=[], metavar="OP",
+                        help="operators level: check only this operator or fusion (repeatable)")
+    parser.add_argument("--trace-dir", type=Path, metavar="DIR",
+                        help="also write each workload's production trace to DIR/NAME.trace")
+    parser.add_argument("--audit", type=Path, metavar="TRACE",
+                        help="audit a recorded trace file on the reference instead of running production")
+    parser.set_defaults(func=_conform)
+
+
+def _conform(args) -> int:
+    from conformance.runner import ConformOptions, audit_file, conform
+    from conformance.workload import WORKLOADS
+    from helios.core import open_core
+
+    try:
+        core_context = open_core(args.core, trusted_keys=args.trust, accept=args.accept)
+    except OSError as error:
+        raise CoreUnreadable(f"{args.core}: cannot read: {error.strerror}") from None
+    with core_context as core:
+        if args.audit is not None:
+            report = audit_file(core, args.audit)
+        else:
+            levels = ("operators", "trace", "e2e") if args.level == "all" else (args.level,)
+            options = ConformOptions(levels=levels, device=args.device, workloads=args.workloads or WORKLOADS,
+                                     workload_names=tuple(args.workload), operators=tuple(args.operator),
+                                     trace_dir=args.trace_dir)
+            report = conform(core, options)
+    print(report.to_json() if args.json else report.table())
+    sys.stdout.flush()
+    return report.exit_code

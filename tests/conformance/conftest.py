@@ -1,0 +1,24 @@
+"""Conformance tests: a tiny fp32 core (Mistral-shaped: two layers, a sliding window the workloads
+cross) served by both runtimes. On a machine without CUDA the production kernels run in the Triton
+interpreter, which must be switched on before any kernel module is imported."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Small capacities keep the interpreter fast: one 8-token prefill variant, batches of 1 and 2.
+CAPACITIES = dict(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,), context_tokens=32)
+
+
+@pytest.fixture(scope="session")
+def conform_core(tiny_checkpoint):
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+
+    return prepare_checkpoint(tiny_checkpoint("mistral"), PreparationOptions(**CAPACITIES))
