@@ -10,6 +10,7 @@ not the sum. Samplers and attention split buffers are memoized by shape the same
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -56,8 +57,12 @@ def weight_tensor(data: bytes, dtype: int, shape: Iterable[int], device: torch.d
     expected = int(np.prod(shape, dtype=np.int64)) * element
     if len(data) != expected:
         raise WeightSizeMismatch(f"{where}: {len(data)} bytes, the tensor {list(shape)} needs {expected}")
-    host = torch.frombuffer(bytearray(data), dtype=_RAW_DTYPES[dtype]).reshape(shape)
-    return host.to(device) if device.type != "cpu" else host
+    if device.type != "cpu":
+        with warnings.catch_warnings():
+            # NOTE: read-only bytes are fine here: the host view lives only until the device copy.
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            return torch.frombuffer(data, dtype=_RAW_DTYPES[dtype]).reshape(shape).to(device)
+    return torch.frombuffer(bytearray(data), dtype=_RAW_DTYPES[dtype]).reshape(shape)
 
 
 def manifest_buffers(manifest: manifest_pb2.ExecutionManifest, device: torch.device, *, pages: int,
