@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 import tinyfront
+from cases import INVALID
 from inprocess import ALIASES, SERVED_ID, serving
 from prometheus_client.parser import text_string_to_metric_families
 from scripted import ScriptedEngine
@@ -213,34 +214,6 @@ def test_completions_endpoint() -> None:
         chunks = list(api.completions.create(model=SERVED_ID, prompt="Hello", max_tokens=2, stream=True))
         assert "".join(c.choices[0].text for c in chunks) == TOKENIZER.decode(ids(" there")[:2])
         assert chunks[-1].choices[0].finish_reason == "length"
-
-
-INVALID = [
-    ({"messages": None}, "messages"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-    ({"messages": [{"role": "user"}]}, "messages.0.content"),
-    ({"temperature": 3}, "temperature"),
-    ({"top_p": 0}, "top_p"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"n": 2}, "n"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"stop": [""]}, "stop"),
-    ({"stop": "x" * 4097}, "stop"),
-    ({"stop": [1]}, "stop.0"),
-    ({"stop": "x", "stop_token_ids": [5]}, "stop_token_ids"),
-    ({"stop_token_sequences": [[1]] * 17}, "stop_token_sequences"),
-    ({"stop_token_sequences": [list(range(65))]}, "stop_token_sequences.0"),
-    ({"stop_token_ids": [10**7]}, "stop_token_ids"),
-    ({"stop": "x", "response_format": {"type": "json_object"}}, "stop"),
-    ({"return_token_ids": "yes"}, "return_token_ids"),
-    ({"return_token_ids": 1}, "return_token_ids"),
-    ({"return_token_timestamps": True}, "return_token_timestamps"),
-    ({"stream": True, "stream_options": {"include_usage": "true"}}, "stream_options.include_usage"),
-    ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice"),
-    ({"model": "other-model"}, "model"),
-    ({"messages": [{"role": "user", "content": "x" * 5000}]}, "messages"),
-]
 
 
 def test_invalid_fields_are_400_naming_the_field() -> None:

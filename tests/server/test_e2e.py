@@ -15,6 +15,7 @@ import time
 import httpx
 import openai
 import pytest
+from cases import INVALID
 from inprocess import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
@@ -178,12 +179,13 @@ def test_400_429_and_503(server) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         client.chat.completions.create(model="tiny-qwen", messages=USER, temperature=5)
     assert error.value.body["param"] == "temperature"
-    for body, param in [({"stop": "a", "stop_token_ids": [1]}, "stop_token_ids"),
-                        ({"return_token_ids": "yes"}, "return_token_ids"), ({"messages": []}, "messages")]:  # fmt: skip
-        response = httpx.post(
-            base + "/v1/chat/completions", json={"model": "tiny-qwen", "messages": USER, **body}
+    for change, param in INVALID:  # every invalid field, each a 400 naming it
+        body = {k: v for k, v in {"model": "tiny-qwen", "messages": USER, **change}.items() if v is not None}
+        response = httpx.post(base + "/v1/chat/completions", json=body)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, (
+            param,
+            response.text,
         )
-        assert response.status_code == 400 and response.json()["error"]["param"] == param
     # an output limit beyond the served context: scheduler admission rejects it
     with pytest.raises(openai.InternalServerError) as error:
         client.chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=CONTEXT)
