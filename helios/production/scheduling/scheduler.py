@@ -331,6 +331,7 @@ class Scheduler:
 
     def _cohort(self, operation: int, order: list[_Sequence]) -> list[tuple[_Sequence, int]]:
         cohort: list[tuple[_Sequence, int]] = []
+        members: set[int] = set()  # id() of the cohort's sequences: never preempted for a later lane
         lanes_limit = self.catalog.max_lanes(operation)
         tokens = 0
         for s in order:
@@ -342,9 +343,10 @@ class Scheduler:
             if budget < 1:
                 break
             chunk = min(s.remaining, budget)
-            if not self._reserve(s, s.frontier + chunk, keep={id(c) for c, _ in cohort}):
+            if not self._reserve(s, s.frontier + chunk, keep=members):
                 break
             cohort.append((s, chunk))
+            members.add(id(s))
             tokens += chunk
         return cohort
 
