@@ -6,7 +6,7 @@ tiles every file. Resource bytes are touched only when a resource is read: `Core
 every chunk digest, then the frame structure (or the version-4 key), and only then decodes into the
 caller's buffer. A resource stored in at most 64 MiB is decoded from the chunks the digest pass
 read; a larger one is read again, each chunk hashed again as the decoder consumes it, so memory
-stays at the caller's buffer plus 64 MiB at most. On any error the caller's buffer is zeroed, so no
+stays at the caller's buffer plus 64 MiB at most (128 MiB in `read_many_into`). On any error the caller's buffer is zeroed, so no
 unverified byte is left in it. Hashing runs on a small thread pool beside the decoding thread
 (hashlib and zstd release the GIL); `Core.read_many_into` checks the next resource's digests while
 one decodes.
