@@ -344,3 +344,13 @@ def test_page_table_updates_carry_only_new_entries():
     run(s, decode)
     grow = s.schedule()  # position 4 needs page 1: one new entry from index 1
     assert grow.page_table_updates == ((0, 1, (1,)),)
+
+
+def test_the_host_half_imports_neither_torch_nor_triton():
+    import subprocess
+    import sys
+
+    code = ("import sys, helios.production.runtime, helios.production.scheduling, helios.production.page_cache, "
+            "helios.runtime.completion; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
