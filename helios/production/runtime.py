@@ -196,15 +196,16 @@ class ProductionRuntime(ModelRuntime):
             c = s.counters
             gauges = s.cache.gauges()
             capacity = {"max_active": s.config.max_active, "queue_capacity": self.limits.queue_capacity,
-                        "context_tokens": s.config.context_tokens, "cache_pages": gauges.capacity,
-                        "cache_pages_in_use": gauges.in_use, "cache_pages_cached": gauges.cached,
-                        "cache_pages_free": gauges.free, **self._capacity}
+                        "context_tokens": s.config.context_tokens, "pages": gauges.capacity, **self._capacity}
+            # Allocatable now: free pages plus cached (published, unreferenced, evictable) ones.
+            available = {"pages": gauges.free + gauges.cached, "cached_pages": gauges.cached}
             return RuntimeMetrics(
                 requests_submitted=self._submitted, requests_started=c.started, requests_rejected=self._rejected,
                 requests_finished=dict(self._finished), requests_failed=self._failed,
                 requests_active=s.active, requests_pending=s.pending + len(self._ingress),
                 prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens, prefix_lookups=c.prefix_lookups,
                 reused_prompt_tokens=c.reused_tokens, graph_launches=dict(c.launches), capacity=capacity,
+                available=available,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight)
 

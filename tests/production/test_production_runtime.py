@@ -92,7 +92,7 @@ def test_page_pressure_completes_every_request_with_the_reference_tokens(core):
     assert counters.preemptions >= 1 and counters.readmissions >= 1
     assert counters.launches.get("mixed", 0) >= 1  # prefill and decode lanes shared rounds
     metrics = rt.metrics()
-    assert metrics.capacity["cache_pages"] == 10 and metrics.capacity["cache_pages_in_use"] == 0
+    assert metrics.capacity["pages"] == 10 and metrics.available["pages"] == 10  # every page allocatable again
     assert metrics.requests_finished["length"] == 8 and metrics.output_tokens == sum(map(len, expected))
 
 
@@ -141,7 +141,7 @@ def test_cancellation_mid_flight_ends_the_request_and_returns_its_pages(core):
     terminal = results[0].terminal
     assert isinstance(terminal, Finished) and terminal.termination is Termination.CANCELLED
     assert terminal.output_tokens < 40
-    assert rt.metrics().capacity["cache_pages_in_use"] == 0
+    assert rt.metrics().available["pages"] == 16
 
 
 @dataclass
@@ -322,7 +322,9 @@ def test_the_http_server_serves_through_the_production_runtime(core):
             too_long = client.post("/v1/chat/completions", json={**chat, "max_tokens": 4000})
             assert too_long.status_code in (400, 503)
             metrics = client.get("/metrics").text
-            assert 'helios_capacity{resource="cache_pages"} 24.0' in metrics
+            assert 'helios_capacity{resource="pages"} 24.0' in metrics
+            assert 'helios_available{resource="pages"} 24.0' in metrics
+            assert "helios_prefix_reused_tokens" in metrics
     finally:
         server.should_exit = True
         thread.join(10)
