@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from helios.errors import HeliosError
@@ -39,7 +39,7 @@ from helios.frontend.detokenize import Piece
 from helios.frontend.errors import InvalidFieldType, InvalidFieldValue
 from helios.frontend.syntaxes.dsml import dsml_layout
 from helios.frontend.syntaxes.glm import glm_layout
-from helios.frontend.syntaxes.recipient import BETWEEN, HEADER, FrameState, atem_layout
+from helios.frontend.syntaxes.recipient import BETWEEN, BODY, HEADER, FrameState, atem_layout, frame_recipient
 from helios.frontend.syntaxes.tagged import TagLayout
 from helios.frontend.syntaxes.xtml import xtml_layout
 from helios.frontend.tool_calls import ContentText, parameter_schemas
@@ -242,9 +242,11 @@ def build_grammar(
     token_id: Callable[[str], int | None],
     eos_ids: Sequence[int],
     reasoning_open: bool = False,
+    reasoning_closed: bool = False,
     frame: FrameState | None = None,
 ) -> str:
-    """The Lark grammar of one constrained response (see the module docstring)."""
+    """The Lark grammar of one constrained response (see the module docstring). `reasoning_open`:
+    the prompt opened reasoning; `reasoning_closed`: the prompt already closed it (no reasoning)."""
     lark = _Lark(token_id, tuple(eos_ids))
     if frontend.reasoning_parser == C.REASONING_PARSER_RECIPIENT_HEADER:
         start = _recipient_start(lark, frontend, structured, frame or FrameState())
@@ -261,7 +263,8 @@ def build_grammar(
         rest = f"{answer} | {calls}" if calls else answer
     rest_rule = lark.rule(str(rest), "rest")
     reasoning = frontend.reasoning_syntax
-    if frontend.reasoning_parser in (C.REASONING_PARSER_THINK, C.REASONING_PARSER_XTML_THINK) and reasoning.close:
+    thinks = frontend.reasoning_parser in (C.REASONING_PARSER_THINK, C.REASONING_PARSER_XTML_THINK)
+    if thinks and reasoning.close and not reasoning_closed:
         lead = lark.rule('"\\n"? "\\n"?', "gap")  # the wrapping newlines after the close delimiter
         opener = frontend.tool_syntax.opener
         ends = [reasoning.close] + ([opener] if opener and lark.token_id(opener) is not None else [])
@@ -280,11 +283,26 @@ def build_grammar(
     return "\n".join([f"start: {start}", *lark.rules]) + "\n"
 
 
+def prompt_closed_reasoning(prompt: str, frontend: C.FrontendContract) -> bool:
+    """Whether the prompt's open assistant envelope already holds a closed reasoning block (e.g. a
+    template that disables thinking writes an empty one): the answer follows directly. Same scope
+    as the initial reasoning state: the text after the last assistant open and message end."""
+    syntax, envelope = frontend.reasoning_syntax, frontend.prompt_syntax.assistant_open
+    if not envelope or not syntax.close or (start := prompt.rfind(envelope)) < 0:
+        return False
+    tail = prompt[start + len(envelope) :]
+    end = frontend.prompt_syntax.message_end
+    if end and (last := tail.rfind(end)) >= 0:
+        tail = tail[last + len(end) :]
+    closed = tail.rfind(syntax.close)
+    return closed >= 0 and closed > tail.rfind(syntax.open) if syntax.open else closed >= 0
+
+
 def _recipient_start(lark: _Lark, frontend: C.FrontendContract, structured: StructuredOutput, frame: FrameState) -> str:
     p, r = frontend.prompt_syntax, frontend.reasoning_syntax
     role = p.assistant_open[len(p.header_start) :] if p.assistant_open.startswith(p.header_start) else ""
-    if frame.state not in (BETWEEN, HEADER) or (frame.state == HEADER and frame.header.strip() != role.strip()):
-        raise GrammarUnavailable("structured output starts between frames or in an open assistant header")
+    if frame.state == HEADER and frame.header.strip() != role.strip():
+        raise GrammarUnavailable(f"the prompt leaves a header {frame.header!r} open that is not the assistant's")
     layout = tag_layout(frontend)
     reasoning_body, consumed = lark.free_until(p.internal_end, p.header_start)
     eom = "" if consumed else lark.lit(p.internal_end)
@@ -314,6 +332,26 @@ def _recipient_start(lark: _Lark, frontend: C.FrontendContract, structured: Stru
     tail = lark.rule(f"{loop}* ({' | '.join(ends)})", "tail")
     if frame.state == BETWEEN:
         return tail
+    if frame.state == BODY:  # the prompt opened a body: it continues, then the frames as usual
+        recipient = frame_recipient(frame.header, frontend)
+        named = r.tool_recipient + r.tool_recipient_separator
+        if recipient in (r.reasoning_recipient, *r.content_recipients[:-1]):
+            return f"{reasoning_body} {eom} {tail}"
+        if recipient == (r.content_recipients[-1] if r.content_recipients else "user"):
+            if structured.forces_call:
+                raise GrammarUnavailable("the prompt opened the answer frame, but the request forces a tool call")
+            return _answer(lark, structured)
+        if recipient and (recipient == r.tool_recipient or recipient.startswith(named)) and layout is not None:
+            if not (structured.forces_call or structured.allow_tools):
+                raise GrammarUnavailable("the prompt opened a tool frame, but the request allows no tool call")
+            if recipient.startswith(named):  # a named recipient: the invocation must be that name
+                name = recipient[len(named) :]
+                if structured.tool_name not in (None, name):
+                    raise GrammarUnavailable(f"the prompt opened a frame for {name!r}, the request forces another tool")
+                structured = replace(structured, kind=TOOL_NAMED, schema=None, tool_name=name)
+            one = _calls(lark, layout, structured, many=False)
+            return f"{one} {lark.lit(p.internal_end)} ({tail})?"
+        raise GrammarUnavailable(f"the prompt opened a frame for {recipient!r}, which no grammar continues")
     first_thought, first_call, first_answer = frames(opened=True)
     options = [f"{first_thought} {tail}"]
     if first_call:

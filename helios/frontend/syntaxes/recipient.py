@@ -119,6 +119,19 @@ def initial_frame_state(prompt: str, frontend: contract_pb2.FrontendContract) ->
     return FrameState(BODY, tail[:cut])
 
 
+def frame_recipient(header: str, frontend: contract_pb2.FrontendContract) -> str | None:
+    """The recipient a frame header names ("assistant to=self" -> "self"), or None when the header
+    is not the assistant role's or names no recipient."""
+    p, r = frontend.prompt_syntax, frontend.reasoning_syntax
+    role = p.assistant_open[len(p.header_start) :].strip() if p.assistant_open.startswith(p.header_start) else ""
+    header = header.strip()
+    marker = r.recipient_open.strip()
+    if (role and not header.startswith(role)) or not marker or (index := header.find(marker)) < 0:
+        return None
+    words = header[index + len(marker) :].split()
+    return words[0] if words else None
+
+
 def atem_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
     layout = xtml_layout(syntax, name="TOOL_PARSER_ATEM")
     return TagLayout(**{**{n: getattr(layout, n) for n in TagLayout.__slots__}, "single_invocation": True})
@@ -145,7 +158,7 @@ class RecipientFrameParser:
         if missing:
             raise IncompleteToolSyntax(f"REASONING_PARSER_RECIPIENT_HEADER: the syntax lacks {', '.join(missing)}")
         self._start, self._message, self._eom = p.header_start, p.header_message, p.internal_end
-        self._role = p.assistant_open[len(p.header_start) :].strip() if p.assistant_open.startswith(p.header_start) else ""
+        self._frontend = frontend
         self._r = r
         self._layout = atem_layout(frontend.tool_syntax)
         self._tools = tools
@@ -221,19 +234,8 @@ class RecipientFrameParser:
             self._drain(out)
         # out of place between frames or in a header: markup, dropped
 
-    def _recipient(self) -> str | None:
-        header = self._header.strip()
-        marker = self._r.recipient_open.strip()
-        if self._role and not header.startswith(self._role):
-            return None
-        index = header.find(marker)
-        if index < 0:
-            return None
-        words = header[index + len(marker) :].split()
-        return words[0] if words else None
-
     def _open_body(self) -> None:
-        recipient = self._recipient()
+        recipient = frame_recipient(self._header, self._frontend)
         r = self._r
         named_prefix = r.tool_recipient + r.tool_recipient_separator if r.tool_recipient_separator else None
         self._tool = None
