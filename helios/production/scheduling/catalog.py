@@ -43,6 +43,7 @@ class GraphCatalog:
 
     def __init__(self, variants: Iterable[GraphVariant]) -> None:
         self._by_operation: dict[int, list[GraphVariant]] = {}
+        self._max_tokens: dict[tuple[int, int], int] = {}
         for variant in variants:
             self._by_operation.setdefault(int(variant.operation), []).append(variant)
         for group in self._by_operation.values():
@@ -79,8 +80,11 @@ class GraphCatalog:
 
     def max_tokens(self, operation: int, *, lanes: int = 1) -> int:
         """The most tokens one round of `operation` with `lanes` lanes can hold (0: none fits)."""
-        return max((v.packed_token_capacity for v in self._by_operation.get(operation, ())
-                    if v.batch_capacity >= lanes), default=0)
+        key = (operation, lanes)
+        if key not in self._max_tokens:  # asked once per lane of every cohort: memoized
+            self._max_tokens[key] = max((v.packed_token_capacity for v in self._by_operation.get(operation, ())
+                                         if v.batch_capacity >= lanes), default=0)
+        return self._max_tokens[key]
 
     @property
     def device_pending(self) -> bool:
