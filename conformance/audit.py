@@ -16,10 +16,11 @@ submitted. Each round is compared in this order, and the first disagreement ends
    submission_sequence (the sequence the transport wrote), then sampled_id (when emitted);
 5. production's executor must not have rejected a round the reference accepts identically (`error`).
 
-A sampled id that differs is a numeric tie when the reference's logit margin between the two ids lies
-within the core precision's tie tolerance (`conformance.tolerance`): the tie is reported with its
-margin and the replay continues with production's token (later lanes carry production's tokens, so
-adopting it is automatic). Device-owned pending tokens (-1 in a lane) are the lane's previous
+A sampled id that differs is a numeric tie when the reference's own draw, with its logits moved by
+at most the core precision's tie tolerance, picks production's id (`conformance.draw`: the margin is
+the smallest such move; for a greedy row, half the winning logit margin): the tie is reported with
+its margin and the replay continues with production's token (later lanes carry production's tokens,
+so adopting it is automatic). Device-owned pending tokens (-1 in a lane) are the lane's previous
 production sample.
 """
 
@@ -31,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from conformance.draw import is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
-from conformance.tolerance import is_numeric_tie
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
 from helios.errors import HeliosError
-from helios.proto import manifest_pb2, program_pb2
+from helios.proto import manifest_pb2
 from helios.runtime.completion import Completion
 from helios.runtime.packing import LaneInput
 
@@ -53,16 +54,6 @@ def core_dtype(manifest: manifest_pb2.ExecutionManifest) -> str:
     return "f32"
 
 
-def sampled_logits_tensor(core: Any) -> str | None:
-    """The program tensor a generating graph samples from (input 0 of its `sample` or `argmax`)."""
-    for handle in core.manifest.graphs:
-        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
-        for operator in program.operators:
-            if operator.op in ("sample", "argmax"):
-                return operator.inputs[0]
-    return None
-
-
 def _row_values(array: np.ndarray, rows: tuple[int, ...]) -> np.ndarray:
     return array.reshape(-1) if not rows else array[list(rows)]
 
@@ -75,8 +66,8 @@ class _Replay:
         if header.served_id != serving.served_id or header.cache_identity != serving.cache_identity:
             raise TraceError(f"the trace was recorded on {header.served_id!r} ({header.cache_identity}); "
                              f"this core is {serving.served_id!r} ({serving.cache_identity})")
-        self.logits = sampled_logits_tensor(core)
-        self.engine = ReferenceEngine.load(core, pages=header.pages, keep=(self.logits,) if self.logits else ())
+        self.site = sampling_site(core)
+        self.engine = ReferenceEngine.load(core, pages=header.pages, keep=self.site.inputs if self.site else ())
         self.case = case
         self.dtype = dtype
         self.slots = serving.max_concurrency
@@ -164,11 +155,15 @@ class _Replay:
                 return self.divergence(record, "submission_sequence", record.sequence, prod.submission_sequence,
                                        lane=lane.slot, detail="the row answers another submission")
             if ref.emitted and ref.sampled_id != prod.sampled_id:
-                logits = kept.get(self.logits) if self.logits else None
+                logits = kept.get(self.site.inputs[0]) if self.site else None
                 if logits is None:
                     return self.divergence(record, "sampled_id", ref.sampled_id, prod.sampled_id, lane=lane.slot)
+                # NOTE: rows of the sampled logits are physical slots when there is one per slot (as
+                # the completion record's), else submission rows.
                 row = lane.slot if logits.shape[0] == self.slots else index
-                tie, margin = is_numeric_tie(logits[row], ref.sampled_id, prod.sampled_id, self.dtype)
+                draw = self.site.row(kept, row)
+                tie, margin = (False, None) if draw is None else is_draw_tie(draw, ref.sampled_id, prod.sampled_id,
+                                                                             self.dtype)
                 item = self.divergence(record, "sampled_id", ref.sampled_id, prod.sampled_id, lane=lane.slot,
                                        margin=margin, detail=f"slot {lane.slot}: sampled ids differ")
                 if not tie:

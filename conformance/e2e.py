@@ -9,8 +9,9 @@ request's divergence:
 
     outcome        finished, failed or rejected (and the failure message)
     token_ids      every sampled id, EOS and stop-crossing tokens included, exactly; where they first
-                   differ, the reference's logits after the common prefix decide: a margin within the
-                   tie tolerance is a numeric tie (nothing after it is compared), else a divergence
+                   differ, the reference's draw after the common prefix decides (`conformance.draw`):
+                   a margin within the tie tolerance is a numeric tie (nothing after it is
+                   compared), else a divergence
     finish_reason  eos, length, stop (the Termination value)
     stop_position  for a stop: the number of sampled tokens when it matched
     usage          prompt_tokens, output_tokens
@@ -26,8 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
+from conformance.draw import is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
-from conformance.tolerance import is_numeric_tie
 from conformance.workload import Workload
 from helios.runtime.events import Failed, Finished, Rejected, TokenEvent
 from helios.runtime.interface import ModelRuntime, PreparedRequest
@@ -136,23 +139,31 @@ TieCheck = Callable[[GenerationRequest, Sequence[int], int, int], tuple[bool, fl
 
 
 def reference_tie_check(core: Any, dtype: str) -> TieCheck:
-    """(tie, margin) for ids that first differ after `prefix`: the reference's logits of the next
-    position, given the prompt and the common prefix."""
-    from conformance.audit import sampled_logits_tensor
+    """(tie, margin) for ids that first differ after `prefix`: the reference's draw of the next
+    position, given the prompt and the common prefix (slot 0 of a fresh sequential engine)."""
     from helios.reference.engine import ReferenceEngine
 
-    name = sampled_logits_tensor(core)
-    engine = ReferenceEngine.load(core, keep=(name,) if name else ())
+    site = sampling_site(core)
+    engine = ReferenceEngine.load(core, keep=site.inputs if site else ())
 
     def check(generation: GenerationRequest, prefix: Sequence[int], reference_id: int,
               production_id: int) -> tuple[bool, float | None]:
-        if name is None:
+        if site is None:
             return False, None
+        # NOTE: the prefix joins the prompt, so the prompt histogram (penalties) would count it;
+        # the draw is re-run from the kept inputs with the request's own histogram instead.
         request = GenerationRequest(tuple(generation.prompt_token_ids) + tuple(prefix), max_tokens=1,
                                     sampling=generation.sampling, ignore_eos=True)
         list(engine.generate(request))
-        logits = engine.kept[-1][name]
-        return is_numeric_tie(logits[0], reference_id, production_id, dtype)
+        draw = site.row(engine.kept[-1], 0)
+        if draw is None:
+            return False, None
+        if draw.histogram is not None:
+            counts = np.zeros_like(draw.histogram)
+            ids = np.asarray(generation.prompt_token_ids, dtype=np.int64)
+            np.add.at(counts, ids[ids < counts.shape[0]], 1)
+            draw = replace(draw, histogram=counts)
+        return is_draw_tie(draw, reference_id, production_id, dtype)
 
     return check
 

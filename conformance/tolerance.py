@@ -9,10 +9,11 @@ stored dtype, and integers agree exactly:
     bf16    1e-2                                                             3e-2 x max |logit|
     f16     1e-3                                                             5e-3 x max |logit|
 
-A sampled id that differs is a *numeric tie* when the reference's logits of the two ids differ by at
-most the tie margin (scaled by the row's largest |logit|, at least 1): either runtime's rounding
-could have chosen either token. Anything wider is a divergence. The tie margin is looser than the
-per-element tolerance because logits carry the error of every layer below them.
+A sampled id that differs is a *numeric tie* when moving each of the reference's logits by at most
+the tie margin (scaled by the row's largest |logit|, at least 1) makes the reference's own draw pick
+production's id (`conformance.draw`): either runtime's rounding could have chosen either token.
+Anything wider is a divergence. The tie margin is looser than the per-element tolerance because
+logits carry the error of every layer below them.
 """
 
 from __future__ import annotations
@@ -69,18 +70,3 @@ def first_mismatch(reference: np.ndarray, production: np.ndarray, relative: floa
     if not bad.any():
         return None
     return tuple(int(i) for i in np.argwhere(bad)[0])
-
-
-def logit_margin(logits: np.ndarray, reference_id: int, production_id: int) -> float:
-    """|logit(reference_id) - logit(production_id)| on the reference's logits row."""
-    row = np.asarray(logits, dtype=np.float64)
-    return float(abs(row[reference_id] - row[production_id]))
-
-
-def is_numeric_tie(logits: np.ndarray, reference_id: int, production_id: int, dtype: str) -> tuple[bool, float]:
-    """(tie, margin): whether two differing sampled ids are within the precisions' tolerance."""
-    row = np.asarray(logits, dtype=np.float64)
-    finite = row[np.isfinite(row)]
-    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
-    margin = logit_margin(row, reference_id, production_id)
-    return bool(np.isfinite(margin) and margin <= tolerance(dtype).tie * scale), margin
