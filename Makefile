@@ -21,7 +21,7 @@ lint: setup
 	$(PY) -m ruff check .
 
 test: setup lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q
 
 demo: setup
 	$(PY) -m helios.demo
