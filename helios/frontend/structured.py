@@ -183,9 +183,10 @@ def _answer(lark: _Lark, structured: StructuredOutput) -> str:
 
 
 def _call(lark: _Lark, layout: TagLayout, name: str, properties: Mapping[str, Any], required: set[str]) -> str:
+    """One call of `name`, after its block's opener."""
     sep = f"{lark.lit(layout.separator)}?" if layout.separator else ""
     wrap = lark.lit("\n") if layout.wrapping_newlines else ""
-    parts = [lark.lit(layout.opener), sep]
+    parts = [sep]
     if layout.invoke_open:
         parts += [lark.lit(layout.invoke_open), json.dumps(name), lark.lit(layout.invoke_name_close), sep]
     else:
@@ -215,7 +216,8 @@ def _call(lark: _Lark, layout: TagLayout, name: str, properties: Mapping[str, An
     return lark.rule(" ".join(p for p in parts if p), "call")
 
 
-def _calls(lark: _Lark, layout: TagLayout, structured: StructuredOutput, *, many: bool) -> str:
+def _calls(lark: _Lark, layout: TagLayout, structured: StructuredOutput, *, many: bool) -> tuple[str, str]:
+    """(the calls, the calls after an opener already generated: the terminal marker's case)."""
     calls = []
     for tool in structured.tools:
         function = tool.get("function", {})
@@ -228,11 +230,12 @@ def _calls(lark: _Lark, layout: TagLayout, structured: StructuredOutput, *, many
         calls.append(_call(lark, layout, name, properties, required))
     if not calls:
         raise GrammarUnavailable("no registered tool can be called")
-    one = lark.rule(" | ".join(calls), "one_call")
+    after_opener = lark.rule(" | ".join(calls), "call_after_opener")
+    one = lark.rule(f"{lark.lit(layout.opener)} {after_opener}", "one_call")
     if not many:
-        return one
+        return one, after_opener
     between = lark.lit(layout.separator) + "?" if layout.separator else ""
-    return lark.rule(f"{one} ({between} {one})*", "calls")
+    return lark.rule(f"{one} ({between} {one})*", "calls"), lark.rule(f"{after_opener} ({between} {one})*", "calls")
 
 
 def build_grammar(
@@ -255,7 +258,9 @@ def build_grammar(
     tools_allowed = structured.forces_call or structured.allow_tools
     if tools_allowed and layout is None:
         raise GrammarUnavailable("the frontend declares no tool syntax to call tools in")
-    calls = _calls(lark, layout, structured, many=structured.kind != TOOL_NAMED) if tools_allowed else None  # type: ignore[arg-type]
+    calls, after_opener = (
+        _calls(lark, layout, structured, many=structured.kind != TOOL_NAMED) if tools_allowed else (None, None)  # type: ignore[arg-type]
+    )
     if structured.forces_call:
         rest = calls
     else:
@@ -271,9 +276,12 @@ def build_grammar(
         body, consumed = lark.free_until(*ends)
         close = "" if consumed else lark.lit(reasoning.close)
         thought = f"{body} {close} {lead} {rest_rule}"
-        if calls is not None and lark.token_id(frontend.tool_syntax.opener) is not None and not consumed:
+        if calls is not None and not consumed and lark.token_id(opener) is not None:
             # the terminal marker (the tool opener, one token) ends reasoning implicitly
             thought += f" | {body} {calls}"
+        elif calls is not None and consumed and lark.token_id(opener) is None:
+            # text delimiters: reasoning stopped by the opener text instead of the close delimiter
+            thought += f" | {lark.rule('/(?s:.*)/', 'free', stop=opener)} {after_opener}"
         if reasoning_open:
             start = thought
         else:
@@ -316,7 +324,7 @@ def _recipient_start(lark: _Lark, frontend: C.FrontendContract, structured: Stru
         thought = f"{header(r.reasoning_recipient, opened)} {message} {reasoning_body} {eom}"
         call = ""
         if (structured.forces_call or structured.allow_tools) and layout is not None:
-            one = _calls(lark, layout, structured, many=False)
+            one, _ = _calls(lark, layout, structured, many=False)
             call = f"{header(r.tool_recipient, opened)} {message} {one} {lark.lit(p.internal_end)}"
         answer = ""
         if not structured.forces_call:
@@ -349,7 +357,7 @@ def _recipient_start(lark: _Lark, frontend: C.FrontendContract, structured: Stru
                 if structured.tool_name not in (None, name):
                     raise GrammarUnavailable(f"the prompt opened a frame for {name!r}, the request forces another tool")
                 structured = replace(structured, kind=TOOL_NAMED, schema=None, tool_name=name)
-            one = _calls(lark, layout, structured, many=False)
+            one, _ = _calls(lark, layout, structured, many=False)
             return f"{one} {lark.lit(p.internal_end)} ({tail})?"
         raise GrammarUnavailable(f"the prompt opened a frame for {recipient!r}, which no grammar continues")
     first_thought, first_call, first_answer = frames(opened=True)
