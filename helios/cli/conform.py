@@ -2,7 +2,8 @@
 
 The handler opens and authorizes the core, then runs the conformance suite (`conformance/`): the
 operators level, the trace audit and the end-to-end comparison, and prints one table (or one JSON
-object). Exit status 0 only when nothing diverged; 1 when something did; 2 for unusable input.
+object). Exit status 0 only when nothing diverged; 1 when something did; 2 or more for unusable input
+(a core that fails verification exits with the core reader's own code).
 Heavy imports (the runtimes, torch) stay inside the handler.
 """
 
@@ -32,16 +33,18 @@ def register(subparsers) -> None:
             "             kernels; integers exactly, floats within the dtype's tolerance\n"
             "  trace      production serves each workload while recording every submission (graph, lanes,\n"
             "             packed transport rows, completion rows); the reference replays the trace and\n"
-            "             compares every field. A sampled id that differs within the logit margin the two\n"
-            "             precisions allow is a numeric tie (production's token is adopted)\n"
+            "             compares every field. A sampled id that differs where moving the logits within\n"
+            "             the two precisions' tolerance flips the reference's draw is a numeric tie\n"
+            "             (reported with its margin; production's token is adopted)\n"
             "  e2e        each workload through both full runtimes, each scheduling on its own; per request:\n"
             "             outcome, token ids, finish reason, stop position, usage, visible text\n\n"
             "Workloads are data: conformance/cases/workloads.json (OpenAI /v1/completions bodies with\n"
             "production's scheduling limits); --workloads FILE runs your own. Each divergence row gives\n"
             "the case, the round (trace: submission; e2e: token index), the lane (trace: slot; e2e: request;\n"
             "operators: row), the field, both values and the logit margin. Exit status: 0 when nothing\n"
-            "diverged, 1 when something did. On a machine without CUDA the production kernels run in the\n"
-            "Triton interpreter (slow: keep workloads small)."
+            "diverged, 1 when something did, 2 or more when the core or an option is unusable.\n"
+            "On a machine without CUDA the production kernels run in the Triton interpreter (slow: keep\n"
+            "workloads small)."
         ),
         epilog=(
             "examples:\n"

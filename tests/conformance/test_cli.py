@@ -1,0 +1,66 @@
+"""`helios conform` on a signed core file: the JSON object of the issue, the table, exit codes,
+one line for unusable input, and the audit of a trace written by an earlier run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helios.cli import main
+from tests.conformance.conftest import CAPACITIES, DEVICE
+
+
+@pytest.fixture(scope="module")
+def signed_core(tiny_checkpoint, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("conform-cli")
+    key = directory / "publisher.key"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    core = directory / "tiny.hcore"
+    options = ["--dtype", CAPACITIES["dtype"], "--page-tokens", str(CAPACITIES["page_tokens"]),
+               "--batch-capacities", "1,2", "--prefill-capacities", "8", "--context-tokens", "32"]
+    assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
+                 "--key", str(key), *options]) == 0
+    return core, f"{key}.pub"
+
+
+def _args(signed_core, *more: str) -> list[str]:
+    core, public = signed_core
+    return ["conform", str(core), "--accept", "acme/tests", "--trust", public, "--device", DEVICE, *more]
+
+
+def test_json_output_of_the_operators_level(signed_core, capsys):
+    capsys.readouterr()
+    code = main(_args(signed_core, "--level", "operators", "--operator", "paged_attention", "--operator",
+                      "rotary+paged_cache_write", "--json"))
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert code == 0 and out.count("\n") == 1
+    assert data["verdict"] == "pass"
+    (level,) = data["levels"]
+    assert set(level) == {"level", "cases", "passed", "numeric_ties", "divergences"}
+    assert level["level"] == "operators" and level["cases"] == level["passed"] >= 8
+
+
+def test_trace_written_then_audited(signed_core, tmp_path, capsys):
+    workloads = tmp_path / "one.json"
+    workloads.write_text(json.dumps({"name": "one", "runtime": {"max_active": 1, "pages": 4},
+                                     "requests": [{"prompt": [3, 3, 3], "max_tokens": 2, "temperature": 0}]}))
+    assert main(_args(signed_core, "--level", "trace", "--workloads", str(workloads),
+                      "--trace-dir", str(tmp_path))) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:3] == ["level", "case", "verdict"] and "trace  one" in table
+    assert main(_args(signed_core, "--audit", str(tmp_path / "one.trace"), "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["levels"][0]["passed"] == 1
+
+
+def test_unusable_input_is_one_line(signed_core, tmp_path, capsys):
+    core, public = signed_core
+    # a core that does not authorize exits with the core reader's code, never 0 or 1 (divergence)
+    assert main(["conform", str(core), "--accept", "someone/else", "--trust", public]) not in (0, 1)
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "requests": [{"prompt": "hi", "temperature": 0.5}]}))
+    assert main(_args(signed_core, "--level", "e2e", "--workloads", str(bad))) == 2
+    err = capsys.readouterr().err
+    assert "needs a seed" in err and err.strip().count("\n") == 0
