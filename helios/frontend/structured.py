@@ -390,8 +390,11 @@ class GrammarCompiler:
         self.eos_ids = tuple(eos_ids)
         # NOTE: the model's sampled range may exceed the tokenizer's ids; n_vocab covers it, and
         # ids without bytes are allowed only where the grammar allows any token.
-        self._tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=list(eos_ids))
-        self.vocab_size = vocab_size
+        from tokenizers import Tokenizer
+
+        tokenizer_ids = Tokenizer.from_str(tokenizer_json).get_vocab_size(with_added_tokens=True)
+        self.vocab_size = max(vocab_size, tokenizer_ids)  # mask rows are cut to `mask_words`
+        self._tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=self.vocab_size, eos_token=list(eos_ids))
 
     def state(self, grammar: str) -> GrammarState:
         import llguidance
