@@ -219,6 +219,7 @@ class ToolSyntax:
     parameter_flag_open: str = ""
     parameter_flag_close: str = ""
     string_flag: str = ""
+    json_flag: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,7 +195,7 @@ def _call(lark: _Lark, layout: TagLayout, name: str, properties: Mapping[str, An
         string = isinstance(schema, Mapping) and schema.get("type") == "string"
         head = [lark.lit(layout.parameter_open), json.dumps(key), lark.lit(layout.parameter_name_close)]
         if layout.flag_open:
-            flag = layout.string_flag if string else "false"
+            flag = layout.string_flag if string else layout.json_flag
             head += [lark.lit(layout.flag_open), json.dumps(flag), lark.lit(layout.flag_close)]
         if layout.value_open:
             head += [sep, lark.lit(layout.value_open)]

@@ -459,7 +459,7 @@ class FrontendContract(_message.Message):
     def __init__(self, tool_parser: _Optional[_Union[ToolParser, str]] = ..., reasoning_parser: _Optional[_Union[ReasoningParser, str]] = ..., image_preparation: _Optional[_Union[ImagePreparation, str]] = ..., image_layout: _Optional[_Union[ImageLayout, str]] = ..., tool_syntax: _Optional[_Union[ToolSyntax, _Mapping]] = ..., reasoning_syntax: _Optional[_Union[ReasoningSyntax, _Mapping]] = ..., prompt_syntax: _Optional[_Union[PromptSyntax, _Mapping]] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., template_tokens: _Optional[_Iterable[_Union[TemplateToken, _Mapping]]] = ..., image_token_layout: _Optional[_Union[ImageTokenLayout, _Mapping]] = ...) -> None: ...
 
 class ToolSyntax(_message.Message):
-    __slots__ = ("opener", "closer", "invoke_open", "invoke_name_close", "invoke_close", "parameter_open", "parameter_name_close", "parameter_close", "value_open", "value_close", "separator", "wrapping_newlines", "parameter_flag_open", "parameter_flag_close", "string_flag")
+    __slots__ = ("opener", "closer", "invoke_open", "invoke_name_close", "invoke_close", "parameter_open", "parameter_name_close", "parameter_close", "value_open", "value_close", "separator", "wrapping_newlines", "parameter_flag_open", "parameter_flag_close", "string_flag", "json_flag")
     OPENER_FIELD_NUMBER: _ClassVar[int]
     CLOSER_FIELD_NUMBER: _ClassVar[int]
     INVOKE_OPEN_FIELD_NUMBER: _ClassVar[int]
@@ -475,6 +475,7 @@ class ToolSyntax(_message.Message):
     PARAMETER_FLAG_OPEN_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_FLAG_CLOSE_FIELD_NUMBER: _ClassVar[int]
     STRING_FLAG_FIELD_NUMBER: _ClassVar[int]
+    JSON_FLAG_FIELD_NUMBER: _ClassVar[int]
     opener: str
     closer: str
     invoke_open: str
@@ -490,7 +491,8 @@ class ToolSyntax(_message.Message):
     parameter_flag_open: str
     parameter_flag_close: str
     string_flag: str
-    def __init__(self, opener: _Optional[str] = ..., closer: _Optional[str] = ..., invoke_open: _Optional[str] = ..., invoke_name_close: _Optional[str] = ..., invoke_close: _Optional[str] = ..., parameter_open: _Optional[str] = ..., parameter_name_close: _Optional[str] = ..., parameter_close: _Optional[str] = ..., value_open: _Optional[str] = ..., value_close: _Optional[str] = ..., separator: _Optional[str] = ..., wrapping_newlines: _Optional[bool] = ..., parameter_flag_open: _Optional[str] = ..., parameter_flag_close: _Optional[str] = ..., string_flag: _Optional[str] = ...) -> None: ...
+    json_flag: str
+    def __init__(self, opener: _Optional[str] = ..., closer: _Optional[str] = ..., invoke_open: _Optional[str] = ..., invoke_name_close: _Optional[str] = ..., invoke_close: _Optional[str] = ..., parameter_open: _Optional[str] = ..., parameter_name_close: _Optional[str] = ..., parameter_close: _Optional[str] = ..., value_open: _Optional[str] = ..., value_close: _Optional[str] = ..., separator: _Optional[str] = ..., wrapping_newlines: _Optional[bool] = ..., parameter_flag_open: _Optional[str] = ..., parameter_flag_close: _Optional[str] = ..., string_flag: _Optional[str] = ..., json_flag: _Optional[str] = ...) -> None: ...
 
 class ReasoningSyntax(_message.Message):
     __slots__ = ("open", "close", "terminal_marker", "wrapping_newlines", "recipient_open", "reasoning_recipient", "content_recipients", "tool_recipient", "tool_recipient_separator")

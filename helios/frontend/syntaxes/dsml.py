@@ -35,6 +35,7 @@ PUBLIC_SYNTAX = contract_pb2.ToolSyntax(
     parameter_flag_open=' string="',
     parameter_flag_close='">',
     string_flag="true",
+    json_flag="false",
     parameter_close=f"</{_BAR}DSML{_BAR}parameter>",
     separator="\n",
 )
@@ -52,6 +53,7 @@ def dsml_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
         flag_open=syntax.parameter_flag_open,
         flag_close=syntax.parameter_flag_close,
         string_flag=syntax.string_flag,
+        json_flag=syntax.json_flag,
         value_close=syntax.parameter_close,
         separator=syntax.separator,
         wrapping_newlines=syntax.wrapping_newlines,

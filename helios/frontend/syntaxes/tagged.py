@@ -69,6 +69,7 @@ class TagLayout:
     flag_open: str = ""  # precedes a value-type flag
     flag_close: str = ""  # ends the flag
     string_flag: str = ""  # the flag of a bare string value
+    json_flag: str = ""  # the flag a grammar writes for a JSON value (any other flag reads as JSON)
     value_open: str = ""  # precedes a value where the syntax tags values
     separator: str = ""
     wrapping_newlines: bool = False
@@ -80,7 +81,7 @@ class TagLayout:
         if self.invoke_open:
             required += ["invoke_name_close", "invoke_close"]
         if self.flag_open:
-            required += ["flag_close", "string_flag"]
+            required += ["flag_close", "string_flag", "json_flag"]
         missing = [name for name in required if not getattr(self, name)]
         if missing:
             raise IncompleteToolSyntax(f"{self.syntax}: the tool syntax lacks {', '.join(missing)}")
