@@ -61,10 +61,16 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         frontend_workers=options.frontend_workers,
         max_concurrency=contract.max_concurrency or None,
     )
+    preparer = Preparer(
+        bootstrap,
+        served_id=contract.served_id,
+        aliases=tuple(contract.aliases),
+        context_tokens=contract.context_tokens,
+    )
     if options.runtime == "production":
-        raise RuntimeUnavailable(
-            "the production runtime is not part of this build yet; serve with --runtime reference"
-        )
+        from helios.production.runtime import load_production_runtime
+
+        return ServerState(runtime=load_production_runtime(core, limits), preparer=preparer), core
     from helios.reference.cache import pages_for
     from helios.reference.engine import AdmissionRejected, ReferenceEngine
 
@@ -80,12 +86,6 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         capacity={"pages": pages, "max_concurrency": contract.max_concurrency},
         available=lambda: {"pages": engine.allocator.free},
         rejections=(AdmissionRejected,),
-    )
-    preparer = Preparer(
-        bootstrap,
-        served_id=contract.served_id,
-        aliases=tuple(contract.aliases),
-        context_tokens=contract.context_tokens,
     )
     return ServerState(runtime=runtime, preparer=preparer), core
 

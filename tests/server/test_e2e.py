@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -76,29 +77,35 @@ def prepared_core(tiny_checkpoint, tmp_path_factory):
     return root, checkpoint, key, core
 
 
-@pytest.fixture(scope="module")
-def server(prepared_core):
-    root, checkpoint, key, core = prepared_core
+def start_server(prepared_core, *extra: str, log_name: str = "server.log") -> tuple[str, subprocess.Popen, Path]:
+    """Start `helios serve` on the prepared core as a real process; wait for /health."""
+    root, _, key, core = prepared_core
     port = free_port()
-    log = root / "server.log"
+    log = root / log_name
     command = [sys.executable, "-m", "helios", "serve", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub",
-               "--port", str(port), "--max-active", "1", "--queue-capacity", "1", "--frontend-workers", "1"]  # fmt: skip
+               "--port", str(port), *extra]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with open(log, "w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
+    deadline = time.time() + 120
     while True:
         try:
             if httpx.get(base + "/health", timeout=1).status_code == 200:
-                break
+                return base, process, log
         except httpx.HTTPError:
             pass
         if process.poll() is not None or time.time() > deadline:
             process.kill()
             raise AssertionError("helios serve did not start:\n" + log.read_text())
         time.sleep(0.1)
-    tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def server(prepared_core):
+    base, process, log = start_server(prepared_core, "--max-active", "1", "--queue-capacity", "1",
+                                      "--frontend-workers", "1")
+    tokenizer = Tokenizer.from_file(str(prepared_core[1] / "tokenizer.json"))
     yield base, process, log, tokenizer
     if process.poll() is None:
         process.kill()
@@ -229,6 +236,29 @@ def test_dropped_connection_cancels_and_releases(server) -> None:
     assert values[("flare_constrained_max_inflight", ())] == 0
 
 
+def test_production_runtime_serves_the_reference_tokens(prepared_core, server) -> None:
+    """`helios serve --runtime production` (the batching scheduler over the production executor; Triton
+    kernels run interpreted on CPU) answers with the reference runtime's tokens, streamed or not."""
+    reference = server[0]
+    base, process, log = start_server(prepared_core, "--runtime", "production", "--max-active", "2",
+                                      log_name="server-production.log")
+    try:
+        request = {"model": "tiny-qwen", "messages": USER, "max_tokens": 6, "temperature": 0,
+                   "return_token_ids": True}
+        expected = httpx.post(reference + "/v1/chat/completions", json=request, timeout=60).json()
+        produced = httpx.post(base + "/v1/chat/completions", json=request, timeout=120).json()
+        assert produced["choices"][0]["token_ids"] == expected["choices"][0]["token_ids"]
+        assert produced["choices"][0]["message"]["content"] == expected["choices"][0]["message"]["content"]
+        streamed = api(base).chat.completions.create(model="tiny-qwen", messages=USER, max_tokens=6, temperature=0,
+                                                     stream=True)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+        assert text == (expected["choices"][0]["message"]["content"] or "")
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    assert "Traceback" not in log.read_text()
+
+
 def test_request_log_and_shutdown(server) -> None:
     base, process, log, _ = server
     httpx.post(base + "/v1/chat/completions", json={"model": "tiny-qwen", "messages": USER, "max_tokens": 2})
@@ -286,9 +316,6 @@ def test_interleaved_requests_equal_sequential_ones(prepared_core) -> None:
 def test_serve_cli_errors_are_one_line(prepared_core, capsys) -> None:
     _, _, key, core = prepared_core
     trust = ["--accept", "acme/tests", "--trust", f"{key}.pub"]
-    assert main(["serve", str(core), *trust, "--runtime", "production"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "production runtime" in err
     assert main(["serve", str(core), *trust, "--max-active", "64"]) == 2  # beyond the core's 2 slots
     assert "request slots" in capsys.readouterr().err
     assert main(["serve", str(core), "--accept", "someone/else", "--trust", f"{key}.pub"]) != 0
@@ -296,3 +323,4 @@ def test_serve_cli_errors_are_one_line(prepared_core, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     assert "--queue-capacity" in capsys.readouterr().out
+
