@@ -31,7 +31,7 @@ from conformance.e2e import (
     reference_tie_check,
 )
 from conformance.report import LEVELS, CaseResult, LevelResult, Report
-from conformance.trace import TraceHeader, TraceList, TraceRecorder, TraceWriter, header_for, read_trace
+from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
 from conformance.workload import OPERATOR_CASES, WORKLOADS, Workload, load_operator_cases, load_workloads
 from helios.errors import HeliosError
 
@@ -66,7 +66,7 @@ class Production:
         from helios.runtime.limits import AdmissionLimits
 
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages))
-        recorder = TraceRecorder(model.executor, core.contract, core.manifest, sink)
+        recorder = recorder_for(model.executor, core.contract, core.manifest, sink)
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
                                  queue_capacity=max(workload.queue_capacity, len(workload.requests)))
         runtime = ProductionRuntime.for_executor(recorder, model.contract, limits, pages=model.pages,

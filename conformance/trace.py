@@ -251,7 +251,13 @@ class TraceRecorder:
         except Exception as raised:  # the executor rejected its own completion: record what it wrote
             error = raised
             rows = read_rows(self.buffers, self.completion, lanes)
-        self.rounds += 1
+        # NOTE: run_round is the unframed seam: every round is submitted in frame 0.
+        self._record(graph_name, 0, lanes, self._transport(graph_name, lanes), self._sequence(), rows, error)
+        if error is not None:
+            raise error
+        return rows
+
+    def _transport(self, graph_name: str, lanes: Sequence[LaneInput]) -> dict[str, tuple[tuple[int, ...], np.ndarray]]:
         transport = {}
         for name, rows_addressed in addressed_rows(self.packings[graph_name], lanes).items():
             values = to_numpy(self.buffers[name])
@@ -259,14 +265,54 @@ class TraceRecorder:
                 transport[name] = ((), values.reshape(-1))
             else:
                 transport[name] = (rows_addressed, values[list(rows_addressed)])
-        # NOTE: run_round is the unframed seam: every round is submitted in frame 0.
+        return transport
+
+    def _sequence(self) -> int | None:
         sequence = getattr(self.executor, "sequence", None)
-        self.sink.round(RoundRecord(self.rounds, graph_name, 0, tuple(lanes), transport, tuple(rows),
-                                    None if sequence is None else int(sequence),
+        return None if sequence is None else int(sequence)
+
+    def _record(self, graph_name: str, frame: int, lanes: Sequence[LaneInput], transport: dict,
+                sequence: int | None, rows: Sequence[Completion], error: BaseException | None) -> None:
+        self.rounds += 1
+        self.sink.round(RoundRecord(self.rounds, graph_name, frame, tuple(lanes), transport, tuple(rows), sequence,
                                     None if error is None else f"{type(error).__name__}: {error}"))
+
+
+class FramedTraceRecorder(TraceRecorder):
+    """A recorder for an executor that takes a second submission before the first completes
+    (`submit_round(graph, lanes, frame) -> handle`, `collect(handle) -> rows`): the transport is read
+    when a round is submitted (the next submission may repack it), the rows when it is collected."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._submitted: dict[int, tuple[str, int, tuple[LaneInput, ...], dict, int | None]] = {}
+
+    def submit_round(self, graph_name: str, lanes: Sequence[LaneInput], frame: int) -> Any:
+        handle = self.executor.submit_round(graph_name, lanes, frame)
+        self._submitted[id(handle)] = (graph_name, frame, tuple(lanes), self._transport(graph_name, lanes),
+                                       self._sequence())
+        return handle
+
+    def collect(self, handle: Any) -> Sequence[Completion]:
+        graph_name, frame, lanes, transport, sequence = self._submitted.pop(id(handle))
+        error: BaseException | None = None
+        try:
+            rows = list(self.executor.collect(handle))
+        except Exception as raised:
+            error = raised
+            rows = read_rows(self.buffers, self.completion, lanes)
+        self._record(graph_name, frame, lanes, transport, sequence, rows, error)
         if error is not None:
             raise error
         return rows
+
+
+def recorder_for(executor: Any, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
+                 sink: Any, *, buffers: Mapping[str, Any] | None = None) -> TraceRecorder:
+    """A recorder with the same seam as `executor`: framed when it takes two submissions."""
+    framed = hasattr(executor, "submit_round") and hasattr(executor, "collect")
+    cls = FramedTraceRecorder if framed else TraceRecorder
+    return cls(executor, serving, manifest, sink, buffers=buffers)
 
 
 class TraceList:

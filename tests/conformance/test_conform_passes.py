@@ -88,3 +88,39 @@ def test_a_trace_file_round_trips_and_audits(conform_core, tmp_path):
     assert read_header == header and [r.rows for r in records] == [r.rows for r in sink.records]
     assert [r.lanes for r in records] == [r.lanes for r in sink.records]
     assert audit_trace(conform_core, read_header, records, case="small").verdict == "pass"
+
+
+def test_a_framed_executor_is_recorded_through_its_own_seam(conform_core):
+    """An executor taking a second submission keeps that seam under the recorder (the runtime must
+    see the same executor it serves with); the trace then audits as any other."""
+    from conformance.audit import audit_trace
+    from conformance.e2e import drive, prepare_requests
+    from conformance.trace import FramedTraceRecorder, header_for, recorder_for
+    from helios.production.runtime import ProductionRuntime
+    from helios.reference.engine import ReferenceEngine
+    from helios.runtime.limits import AdmissionLimits
+
+    class Framed:  # submission runs at once; the handle is the rows
+        def __init__(self, engine):
+            self.engine, self.buffers, self.frames = engine, engine.buffers, []
+
+        def submit_round(self, graph_name, lanes, frame):
+            self.frames.append(frame)
+            return list(self.engine.run_round(graph_name, lanes))
+
+        def collect(self, handle):
+            return handle
+
+    small = workload("framed", {"prompt": [4, 4, 2], "max_tokens": 3, "temperature": 0.6, "seed": 5},
+                     {"prompt": [1, 9, 9, 6, 1], "max_tokens": 2, "temperature": 0})
+    engine = ReferenceEngine.load(conform_core, pages=16)
+    executor = Framed(engine)
+    sink = TraceList()
+    recorder = recorder_for(executor, conform_core.contract, conform_core.manifest, sink)
+    assert isinstance(recorder, FramedTraceRecorder)
+    runtime = ProductionRuntime.for_executor(recorder, engine.contract, AdmissionLimits(max_active=2), pages=16)
+    (requests,) = prepare_requests(conform_core, small, copies=1)
+    assert all(r.outcome == "finished" for r in drive(runtime, requests))
+    assert executor.frames and len(sink.records) == len(executor.frames)
+    header = header_for(conform_core.contract, 16)
+    assert audit_trace(conform_core, header, sink.records, case="framed").verdict == "pass"
