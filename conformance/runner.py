@@ -62,16 +62,32 @@ class Production:
 
     def runtime(self, core: Any, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
         from helios.production.native_model import LoadOptions, NativeModel
-        from helios.production.runtime import ProductionRuntime
         from helios.runtime.limits import AdmissionLimits
 
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages))
-        recorder = recorder_for(model.executor, core.contract, core.manifest, sink)
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
                                  queue_capacity=max(workload.queue_capacity, len(workload.requests)))
-        runtime = ProductionRuntime.for_executor(recorder, model.contract, limits, pages=model.pages,
-                                                 graph_names=model.graphs, sequence_origin=model.executor.sequence)
-        return runtime, header_for(core.contract, model.pages)
+        return traced_runtime(core, model, limits, sink), header_for(core.contract, model.pages)
+
+
+def traced_runtime(core: Any, model: Any, limits: Any, sink: Any) -> Any:
+    """A ProductionRuntime over a loaded NativeModel whose every submission goes to `sink`."""
+    from helios.production.runtime import ProductionRuntime
+
+    recorder = recorder_for(model.executor, core.contract, core.manifest, sink)
+    return ProductionRuntime.for_executor(recorder, model.contract, limits, pages=model.pages,
+                                          graph_names=model.graphs, sequence_origin=model.executor.sequence)
+
+
+def traced_production_runtime(core: Any, limits: Any, path: str | Path, **load: Any) -> Any:
+    """`helios serve --runtime production --trace FILE`: the served runtime, recording every
+    submission to FILE (audit it with `helios conform MODEL --audit FILE`)."""
+    from helios.production.runtime import load_native_model
+
+    model = load_native_model(core, max_concurrency=limits.max_active, **load)
+    writer = TraceWriter(path)
+    writer.header(header_for(core.contract, model.pages))
+    return traced_runtime(core, model, limits, writer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,9 @@ def register(subparsers) -> None:
                         help="requests waiting for a model slot (default: the core's)")  # fmt: skip
     parser.add_argument("--frontend-workers", type=int, metavar="N",
                         help="CPU threads rendering and tokenizing prompts (default: the core's)")  # fmt: skip
+    parser.add_argument("--trace", metavar="FILE",
+                        help="with --runtime production: record every submission (graph, lanes, packed transport "
+                             "rows, completion rows) to FILE; check it with `helios conform MODEL --audit FILE`")  # fmt: skip
     parser.set_defaults(func=_serve)
 
 
@@ -64,6 +67,7 @@ def _serve(args) -> int:
             max_active=args.max_active,
             queue_capacity=args.queue_capacity,
             frontend_workers=args.frontend_workers,
+            trace=None if args.trace is None else Path(args.trace),
         )
     )
     return 0

@@ -39,10 +39,13 @@ class ServeOptions:
     max_active: int | None = None
     queue_capacity: int | None = None
     frontend_workers: int | None = None
+    trace: Path | None = None  # production: record every submission to this file (conformance trace)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise RuntimeUnavailable(f"--runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.trace is not None and self.runtime != "production":
+            raise RuntimeUnavailable("--trace records the production runtime's submissions; add --runtime production")
         if not 0 <= self.port < 65536:
             raise RuntimeUnavailable(f"--port must lie in [0, 65535], got {self.port}")
 
@@ -68,6 +71,10 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         context_tokens=contract.context_tokens,
     )
     if options.runtime == "production":
+        if options.trace is not None:
+            from conformance.runner import traced_production_runtime
+
+            return ServerState(runtime=traced_production_runtime(core, limits, options.trace), preparer=preparer), core
         from helios.production.runtime import load_production_runtime
 
         return ServerState(runtime=load_production_runtime(core, limits), preparer=preparer), core

@@ -22,3 +22,20 @@ def conform_core(tiny_checkpoint):
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 
     return prepare_checkpoint(tiny_checkpoint("mistral"), PreparationOptions(**CAPACITIES))
+
+
+@pytest.fixture(scope="session")
+def signed_core(tiny_checkpoint, tmp_path_factory):
+    """(core file, public key file): the same tiny checkpoint prepared and signed by `helios prepare`."""
+    from helios.cli import main
+
+    directory = tmp_path_factory.mktemp("conform-signed")
+    key = directory / "publisher.key"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    core = directory / "tiny.hcore"
+    options = ["--dtype", CAPACITIES["dtype"], "--page-tokens", str(CAPACITIES["page_tokens"]),
+               "--batch-capacities", "1,2", "--prefill-capacities", "8", "--context-tokens",
+               str(CAPACITIES["context_tokens"])]
+    assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
+                 "--key", str(key), *options]) == 0
+    return core, f"{key}.pub"

@@ -8,20 +8,7 @@ import json
 import pytest
 
 from helios.cli import main
-from tests.conformance.conftest import CAPACITIES, DEVICE
-
-
-@pytest.fixture(scope="module")
-def signed_core(tiny_checkpoint, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("conform-cli")
-    key = directory / "publisher.key"
-    assert main(["keys", "new", "--out", str(key)]) == 0
-    core = directory / "tiny.hcore"
-    options = ["--dtype", CAPACITIES["dtype"], "--page-tokens", str(CAPACITIES["page_tokens"]),
-               "--batch-capacities", "1,2", "--prefill-capacities", "8", "--context-tokens", "32"]
-    assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
-                 "--key", str(key), *options]) == 0
-    return core, f"{key}.pub"
+from tests.conformance.conftest import DEVICE
 
 
 def _args(signed_core, *more: str) -> list[str]:
@@ -64,3 +51,29 @@ def test_unusable_input_is_one_line(signed_core, tmp_path, capsys):
     assert main(_args(signed_core, "--level", "e2e", "--workloads", str(bad))) == 2
     err = capsys.readouterr().err
     assert "needs a seed" in err and err.strip().count("\n") == 0
+
+
+def test_serve_trace_records_what_production_served(signed_core, tmp_path, capsys):
+    """`helios serve --runtime production --trace FILE` serves through the recorder; the file then
+    audits clean with `helios conform --audit FILE`."""
+    from conformance.e2e import drive, prepare_requests
+    from helios.errors import HeliosError
+    from helios.server.serve import ServeOptions, load_state
+    from tests.conformance.helpers import workload
+
+    core_path, public = signed_core
+    trace = tmp_path / "served.trace"
+    state, core = load_state(ServeOptions(core=core_path, accept="acme/tests", trust=(public,),
+                                          runtime="production", max_active=2, trace=trace))
+    try:
+        served = workload("served", {"prompt": "Hi there", "max_tokens": 3, "temperature": 0.8, "seed": 2},
+                          {"prompt": [6, 6, 6], "max_tokens": 2, "temperature": 0})
+        (requests,) = prepare_requests(core, served, copies=1)
+        assert all(r.outcome == "finished" for r in drive(state.runtime, requests))
+    finally:
+        core.close()
+    assert len(trace.read_text().splitlines()) > 4  # the header and every round
+    assert main(_args(signed_core, "--audit", str(trace))) == 0
+    assert "pass" in capsys.readouterr().out
+    with pytest.raises(HeliosError, match="--runtime production"):
+        ServeOptions(core=core_path, accept="acme/tests", trust=(public,), trace=trace)
