@@ -1,0 +1,18 @@
+"""The conformance suite (host side; production is imported only by the levels that run it): both
+runtimes on the same core and workload, the first divergence found and explained.
+
+    from conformance.runner import ConformOptions, conform
+    report = conform(core, ConformOptions(levels=("operators", "trace", "e2e")))
+    print(report.table())                 # or report.to_json(); report.exit_code
+
+Modules, one concept each:
+  report     Divergence, CaseResult, LevelResult, Report: the table and the JSON object
+  tolerance  per-dtype tolerances, element comparison
+  draw       the numeric-tie rule of one sampled draw (the reference re-draws under bounded noise)
+  workload   workloads as data (cases/workloads.json: OpenAI completion bodies + scheduling limits)
+  operators  level 1: every operator and fusion, reference interpreter against production lowering
+  trace      the submission trace: TraceRecorder (an executor seam), the JSON-lines file format
+  audit      level 2: the reference replays a trace and compares every field
+  e2e        level 3: a workload through both full runtimes, compared per request
+  runner     conform(), the production side (NativeModel + ProductionRuntime, traced), audit_file()
+"""

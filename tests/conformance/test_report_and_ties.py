@@ -93,3 +93,18 @@ def test_trace_encoding_round_trips_and_rejects_other_formats():
     assert len(stream.getvalue()) < 1500  # histograms compress
     with pytest.raises(TraceError):
         read_trace(io.StringIO('{"format": "other", "version": 1}\n'))
+
+
+def test_conformance_host_modules_import_without_torch():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = ("import sys\n"
+             "for blocked in ('torch', 'triton'):\n"
+             "    sys.modules[blocked] = None\n"
+             "import conformance.report, conformance.tolerance, conformance.draw, conformance.workload\n"
+             "import conformance.trace, conformance.audit, conformance.e2e, conformance.runner, conformance.operators\n")
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
