@@ -87,6 +87,14 @@ class TagLayout:
             raise IncompleteToolSyntax(f"{self.syntax}: the tool syntax lacks {', '.join(missing)}")
 
 
+def _too_long(found: tuple[int, str] | None, text: str, close: str) -> bool:
+    """A name-like field (parameter name, flag) whose close tag lies, or can only lie, past
+    MAX_NAME_CHARS: the same verdict however the text was split."""
+    if found is not None:
+        return found[0] > MAX_NAME_CHARS
+    return len(text) > MAX_NAME_CHARS + len(close)
+
+
 _CONTENT, _BLOCK, _NAME, _PARAMS, _KEY, _FLAG, _PREVALUE, _VALUE = (
     "content", "block", "name", "params", "key", "flag", "prevalue", "value",
 )  # fmt: skip
@@ -282,7 +290,7 @@ class TaggedToolParser:
         if found is None:
             # whitespace inside what is surely name text already breaks the name
             candidate = self._buffer[: len(self._buffer) - held_suffix(self._buffer, ends)].strip()
-            if len(self._buffer) > MAX_NAME_CHARS or any(c.isspace() for c in candidate):
+            if len(candidate) > MAX_NAME_CHARS or any(c.isspace() for c in candidate):
                 return self._malformed_name(out)
             return False
         index, delimiter = found
@@ -338,7 +346,11 @@ class TaggedToolParser:
         return True
 
     def _drain_key(self, out: list[ToolEvent]) -> bool:
-        found = find_first(self._buffer, [self._l.parameter_name_close])
+        close = self._l.parameter_name_close
+        found = find_first(self._buffer, [close])
+        if _too_long(found, self._buffer, close):
+            self._state = _PARAMS  # not a parameter name: stray text, dropped up to the next tag
+            return True
         if found is None:
             return False
         self._key = self._buffer[: found[0]].strip()
@@ -351,6 +363,9 @@ class TaggedToolParser:
         layout = self._l
         if self._buffer.startswith(layout.flag_open):
             found = find_first(self._buffer[len(layout.flag_open) :], [layout.flag_close])
+            if _too_long(found, self._buffer[len(layout.flag_open) :], layout.flag_close):
+                self._state = _PARAMS  # not a flag: the parameter is dropped up to the next tag
+                return True
             if found is None:
                 return False
             start = len(layout.flag_open)
