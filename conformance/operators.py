@@ -60,7 +60,7 @@ class OperatorCases:
 
 
 @dataclass(slots=True)
-class _Program:
+class OperatorProgram:
     """One case under construction: named inputs (NumPy values, dtype names) and compared outputs."""
 
     dtype: str
@@ -96,14 +96,14 @@ def _page_table(rng: np.random.Generator, lanes: int, max_pages: int) -> tuple[n
     return rng.permutation(pages)[: lanes * max_pages].reshape(lanes, max_pages).astype(np.int32), pages
 
 
-Builder = Callable[[_Program, np.random.Generator, Cohort, dict, "OperatorCases"], None]
+Builder = Callable[[OperatorProgram, np.random.Generator, Cohort, dict, "OperatorCases"], None]
 
 
 def _normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Builder]]:
+def case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Builder]]:
     """(operator or fusion, variant, cohort, builder) for every case."""
     first = cases.cohorts[0]
     for cohort in cases.cohorts:
@@ -314,7 +314,7 @@ def run_operator_case(operator: str, variant: str, cohort: Cohort, build: Builde
     from helios.production.lowering import lower_program
 
     name = f"{operator}/{variant}/{dtype}"
-    p = _Program(dtype, ProgramBuilder(f"conform_{operator}"))
+    p = OperatorProgram(dtype, ProgramBuilder(f"conform_{operator}"))
     build(p, rng, cohort, cases.geometry, cases)
     program = p.builder.build()
     operators = validate_program(program)
@@ -354,8 +354,8 @@ def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = 
     unknown = sorted(set(only or ()) - known)
     if unknown:
         raise ValueError(f"unknown operators {unknown}; the registry has {sorted(OPERATORS)}")
-    builders = [case for case in _case_builders(cases) if only is None or case[0] in only]
-    missing = sorted(set(OPERATORS) - {case[0] for case in _case_builders(cases)})
+    builders = [case for case in case_builders(cases) if only is None or case[0] in only]
+    missing = sorted(set(OPERATORS) - {case[0] for case in case_builders(cases)})
     if missing:
         raise ValueError(f"operators without a conformance case: {missing}")
     rng = np.random.default_rng(cases.seed)

@@ -140,7 +140,7 @@ def _cell(value: int | None) -> str:
 
 
 def _short(value: object, limit: int = 48) -> str:
-    text = value if isinstance(value, str) else json.dumps(_plain(value), ensure_ascii=False)
+    text = json.dumps(_plain(value), ensure_ascii=False)  # strings quoted: newlines never break a row
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

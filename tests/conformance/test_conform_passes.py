@@ -124,3 +124,32 @@ def test_a_framed_executor_is_recorded_through_its_own_seam(conform_core):
     assert executor.frames and len(sink.records) == len(executor.frames)
     header = header_for(conform_core.contract, 16)
     assert audit_trace(conform_core, header, sink.records, case="framed").verdict == "pass"
+
+
+def test_fusion_cases_run_the_fused_kernels():
+    """The fusion cases exist to exercise production's fused kernels: they must lower to them."""
+    import numpy as np
+    import torch
+
+    from conformance import operators
+    from conformance.workload import load_operator_cases
+    from helios.production.buffers import ScratchArena
+    from helios.production.lowering import lower_program
+    from helios.program.builder import ProgramBuilder
+    from helios.program.validate import validate_program
+
+    cases = operators.OperatorCases.from_json(load_operator_cases())
+    rng = np.random.default_rng(0)
+    seen = set()
+    for op, _, cohort, build in operators.case_builders(cases):
+        if op not in operators.FUSIONS or op in seen:
+            continue
+        seen.add(op)
+        case = operators.OperatorProgram("f32", ProgramBuilder("fusion"))
+        build(case, rng, cohort, cases.geometry, cases)
+        program = case.builder.build()
+        buffers = {name: torch.from_numpy(value.copy()) for name, value in case.values.items()}
+        plan = lower_program(program, validate_program(program), weights={}, buffers=buffers,
+                             arena=ScratchArena(torch.device("cpu")), device=torch.device("cpu"))
+        assert plan.kernels == (op,)
+    assert seen == set(operators.FUSIONS)
