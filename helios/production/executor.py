@@ -39,6 +39,14 @@ REQUEST_SOURCES = frozenset({
 })
 
 
+# Completion fields in the order of `Completion`'s attributes.
+_FIELD_ORDER = (
+    M.COMPLETION_FIELD_FRAME_INDEX, M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, M.COMPLETION_FIELD_GENERATION,
+    M.COMPLETION_FIELD_SAMPLED_IDS, M.COMPLETION_FIELD_EMITTED, M.COMPLETION_FIELD_CONSUMED_ENDPOINT,
+    M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED, M.COMPLETION_FIELD_STATUS,
+)
+
+
 class CompletionInvalid(HeliosError):
     """A completion row disagrees with the round it answers (an execution failure)."""
 
@@ -107,8 +115,7 @@ class NativeExecutor:
         self.sequence += 1
         self._execute(graph)
         rows = self._read(lanes)
-        for lane, row in zip(lanes, rows, strict=True):
-            self.validate(graph_name, lane, row)
+        self._validate_all(graph_name, lanes, rows)
         return rows
 
     def _pack(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
@@ -168,25 +175,29 @@ class NativeExecutor:
             for field, host in self.readback.items():
                 host.copy_(self.buffers[self.completion[field]], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
-        values = {field: t.numpy().reshape(t.shape[0], -1) for field, t in self.readback.items()}
+        slots = np.fromiter((lane.slot for lane in lanes), dtype=np.int64, count=len(lanes))
+        columns = []
+        for field in _FIELD_ORDER:
+            host = self.readback.get(field)
+            if host is None:
+                value = -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
+                columns.append([value] * len(lanes))
+                continue
+            array = host.numpy().reshape(host.shape[0], -1)
+            column = np.full(len(lanes), array[0, 0]) if array.shape[0] == 1 else array[slots, 0]
+            columns.append(column.tolist())
+        return [Completion(*row) for row in zip(*columns, strict=True)]
 
-        def at(field: int, row: int) -> int:
-            array = values.get(field)
-            if array is None:
-                return -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
-            return int(array[0 if array.shape[0] == 1 else row, 0])
-
-        return [Completion(
-            frame_index=at(M.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
-            submission_sequence=at(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
-            generation=at(M.COMPLETION_FIELD_GENERATION, lane.slot),
-            sampled_id=at(M.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
-            emitted=at(M.COMPLETION_FIELD_EMITTED, lane.slot),
-            consumed_endpoint=at(M.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
-            draft_cursor=at(M.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
-            model_reserved=at(M.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
-            status=at(M.COMPLETION_FIELD_STATUS, lane.slot),
-        ) for lane in lanes]
+    def _validate_all(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
+        """The checks of `validate` for a whole cohort at once; the first failing lane is reported."""
+        expected = [(0, self.sequence, lane.generation, int(lane.samples), lane.consumed + len(lane.tokens), -1, -1)
+                    for lane in lanes]
+        got = [(r.status, r.submission_sequence, r.generation, r.emitted, r.consumed_endpoint, r.draft_cursor,
+                r.model_reserved) for r in rows]
+        in_range = all(not r.emitted or 0 <= r.sampled_id < self.sampled_tokens for r in rows)
+        if got != expected or not in_range:
+            for lane, row in zip(lanes, rows, strict=True):
+                self.validate(graph_name, lane, row)
 
     def validate(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
         """Reject a completion row that disagrees with the lane's round, before any token is accepted."""

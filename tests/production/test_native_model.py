@@ -92,3 +92,71 @@ def test_missing_graph_variant_fails_startup(cores):
         NativeModel.load(Broken(), LoadOptions(device=str(DEVICE), pages=PAGES))
     with pytest.raises(StartupFailed):
         LoadOptions(gpu_memory_fraction=1.5)
+
+
+def test_fused_and_unfused_plans_compute_the_same_round(cores):
+    """Fusion is a lowering decision only: the fused plan's completion and cache equal the unfused plan's."""
+    import numpy as np
+    import torch
+
+    from helios.production.buffers import ScratchArena
+    from helios.production.lowering import lower_program
+
+    core = cores("qwen3")
+    native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+    graph = native.graphs["prefill_p16"]
+    lanes = [_lane(0, PROMPT[:16])]
+    native.executor._pack(graph, lanes)
+    program, operators = _program(core, "prefill_p16")
+    results = []
+    for fuse in (True, False):
+        for name, tensor in native.executor.buffers.items():
+            if native.executor.staging.get(name) is None and tensor.is_floating_point():
+                tensor.zero_()  # cache planes start empty for both plans
+        plan = lower_program(program, operators, weights=graph.plan.tensors | _weights(native, program),
+                             buffers=native.executor.buffers, arena=ScratchArena(DEVICE), device=DEVICE, fuse=fuse)
+        plan.run()
+        results.append({n: t.detach().clone() for n, t in native.executor.buffers.items()})
+        assert ("add+rms_norm" in plan.kernels) == fuse
+    fused, unfused = results
+    for name in fused:
+        np.testing.assert_allclose(fused[name].float().cpu().numpy(), unfused[name].float().cpu().numpy(),
+                                   rtol=1e-6, atol=1e-6, err_msg=name)
+    assert torch.equal(fused["completion.sampled_ids"], unfused["completion.sampled_ids"])
+
+
+def test_a_completion_that_disagrees_with_its_round_is_rejected(cores):
+    from helios.production.executor import CompletionInvalid
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    executor = native.executor
+    lanes = [_lane(0, PROMPT[:16])]
+    executor.run_round("prefill_p16", lanes)
+    rows = executor._read(lanes)
+    bad = type(rows[0])(**{**{f: getattr(rows[0], f) for f in rows[0].__dataclass_fields__}, "generation": 99})
+    with pytest.raises(CompletionInvalid, match="generation echo 99"):
+        executor._validate_all("prefill_p16", lanes, [bad])
+
+
+def _lane(slot: int, tokens: tuple[int, ...]):
+    from helios.runtime.packing import LaneInput
+
+    return LaneInput(slot=slot, generation=1, consumed=0, tokens=tokens, prompt_tokens_in_round=len(tokens),
+                     samples=True, page_ids=tuple(range(8)), seed=5, sampling=SamplingParams(temperature=0.0),
+                     output_limit=8, eos_ids=(1,), prompt_token_ids=tokens)
+
+
+def _program(core, name: str):
+    from helios.program import validate_program
+    from helios.proto import program_pb2
+
+    handle = next(h for h in core.manifest.graphs if h.name == name)
+    program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+    return program, validate_program(program, core.manifest.buffers)
+
+
+def _weights(native, program):
+    from helios.proto import program_pb2
+
+    return {d.resource: native.graphs["prefill_p16"].plan.tensors[d.name] for d in program.tensors
+            if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
