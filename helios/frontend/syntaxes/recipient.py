@@ -177,7 +177,8 @@ class RecipientFrameParser:
 
     @property
     def calls(self) -> int:
-        return self._calls
+        """Tool calls started so far."""
+        return self._tool.calls if self._tool is not None else self._calls
 
     def _text(self, control: str) -> bool:
         return control not in self._token_only
@@ -190,7 +191,7 @@ class RecipientFrameParser:
             self._control(piece.text, out)
         elif piece.marker and self._state == BODY and self._kind == "tool":
             self._flush_body(out)
-            self._tool_events(self._tool.feed(piece), out)  # type: ignore[union-attr]
+            out.extend(self._tool.feed(piece))  # type: ignore[union-attr]
         else:
             self._buffer += piece.text
             self._drain(out)
@@ -249,20 +250,21 @@ class RecipientFrameParser:
         elif self._parse_tools and named_prefix and recipient and recipient.startswith(named_prefix):
             named = recipient[len(named_prefix) :]
             self._kind = "tool"
-            self._tool = TaggedToolParser(self._layout, tools=self._tools, accept_name=lambda name: name == named,
+
+            def accept(name: str) -> bool:
+                return name == named and (not self._registered or name in self._registered)
+
+            self._tool = TaggedToolParser(self._layout, tools=self._tools, accept_name=accept,
                                           token_only=self._token_only, first_index=self._calls)  # fmt: skip
         else:
             self._kind = "content"  # content recipients, a missing or an unknown recipient
 
     def _end_body(self, out: list[RecipientEvent]) -> None:
         if self._tool is not None:
-            self._tool_events(self._tool.finish(), out)
+            out.extend(self._tool.finish())
             self._calls = self._tool.calls
             self._tool = None
         self._kind = ""
-
-    def _tool_events(self, events: list[ToolEvent], out: list[RecipientEvent]) -> None:
-        out.extend(events)
 
     def _body_text(self, text: str, out: list[RecipientEvent]) -> None:
         if not text:
@@ -270,7 +272,7 @@ class RecipientFrameParser:
         if self._kind == "reasoning":
             out.append(ReasoningText(text))
         elif self._kind == "tool":
-            self._tool_events(self._tool.feed(Piece(text)), out)  # type: ignore[union-attr]
+            out.extend(self._tool.feed(Piece(text)))  # type: ignore[union-attr]
         else:
             out.append(ContentText(text))
 
