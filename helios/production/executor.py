@@ -8,10 +8,10 @@ bindings with the shared packer into host staging, upload what changed, write th
 completion fields (frame index, submission sequence), replay the graph's CUDA graph (or run its plan
 eagerly on a CPU), read the completion record back and validate every lane's row before returning it.
 
-Uploads. Rows addressed by physical request slot whose value is fixed for a request (seed, sampling
-parameters, prompt histogram, EOS ids, output limit, generation) are packed and uploaded only when the
-slot's generation changes; page-table rows only when the lane's pages change; everything else (tokens,
-positions, per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
+Uploads. Rows addressed by physical request slot whose value is a function of the request (seed,
+sampling parameters, prompt histogram, EOS ids, output limit, generation, page table) are packed and
+uploaded only when what they depend on changes (`REQUEST_KEYS`); everything else (tokens, positions,
+per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
 staging is pinned host memory and every copy is asynchronous on the serving stream.
 """
 
@@ -32,11 +32,20 @@ from helios.runtime.packing import GraphPacking, LaneInput, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
 
-# Physical-row sources whose row is a function of the request alone (packed once per admission).
-REQUEST_SOURCES = frozenset({
-    V.VALUE_SOURCE_SLOT, V.VALUE_SOURCE_GENERATION, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
-    V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_OUTPUT_LIMIT, V.VALUE_SOURCE_CONSTANT,
-})
+# Physical-row sources whose row is a function of the lane's request, and what it depends on: such a
+# row is packed and uploaded again only when that changes. (NOTE: a key holds the very objects the
+# lane carries, so comparing it is O(1) while a request keeps its tuples, and exact when it does not.)
+REQUEST_KEYS = {
+    V.VALUE_SOURCE_SLOT: lambda lane: (lane.slot,),
+    V.VALUE_SOURCE_GENERATION: lambda lane: (lane.generation,),
+    V.VALUE_SOURCE_SEED_BITS: lambda lane: (lane.generation, lane.seed),
+    V.VALUE_SOURCE_SAMPLING_PARAMETERS: lambda lane: (lane.generation, lane.sampling),
+    V.VALUE_SOURCE_EOS_IDS: lambda lane: (lane.generation, lane.eos_ids),
+    V.VALUE_SOURCE_PROMPT_HISTOGRAM: lambda lane: (lane.generation, lane.prompt_token_ids),
+    V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: (lane.generation, lane.output_limit),
+    V.VALUE_SOURCE_CONSTANT: lambda lane: (),
+    V.VALUE_SOURCE_PAGE_TABLE: lambda lane: (lane.generation, lane.page_ids),
+}
 
 
 # Completion fields in the order of `Completion`'s attributes.
@@ -65,11 +74,8 @@ class ExecutorGraph:
 
 def _row_key(binding: ResolvedBinding, lane: LaneInput) -> tuple | None:
     """What a physical row's value depends on, or None when it must be packed every round."""
-    if binding.source in REQUEST_SOURCES:
-        return (binding.source, lane.generation)
-    if binding.source == V.VALUE_SOURCE_PAGE_TABLE:
-        return (binding.source, lane.generation, lane.page_ids)
-    return None
+    key = REQUEST_KEYS.get(binding.source)
+    return None if key is None else (binding.source, *key(lane))
 
 
 class NativeExecutor:

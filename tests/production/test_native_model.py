@@ -160,3 +160,20 @@ def _weights(native, program):
 
     return {d.resource: native.graphs["prefill_p16"].plan.tensors[d.name] for d in program.tensors
             if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
+
+
+def test_request_rows_are_packed_again_when_their_request_changes(cores):
+    """Rows packed once per request (seed, histogram, ...) follow a new request in the same slot,
+    even one that reuses the slot's generation."""
+    import dataclasses
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    executor, graph = native.executor, native.graphs["prefill_p16"]
+    first = _lane(0, PROMPT[:16])
+    executor._pack(graph, [first])
+    executor._pack(graph, [first])  # unchanged: skipped
+    second = dataclasses.replace(first, seed=77, prompt_token_ids=(9, 9, 9))
+    executor._pack(graph, [second])
+    assert int(executor.host_view["lane_seed"][0]) == 77
+    histogram = executor.host_view["lane_prompt_histogram"][0]
+    assert histogram[9] == 3 and histogram.sum() == 3
