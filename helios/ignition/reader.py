@@ -260,7 +260,7 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
     if bos is None and bos_text is not None:
         bos = vocabulary.get(bos_text)
 
-    stored_dtype = config.get("dtype", config.get("torch_dtype")) or "float32"
+    stored_dtype = config.get("dtype") or config.get("torch_dtype") or "float32"  # v5 may write dtype: null
     return Checkpoint(
         directory=directory,
         config=config,

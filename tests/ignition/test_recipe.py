@@ -70,7 +70,8 @@ def test_untied_checkpoint_without_lm_head_fails(tiny_checkpoint, tmp_path):
 
 
 def test_qwen_style_sliding_layers(tiny_checkpoint, tmp_path):
-    directory = _edited(tiny_checkpoint, "qwen3", tmp_path, sliding_window=6,
+    # Qwen3 reads sliding_window only with use_sliding_window (transformers nulls it otherwise).
+    directory = _edited(tiny_checkpoint, "qwen3", tmp_path, sliding_window=6, use_sliding_window=True,
                         layer_types=["full_attention", "sliding_attention", "full_attention"])
     cfg = parse_config(read_checkpoint(directory))
     assert cfg.windows == (None, 6, None)

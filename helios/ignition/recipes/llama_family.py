@@ -71,6 +71,19 @@ class LlamaFamilyConfig:
                 f"{self.kv_heads}")
 
 
+# What transformers assumes for a config.json key that is absent, per model_type (its config classes'
+# defaults). "heads" stands for num_attention_heads, "hidden/heads" for hidden_size // num_attention_heads.
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"num_key_value_heads": "heads", "head_dim": "hidden/heads", "max_position_embeddings": 2048},
+    "qwen2": {"num_key_value_heads": 32, "head_dim": "hidden/heads", "max_position_embeddings": 32768,
+              "sliding_window": 4096, "max_window_layers": 28},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768,
+              "sliding_window": 4096, "max_window_layers": 28},
+    "mistral": {"num_key_value_heads": 8, "head_dim": "hidden/heads", "max_position_embeddings": 4096 * 32,
+                "sliding_window": 4096},
+}
+
+
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -78,12 +91,61 @@ def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int
     return value
 
 
+def _windows(config: Mapping[str, Any], model_type: str, layers: int) -> tuple[int | None, ...]:
+    """The sliding window of each layer, exactly as the transformers modeling code of `model_type` reads it.
+
+    Llama has no sliding attention (a `sliding_window` or `layer_types` key is ignored). Mistral
+    applies `sliding_window` (default 4096; null: none) to every layer; it does not read
+    `layer_types` (transformers warns that such a checkpoint needs another class), so layer types it
+    would ignore are refused rather than silently dropped. Qwen2 and Qwen3 null `sliding_window`
+    unless `use_sliding_window`; their layer types are `layer_types` when given, else sliding from
+    layer `max_window_layers` (default 28) on when a window is set; a sliding layer without a window
+    is refused, as transformers refuses to run it.
+    """
+    if model_type == "llama":
+        return (None,) * layers
+    defaults = _HF_DEFAULTS[model_type]
+    window = config.get("sliding_window", defaults["sliding_window"])
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise UnsupportedCheckpoint(f"config.json: sliding_window = {window!r} must be a positive integer or null")
+    layer_types = config.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            raise UnsupportedCheckpoint(f"config.json: layer_types must list {layers} layer types")
+        unknown = sorted({str(t) for t in layer_types if t not in ("full_attention", "sliding_attention")})
+        if unknown:
+            raise UnsupportedCheckpoint(f"config.json: layer_types holds {unknown[0]!r}")
+    if model_type == "mistral":
+        expected = "full_attention" if window is None else "sliding_attention"
+        if layer_types is not None and any(t != expected for t in layer_types):
+            raise UnsupportedCheckpoint("config.json: layer_types differ per layer, which Mistral does not read "
+                                        "(it applies sliding_window to every layer)")
+        return (window,) * layers
+    if not config.get("use_sliding_window", False):
+        window = None
+    if layer_types is None:
+        first = config.get("max_window_layers", defaults["max_window_layers"])
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise UnsupportedCheckpoint(f"config.json: max_window_layers = {first!r} must be a non-negative integer")
+        return tuple(window if window is not None and i >= first else None for i in range(layers))
+    if "sliding_attention" in layer_types and window is None:
+        raise UnsupportedCheckpoint(
+            "config.json: layer_types has sliding_attention but sliding_window is null "
+            "(or use_sliding_window is false)")
+    return tuple(window if t == "sliding_attention" else None for t in layer_types)
+
+
 def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
-    """The family config of `checkpoint`; UnsupportedCheckpoint names the first field it cannot serve."""
+    """The family config of `checkpoint`; UnsupportedCheckpoint names the first field it cannot serve.
+
+    Every absent key means what transformers makes of it for that model_type (`_HF_DEFAULTS`), and
+    biases, head_dim and sliding windows are read as its modeling code reads them.
+    """
     config = checkpoint.config
     model_type = config.get("model_type")
     if model_type not in MODEL_TYPES:
         raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (this recipe serves {list(MODEL_TYPES)})")
+    defaults = _HF_DEFAULTS[model_type]
     for key in _MOE_FIELDS:
         if config.get(key):
             raise UnsupportedCheckpoint(f"config.json: {key} = {config[key]!r} (mixture-of-experts is not supported)")
@@ -102,36 +164,22 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
             raise UnsupportedCheckpoint(f"config.json: rope parameter {key!r} is not supported")
     hidden = _int(config, "hidden_size")
     heads = _int(config, "num_attention_heads")
-    head_dim = config.get("head_dim") or hidden // heads
-    if not isinstance(head_dim, int) or head_dim <= 0:
+    if config.get("head_dim") is not None:
+        head_dim = config["head_dim"]
+    elif "head_dim" in config and model_type == "qwen3":  # Qwen3Config refuses a null head_dim
+        raise UnsupportedCheckpoint("config.json: head_dim = None must be a positive integer")
+    else:
+        head_dim = hidden // heads if defaults["head_dim"] == "hidden/heads" else defaults["head_dim"]
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
         raise UnsupportedCheckpoint(f"config.json: head_dim = {head_dim!r} must be a positive integer")
     partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0
     rotary_dim = int(head_dim * partial)
     layers = _int(config, "num_hidden_layers")
+    kv_heads = config.get("num_key_value_heads", defaults["num_key_value_heads"])
+    if kv_heads is None or kv_heads == "heads":  # transformers: null means one kv head per query head
+        kv_heads = heads
 
-    window = config.get("sliding_window")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
-        raise UnsupportedCheckpoint(f"config.json: sliding_window = {window!r} must be a positive integer or null")
-    layer_types = config.get("layer_types")
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != layers:
-            raise UnsupportedCheckpoint(f"config.json: layer_types must list {layers} layer types")
-        unknown = sorted({str(t) for t in layer_types if t not in ("full_attention", "sliding_attention")})
-        if unknown:
-            raise UnsupportedCheckpoint(f"config.json: layer_types holds {unknown[0]!r}")
-    if model_type == "mistral":  # one window (or none) for every layer; no layer types
-        windows: tuple[int | None, ...] = (window,) * layers
-    elif layer_types is not None:
-        if "sliding_attention" in layer_types and window is None:
-            raise UnsupportedCheckpoint("config.json: layer_types has sliding_attention but sliding_window is null")
-        windows = tuple(window if t == "sliding_attention" else None for t in layer_types)
-    elif model_type in ("qwen2", "qwen3") and config.get("use_sliding_window"):
-        first = int(config.get("max_window_layers", layers))
-        windows = tuple(window if i >= first else None for i in range(layers))
-    else:
-        windows = (None,) * layers
-
-    qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias", False))
+    attention_bias = bool(config.get("attention_bias", False))
     return LlamaFamilyConfig(
         model_type=model_type,
         vocab_size=_int(config, "vocab_size"),
@@ -139,19 +187,20 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
         intermediate_size=_int(config, "intermediate_size"),
         layers=layers,
         heads=heads,
-        kv_heads=_int(config, "num_key_value_heads", heads),
+        kv_heads=_int({"num_key_value_heads": kv_heads}, "num_key_value_heads"),
         head_dim=head_dim,
         rotary_dim=rotary_dim,
         rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
         activation=activation,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        qkv_bias=qkv_bias,
-        o_bias=model_type != "qwen2" and bool(config.get("attention_bias", False)),
-        mlp_bias=bool(config.get("mlp_bias", False)),
+        # Qwen2: q/k/v always biased, o never; Mistral: never; Llama, Qwen3: attention_bias on q/k/v/o.
+        qkv_bias=model_type == "qwen2" or (model_type in ("llama", "qwen3") and attention_bias),
+        o_bias=model_type in ("llama", "qwen3") and attention_bias,
+        mlp_bias=model_type == "llama" and bool(config.get("mlp_bias", False)),
         qk_norm=model_type == "qwen3",
-        windows=windows,
+        windows=_windows(config, model_type, layers),
         rope=rope,
-        max_position_embeddings=_int(config, "max_position_embeddings", 4096),
+        max_position_embeddings=_int(config, "max_position_embeddings", defaults["max_position_embeddings"]),
     )
 
 
@@ -214,14 +263,29 @@ def lm_head_tensor(cfg: LlamaFamilyConfig) -> str:
     return "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
 
 
+# The rope parameters transformers' ROPE_INIT_FUNCTIONS read for each rope type (others are ignored).
+_ROPE_KEYS = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+    "yarn": ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"),
+}
+# The ones it requires (a KeyError there); yarn's factor may be null (derived below).
+_ROPE_REQUIRED = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+
+
 def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
+    """The rotary operator's attributes: exactly the parameters transformers uses for the rope type."""
     rope = cfg.rope
     attributes: dict[str, Any] = {"theta": rope.theta, "head_dim": cfg.head_dim, "rotary_dim": cfg.rotary_dim,
                                   "rope_type": rope.rope_type}
-    for key in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
-                "mscale_all_dim", "attention_factor"):
+    for key in _ROPE_REQUIRED.get(rope.rope_type, ()):
+        if rope.get(key) is None:
+            raise UnsupportedCheckpoint(
+                f"config.json: rope_parameters.{key} is required by rope_type {rope.rope_type!r}")
+    for key in _ROPE_KEYS[rope.rope_type]:
         value = rope.get(key)
-        if value is not None and rope.rope_type != "default":
+        if value is not None:
             attributes[key] = value
     truncate = rope.get("truncate")
     if truncate is not None and rope.rope_type == "yarn":
@@ -229,6 +293,9 @@ def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
     original = rope.get("original_max_position_embeddings")
     if rope.rope_type in ("llama3", "yarn"):
         attributes["original_max_position_embeddings"] = int(original or cfg.max_position_embeddings)
+    if rope.rope_type == "yarn" and "factor" not in attributes:
+        # transformers: a null yarn factor is max_position_embeddings / original_max_position_embeddings.
+        attributes["factor"] = cfg.max_position_embeddings / attributes["original_max_position_embeddings"]
     return attributes
 
 
