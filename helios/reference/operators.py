@@ -132,8 +132,7 @@ def rope_frequencies(
 ) -> tuple[np.ndarray, float]:
     """(inv_freq [rotary_dim / 2] f32, attention factor), as transformers' ROPE_INIT_FUNCTIONS compute them."""
     d = rotary_dim
-    exponents = np.arange(0, d, 2, dtype=np.int64).astype(F) / F(d)
-    base_powers = np.power(F(theta), exponents).astype(F)
+    base_powers = _base_powers(theta, d)
     inv_freq = (F(1) / base_powers).astype(F)
     factor_attention = 1.0
     if rope_type == "linear":
@@ -142,9 +141,12 @@ def rope_frequencies(
         old_context = float(original_max_position_embeddings)  # type: ignore[arg-type]
         low_wavelen = old_context / low_freq_factor
         high_wavelen = old_context / high_freq_factor
-        wavelen = (F(2 * math.pi) / inv_freq).astype(F)
+        # torch evaluates `scalar / tensor` as `reciprocal(tensor) * scalar` (one more rounding than a
+        # division); transformers writes `2 * math.pi / inv_freq` and `old_context_len / wavelen`.
+        wavelen = (_reciprocal(inv_freq) * F(2 * math.pi)).astype(F)
         scaled = np.where(wavelen > F(low_wavelen), inv_freq / F(factor), inv_freq).astype(F)
-        smooth = ((F(old_context) / wavelen - F(low_freq_factor)) / F(high_freq_factor - low_freq_factor)).astype(F)
+        smooth = ((_reciprocal(wavelen) * F(old_context) - F(low_freq_factor))
+                  / F(high_freq_factor - low_freq_factor)).astype(F)
         smoothed = ((F(1) - smooth) * scaled / F(factor) + smooth * scaled).astype(F)
         medium = ~(wavelen < F(high_wavelen)) & ~(wavelen > F(low_wavelen))
         inv_freq = np.where(medium, smoothed, scaled).astype(F)
@@ -158,6 +160,17 @@ def rope_frequencies(
     if attention_factor is not None:
         factor_attention = float(attention_factor)
     return inv_freq, factor_attention
+
+
+def _base_powers(theta: float, d: int) -> np.ndarray:
+    """theta ** (2i / d) for i < d / 2: the FP32 exponents transformers forms, each power correctly rounded
+    to FP32 (computed in FP64). torch's CPU FP32 power can differ from it by one ulp in rare entries."""
+    exponents = (np.arange(0, d, 2, dtype=np.int64).astype(F) / F(d)).astype(F)
+    return np.power(np.float64(theta), exponents.astype(np.float64)).astype(F)
+
+
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    return (F(1) / np.asarray(x, dtype=F)).astype(F)
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
