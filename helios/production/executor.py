@@ -114,11 +114,13 @@ class NativeExecutor:
     # ------------------------------------------------------------------------------------------ round
 
     def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> list[Completion]:
+        # The transport numbers every submission, one that fails before the graph runs included, so the
+        # next rounds' completions still answer the sequence a scheduler numbered them with.
+        self.sequence += 1
         graph = self.graphs.get(graph_name)
         if graph is None:
             raise GraphNotCaptured(f"graph {graph_name!r} is not loaded (loaded: {sorted(self.graphs)})")
         self._pack(graph, lanes)
-        self.sequence += 1
         self._execute(graph)
         rows = self._read(lanes)
         self._validate_all(graph_name, lanes, rows)

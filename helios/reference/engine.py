@@ -141,9 +141,11 @@ class ReferenceEngine:
 
     def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> list[Completion]:
         """Pack `lanes` into `graph_name`, execute it, and return each lane's completion row."""
+        # The transport numbers every submission, one that fails before the program runs included, so
+        # the next rounds' completions still answer the sequence a scheduler numbered them with.
+        self._sequence += 1
         graph = self.graphs[graph_name]
         graph.packing.pack(lanes, self.buffers)
-        self._sequence += 1
         frame = self._field(F.COMPLETION_FIELD_FRAME_INDEX)
         sequence = self._field(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
         # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.

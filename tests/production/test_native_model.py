@@ -177,3 +177,17 @@ def test_request_rows_are_packed_again_when_their_request_changes(cores):
     assert int(executor.host_view["lane_seed"][0]) == 77
     histogram = executor.host_view["lane_prompt_histogram"][0]
     assert histogram[9] == 3 and histogram.sum() == 3
+
+
+def test_a_submission_that_fails_to_pack_still_takes_its_sequence(cores):
+    """The transport numbers every submission: after one that cannot be packed, the next round's
+    completion answers the following sequence (a scheduler numbered it so)."""
+    from helios.runtime.packing import LaneOverflow
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    executor = native.executor
+    before = executor.sequence
+    with pytest.raises(LaneOverflow):
+        executor.run_round("prefill_p8", [_lane(0, PROMPT[:9])])  # 9 tokens in an 8-token graph
+    (row,) = executor.run_round("prefill_p8", [_lane(0, PROMPT[:8])])
+    assert executor.sequence == before + 2 and row.submission_sequence == before + 2

@@ -328,3 +328,47 @@ def test_the_http_server_serves_through_the_production_runtime(core):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+class _PackFailsOnce:
+    """A graph packing whose first `pack` raises (as a lane the graph cannot hold would)."""
+
+    def __init__(self, packing) -> None:
+        self._packing = packing
+        self.failed = False
+
+    def pack(self, lanes, buffers) -> None:
+        if not self.failed:
+            self.failed = True
+            from helios.runtime.packing import LaneOverflow
+
+            raise LaneOverflow("injected: the round cannot be packed")
+        self._packing.pack(lanes, buffers)
+
+
+def test_a_round_the_executor_cannot_pack_fails_only_its_own_requests(core):
+    """A submission that fails before the program runs still takes its submission sequence, so the
+    next rounds' completions answer the sequence the scheduler numbered them with."""
+    import dataclasses as dc
+
+    greedy = SamplingParams(temperature=0.0)
+    later = GenerationRequest(tuple(range(40, 50)), max_tokens=4, sampling=greedy, ignore_eos=True)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(later))
+    rt = runtime(core, pages=16, max_active=1)
+    engine = rt._executor
+    engine.graphs["prefill_p8"] = dc.replace(engine.graphs["prefill_p8"],
+                                             packing=_PackFailsOnce(engine.graphs["prefill_p8"].packing))
+
+    async def main():
+        rt.start()
+        try:
+            failed = await _collect(rt.submit(PreparedRequest("a", GenerationRequest((1, 2, 3), max_tokens=2))))
+            served = await _collect(rt.submit(PreparedRequest("b", later, observe_tokens=True)))
+            return failed, served
+        finally:
+            rt.shutdown()
+
+    failed, served = asyncio.run(main())
+    assert isinstance(failed.terminal, Failed) and "cannot be packed" in failed.terminal.message
+    assert isinstance(served.terminal, Finished), served.terminal
+    assert served.tokens == expected
