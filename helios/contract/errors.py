@@ -46,6 +46,10 @@ class DuplicateName(ContractError):
     """A graph, buffer or producer name is declared twice."""
 
 
+class MissingGraphVariant(ContractError):
+    """A declared capacity or width (or an operation serving needs) has no captured graph."""
+
+
 class OperationMismatch(ContractError):
     """A GraphContract's operation disagrees with its execution-catalog handle."""
 

@@ -23,6 +23,16 @@ def binding(g, destination):
     return next(b for b in g.value_bindings if b.destination == destination)
 
 
+def _drop(s, mf, name):
+    """Remove one graph from both the contract and the execution catalog."""
+    kept = [g for g in s.model.graphs if g.name != name]
+    s.model.ClearField("graphs")
+    s.model.graphs.extend(kept)
+    handles = [h for h in mf.graphs if h.name != name]
+    mf.ClearField("graphs")
+    mf.graphs.extend(handles)
+
+
 # (id, mutate(serving, manifest), error class, expected path)
 CASES = [
     ("version-0", lambda s, mf: setattr(s.model, "version", 0), e.UnsupportedContractVersion, "model.version"),
@@ -161,6 +171,23 @@ CASES = [
      e.InvalidCompletionLayout, "manifest.completion.fields[0].buffer"),
     ("programs-per-rank", lambda s, mf: setattr(mf, "ranks", 2),
      e.InvalidGeometry, "manifest.graphs[0].program_resources"),
+    # Missing graph variants fail startup.
+    ("width-without-graph", lambda s, mf: s.speculative_widths.append(5),
+     e.MissingGraphVariant, "speculative_widths[1]"),
+    ("graph-width-undeclared", lambda s, mf: s.ClearField("speculative_widths"),
+     e.MissingGraphVariant, "model.graphs[3].speculative.verify_tokens"),
+    ("concurrency-beyond-every-graph", lambda s, mf: setattr(s, "max_concurrency", 8),
+     e.MissingGraphVariant, "max_concurrency"),
+    ("prefill-chunk-beyond-every-graph", lambda s, mf: setattr(s, "prefill_tokens", 32),
+     e.MissingGraphVariant, "prefill_tokens"),
+    ("no-prompt-graph", lambda s, mf: _drop(s, mf, "prefill_16"), e.MissingGraphVariant, "model.graphs"),
+    ("no-generation-graph", lambda s, mf: (_drop(s, mf, "decode_4"), _drop(s, mf, "speculative_4x3"),
+                                           s.ClearField("speculative_widths")),
+     e.MissingGraphVariant, "model.graphs"),
+    ("producer-named-like-a-graph", lambda s, mf: setattr(mf.tuning_catalog[0], "name", "decode_4"),
+     e.DuplicateName, "manifest.tuning_catalog[0].name"),
+    ("producer-programs-per-rank", lambda s, mf: mf.tuning_catalog[0].program_resources.append("program/extra"),
+     e.InvalidGeometry, "manifest.tuning_catalog[0].program_resources"),
 ]
 
 
