@@ -34,6 +34,10 @@ class UnknownJsonField(ContractError):
     """The semantic JSON form names a field the schema does not have (or is otherwise malformed)."""
 
 
+class UnknownWireField(ContractError):
+    """The binary contract or manifest carries a field number the schema does not have."""
+
+
 class UnknownGraph(ContractError):
     """A graph name has no handle in the execution catalog."""
 

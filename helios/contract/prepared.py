@@ -38,6 +38,7 @@ from helios.contract.model import (
     manifest_from_proto,
     manifest_to_proto,
 )
+from helios.contract.unknown import unknown_fields
 from helios.contract.validate import problems
 from helios.proto import contract_pb2, manifest_pb2
 
@@ -96,6 +97,8 @@ class PreparedContract:
     def decode(cls, serving: contract_pb2.ServingContract,
                manifest: manifest_pb2.ExecutionManifest) -> PreparedContract:
         """Decodes and validates; raises the first ContractError (with its field path)."""
+        for problem in unknown_fields(serving, manifest):
+            raise problem
         contract = cls.from_proto(serving, manifest)
         for problem in problems(contract):
             raise problem
@@ -105,7 +108,7 @@ class PreparedContract:
     def check(cls, serving: contract_pb2.ServingContract,
               manifest: manifest_pb2.ExecutionManifest) -> list[e.ContractError]:
         """Every problem of the contract, in a stable order (empty when it is valid)."""
-        return list(problems(cls.from_proto(serving, manifest)))
+        return [*unknown_fields(serving, manifest), *problems(cls.from_proto(serving, manifest))]
 
     def to_proto(self) -> tuple[contract_pb2.ServingContract, manifest_pb2.ExecutionManifest]:
         v = self.vocabulary
