@@ -60,3 +60,23 @@ def test_unreadable_file_is_one_line_not_a_traceback(tmp_path):
     result = helios("contract", "check", str(path))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and result.stderr.startswith("helios contract: ")
+
+
+def test_check_reads_a_verified_core(tmp_path):
+    from helios.core import ResourceInput, generate_keypair, load_private_key, write_core
+    from helios.proto import core_pb2
+
+    key = tmp_path / "publisher.key"
+    generate_keypair(key)
+    core = tmp_path / "model.hcore"
+    resources = [ResourceInput(rid, core_pb2.RESOURCE_KIND_PROGRAM, b"program bytes")
+                 for rid in ("program/initialize_4", "program/prefill_16", "program/decode_4",
+                             "program/speculative_4x3")]
+    write_core(core, publisher="acme/tests", signing_key=load_private_key(key), deployment=valid.deployment(),
+               resources=resources)
+    result = helios("contract", "check", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub")
+    assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr
+    untrusted = helios("contract", "check", str(core))
+    assert untrusted.returncode == 2 and "--accept" in untrusted.stderr and "Traceback" not in untrusted.stderr
+    refused = helios("contract", "check", str(core), "--accept", "acme/other", "--trust", f"{key}.pub")
+    assert refused.returncode == 3 and "does not equal the signed publisher namespace" in refused.stderr
