@@ -47,9 +47,13 @@ def select(contract, options: StartupOptions) -> Selection:
     if concurrency > contract.max_concurrency:
         raise e.InvalidSelection("max_concurrency", f"{concurrency} exceeds the prepared concurrency "
                                  f"{contract.max_concurrency}; load-time selection may only reduce it")
-    # Keep every graph up to the smallest captured batch capacity that covers the concurrency.
-    covering = sorted({g.batch_capacity for g in contract.graphs if g.batch_capacity >= concurrency})
-    batch_limit = covering[0] if covering else max((g.batch_capacity for g in contract.graphs), default=0)
+    # Per operation, keep every graph up to the smallest captured batch capacity that covers the
+    # concurrency (all of them when none does), so each operation stays served whatever its capacities.
+    capacities: dict = {}
+    for g in contract.graphs:
+        capacities.setdefault(g.operation, set()).add(g.batch_capacity)
+    batch_limit = {op: min((b for b in caps if b >= concurrency), default=max(caps))
+                   for op, caps in capacities.items()}
 
     widths = contract.speculative_widths
     width = options.speculative_width if options.speculative_width is not None else (max(widths) if widths else 1)
@@ -58,7 +62,7 @@ def select(contract, options: StartupOptions) -> Selection:
                                  f"width {width} was not captured (captured: {', '.join(map(str, widths)) or 'none'})")
 
     def exposed(g: Graph) -> bool:
-        if g.batch_capacity > batch_limit:
+        if g.batch_capacity > batch_limit[g.operation]:
             return False
         return g.speculative is None or g.speculative.verify_tokens <= width
 

@@ -59,3 +59,31 @@ def test_history_drafting_needs_copied_token_inputs_in_each_wider_graph():
 
 def test_history_drafting_accepted_when_inputs_exist():
     assert contract().select(StartupOptions(history_drafting=True)).history_drafting
+
+
+def test_reduced_concurrency_keeps_every_operation_covered():
+    # The fixture's only DECODE and INITIALIZATION graphs have B = 4 while its PREFILL graph has B = 1:
+    # one request slot still needs them (a B = 4 graph serves one lane); a global batch limit of 1
+    # would hide every graph that decodes.
+    selection = contract().select(StartupOptions(max_concurrency=1, speculative_width=1))
+    assert selection.max_concurrency == 1
+    assert [g.name for g in selection.graphs_for(Operation.DECODE)] == ["decode_4"]
+    assert [g.name for g in selection.graphs_for(Operation.INITIALIZATION)] == ["initialize_4"]
+    assert [g.name for g in selection.graphs_for(Operation.PREFILL)] == ["prefill_16"]
+
+
+def test_reduced_concurrency_drops_wider_graphs_of_each_operation():
+    serving, manifest = valid.serving(), valid.manifest()
+    for name, batch in (("decode_1", 1), ("decode_2", 2)):
+        handle = manifest.graphs.add()
+        handle.CopyFrom(next(h for h in manifest.graphs if h.name == "decode_4"))
+        handle.name, handle.batch_capacity, handle.packed_token_capacity = name, batch, batch
+        graph = serving.model.graphs.add()
+        graph.CopyFrom(next(g for g in serving.model.graphs if g.name == "decode_4"))
+        graph.name = name
+        graph.capacity.batch_capacity = graph.capacity.packed_token_capacity = batch
+    prepared = PreparedContract.decode(serving, manifest)
+    decode = prepared.select(StartupOptions(max_concurrency=2)).graphs_for(Operation.DECODE)
+    assert [g.name for g in decode] == ["decode_1", "decode_2"]
+    decode = prepared.select(StartupOptions(max_concurrency=3)).graphs_for(Operation.DECODE)
+    assert [g.name for g in decode] == ["decode_1", "decode_2", "decode_4"]
