@@ -164,6 +164,11 @@ class ProductionRuntime(ModelRuntime):
         with self._lock:
             if request.request_id in self._entries:
                 raise DuplicateRequestId(f"request id {request.request_id!r} is already submitted")
+            if self._status != "ok":  # stopped since the admission check: no worker would ever take it
+                self._submitted += 1
+                self._rejected += 1
+                stream.put_nowait(Rejected(f"the model worker is {self._status}"))
+                return
             entry = _Entry(request, stream)
             self._entries[request.request_id] = entry
             self._ingress.append(entry)
@@ -255,11 +260,17 @@ class ProductionRuntime(ModelRuntime):
         try:
             with self._lock:
                 outcomes = scheduler.complete(oldest, rows)
+                delivered = [(outcome, self._entries.get(outcome.request_id)) for outcome in outcomes]
         except Exception as error:  # an invalid completion: an execution failure of the round
             self._abort(oldest, f"model execution failed: {type(error).__name__}: {error}")
             return True
-        for outcome in outcomes:
-            self._deliver(outcome)
+        # Token timestamps mark the validated completions right after scheduler.complete, before any
+        # lane's stop handling or output parsing; the clock is read only when a timed request has one.
+        timed = any(entry is not None and entry.request.observe_timestamps for _, entry in delivered)
+        stamp = self.clock.now_ns() if timed else None
+        for outcome, entry in delivered:
+            if entry is not None:
+                self._deliver(outcome, entry, stamp)
         return True
 
     def _submit(self, plan: RoundPlan) -> None:
@@ -304,35 +315,39 @@ class ProductionRuntime(ModelRuntime):
             if entry is not None:
                 self._finish(entry, Termination.CANCELLED, (), reused=0)
 
-    def _deliver(self, outcome: LaneOutcome) -> None:
-        """One validated token: observe, check EOS, stops and the output limit, deliver."""
-        with self._lock:
-            entry = self._entries.get(outcome.request_id)
-        if entry is None:
+    def _deliver(self, outcome: LaneOutcome, entry: _Entry, stamp: int | None) -> None:
+        """One validated token: observe, check EOS, stops and the output limit, deliver. An output
+        failure (decoding, stop matching or the final flush) fails this request alone."""
+        entry.sampled = outcome.sampled
+        timestamp = stamp if entry.request.observe_timestamps else None
+        try:
+            ended = self._observe(entry, outcome.token, timestamp)
+        except Exception as error:  # output errors (HTTP 500) of this request only
+            self._end(entry, None, (), failure=f"output decoding failed: {type(error).__name__}: {error}")
             return
+        if ended is not None:
+            self._end(entry, *ended)
+
+    @staticmethod
+    def _observe(entry: _Entry, token: int, timestamp: int | None) -> tuple[Termination, tuple[object, ...]] | None:
+        """EOS, then the output filter (decoding, host stops), then the output limit: the termination
+        and the pieces still to flush, or None while the request goes on."""
         request = entry.request
         generation = request.generation
-        entry.sampled = outcome.sampled
-        token = outcome.token
-        timestamp = self.clock.now_ns() if request.observe_timestamps else None
         output = request.output_filter
         if token in generation.eos_token_ids and not generation.ignore_eos:
             if request.observe_tokens:
                 entry.stream.put(TokenEvent(token, (), timestamp))
-            self._end(entry, Termination.EOS, tuple(output.finish()) if output is not None else ())
-            return
-        try:
-            step = output.push(token) if output is not None else None
-        except Exception as error:  # decoding failures are output errors (HTTP 500)
-            self._end(entry, None, (), failure=f"output decoding failed: {type(error).__name__}: {error}")
-            return
+            return Termination.EOS, tuple(output.finish()) if output is not None else ()
+        step = output.push(token) if output is not None else None
         pieces = tuple(step.pieces) if step is not None else ()
         if pieces or request.observe_tokens:
             entry.stream.put(TokenEvent(token, pieces, timestamp))
         if step is not None and step.stopped:
-            self._end(entry, Termination.STOP, ())
-        elif entry.sampled >= generation.max_tokens:
-            self._end(entry, Termination.LENGTH, tuple(output.finish()) if output is not None else ())
+            return Termination.STOP, ()
+        if entry.sampled >= generation.max_tokens:
+            return Termination.LENGTH, tuple(output.finish()) if output is not None else ()
+        return None
 
     def _end(self, entry: _Entry, termination: Termination | None, pieces: tuple[object, ...], *,
              failure: str | None = None) -> None:

@@ -372,3 +372,87 @@ def test_a_round_the_executor_cannot_pack_fails_only_its_own_requests(core):
     assert isinstance(failed.terminal, Failed) and "cannot be packed" in failed.terminal.message
     assert isinstance(served.terminal, Finished), served.terminal
     assert served.tokens == expected
+
+
+class _FinishFails(_StopOn):
+    """An output filter whose final flush raises (an output failure at the output limit)."""
+
+    def __init__(self) -> None:
+        super().__init__(-1)
+
+    def finish(self):
+        raise ValueError("injected: the output cannot be flushed")
+
+
+def test_an_output_failure_at_the_end_fails_only_its_request(core):
+    greedy = SamplingParams(temperature=0.0)
+    other_request = GenerationRequest(tuple(range(50, 58)), max_tokens=5, sampling=greedy, ignore_eos=True)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(other_request))
+    rt = runtime(core, pages=24)
+    broken = PreparedRequest("x", GenerationRequest(tuple(range(30, 38)), max_tokens=2, sampling=greedy,
+                                                    ignore_eos=True), output_filter=_FinishFails())
+    other = PreparedRequest("o", other_request, observe_tokens=True)
+    failed, served = serve(rt, [broken, other])
+    assert isinstance(failed.terminal, Failed) and "cannot be flushed" in failed.terminal.message
+    assert isinstance(served.terminal, Finished) and served.tokens == expected
+    assert rt.metrics().requests_failed == 1
+
+
+def test_token_timestamps_are_read_right_after_the_round_completes(core):
+    """Every timed token of a round is stamped before any lane's stop handling or output parsing."""
+    log: list[str] = []
+
+    class Clock:
+        def restart(self) -> None:
+            pass
+
+        def now_ns(self) -> int:
+            log.append("read")
+            return len(log)
+
+    class Logged(_StopOn):
+        def push(self, token_id: int) -> _Step:
+            log.append("push")
+            return super().push(token_id)
+
+    rt = runtime(core, pages=24)
+    engine = rt._executor
+
+    class Executor:
+        def run_round(self, graph_name, lanes):
+            rows = engine.run_round(graph_name, lanes)
+            log.append("round")
+            return rows
+
+    rt._executor, rt.clock = Executor(), Clock()
+    greedy = SamplingParams(temperature=0.0)
+    requests = [PreparedRequest(name, GenerationRequest(tuple(range(first, first + 6)), max_tokens=4,
+                                                        sampling=greedy, ignore_eos=True),
+                                output_filter=Logged(-1), observe_tokens=True, observe_timestamps=True)
+                for name, first in (("a", 10), ("b", 70))]
+    results = serve(rt, requests)
+    assert all(len(r.timestamps) == 4 for r in results)
+    rounds = "".join("R" if e == "round" else "r" if e == "read" else "p" for e in log).split("R")
+    shared = [events for events in rounds if events.count("p") > 1]
+    assert shared, "the two requests never shared a round"
+    assert all("pr" not in events for events in rounds), rounds  # no clock read after a lane's parsing
+
+
+def test_a_request_enqueued_as_the_worker_stops_still_ends(core):
+    """Submission checks the worker's state, then enqueues: a shutdown in between must not leave the
+    request without a terminal event."""
+    from helios.runtime.interface import EventStream
+
+    rt = runtime(core, pages=16)
+    request = PreparedRequest("late", GenerationRequest((1, 2, 3), max_tokens=2))
+
+    async def main():
+        rt.start()
+        assert rt._admission_check(request) is None
+        rt.shutdown()  # the worker exits between the check and the enqueue
+        stream = EventStream(request.request_id, asyncio.get_running_loop())
+        rt._enqueue(request, stream)
+        return await asyncio.wait_for(_collect(stream), 2)
+
+    result = asyncio.run(main())
+    assert isinstance(result.terminal, Rejected) and "stopped" in result.terminal.reason
