@@ -18,6 +18,10 @@ class ContractError(HeliosError):
         self.detail = message
 
 
+class InvalidIdentity(ContractError):
+    """The served identifier, an alias or the cache identity is empty."""
+
+
 class UnsupportedContractVersion(ContractError):
     """ModelContract.version is not 1, 2 or 3."""
 

@@ -29,6 +29,7 @@ from helios.contract.enums import (
     ValueSource,
 )
 from helios.contract.model import Buffer, Graph, StateView
+from helios.contract.variants import missing_variants
 
 if TYPE_CHECKING:
     from helios.contract.prepared import PreparedContract
@@ -58,18 +59,31 @@ def problems(c: PreparedContract) -> Iterator[e.ContractError]:
         yield e.UnsupportedContractVersion(
             "model.version", f"contract version {c.version} is not supported (supported: 1, 2, 3)")
         return
+    yield from _identity(c)
     yield from _geometry(c)
     yield from _manifest(c)
     yield from _cache(c)
     yield from _catalog(c)
     for i, graph in enumerate(c.graphs):
         yield from _graph(c, f"model.graphs[{i}]", graph)
-    yield from _variants(c)
+    yield from missing_variants(c)
     yield from _confidence_storage(c)
     yield from _frontend(c)
 
 
 # ----------------------------------------------------------------------------- serving metadata
+
+
+def _identity(c: PreparedContract) -> Iterator[e.ContractError]:
+    """The served identifier, its aliases and the cache identity name something: clients address the
+    model by them, and equal cache identities share cached prefixes."""
+    if not c.served_id:
+        yield e.InvalidIdentity("served_id", "the served identifier is empty")
+    for j, alias in enumerate(c.aliases):
+        if not alias:
+            yield e.InvalidIdentity(f"aliases[{j}]", "an alias is empty")
+    if not c.cache_identity:
+        yield e.InvalidIdentity("cache_identity", "the cache identity is empty (it would match any other)")
 
 
 def _geometry(c: PreparedContract) -> Iterator[e.ContractError]:
@@ -173,45 +187,6 @@ def _catalog(c: PreparedContract) -> Iterator[e.ContractError]:
     for i, g in enumerate(c.graphs):
         if names.count(g.name) > 1:
             yield e.DuplicateName(f"model.graphs[{i}].name", f"graph {g.name!r} is declared twice")
-
-
-_PROMPT_OPERATIONS = (Operation.PREFILL, Operation.MIXED)
-_GENERATION_OPERATIONS = (Operation.DECODE, Operation.SPECULATIVE, Operation.MIXED)
-
-
-def _variants(c: PreparedContract) -> Iterator[e.ContractError]:
-    """Missing graph variants fail startup: the serving metadata's extents each have their graphs.
-
-    A core consumes prompts (a PREFILL or MIXED graph) and generates (a DECODE, SPECULATIVE or MIXED
-    graph); every declared speculative width W has a SPECULATIVE graph of that W and every
-    SPECULATIVE graph's W is declared; the selected concurrency is covered by a generation graph's
-    batch capacity; the declared prefill chunk fits a prompt graph.
-    """
-    graphs = [(i, g) for i, g in enumerate(c.graphs) if isinstance(g.operation, Operation)]
-    prompt = [g for _, g in graphs if g.operation in _PROMPT_OPERATIONS]
-    generation = [g for _, g in graphs if g.operation in _GENERATION_OPERATIONS]
-    if not prompt:
-        yield e.MissingGraphVariant("model.graphs", "no PREFILL or MIXED graph consumes prompts")
-    if not generation:
-        yield e.MissingGraphVariant("model.graphs", "no DECODE, SPECULATIVE or MIXED graph generates tokens")
-    widths = {g.speculative.verify_tokens for _, g in graphs if g.speculative is not None}
-    for j, width in enumerate(c.speculative_widths):
-        if width not in widths:
-            yield e.MissingGraphVariant(f"speculative_widths[{j}]", f"no SPECULATIVE graph has width W = {width}")
-    for i, g in graphs:
-        if g.speculative is not None and g.speculative.verify_tokens not in c.speculative_widths:
-            yield e.MissingGraphVariant(f"model.graphs[{i}].speculative.verify_tokens",
-                                        f"width W = {g.speculative.verify_tokens} is not among the declared "
-                                        f"speculative_widths {list(c.speculative_widths)}")
-    widest = max((g.batch_capacity for g in generation), default=0)
-    if generation and c.max_concurrency > widest:
-        yield e.MissingGraphVariant("max_concurrency", f"{c.max_concurrency} request slots, but the widest "
-                                    f"generation graph covers B = {widest}")
-    longest = max((g.packed_token_capacity for g in prompt if g.operation == Operation.PREFILL),
-                  default=max((g.packed_token_capacity for g in prompt), default=0))
-    if prompt and c.prefill_tokens > longest:
-        yield e.MissingGraphVariant("prefill_tokens", f"a {c.prefill_tokens}-token prefill chunk fits no prompt "
-                                    f"graph (the largest consumes {longest})")
 
 
 # ----------------------------------------------------------------------------- cache

@@ -184,6 +184,10 @@ CASES = [
     ("no-generation-graph", lambda s, mf: (_drop(s, mf, "decode_4"), _drop(s, mf, "speculative_4x3"),
                                            s.ClearField("speculative_widths")),
      e.MissingGraphVariant, "model.graphs"),
+    # Identity.
+    ("empty-served-id", lambda s, mf: setattr(s, "served_id", ""), e.InvalidIdentity, "served_id"),
+    ("empty-alias", lambda s, mf: s.aliases.append(""), e.InvalidIdentity, "aliases[1]"),
+    ("empty-cache-identity", lambda s, mf: setattr(s, "cache_identity", ""), e.InvalidIdentity, "cache_identity"),
     ("producer-named-like-a-graph", lambda s, mf: setattr(mf.tuning_catalog[0], "name", "decode_4"),
      e.DuplicateName, "manifest.tuning_catalog[0].name"),
     ("producer-programs-per-rank", lambda s, mf: mf.tuning_catalog[0].program_resources.append("program/extra"),
