@@ -68,22 +68,21 @@ class RopeParameters:
 
 
 def _rope_parameters(config: Mapping[str, Any]) -> RopeParameters:
-    params = config.get("rope_parameters")
-    if params is not None:  # v5 form
-        if not isinstance(params, dict):
-            raise MalformedCheckpointFile("config.json: rope_parameters must be an object")
-        if params and all(isinstance(v, dict) for v in params.values()):
-            distinct = {json.dumps(v, sort_keys=True) for v in params.values()}
-            if len(distinct) != 1:
-                raise UnsupportedCheckpoint("config.json: rope_parameters differ per layer type")
-            params = next(iter(params.values()))
-        merged = dict(params)
-        theta = merged.pop("rope_theta", config.get("rope_theta"))
-        rope_type = merged.pop("rope_type", merged.pop("type", "default"))
-    else:  # v4 form
-        merged = dict(config.get("rope_scaling") or {})
-        theta = config.get("rope_theta", 10000.0)
-        rope_type = merged.pop("rope_type", merged.pop("type", "default"))
+    """As transformers reads them: a non-empty v4 `rope_scaling` replaces `rope_parameters`; the theta is
+    the rope dict's `rope_theta`, else the top-level `rope_theta`, else 10000."""
+    params = config.get("rope_scaling") or config.get("rope_parameters")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise MalformedCheckpointFile("config.json: rope_parameters (or rope_scaling) must be an object")
+    if params and all(isinstance(v, dict) for v in params.values()):  # one dict per layer type
+        distinct = {json.dumps(v, sort_keys=True) for v in params.values()}
+        if len(distinct) != 1:
+            raise UnsupportedCheckpoint("config.json: rope_parameters differ per layer type")
+        params = next(iter(params.values()))
+    merged = dict(params)
+    theta = merged.pop("rope_theta") if "rope_theta" in merged else config.get("rope_theta", 10000.0)
+    rope_type = merged.pop("rope_type", merged.pop("type", "default"))
     if theta is None:
         raise MalformedCheckpointFile("config.json: rope_theta is missing")
     scaling: list[tuple[str, float]] = []

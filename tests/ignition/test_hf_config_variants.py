@@ -165,3 +165,27 @@ def test_llama3_rope_without_a_required_parameter_names_it(tiny_checkpoint, tmp_
 def test_a_null_dtype_falls_back_to_torch_dtype(tiny_checkpoint, tmp_path):
     directory = _edited(tiny_checkpoint, "qwen2", tmp_path, dtype=None, torch_dtype="bfloat16")
     assert read_checkpoint(directory).stored_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("changes", [
+    # A non-empty v4 rope_scaling replaces rope_parameters; theta then comes from the top level.
+    {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_theta": 7000.0,
+     "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0}},
+    {"rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 7000.0, "rope_parameters": _ABSENT},
+    {"rope_scaling": None, "rope_parameters": {"rope_type": "linear", "factor": 3.0, "rope_theta": 5000.0}},
+    # No theta anywhere: transformers' default 10000.
+    {"rope_parameters": {"rope_type": "default"}, "rope_theta": _ABSENT},
+    {"rope_parameters": {"rope_type": "default"}, "rope_theta": 7000.0},
+])
+def test_rope_sources_are_read_with_transformers_precedence(tiny_checkpoint, tmp_path, changes):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    directory = _edited(tiny_checkpoint, "mistral", tmp_path, **changes)
+    attributes = _rotary_attributes(prepare_checkpoint(directory, SMALL))
+    attributes.pop("head_dim")
+    inv_freq, attention_factor = rope_frequencies(**attributes)
+    with torch.device("cpu"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(directory))
+    np.testing.assert_array_equal(inv_freq, model.model.rotary_emb.inv_freq.numpy())
+    assert attention_factor == model.model.rotary_emb.attention_scaling
