@@ -1,7 +1,8 @@
 """Sealing a prepared model into a signed core (preparation side, host).
 
 Owns the last step of `helios prepare`: validate the serving contract against the execution manifest
-(`PreparedContract.decode`; an invalid contract is never sealed), then write one payload core with
+(`PreparedContract.decode`; an invalid contract is never sealed) and check that the core carries every
+resource a graph names, then write one payload core with
 `helios.core.write_core`, resources in preparation order. Deterministic: the same prepared model,
 publisher and key give a byte-identical file.
 """
@@ -26,7 +27,8 @@ def seal(prepared: PreparedCore, path: str | os.PathLike, *, publisher: str, sig
     from helios.contract import PreparedContract
     from helios.core import ResourceInput, write_core
 
-    PreparedContract.decode(prepared.contract, prepared.manifest)  # raises the first ContractError
+    contract = PreparedContract.decode(prepared.contract, prepared.manifest)  # raises the first ContractError
+    contract.check_resources(r.id for r in prepared.resources)  # every program and dependency is carried
     total = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
 
     def resources() -> Iterator[ResourceInput]:
