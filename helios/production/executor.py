@@ -9,9 +9,10 @@ completion fields (frame index, submission sequence), replay the graph's CUDA gr
 eagerly on a CPU), read the completion record back and validate every lane's row before returning it.
 
 Uploads. Rows addressed by physical request slot whose value is a function of the request (seed,
-sampling parameters, prompt histogram, EOS ids, output limit, generation, page table) are packed and
-uploaded only when what they depend on changes (`REQUEST_KEYS`); everything else (tokens, positions,
-per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
+sampling parameters, prompt histogram, EOS ids, output limit, generation) are packed and uploaded
+only when what they depend on changes (`REQUEST_KEYS`); a slot's page-table row uploads only the
+entries assigned since its last upload, and a new slot generation rewrites the row; everything else
+(tokens, positions, per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
 staging is pinned host memory and every copy is asynchronous on the serving stream.
 """
 
@@ -28,7 +29,7 @@ from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.engine import Completion
-from helios.runtime.packing import GraphPacking, LaneInput, ResolvedBinding
+from helios.runtime.packing import GraphPacking, LaneInput, LaneOverflow, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
 
@@ -44,8 +45,7 @@ REQUEST_KEYS = {
     V.VALUE_SOURCE_PROMPT_HISTOGRAM: lambda lane: (lane.generation, lane.prompt_token_ids),
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: (lane.generation, lane.output_limit),
     V.VALUE_SOURCE_CONSTANT: lambda lane: (),
-    V.VALUE_SOURCE_PAGE_TABLE: lambda lane: (lane.generation, lane.page_ids),
-}
+}  # page-table rows are incremental instead: `NativeExecutor._pack_page_table`
 
 
 # Completion fields in the order of `Completion`'s attributes.
@@ -78,6 +78,11 @@ def _row_key(binding: ResolvedBinding, lane: LaneInput) -> tuple | None:
     return None if key is None else (binding.source, *key(lane))
 
 
+def _page_table_rows(binding: ResolvedBinding) -> bool:
+    """A page table addressed by physical request slot: uploaded entry by entry as pages are assigned."""
+    return binding.source == V.VALUE_SOURCE_PAGE_TABLE and binding.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW
+
+
 class NativeExecutor:
     """Runs rounds over static device buffers; see the module docstring."""
 
@@ -105,7 +110,19 @@ class NativeExecutor:
                     if pinned else self.buffers[name])
             for field, name in self.completion.items()
         }
-        self._row_keys: dict[tuple[str, int], tuple] = {}
+        # destination -> slot -> (binding, what the row was packed from): rows packed once per request.
+        # A row is valid for the binding (source, offset, padding, extents) that wrote it; equal bindings
+        # of different graphs share one identity, so switching graphs repacks nothing.
+        self._row_keys: dict[str, dict[int, tuple]] = {}
+        # destination -> slot -> (binding, slot generation, page ids on the device): page-table rows,
+        # extended by the newly assigned entries only; a new generation (or another binding) rewrites it.
+        self._page_rows: dict[str, dict[int, tuple[int, int, tuple[int, ...]]]] = {}
+        identities: dict[ResolvedBinding, int] = {}
+        self._binding_ids = {id(b): identities.setdefault(b, len(identities))
+                             for g in self.graphs.values() for b in g.packing.bindings}
+        self._orders = {name: tuple(sorted(g.packing.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN))
+                        for name, g in self.graphs.items()}
+        self.page_entries_uploaded = 0  # page-table entries written to the device (incremental uploads)
         for graph in self.graphs.values():
             graph.packing.initialize(self.host_view)
         for name in destinations:
@@ -131,39 +148,80 @@ class NativeExecutor:
         if len(lanes) > packing.batch_capacity:
             raise ValueError(f"graph {graph.name}: {len(lanes)} lanes exceed the batch capacity")
         whole: set[str] = set()
-        order = sorted(packing.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN)
-        for binding in order:
-            host = self.host_view[binding.destination]
+        for binding in self._orders[graph.name]:
+            destination = binding.destination
+            host = self.host_view[destination]
             if binding.indexing != V.INDEXING_PHYSICAL_REQUEST_ROW:
                 binding.write(host, lanes)
-                whole.add(binding.destination)
+                whole.add(destination)
+                # rows this write covered no longer hold what a physical-row binding packed there
+                self._row_keys.pop(destination, None)
+                self._page_rows.pop(destination, None)
                 continue
+            identity = self._binding_ids[id(binding)]
+            if _page_table_rows(binding):
+                self._pack_page_table(binding, identity, host, lanes)
+                continue
+            held = self._row_keys.setdefault(destination, {})
+            self._page_rows.pop(destination, None)
             changed = []
             for lane in lanes:
                 key = _row_key(binding, lane)
-                slot_key = (binding.destination, lane.slot)
-                if key is None or self._row_keys.get(slot_key) != key:
+                if key is None or held.get(lane.slot) != (identity, key):
                     changed.append(lane)
                     if key is not None:
-                        self._row_keys[slot_key] = key
+                        held[lane.slot] = (identity, key)
             if not changed:
                 continue
             binding.write(host, changed)
             if _row_key(binding, changed[0]) is None or len(changed) * 4 > host.shape[0]:
-                whole.add(binding.destination)
-            elif binding.destination not in whole:
+                whole.add(destination)
+            elif destination not in whole:
                 for lane in changed:
-                    self._upload(binding.destination, lane.slot)
+                    self._upload(destination, lane.slot)
         for name in whole:
             self._upload(name)
 
-    def _upload(self, name: str, row: int | None = None) -> None:
+    def _pack_page_table(self, binding: ResolvedBinding, identity: int, host: np.ndarray,
+                         lanes: Sequence[LaneInput]) -> None:
+        """Upload only the page-table entries assigned since the slot's last upload under the same
+        generation (pages of a request only grow); a new generation rewrites the slot's whole row."""
+        destination = binding.destination
+        rows = self._page_rows.setdefault(destination, {})
+        self._row_keys.pop(destination, None)
+        view = host.reshape(host.shape[0], -1)
+        for lane in lanes:
+            pages = lane.page_ids
+            held = rows.get(lane.slot)
+            if held is not None and held[0] == identity and held[1] == lane.generation:
+                known = held[2]
+                if pages == known:
+                    continue  # nothing new: the device row is current
+                start = len(known)
+                if len(pages) > start and pages[:start] == known:
+                    if len(pages) > view.shape[1]:
+                        raise LaneOverflow(f"{destination}: {len(pages)} page ids exceed the row width "
+                                           f"{view.shape[1]}")
+                    view[lane.slot, start:len(pages)] = np.asarray(pages[start:], dtype=np.int64) + binding.offset
+                    rows[lane.slot] = (identity, lane.generation, pages)
+                    self.page_entries_uploaded += len(pages) - start
+                    self._upload(destination, lane.slot, slice(start, len(pages)))
+                    continue
+            binding.write(host, [lane])  # a new request in the slot: its whole row, padding included
+            rows[lane.slot] = (identity, lane.generation, pages)
+            self.page_entries_uploaded += len(pages)
+            self._upload(destination, lane.slot)
+
+    def _upload(self, name: str, row: int | None = None, columns: slice | None = None) -> None:
+        """Copy staging to the device: the whole buffer, one physical row, or a slice of that row."""
         if self.device.type != "cuda":
             return  # the staging is the buffer
         if row is None:
             self.buffers[name].copy_(self.staging[name], non_blocking=True)
-        else:
+        elif columns is None:
             self.buffers[name][row].copy_(self.staging[name][row], non_blocking=True)
+        else:
+            self.buffers[name][row, columns].copy_(self.staging[name][row, columns], non_blocking=True)
 
     def _execute(self, graph: ExecutorGraph) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.

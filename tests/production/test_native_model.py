@@ -191,3 +191,72 @@ def test_a_submission_that_fails_to_pack_still_takes_its_sequence(cores):
         executor.run_round("prefill_p8", [_lane(0, PROMPT[:9])])  # 9 tokens in an 8-token graph
     (row,) = executor.run_round("prefill_p8", [_lane(0, PROMPT[:8])])
     assert executor.sequence == before + 2 and row.submission_sequence == before + 2
+
+
+def test_page_table_rows_upload_only_newly_assigned_entries(cores):
+    """A slot's page-table row is written whole for a new request (generation), then only the entries
+    assigned since; a new generation, or other pages under a reused generation, rewrite it."""
+    import dataclasses
+
+    from helios.proto import contract_pb2
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    executor, graph = native.executor, native.graphs["prefill_p16"]
+    (table,) = [b.destination for b in graph.packing.bindings if b.source == contract_pb2.VALUE_SOURCE_PAGE_TABLE]
+    uploads = []
+    executor._upload = lambda name, row=None, columns=None: uploads.append((name, row, columns))
+
+    def pack(lane):
+        uploads.clear()
+        executor._pack(graph, [lane])
+        return [(row, columns) for name, row, columns in uploads if name == table], executor.host_view[table][1]
+
+    first = dataclasses.replace(_lane(1, PROMPT[:4]), page_ids=(3, 4))
+    sent, row = pack(first)
+    assert sent == [(1, None)] and list(row[:3]) == [3, 4, 0]
+    sent, _ = pack(first)
+    assert sent == []  # unchanged: nothing uploaded
+    sent, row = pack(dataclasses.replace(first, page_ids=(3, 4, 9)))
+    assert sent == [(1, slice(2, 3))] and list(row[:4]) == [3, 4, 9, 0]  # the new entry alone
+    sent, row = pack(dataclasses.replace(first, generation=2, page_ids=(7,)))
+    assert sent == [(1, None)] and list(row[:3]) == [7, 0, 0]  # a new generation: the whole row
+    sent, row = pack(dataclasses.replace(first, generation=2, page_ids=(8, 5)))
+    assert sent == [(1, None)] and list(row[:3]) == [8, 5, 0]  # other pages: never a stale prefix
+
+
+def test_request_rows_follow_the_binding_that_packed_them(cores):
+    """A physical row packed by one graph's binding is packed again for a graph whose binding of the
+    same destination differs (offset), or after a submission-row binding overwrote the rows."""
+    import dataclasses
+
+    from helios.production.executor import NativeExecutor
+    from helios.proto import contract_pb2
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    graph = native.graphs["decode_b1"]
+    (generation,) = [b for b in graph.packing.bindings if b.source == contract_pb2.VALUE_SOURCE_GENERATION]
+
+    def variant(name, binding):
+        return dataclasses.replace(graph, name=name, packing=dataclasses.replace(graph.packing, graph=name,
+                                                                                 bindings=(binding,)))
+
+    shifted = variant("shifted", dataclasses.replace(generation, offset=100))
+    by_row = variant("by_row", dataclasses.replace(generation, indexing=contract_pb2.INDEXING_SUBMISSION_ROW,
+                                                   rows=1, padding=-7))
+    executor = NativeExecutor({"decode_b1": graph, "shifted": shifted, "by_row": by_row}, native.executor.buffers,
+                              native.executor.completion, sampled_tokens=native.executor.sampled_tokens,
+                              device=DEVICE, capture=None)
+    rows = executor.host_view[generation.destination]
+    lane = dataclasses.replace(_lane(1, (5,)), generation=3)
+    executor._pack(graph, [lane])
+    assert rows[1] == 3
+    executor._pack(shifted, [lane])
+    assert rows[1] == 103
+    executor._pack(graph, [lane])
+    assert rows[1] == 3
+    other = dataclasses.replace(_lane(0, (5,)), generation=4)
+    executor._pack(graph, [other])
+    executor._pack(by_row, [lane])  # submission row 0 holds slot 1's generation now
+    assert rows[0] == 3
+    executor._pack(graph, [other])
+    assert rows[0] == 4

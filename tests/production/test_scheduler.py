@@ -354,3 +354,26 @@ def test_the_host_half_imports_neither_torch_nor_triton():
             "helios.runtime.completion; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_page_table_updates_wait_for_a_graph_that_binds_the_page_table():
+    """Initialization binds no page table: a request admitted onto reused prefix pages gets those
+    entries in its first round whose graph uploads page tables, from index 0."""
+    variants = [GraphVariant("initialization", INIT, 1, 1, False, page_table=False)]
+    variants += [GraphVariant(f"prefill_p{p}", PREFILL, 1, p, False) for p in (8, 16)]
+    variants += [GraphVariant("decode_b4", DECODE, 4, 4, False)]
+    config = SchedulerConfig(max_active=2, queue_capacity=4, page_tokens=4, context_tokens=64, input_tokens=300,
+                             sampled_tokens=300)
+    s = Scheduler(config, GraphCatalog(variants), PageCache(16, 4, "test"))
+    s.add(request("a", 9, max_tokens=1))
+    run(s, s.schedule())
+    (outcome,) = run(s, s.schedule())  # a's prefill: pages 0 and 1 complete, published
+    s.finish("a")
+    s.add(request("b", 9, max_tokens=2))
+    init = s.schedule()
+    assert init.operation == INIT and init.lanes[0].page_ids[:2] == (0, 1)  # reused prefix pages
+    assert init.page_table_updates == ()
+    run(s, init)
+    prefill = s.schedule()
+    assert prefill.lanes[0].consumed == 8 and prefill.lanes[0].page_ids[:2] == (0, 1)
+    assert prefill.page_table_updates == ((prefill.lanes[0].slot, 0, prefill.lanes[0].page_ids),)

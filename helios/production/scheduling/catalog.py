@@ -27,6 +27,7 @@ class GraphVariant:
     batch_capacity: int  # B: lanes a round may hold
     packed_token_capacity: int  # P: tokens a round may hold
     device_pending: bool  # the pending token is device-owned (a state view, no host PENDING_TOKEN binding)
+    page_table: bool = True  # the graph uploads page tables (binds a PAGE_TABLE source)
 
     def __post_init__(self) -> None:
         if self.batch_capacity < 1 or self.packed_token_capacity < 1:
@@ -57,9 +58,11 @@ class GraphCatalog:
         """From `helios.contract` Graph records (a PreparedContract's or a Selection's graphs)."""
         variants = []
         for g in graphs:
-            host_pending = any(int(b.source) == C.VALUE_SOURCE_PENDING_TOKEN for b in g.value_bindings)
+            sources = {int(b.source) for b in g.value_bindings}
+            host_pending = C.VALUE_SOURCE_PENDING_TOKEN in sources
             variants.append(GraphVariant(g.name, int(g.operation), g.batch_capacity, g.packed_token_capacity,
-                                         device_pending=g.pending_token_state is not None and not host_pending))
+                                         device_pending=g.pending_token_state is not None and not host_pending,
+                                         page_table=C.VALUE_SOURCE_PAGE_TABLE in sources))
         return cls(variants)
 
     def has(self, operation: int) -> bool:

@@ -407,9 +407,10 @@ class Scheduler:
         for s, chunk in cohort:
             lane = self._lane(s, chunk, initialization=variant.operation == C.OPERATION_INITIALIZATION)
             lanes.append(lane)
-            start, entries = self.uploads.delta(lane.slot, lane.generation, lane.page_ids)
-            if entries:
-                updates.append((lane.slot, start, entries))
+            if variant.page_table:  # a graph without a page-table binding uploads none: nothing to remember
+                start, entries = self.uploads.delta(lane.slot, lane.generation, lane.page_ids)
+                if entries:
+                    updates.append((lane.slot, start, entries))
             constrained += int(s.request.constrained)
             s.in_flight += 1
             s.submitted += chunk
