@@ -196,11 +196,17 @@ def _cache(c: PreparedContract) -> Iterator[e.ContractError]:
     cache = c.cache
     if cache.page_tokens == 0:
         yield e.InvalidGeometry("model.cache.page_tokens", "a page must represent at least one token")
+    names = [h.name for h in cache.histories]
     for i, h in enumerate(cache.histories):
         path = f"model.cache.histories[{i}]"
+        if not h.name or names.count(h.name) > 1:  # completion cursors name regions
+            yield e.DuplicateName(f"{path}.name", f"history region name {h.name!r} must be nonempty and unique")
         if (p := _enum_problem(f"{path}.kind", h.kind, HistoryKind, "history kind")) is not None:
             yield p
             continue
+        if h.kind != HistoryKind.SLIDING_WINDOW and h.window_tokens:
+            yield e.InvalidGeometry(f"{path}.window_tokens", f"a {h.kind.name} region has no window extent "
+                                    f"({h.window_tokens} declared)")
         paged = h.kind in (HistoryKind.PAGED_KEY_VALUE, HistoryKind.PAGED_LATENT, HistoryKind.SLIDING_WINDOW)
         if paged and h.tokens_per_record == 0:
             yield e.InvalidGeometry(f"{path}.tokens_per_record", "a paged region stores at least one token a record")

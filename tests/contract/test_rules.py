@@ -184,6 +184,11 @@ CASES = [
     ("no-generation-graph", lambda s, mf: (_drop(s, mf, "decode_4"), _drop(s, mf, "speculative_4x3"),
                                            s.ClearField("speculative_widths")),
      e.MissingGraphVariant, "model.graphs"),
+    # History regions.
+    ("history-name-repeated", lambda s, mf: setattr(s.model.cache.histories[1], "name", "layer0"),
+     e.DuplicateName, "model.cache.histories[1].name"),
+    ("window-on-a-paged-region", lambda s, mf: setattr(s.model.cache.histories[0], "window_tokens", 8),
+     e.InvalidGeometry, "model.cache.histories[0].window_tokens"),
     # Identity.
     ("empty-served-id", lambda s, mf: setattr(s, "served_id", ""), e.InvalidIdentity, "served_id"),
     ("empty-alias", lambda s, mf: s.aliases.append(""), e.InvalidIdentity, "aliases[1]"),
