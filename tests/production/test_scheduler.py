@@ -377,3 +377,23 @@ def test_page_table_updates_wait_for_a_graph_that_binds_the_page_table():
     prefill = s.schedule()
     assert prefill.lanes[0].consumed == 8 and prefill.lanes[0].page_ids[:2] == (0, 1)
     assert prefill.page_table_updates == ((prefill.lanes[0].slot, 0, prefill.lanes[0].page_ids),)
+
+
+def test_forming_a_second_frame_round_decides_the_frame_rule_once():
+    """The frame rule looks at every running request: asking it once per lane made forming a second
+    round quadratic in the lanes in flight."""
+    s = scheduler(device_pending=True, frames=2, framed=True, max_active=4)
+    for name in "abcd":
+        s.add(request(name, 2, max_tokens=20))
+    for _ in range(4):
+        run(s, s.schedule())  # initializations
+    run(s, s.schedule())  # one MIXED prefill of all four: they decode from now on
+    run(s, s.schedule())  # a decode round: the next one may take the second frame
+    first = s.schedule()
+    assert first.operation == DECODE and len(first.lanes) == 4
+    calls = []
+    rule = s.max_inflight
+    s.max_inflight = lambda: calls.append(1) or rule()
+    second = s.schedule()
+    assert second is not None and len(second.lanes) == 4 and second.frame != first.frame
+    assert len(calls) <= 3

@@ -230,12 +230,14 @@ class Scheduler:
         if len(self._outstanding) >= self.max_inflight():
             return None
         self._admit()
-        if len(self._outstanding) >= self.max_inflight():  # an admission may have brought feedback needs
+        limit = self.max_inflight()  # decided once a round: it looks at every running request
+        if len(self._outstanding) >= limit:  # an admission may have brought feedback needs
             return None
         for s in self._running:
             if not s.initialized and s.in_flight == 0 and not (s.cancelled or s.ended):
                 return self._submit(self._init, [(s, 0)])
-        ready = [s for s in self._running if self._ready(s)]
+        second_frame = len(self._outstanding) == 1 and limit == 2
+        ready = [s for s in self._running if self._ready(s, second_frame)]
         decode = [s for s in ready if s.remaining == 1]
         prefill = [s for s in ready if s.remaining > 1]
         mixed = self.catalog.has(C.OPERATION_MIXED)
@@ -319,13 +321,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------ internals
 
-    def _ready(self, s: _Sequence) -> bool:
+    def _ready(self, s: _Sequence, second_frame: bool) -> bool:
         if not s.initialized or s.cancelled or s.ended or s.remaining < 1:
             return False
         if s.in_flight == 0:
             return True
         # The second frame: a decode lane whose previous round was a decode, pending token on device.
-        return (len(self._outstanding) == 1 and self.max_inflight() == 2 and s.remaining == 1
+        return (second_frame and s.remaining == 1
                 and s.last_operation == C.OPERATION_DECODE
                 and s.sampled + s.unknown < s.request.generation.max_tokens)
 
