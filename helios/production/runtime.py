@@ -246,7 +246,10 @@ class ProductionRuntime(ModelRuntime):
             submitted = []
             while (plan := scheduler.schedule()) is not None:
                 submitted.append(plan)
-                self._submit(plan)
+                try:
+                    self._submit(plan)
+                except Exception as error:  # the executor refused the submission: that round failed
+                    self._abort(plan, f"model execution failed: {type(error).__name__}: {error}")
             if not scheduler.outstanding:
                 if not submitted:
                     self._lock.wait(0.05)  # nothing can run until a request arrives, ends or is cancelled

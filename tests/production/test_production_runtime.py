@@ -456,3 +456,45 @@ def test_a_request_enqueued_as_the_worker_stops_still_ends(core):
 
     result = asyncio.run(main())
     assert isinstance(result.terminal, Rejected) and "stopped" in result.terminal.reason
+
+
+def test_a_refused_framed_submission_fails_its_round_not_the_worker(core):
+    """An executor that takes submissions (submit_round/collect) and refuses one: that round's
+    requests fail, the worker goes on serving."""
+    greedy = SamplingParams(temperature=0.0)
+    later = GenerationRequest(tuple(range(40, 50)), max_tokens=3, sampling=greedy, ignore_eos=True)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(later))
+    engine = ReferenceEngine.load(core, pages=16)
+
+    class Framed:
+        calls = 0
+
+        def run_round(self, graph_name, lanes):
+            return engine.run_round(graph_name, lanes)
+
+        def submit_round(self, graph_name, lanes, frame):
+            rows = engine.run_round(graph_name, lanes)  # the transport numbered and ran it...
+            Framed.calls += 1
+            if Framed.calls == 2:
+                raise RuntimeError("injected: submission refused")  # ...but hands back no handle
+            return rows
+
+        def collect(self, handle):
+            return handle
+
+    rt = ProductionRuntime.for_executor(Framed(), engine.contract, AdmissionLimits(max_active=1, queue_capacity=4),
+                                       pages=16)
+
+    async def main():
+        rt.start()
+        try:
+            failed = await _collect(rt.submit(PreparedRequest("a", GenerationRequest((1, 2, 3), max_tokens=2))))
+            served = await _collect(rt.submit(PreparedRequest("b", later, observe_tokens=True)))
+            return failed, served, rt.health()
+        finally:
+            rt.shutdown()
+
+    failed, served, health = asyncio.run(main())
+    assert isinstance(failed.terminal, Failed) and "submission refused" in failed.terminal.message
+    assert isinstance(served.terminal, Finished) and served.tokens == expected
+    assert health.ok
