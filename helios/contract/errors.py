@@ -22,6 +22,10 @@ class InvalidIdentity(ContractError):
     """The served identifier, an alias or the cache identity is empty."""
 
 
+class InvalidDefaults(ContractError):
+    """A serving default is out of the range a request value may take."""
+
+
 class UnsupportedContractVersion(ContractError):
     """ModelContract.version is not 1, 2 or 3."""
 

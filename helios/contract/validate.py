@@ -28,6 +28,7 @@ from helios.contract.enums import (
     ToolParser,
     ValueSource,
 )
+from helios.contract.metadata import serving_metadata
 from helios.contract.model import Buffer, Graph, StateView
 from helios.contract.variants import missing_variants
 
@@ -59,7 +60,7 @@ def problems(c: PreparedContract) -> Iterator[e.ContractError]:
         yield e.UnsupportedContractVersion(
             "model.version", f"contract version {c.version} is not supported (supported: 1, 2, 3)")
         return
-    yield from _identity(c)
+    yield from serving_metadata(c)
     yield from _geometry(c)
     yield from _manifest(c)
     yield from _cache(c)
@@ -72,18 +73,6 @@ def problems(c: PreparedContract) -> Iterator[e.ContractError]:
 
 
 # ----------------------------------------------------------------------------- serving metadata
-
-
-def _identity(c: PreparedContract) -> Iterator[e.ContractError]:
-    """The served identifier, its aliases and the cache identity name something: clients address the
-    model by them, and equal cache identities share cached prefixes."""
-    if not c.served_id:
-        yield e.InvalidIdentity("served_id", "the served identifier is empty")
-    for j, alias in enumerate(c.aliases):
-        if not alias:
-            yield e.InvalidIdentity(f"aliases[{j}]", "an alias is empty")
-    if not c.cache_identity:
-        yield e.InvalidIdentity("cache_identity", "the cache identity is empty (it would match any other)")
 
 
 def _geometry(c: PreparedContract) -> Iterator[e.ContractError]:

@@ -13,7 +13,10 @@ from tests.contract import valid
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12)
 small = st.integers(min_value=0, max_value=2**31 - 1)
-maybe_float = st.none() | st.floats(min_value=0.0, max_value=2.0, width=32)
+# Each sampling default within the range a request value may take (validate.py rejects the rest).
+maybe_temperature = st.none() | st.floats(min_value=0.0, max_value=2.0, width=32)
+maybe_fraction = st.none() | st.floats(min_value=0.0, max_value=1.0, width=32)
+maybe_top_p = st.none() | st.floats(min_value=0.0, max_value=1.0, width=32, exclude_min=True)
 
 
 @st.composite
@@ -24,8 +27,8 @@ def deployments(draw) -> core_pb2.DeploymentBody:
     serving.cache_identity = draw(names)
     serving.context_tokens = draw(st.integers(16, 1 << 20))
     serving.page_capacity, serving.snapshot_capacity = draw(small), draw(small)
-    for field in ("temperature", "top_p", "min_p"):
-        value = draw(maybe_float)
+    for field, strategy in (("temperature", maybe_temperature), ("top_p", maybe_top_p), ("min_p", maybe_fraction)):
+        value = draw(strategy)
         if value is None:
             serving.defaults.sampling.ClearField(field)
         else:
