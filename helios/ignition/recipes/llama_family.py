@@ -149,6 +149,11 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
     for key in _MOE_FIELDS:
         if config.get(key):
             raise UnsupportedCheckpoint(f"config.json: {key} = {config[key]!r} (mixture-of-experts is not supported)")
+    quantization = config.get("quantization_config")
+    if quantization:  # its tensors are packed or scaled; reading them as plain weights would be wrong
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        raise UnsupportedCheckpoint(f"config.json: quantization_config (quant_method = {method!r}): quantized "
+                                    "checkpoints are not supported")
     activation = config.get("hidden_act", "silu")
     if activation != "silu" or activation not in ACTIVATIONS:
         raise UnsupportedCheckpoint(f"config.json: hidden_act = {activation!r} (supported: 'silu')")
