@@ -51,6 +51,9 @@ def test_each_variant_reads_as_data(tiny_checkpoint):
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}}, "rope_type"),
     ({"layer_types": ["full_attention", "chunked_attention"]}, "layer_types"),
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}, "quantization_config"),
+    ({"rms_norm_eps": "1e-6"}, "rms_norm_eps"),
+    ({"partial_rotary_factor": [0.5]}, "partial_rotary_factor"),
+    ({"partial_rotary_factor": 1.5}, "partial_rotary_factor"),
 ])
 def test_unsupported_checkpoints_name_the_field(tiny_checkpoint, tmp_path, changes, field):
     directory = _edited(tiny_checkpoint, "mistral", tmp_path, **changes)

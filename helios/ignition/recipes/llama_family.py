@@ -91,6 +91,13 @@ def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int
     return value
 
 
+def _number(config: Mapping[str, Any], key: str, default: float) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value == float("inf"):
+        raise UnsupportedCheckpoint(f"config.json: {key} = {value!r} must be a positive number")
+    return float(value)
+
+
 def _windows(config: Mapping[str, Any], model_type: str, layers: int) -> tuple[int | None, ...]:
     """The sliding window of each layer, exactly as the transformers modeling code of `model_type` reads it.
 
@@ -177,7 +184,9 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
         head_dim = hidden // heads if defaults["head_dim"] == "hidden/heads" else defaults["head_dim"]
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
         raise UnsupportedCheckpoint(f"config.json: head_dim = {head_dim!r} must be a positive integer")
-    partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0
+    partial = rope.get("partial_rotary_factor", _number(config, "partial_rotary_factor", 1.0)) or 1.0
+    if not 0.0 < partial <= 1.0:
+        raise UnsupportedCheckpoint(f"config.json: partial_rotary_factor = {partial!r} must be in (0, 1]")
     rotary_dim = int(head_dim * partial)
     layers = _int(config, "num_hidden_layers")
     kv_heads = config.get("num_key_value_heads", defaults["num_key_value_heads"])
@@ -195,7 +204,7 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
         kv_heads=_int({"num_key_value_heads": kv_heads}, "num_key_value_heads"),
         head_dim=head_dim,
         rotary_dim=rotary_dim,
-        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=_number(config, "rms_norm_eps", 1e-6),
         activation=activation,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         # Qwen2: q/k/v always biased, o never; Mistral: never; Llama, Qwen3: attention_bias on q/k/v/o.
