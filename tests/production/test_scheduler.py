@@ -397,3 +397,29 @@ def test_forming_a_second_frame_round_decides_the_frame_rule_once():
     second = s.schedule()
     assert second is not None and len(second.lanes) == 4 and second.frame != first.frame
     assert len(calls) <= 3
+
+
+def test_a_readmitted_lane_host_feeds_its_last_token_when_the_device_owns_pending_tokens():
+    """A device-owned pending token lives in the state of the admission that sampled it: after
+    preemption the request's last sampled token is re-fed by the host (as a prompt token), and
+    decode rounds of that admission read the device's pending token again."""
+    s = scheduler(pages=6, max_active=2, device_pending=True)
+    s.add(request("a", 3, max_tokens=12))
+    s.add(request("b", 3, max_tokens=12, first=100))
+    refed, later_decodes = None, []
+    for _ in range(200):
+        plan = s.schedule()
+        if plan is None:
+            break
+        for lane, rid in zip(plan.lanes, plan.request_ids, strict=True):
+            if rid == "b" and s.counters.readmissions and plan.operation != INIT:
+                if refed is None and len(lane.tokens) > 1:
+                    refed = lane
+                elif refed is not None:
+                    later_decodes.append(lane)
+        for outcome in run(s, plan):
+            if outcome.sampled == 12:
+                s.finish(outcome.request_id)
+    assert refed is not None and refed.samples
+    assert refed.prompt_tokens_in_round == len(refed.tokens)  # every re-fed token from the host
+    assert later_decodes and all(lane.prompt_tokens_in_round == 0 for lane in later_decodes)

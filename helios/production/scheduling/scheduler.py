@@ -85,6 +85,7 @@ class _Sequence:
     cancelled: bool = False
     ended: bool = False
     admitted: bool = False  # admitted at least once
+    admitted_known: int = 0  # tokens known at the latest (re)admission: the device has sampled none of them
     reused_prompt_tokens: int = 0
 
     @property
@@ -400,6 +401,7 @@ class Scheduler:
             self._slot_generations[s.slot] += 1
             s.generation = self._slot_generations[s.slot]
             s.pages, s.consumed, s.initialized, s.admitted = pages, match.tokens, False, True
+            s.admitted_known = len(s.known)
             bisect.insort(self._running, s, key=lambda v: v.order)
 
     def _submit(self, variant: GraphVariant, cohort: list[tuple[_Sequence, int]]) -> RoundPlan:
@@ -442,6 +444,10 @@ class Scheduler:
             # The last known token is the pending one when it was sampled; earlier tokens (the prompt,
             # or history re-fed after readmission) are host-fed as prompt tokens.
             ends_in_sample = samples and len(s.known) + s.unknown > len(request.prompt_token_ids)
+            if ends_in_sample and consumed + chunk <= s.admitted_known and self.catalog.device_pending:
+                # A device-owned pending token is state of the admission that sampled it; one sampled
+                # before a readmission is re-fed by the host like the rest of the history.
+                ends_in_sample = False
             prompt_in_round = chunk - 1 if ends_in_sample else chunk
         eos = request.eos_token_ids or self.config.eos_ids
         return LaneInput(slot=s.slot, generation=s.generation, consumed=consumed, tokens=tokens,
