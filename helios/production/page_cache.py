@@ -184,12 +184,21 @@ class PageCache:
 class SequencePages:
     """The pages of one admitted sequence, in sequence order, with the keys of its published prefix."""
 
-    __slots__ = ("_cache", "keys", "pages")
+    __slots__ = ("_cache", "_ids", "keys", "pages")
 
     def __init__(self, cache: PageCache, match: PrefixMatch | None = None) -> None:
         self._cache = cache
         self.pages: list[int] = list(match.pages) if match else []
         self.keys: list[bytes] = list(match.keys) if match else []  # keys of pages [0, len(keys))
+        self._ids: tuple[int, ...] = tuple(self.pages)
+
+    @property
+    def page_ids(self) -> tuple[int, ...]:
+        """The pages as a tuple, rebuilt only when pages were added: a lane of every round carries it,
+        and an unchanged page table is then the same object (compared at no cost)."""
+        if len(self._ids) != len(self.pages):
+            self._ids = tuple(self.pages)
+        return self._ids
 
     @property
     def reserved_tokens(self) -> int:
@@ -222,6 +231,7 @@ class SequencePages:
         """Return every page (published ones stay cached for reuse)."""
         pages, self.pages = self.pages, []
         self.keys = []
+        self._ids = ()
         self._cache.release(pages)
 
 

@@ -104,3 +104,18 @@ def test_page_table_uploads_only_new_entries_and_generations_invalidate():
     assert uploads.delta(0, 2, [5, 6]) == (0, (5, 6))  # a new request in the slot: the whole row
     assert uploads.delta(1, 1, [9]) == (0, (9,))
     assert uploads.entries_uploaded == 1 + 2 + 2 + 1
+
+
+def test_page_ids_are_one_tuple_until_pages_are_added():
+    """Every round's lane carries the sequence's page ids: while no page is added they are the same
+    tuple (no per-round copy, and an executor compares them at no cost)."""
+    cache = PageCache(8, 4, "m")
+    pages = SequencePages(cache)
+    pages.reserve(3)
+    first = pages.page_ids
+    pages.reserve(4)  # still one page
+    assert pages.page_ids is first and first == tuple(pages.pages)
+    pages.reserve(5)
+    assert pages.page_ids == tuple(pages.pages) and len(pages.page_ids) == 2
+    pages.release()
+    assert pages.page_ids == ()

@@ -451,7 +451,7 @@ class Scheduler:
             prompt_in_round = chunk - 1 if ends_in_sample else chunk
         eos = request.eos_token_ids or self.config.eos_ids
         return LaneInput(slot=s.slot, generation=s.generation, consumed=consumed, tokens=tokens,
-                         prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=tuple(s.pages.pages),
+                         prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=s.pages.page_ids,
                          seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
                          eos_ids=tuple(eos), prompt_token_ids=request.prompt_token_ids)
 
