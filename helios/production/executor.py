@@ -29,6 +29,7 @@ from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.engine import Completion
+from helios.runtime.completion import transport_sequence
 from helios.runtime.packing import GraphPacking, LaneInput, LaneOverflow, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
@@ -230,7 +231,7 @@ class NativeExecutor:
             self.buffers[frame].fill_(0)
         sequence = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
         if sequence is not None:
-            self.buffers[sequence].fill_(self.sequence)
+            self.buffers[sequence].fill_(transport_sequence(self.sequence))
         if self.capture is not None:
             self.capture.replay(graph.name)
         else:
@@ -256,7 +257,8 @@ class NativeExecutor:
 
     def _validate_all(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
         """The checks of `validate` for a whole cohort at once; the first failing lane is reported."""
-        expected = [(0, self.sequence, lane.generation, int(lane.samples), lane.consumed + len(lane.tokens), -1, -1)
+        written = transport_sequence(self.sequence)
+        expected = [(0, written, lane.generation, int(lane.samples), lane.consumed + len(lane.tokens), -1, -1)
                     for lane in lanes]
         got = [(r.status, r.submission_sequence, r.generation, r.emitted, r.consumed_endpoint, r.draft_cursor,
                 r.model_reserved) for r in rows]
@@ -271,8 +273,8 @@ class NativeExecutor:
         expected_endpoint = lane.consumed + len(lane.tokens)
         checks = (
             (row.status == 0, f"status {row.status} (execution failed)"),
-            (row.submission_sequence == self.sequence,
-             f"submission sequence {row.submission_sequence}, submitted {self.sequence}"),
+            (row.submission_sequence == transport_sequence(self.sequence),
+             f"submission sequence {row.submission_sequence}, submitted {transport_sequence(self.sequence)}"),
             (row.generation == lane.generation, f"generation echo {row.generation}, lane generation {lane.generation}"),
             (row.emitted == int(lane.samples), f"emitted {row.emitted}, expected {int(lane.samples)}"),
             (row.consumed_endpoint == expected_endpoint,

@@ -32,7 +32,7 @@ from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.interpreter import bf16_to_f32, execute
 from helios.reference.operators import NUMPY_DTYPES
-from helios.runtime.completion import Completion, CompletionInvalid, validate_round
+from helios.runtime.completion import Completion, CompletionInvalid, transport_sequence, validate_round
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import GenerationRequest
 
@@ -150,7 +150,7 @@ class ReferenceEngine:
         sequence = self._field(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
         # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.
         frame[...] = 0
-        sequence[...] = self._sequence
+        sequence[...] = transport_sequence(self._sequence)
         tensors: dict[str, np.ndarray] = dict(self.buffers)
         tensors.update(self.weights)
         env = execute(graph.program, tensors, graph.operators)

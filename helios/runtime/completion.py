@@ -19,6 +19,16 @@ from dataclasses import dataclass
 from helios.errors import HeliosError
 from helios.runtime.packing import LaneInput
 
+# The transport writes a submission's sequence into a 32-bit completion field: it counts modulo 2**31,
+# so a server that has run 2**31 rounds keeps numbering them (and a row is checked against the
+# sequence as the transport wrote it).
+SEQUENCE_MODULUS = 2**31
+
+
+def transport_sequence(sequence: int) -> int:
+    """The value the transport writes for submission `sequence` (what a completion row echoes)."""
+    return sequence % SEQUENCE_MODULUS
+
 
 class CompletionInvalid(HeliosError):
     """A completion row disagrees with the round it answers (an execution failure)."""
@@ -82,9 +92,9 @@ def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, se
     where = f"graph {graph_name}, slot {lane.slot}"
     if row.status != 0:
         raise ExecutionStatusFailed(f"{where}: status {row.status} (execution failed)")
-    if row.submission_sequence != sequence:
+    if row.submission_sequence != transport_sequence(sequence):
         raise SubmissionOrderViolated(f"{where}: submission_sequence {row.submission_sequence}, "
-                                      f"the round was submitted as {sequence}")
+                                      f"the round was submitted as {transport_sequence(sequence)}")
     if frame is not None and row.frame_index != frame:
         raise SubmissionOrderViolated(f"{where}: frame_index {row.frame_index}, the round was submitted in "
                                       f"frame {frame}")

@@ -260,3 +260,11 @@ def test_request_rows_follow_the_binding_that_packed_them(cores):
     assert rows[0] == 3
     executor._pack(graph, [other])
     assert rows[0] == 4
+
+
+def test_the_submission_sequence_wraps_in_its_32_bit_field(cores):
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    executor = native.executor
+    executor.sequence = 2**31 - 1
+    (row,) = executor.run_round("prefill_p8", [_lane(0, PROMPT[:8])])  # submission 2**31: written as 0
+    assert executor.sequence == 2**31 and row.submission_sequence == 0

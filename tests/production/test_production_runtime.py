@@ -498,3 +498,18 @@ def test_a_refused_framed_submission_fails_its_round_not_the_worker(core):
     assert isinstance(failed.terminal, Failed) and "submission refused" in failed.terminal.message
     assert isinstance(served.terminal, Finished) and served.tokens == expected
     assert health.ok
+
+
+def test_submission_sequences_keep_counting_past_the_32_bit_completion_field(core):
+    """A long-running server passes 2**31 rounds: the transport writes the sequence modulo 2**31 into
+    its 32-bit completion field and every row is still checked against it."""
+    greedy = SamplingParams(temperature=0.0)
+    request = GenerationRequest(tuple(range(40, 50)), max_tokens=4, sampling=greedy, ignore_eos=True)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(request))
+    engine = ReferenceEngine.load(core, pages=16)
+    engine._sequence = 2**31 - 3  # the rounds of this request cross 2**31
+    rt = ProductionRuntime.for_executor(engine, engine.contract, AdmissionLimits(max_active=2), pages=16,
+                                       sequence_origin=engine._sequence)
+    (result,) = serve(rt, [PreparedRequest("a", request, observe_tokens=True)])
+    assert isinstance(result.terminal, Finished), result.terminal
+    assert result.tokens == expected and engine._sequence > 2**31
