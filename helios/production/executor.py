@@ -145,6 +145,15 @@ class NativeExecutor:
         return rows
 
     def _pack(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
+        try:
+            self._pack_bindings(graph, lanes)
+        except BaseException:
+            # Rows this call wrote may be staged but not uploaded: remember none, repack them next time.
+            self._row_keys.clear()
+            self._page_rows.clear()
+            raise
+
+    def _pack_bindings(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
         packing = graph.packing
         if len(lanes) > packing.batch_capacity:
             raise ValueError(f"graph {graph.name}: {len(lanes)} lanes exceed the batch capacity")
@@ -165,16 +174,18 @@ class NativeExecutor:
                 continue
             held = self._row_keys.setdefault(destination, {})
             self._page_rows.pop(destination, None)
-            changed = []
+            changed, keys = [], []
             for lane in lanes:
                 key = _row_key(binding, lane)
                 if key is None or held.get(lane.slot) != (identity, key):
                     changed.append(lane)
-                    if key is not None:
-                        held[lane.slot] = (identity, key)
+                    keys.append(key)
             if not changed:
                 continue
             binding.write(host, changed)
+            for lane, key in zip(changed, keys, strict=True):  # remembered once written, not before
+                if key is not None:
+                    held[lane.slot] = (identity, key)
             if _row_key(binding, changed[0]) is None or len(changed) * 4 > host.shape[0]:
                 whole.add(destination)
             elif destination not in whole:

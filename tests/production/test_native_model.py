@@ -268,3 +268,25 @@ def test_the_submission_sequence_wraps_in_its_32_bit_field(cores):
     executor.sequence = 2**31 - 1
     (row,) = executor.run_round("prefill_p8", [_lane(0, PROMPT[:8])])  # submission 2**31: written as 0
     assert executor.sequence == 2**31 and row.submission_sequence == 0
+
+
+def test_a_row_that_failed_to_pack_is_packed_again(cores):
+    """Rows packed once per request are remembered only once written: a round that failed while
+    packing (here an earlier lane's prompt id outside the histogram) leaves no row marked current."""
+    import dataclasses
+
+    from helios.runtime.packing import LaneOverflow
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    executor, graph = native.executor, native.graphs["decode_b2"]
+    width = executor.host_view["lane_prompt_histogram"].shape[1]
+    bad = dataclasses.replace(_lane(0, (5,)), prompt_token_ids=(width,))
+    good = dataclasses.replace(_lane(1, (5,)), seed=99, prompt_token_ids=(3, 3))
+    with pytest.raises(LaneOverflow):
+        executor._pack(graph, [bad, good])
+    uploads = []
+    executor._upload = lambda name, row=None, columns=None: uploads.append(name)
+    executor._pack(graph, [good])
+    assert int(executor.host_view["lane_seed"][1]) == 99
+    assert "lane_seed" in uploads  # written to staging by the failed round, never uploaded: again now
+    assert executor.host_view["lane_prompt_histogram"][1][3] == 2
