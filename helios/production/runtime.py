@@ -162,7 +162,8 @@ class ProductionRuntime(ModelRuntime):
 
     def _enqueue(self, request: PreparedRequest, stream: EventStream) -> None:
         with self._lock:
-            if request.request_id in self._entries:
+            if request.request_id in self._entries or self._scheduler.holds(request.request_id):
+                # NOTE: an ended request stays with the scheduler until the fence of its last round
                 raise DuplicateRequestId(f"request id {request.request_id!r} is already submitted")
             if self._status != "ok":  # stopped since the admission check: no worker would ever take it
                 self._submitted += 1

@@ -12,6 +12,7 @@ import pytest
 
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.production.runtime import ProductionRuntime
+from helios.production.scheduling import SchedulerRequest
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import PreparedRequest
@@ -513,3 +514,22 @@ def test_submission_sequences_keep_counting_past_the_32_bit_completion_field(cor
     (result,) = serve(rt, [PreparedRequest("a", request, observe_tokens=True)])
     assert isinstance(result.terminal, Finished), result.terminal
     assert result.tokens == expected and engine._sequence > 2**31
+
+
+def test_an_id_the_scheduler_still_holds_is_a_duplicate(core):
+    """A request that ended while a round of it is still in flight (two frames) stays with the
+    scheduler until that round's fence: its id is not free yet, and reusing it must be refused at
+    submission (the worker's scheduler would refuse it, and that failure stopped the worker)."""
+    from helios.runtime.interface import DuplicateRequestId
+
+    rt = runtime(core, pages=16)
+    rt.scheduler.add(SchedulerRequest("x", GenerationRequest((1, 2, 3), max_tokens=2)))  # held, fence pending
+    rt._status = "ok"  # accept submissions; no worker runs the held request
+
+    async def main():
+        with pytest.raises(DuplicateRequestId):
+            rt.submit(PreparedRequest("x", GenerationRequest((4, 5, 6), max_tokens=2)))
+        rt.submit(PreparedRequest("y", GenerationRequest((4, 5, 6), max_tokens=2)))
+
+    asyncio.run(main())
+    assert [e.request.request_id for e in rt._ingress] == ["y"]

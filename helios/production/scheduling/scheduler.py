@@ -190,6 +190,10 @@ class Scheduler:
         out, self._released = self._released, []
         return out
 
+    def holds(self, request_id: str) -> bool:
+        """The scheduler still knows the request (queued, running, or waiting for its last fence)."""
+        return request_id in self._all
+
     def reused_prompt_tokens(self, request_id: str) -> int:
         s = self._all.get(request_id)
         return 0 if s is None else s.reused_prompt_tokens
