@@ -186,6 +186,8 @@ class NativeExecutor:
             for lane, key in zip(changed, keys, strict=True):  # remembered once written, not before
                 if key is not None:
                     held[lane.slot] = (identity, key)
+                else:  # a per-round value now: whatever was remembered for the row is gone
+                    held.pop(lane.slot, None)
             if _row_key(binding, changed[0]) is None or len(changed) * 4 > host.shape[0]:
                 whole.add(destination)
             elif destination not in whole:

@@ -260,6 +260,15 @@ def test_request_rows_follow_the_binding_that_packed_them(cores):
     assert rows[0] == 3
     executor._pack(graph, [other])
     assert rows[0] == 4
+    per_round = variant("per_round", dataclasses.replace(generation, source=contract_pb2.VALUE_SOURCE_QUERY_LENGTH))
+    executor = NativeExecutor({"decode_b1": graph, "per_round": per_round}, native.executor.buffers,
+                              native.executor.completion, sampled_tokens=native.executor.sampled_tokens,
+                              device=DEVICE, capture=None)
+    executor._pack(graph, [lane])
+    executor._pack(per_round, [lane])  # packed every round: slot 1's row holds the query length 1
+    assert rows[1] == 1
+    executor._pack(graph, [lane])
+    assert rows[1] == 3
 
 
 def test_the_submission_sequence_wraps_in_its_32_bit_field(cores):
