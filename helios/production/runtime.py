@@ -10,8 +10,9 @@ lanes, frame) -> handle` and `collect(handle) -> rows`, which lets a second roun
 the first completes. One worker thread owns the scheduler and the executor:
 
     ingress -> scheduler.add -> scheduler.schedule -> executor -> scheduler.complete (validation)
-      -> per retired token: observation clock (timed requests only) -> EOS / output filter (decoding,
-         host stops) / output limit -> events -> scheduler.finish when the request ends
+      -> observation clock (once, when the round retired a timed request's token)
+      -> per retired token: EOS / output filter (decoding, host stops) / output limit -> events
+         -> scheduler.finish when the request ends (an output failure fails that request alone)
 
 Stops, observation and output parsing are the request's own `OutputFilter` (the one the reference
 worker uses). A request with string stops (`host_stop`) holds the scheduler to one outstanding round,
