@@ -333,14 +333,15 @@ class ProductionRuntime(ModelRuntime):
         if ended is not None:
             self._end(entry, *ended)
 
-    @staticmethod
-    def _observe(entry: _Entry, token: int, timestamp: int | None) -> tuple[Termination, tuple[object, ...]] | None:
+    def _observe(self, entry: _Entry, token: int, timestamp: int | None) -> tuple[Termination, tuple[object, ...]] | None:
         """EOS, then the output filter (decoding, host stops), then the output limit: the termination
-        and the pieces still to flush, or None while the request goes on."""
+        and the pieces still to flush, or None while the request goes on. A request naming no EOS
+        ids ends at the core's, as its lanes tell the device."""
         request = entry.request
         generation = request.generation
         output = request.output_filter
-        if token in generation.eos_token_ids and not generation.ignore_eos:
+        eos = generation.eos_token_ids or self._scheduler.config.eos_ids
+        if token in eos and not generation.ignore_eos:
             if request.observe_tokens:
                 entry.stream.put(TokenEvent(token, (), timestamp))
             return Termination.EOS, tuple(output.finish()) if output is not None else ()

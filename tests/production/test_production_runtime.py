@@ -533,3 +533,20 @@ def test_an_id_the_scheduler_still_holds_is_a_duplicate(core):
 
     asyncio.run(main())
     assert [e.request.request_id for e in rt._ingress] == ["y"]
+
+
+def test_a_request_without_eos_ids_ends_at_the_cores(core):
+    """A request that names no EOS ids ends at the core's, as its lanes tell the device and as the
+    reference engine ends it."""
+    import dataclasses as dc
+
+    prompt = tuple(range(60, 70))
+    greedy = SamplingParams(temperature=0.0)
+    expected = list(ReferenceEngine.load(core, pages=16).generate(
+        GenerationRequest(prompt, max_tokens=6, sampling=greedy, ignore_eos=True)))
+    rt = runtime(core, pages=16)
+    rt.scheduler.config = dc.replace(rt.scheduler.config, eos_ids=(expected[2],))  # the core's EOS ids
+    (result,) = serve(rt, [PreparedRequest("e", GenerationRequest(prompt, max_tokens=6, sampling=greedy),
+                                           observe_tokens=True)])
+    assert result.tokens == expected[: expected.index(expected[2]) + 1]
+    assert result.terminal.termination is Termination.EOS
