@@ -29,8 +29,8 @@ the entries assigned since, and a new generation (a new request in the slot) inv
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from helios.errors import HeliosError
@@ -128,6 +128,12 @@ class PageCache:
             self._references[page] = 1
             out.append(page)
         return out
+
+    def freed_by(self, holders: Iterable[Sequence[int]]) -> int:
+        """Pages that releasing every one of `holders` (each a sequence's pages) would make
+        allocatable: those holding no reference besides theirs."""
+        counts = Counter(page for pages in holders for page in pages)
+        return sum(1 for page, count in counts.items() if count == self._references[page])
 
     def release(self, pages: Sequence[int]) -> None:
         """Drop one reference on each page; unreferenced pages become cached (if published) or free."""

@@ -423,3 +423,37 @@ def test_a_readmitted_lane_host_feeds_its_last_token_when_the_device_owns_pendin
     assert refed is not None and refed.samples
     assert refed.prompt_tokens_in_round == len(refed.tokens)  # every re-fed token from the host
     assert later_decodes and all(lane.prompt_tokens_in_round == 0 for lane in later_decodes)
+
+
+def test_preemption_only_when_it_can_make_room():
+    """A lane short of pages preempts younger idle requests only when releasing them would cover the
+    shortfall; preempting ones that cannot (their pages are too few) throws their work away for nothing."""
+    s = scheduler(pages=4, max_active=3, mixed=False)
+    for name, prompt in (("o", 8), ("a", 4), ("y", 3)):
+        s.add(request(name, prompt, max_tokens=1))
+    for _ in range(3):
+        run(s, s.schedule())  # initializations
+    o, a, y = (s._all[name] for name in "oay")
+    o.pages.reserve(8)  # 2 pages
+    y.pages.reserve(4)  # 1 page: one page is left
+    assert not s._reserve(a, 12, keep=set())  # 3 pages: the free one and y's make 2
+    assert s.counters.preemptions == 0 and y.slot is not None
+    assert s._reserve(a, 8, keep=set())  # 2 pages: y's page makes room
+    assert s.counters.preemptions == 1 and y.slot is None and len(a.pages.pages) == 2
+
+
+def test_preempting_requests_that_share_pages_frees_what_only_they_hold():
+    """Pages two younger requests share are freed by preempting both: that counts as room."""
+    s = scheduler(pages=5, max_active=3, mixed=False)
+    s.add(request("p", 9, max_tokens=1))  # publishes pages 0 and 1
+    run(s, s.schedule())
+    run(s, s.schedule())
+    s.finish("p")
+    for name in ("o", "y", "z"):
+        s.add(request(name, 9 if name != "o" else 2, max_tokens=1, first=1 if name != "o" else 50))
+    for _ in range(3):
+        run(s, s.schedule())  # initializations; y and z took references on the two published pages
+    o, y, z = (s._all[name] for name in "oyz")
+    assert y.pages.pages == z.pages.pages == [0, 1] and s.cache.available == 3
+    assert s._reserve(o, 20, keep=set())  # 5 pages: the 3 free ones and the 2 only y and z hold
+    assert s.counters.preemptions == 2 and len(o.pages.pages) == 5

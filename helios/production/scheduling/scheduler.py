@@ -360,6 +360,7 @@ class Scheduler:
     def _reserve(self, s: _Sequence, tokens: int, keep: set[int]) -> bool:
         """Pages for positions [0, tokens) of `s`, preempting younger idle requests if needed."""
         assert s.pages is not None
+        checked = False
         while True:
             try:
                 s.pages.reserve(tokens)
@@ -369,6 +370,11 @@ class Scheduler:
                            and id(v) not in keep and v is not s]
                 if not victims:
                     return False
+                if not checked:  # preempting them all must make room, else none is preempted for nothing
+                    room = self.cache.available + self.cache.freed_by(v.pages.pages for v in victims if v.pages)
+                    if room < s.pages.shortfall(tokens):
+                        return False
+                    checked = True
                 self._preempt(max(victims, key=lambda v: v.order))
 
     def _preempt(self, s: _Sequence) -> None:
