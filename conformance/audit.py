@@ -37,7 +37,7 @@ from conformance.report import CaseResult, Divergence
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
 from helios.errors import HeliosError
 from helios.proto import manifest_pb2
-from helios.runtime.completion import Completion
+from helios.runtime.completion import Completion, transport_sequence
 from helios.runtime.packing import LaneInput
 
 M = manifest_pb2
@@ -151,8 +151,9 @@ class _Replay:
             if prod.frame_index != record.frame:
                 return self.divergence(record, "frame_index", record.frame, prod.frame_index, lane=lane.slot,
                                        detail="the row answers another execution frame")
-            if record.sequence is not None and prod.submission_sequence != record.sequence:
-                return self.divergence(record, "submission_sequence", record.sequence, prod.submission_sequence,
+            if record.sequence is not None and prod.submission_sequence != transport_sequence(record.sequence):
+                return self.divergence(record, "submission_sequence", transport_sequence(record.sequence),
+                                       prod.submission_sequence,
                                        lane=lane.slot, detail="the row answers another submission")
             if ref.emitted and ref.sampled_id != prod.sampled_id:
                 logits = kept.get(self.site.inputs[0]) if self.site else None

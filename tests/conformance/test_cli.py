@@ -77,3 +77,34 @@ def test_serve_trace_records_what_production_served(signed_core, tmp_path, capsy
     assert "pass" in capsys.readouterr().out
     with pytest.raises(HeliosError, match="--runtime production"):
         ServeOptions(core=core_path, accept="acme/tests", trust=(public,), trace=trace)
+
+
+def test_audit_compares_sequences_as_the_transport_wrote_them(signed_core, tmp_path, capsys):
+    """A trace recorded past 2**31 submissions: rows echo the sequence modulo 2**31, and the audit
+    compares them with the wrapped value, not the raw count."""
+    import json
+
+    from helios.runtime.completion import SEQUENCE_MODULUS
+    from helios.server.serve import ServeOptions, load_state
+    from tests.conformance.helpers import workload
+
+    core_path, public = signed_core
+    trace = tmp_path / "served.trace"
+    state, core = load_state(ServeOptions(core=core_path, accept="acme/tests", trust=(public,),
+                                          runtime="production", max_active=1, trace=trace))
+    try:
+        from conformance.e2e import drive, prepare_requests
+
+        (requests,) = prepare_requests(core, workload("w", {"prompt": [6, 6, 6], "max_tokens": 2, "temperature": 0}),
+                                       copies=1)
+        assert all(r.outcome == "finished" for r in drive(state.runtime, requests))
+    finally:
+        core.close()
+    lines = trace.read_text().splitlines()
+    shifted = [json.dumps(json.loads(line) | {"sequence": json.loads(line)["sequence"] + SEQUENCE_MODULUS})
+               if json.loads(line).get("sequence") is not None else line for line in lines[1:]]
+    assert any(line != original for line, original in zip(shifted, lines[1:], strict=True))
+    wrapped = tmp_path / "wrapped.trace"
+    wrapped.write_text("\n".join([lines[0], *shifted]) + "\n")
+    assert main(_args(signed_core, "--audit", str(wrapped))) == 0
+    assert "pass" in capsys.readouterr().out
