@@ -35,7 +35,7 @@ import numpy as np
 
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
-from helios.runtime.completion import Completion
+from helios.runtime.completion import Completion, completion_rows
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import SamplingParams
 
@@ -204,23 +204,7 @@ def read_rows(buffers: Mapping[str, Any], completion: Mapping[int, str], lanes: 
     arrays = {field: to_numpy(buffers[name]).reshape(to_numpy(buffers[name]).shape[0], -1)
               for field, name in completion.items()}
 
-    def at(field: int, row: int) -> int:
-        array = arrays.get(field)
-        if array is None:
-            return -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
-        return int(array[0 if array.shape[0] == 1 else row, 0])
-
-    return [Completion(
-        frame_index=at(M.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
-        submission_sequence=at(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
-        generation=at(M.COMPLETION_FIELD_GENERATION, lane.slot),
-        sampled_id=at(M.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
-        emitted=at(M.COMPLETION_FIELD_EMITTED, lane.slot),
-        consumed_endpoint=at(M.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
-        draft_cursor=at(M.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
-        model_reserved=at(M.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
-        status=at(M.COMPLETION_FIELD_STATUS, lane.slot),
-    ) for lane in lanes]
+    return completion_rows(arrays, lanes)
 
 
 class TraceRecorder:

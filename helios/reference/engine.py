@@ -32,7 +32,13 @@ from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.interpreter import bf16_to_f32, execute
 from helios.reference.operators import NUMPY_DTYPES
-from helios.runtime.completion import Completion, CompletionInvalid, transport_sequence, validate_round
+from helios.runtime.completion import (
+    Completion,
+    CompletionInvalid,
+    completion_rows,
+    transport_sequence,
+    validate_round,
+)
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import GenerationRequest
 
@@ -157,26 +163,7 @@ class ReferenceEngine:
         if self.keep:
             self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
             self.kept_graphs.append(graph_name)
-        rows = []
-        for lane in lanes:
-            values = {field: self._field(field).reshape(self._field(field).shape[0], -1)
-                      for field in self._completion}
-
-            def at(field: int, row: int, values: dict = values) -> int:
-                array = values[field]
-                return int(array[0 if array.shape[0] == 1 else row, 0])
-
-            rows.append(Completion(
-                frame_index=at(F.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
-                submission_sequence=at(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
-                generation=at(F.COMPLETION_FIELD_GENERATION, lane.slot),
-                sampled_id=at(F.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
-                emitted=at(F.COMPLETION_FIELD_EMITTED, lane.slot),
-                consumed_endpoint=at(F.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
-                draft_cursor=at(F.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
-                model_reserved=at(F.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
-                status=at(F.COMPLETION_FIELD_STATUS, lane.slot),
-            ))
+        rows = completion_rows({field: self._field(field) for field in self._completion}, lanes)
         self.validate_round(graph_name, lanes, rows)
         return rows
 

@@ -13,10 +13,13 @@ class; the message names the graph, the slot and the field.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from helios.errors import HeliosError
+from helios.proto import manifest_pb2
 from helios.runtime.packing import LaneInput
 
 # The transport writes a submission's sequence into a 32-bit completion field: it counts modulo 2**31,
@@ -159,3 +162,36 @@ def _round_valid(lanes: Sequence[LaneInput], rows: Sequence[Completion], written
             return False
         seen.add(lane.slot)
     return True
+
+
+# Fields a graph without a draft cursor (or a layout without the field) reports as -1.
+_MINUS_ONE_FIELDS = (manifest_pb2.COMPLETION_FIELD_DRAFT_CURSOR, manifest_pb2.COMPLETION_FIELD_MODEL_RESERVED)
+
+
+def completion_rows(arrays: Mapping[int, np.ndarray], lanes: Sequence[LaneInput]) -> list[Completion]:
+    """Each lane's row of a completion record held on the host.
+
+    `arrays` maps a CompletionField to its buffer: the first axis is the physical request slot, or
+    one row for per-submission fields (frame index, submission sequence, status); a lane reads row
+    `lane.slot`, column 0. A field the layout lacks reads 0 (-1 for the draft cursor and the
+    reserved model field)."""
+    flat = {field: np.asarray(array).reshape(np.shape(array)[0], -1) for field, array in arrays.items()}
+
+    def at(field: int, slot: int) -> int:
+        array = flat.get(field)
+        if array is None:
+            return -1 if field in _MINUS_ONE_FIELDS else 0
+        return int(array[0 if array.shape[0] == 1 else slot, 0])
+
+    F = manifest_pb2
+    return [Completion(
+        frame_index=at(F.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
+        submission_sequence=at(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
+        generation=at(F.COMPLETION_FIELD_GENERATION, lane.slot),
+        sampled_id=at(F.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
+        emitted=at(F.COMPLETION_FIELD_EMITTED, lane.slot),
+        consumed_endpoint=at(F.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
+        draft_cursor=at(F.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
+        model_reserved=at(F.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
+        status=at(F.COMPLETION_FIELD_STATUS, lane.slot),
+    ) for lane in lanes]
