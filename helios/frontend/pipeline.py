@@ -1,7 +1,8 @@
 """The OutputPipeline (host side): visible output pieces in, OpenAI-shaped deltas out.
 
 Owns: `OutputPipeline` (reasoning parser, then tool parser, selected by the frontend contract's
-enums and built from its syntax data; no model names), the delta types (`Delta`, `ToolCallDelta`),
+enums and built from its syntax data, `helios.frontend.syntaxes.selection`; recipient-header frames
+go through their one frame parser; no model names), the delta types (`Delta`, `ToolCallDelta`),
 the aggregated result (`ParsedOutput`, `ToolCall`) and `OutputAccumulator`, which folds deltas into
 the result. A streamed response sends the deltas; a non-streamed one sends their accumulation, so
 both carry the same reasoning, content and tool calls for every way the output was split.
@@ -16,14 +17,11 @@ from typing import Any
 
 from helios.errors import HeliosError
 from helios.frontend.detokenize import Piece
-from helios.frontend.reasoning import REASONING, NoReasoningParser, ThinkReasoningParser
-from helios.frontend.tool_calls import (
-    ContentText,
-    NoToolParser,
-    QwenCoderToolParser,
-    ToolCallArguments,
-    ToolCallStart,
-)
+from helios.frontend.reasoning import REASONING
+from helios.frontend.structured import StructuredAnswerGate
+from helios.frontend.syntaxes.recipient import FrameState, ReasoningText, RecipientFrameParser
+from helios.frontend.syntaxes.selection import reasoning_parser_for, tool_parser_for
+from helios.frontend.tool_calls import ContentText, ToolCallArguments, ToolCallStart
 from helios.proto import contract_pb2
 
 
@@ -113,39 +111,51 @@ class OutputPipeline:
         parse_tools: bool = True,
         token_only: Set[str] = frozenset(),
         reasoning_open: bool = False,
+        frame: FrameState | None = None,
+        structured: bool = False,
         id_factory: Callable[[], str] = new_tool_call_id,
     ) -> None:
-        if frontend.reasoning_parser == contract_pb2.REASONING_PARSER_THINK:
-            self._reasoning: Any = ThinkReasoningParser(
-                frontend.reasoning_syntax, token_only=token_only, initially_open=reasoning_open
+        self._frames: RecipientFrameParser | None = None
+        if frontend.reasoning_parser == contract_pb2.REASONING_PARSER_RECIPIENT_HEADER:
+            # one parser consumes complete recipient frames: reasoning, content and ATEM calls
+            self._frames = RecipientFrameParser(
+                frontend, tools=tools, parse_tools=parse_tools, token_only=token_only, initial=frame or FrameState()
             )
-        elif frontend.reasoning_parser == contract_pb2.REASONING_PARSER_NONE:
-            self._reasoning = NoReasoningParser()
         else:
-            raise UnsupportedParser(f"reasoning parser {frontend.reasoning_parser} is not implemented")
-        if not parse_tools or frontend.tool_parser == contract_pb2.TOOL_PARSER_NONE:
-            self._tools: Any = NoToolParser()
-        elif frontend.tool_parser == contract_pb2.TOOL_PARSER_QWEN_CODER:
-            self._tools = QwenCoderToolParser(frontend.tool_syntax, tools=tools, token_only=token_only)
-        else:
-            raise UnsupportedParser(f"tool parser {frontend.tool_parser} is not implemented")
+            self._reasoning: Any = reasoning_parser_for(
+                frontend, token_only=token_only, reasoning_open=reasoning_open
+            )
+            if self._reasoning is None:
+                raise UnsupportedParser(f"reasoning parser {frontend.reasoning_parser} is not implemented")
+            self._tools: Any = tool_parser_for(frontend, tools=tools, parse_tools=parse_tools, token_only=token_only)
+            if self._tools is None:
+                raise UnsupportedParser(f"tool parser {frontend.tool_parser} is not implemented")
+            if structured:
+                # a structured answer is an opaque document: tool calls only where it opens with one
+                self._tools = StructuredAnswerGate(self._tools, frontend.tool_syntax.opener)
         self._id_factory = id_factory
 
     @property
     def tool_calls(self) -> int:
         """Tool calls started so far."""
-        return self._tools.calls
+        return self._frames.calls if self._frames is not None else self._tools.calls
 
     def feed(self, pieces: Iterable[Piece]) -> list[Delta]:
         out: list[Delta] = []
         for piece in pieces:
-            self._route(self._reasoning.feed(piece), out)
+            if self._frames is not None:
+                self._emit(self._frames.feed(piece), out)
+            else:
+                self._route(self._reasoning.feed(piece), out)
         return _merge(out)
 
     def finish(self) -> list[Delta]:
         out: list[Delta] = []
-        self._route(self._reasoning.finish(), out)
-        self._emit(self._tools.finish(), out)
+        if self._frames is not None:
+            self._emit(self._frames.finish(), out)
+        else:
+            self._route(self._reasoning.finish(), out)
+            self._emit(self._tools.finish(), out)
         return _merge(out)
 
     def _route(self, routed: list[tuple[str, Piece]], out: list[Delta]) -> None:
@@ -160,6 +170,9 @@ class OutputPipeline:
             if isinstance(event, ContentText):
                 if event.text:
                     out.append(Delta(content=event.text))
+            elif isinstance(event, ReasoningText):
+                if event.text:
+                    out.append(Delta(reasoning=event.text))
             elif isinstance(event, ToolCallStart):
                 call = ToolCallDelta(event.index, id=self._id_factory(), name=event.name, arguments="")
                 out.append(Delta(tool_calls=(call,)))
@@ -199,11 +212,14 @@ def parse_text(
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     reasoning_open: bool = False,
+    frame: FrameState | None = None,
     id_factory: Callable[[], str] = new_tool_call_id,
 ) -> ParsedOutput:
     """Parse a whole model output given as plain text (no token boundaries: every delimiter is
     matched as text). What `helios parse` prints."""
-    pipeline = OutputPipeline(frontend, tools=tools, reasoning_open=reasoning_open, id_factory=id_factory)
+    pipeline = OutputPipeline(
+        frontend, tools=tools, reasoning_open=reasoning_open, frame=frame, id_factory=id_factory
+    )
     accumulator = OutputAccumulator()
     accumulator.add(pipeline.feed([Piece(text)] if text else []))
     accumulator.add(pipeline.finish())
