@@ -20,8 +20,15 @@ from helios.errors import HeliosError
 from helios.frontend.template import ChatTemplate
 from helios.proto import contract_pb2, core_pb2
 
-_SUPPORTED_TOOL_PARSERS = (contract_pb2.TOOL_PARSER_NONE, contract_pb2.TOOL_PARSER_QWEN_CODER)
-_SUPPORTED_REASONING_PARSERS = (contract_pb2.REASONING_PARSER_NONE, contract_pb2.REASONING_PARSER_THINK)
+_SUPPORTED_TOOL_PARSERS = (
+    contract_pb2.TOOL_PARSER_NONE, contract_pb2.TOOL_PARSER_QWEN_CODER, contract_pb2.TOOL_PARSER_GLM,
+    contract_pb2.TOOL_PARSER_DSML, contract_pb2.TOOL_PARSER_XTML, contract_pb2.TOOL_PARSER_ATEM,
+)  # fmt: skip
+_SUPPORTED_REASONING_PARSERS = (
+    contract_pb2.REASONING_PARSER_NONE, contract_pb2.REASONING_PARSER_THINK,
+    contract_pb2.REASONING_PARSER_XTML_THINK, contract_pb2.REASONING_PARSER_RECIPIENT_HEADER,
+)  # fmt: skip
+_THINK_PARSERS = (contract_pb2.REASONING_PARSER_THINK, contract_pb2.REASONING_PARSER_XTML_THINK)
 
 
 class InvalidTokenizer(HeliosError):
@@ -131,11 +138,17 @@ class Bootstrap:
     def delimiter_markers(self) -> dict[int, str]:
         """Token id -> text of each declared delimiter the tokenizer encodes as one token: such a
         delimiter counts only when generated as that token. Reasoning open, close and terminal
-        marker, and the tool syntax's opener (the terminal marker's other role)."""
+        marker, and the tool syntax's opener (the terminal marker's other role); XTML think also follows
+        the tool closer; recipient-header frames add their header controls."""
         candidates: list[str] = []
-        if self.frontend.reasoning_parser == contract_pb2.REASONING_PARSER_THINK:
+        if self.frontend.reasoning_parser in _THINK_PARSERS:
             syntax = self.frontend.reasoning_syntax
             candidates += [syntax.open, syntax.close, syntax.terminal_marker]
+        if self.frontend.reasoning_parser == contract_pb2.REASONING_PARSER_XTML_THINK:
+            candidates.append(self.frontend.tool_syntax.closer)
+        if self.frontend.reasoning_parser == contract_pb2.REASONING_PARSER_RECIPIENT_HEADER:
+            prompt = self.frontend.prompt_syntax
+            candidates += [prompt.header_start, prompt.header_message, prompt.internal_end]
         if self.frontend.tool_parser != contract_pb2.TOOL_PARSER_NONE:
             candidates.append(self.frontend.tool_syntax.opener)
         markers: dict[int, str] = {}
@@ -172,7 +185,7 @@ def initial_reasoning_open(prompt: str, frontend: contract_pb2.FrontendContract)
         ...<|im_start|>assistant\\n<think>..</think> -> closed
         ...<|im_start|>assistant\\nhi<|im_end|>\\n   -> closed (completed message)
     """
-    if frontend.reasoning_parser != contract_pb2.REASONING_PARSER_THINK:
+    if frontend.reasoning_parser not in _THINK_PARSERS:
         return False
     syntax = frontend.reasoning_syntax
     envelope = frontend.prompt_syntax.assistant_open
@@ -247,6 +260,12 @@ def _leading_special_token(tokenizer_json: str) -> str:
     return search(document.get("post_processor"))
 
 
+_TAG_PARSERS = (
+    contract_pb2.TOOL_PARSER_GLM, contract_pb2.TOOL_PARSER_DSML, contract_pb2.TOOL_PARSER_XTML,
+    contract_pb2.TOOL_PARSER_ATEM,
+)  # fmt: skip
+
+
 def _validate_frontend(frontend: contract_pb2.FrontendContract, tokenizer: Tokenizer) -> None:
     tool_name = (
         contract_pb2.ToolParser.Name(frontend.tool_parser)
@@ -289,11 +308,29 @@ def _validate_frontend(frontend: contract_pb2.FrontendContract, tokenizer: Token
             raise InvalidFrontendContract(
                 f"frontend.tool_syntax lacks {', '.join(missing)} for TOOL_PARSER_QWEN_CODER"
             )
+    if frontend.tool_parser in _TAG_PARSERS:
+        from helios.frontend.structured import tag_layout
+        from helios.frontend.syntaxes.tagged import IncompleteToolSyntax
+
+        try:
+            tag_layout(frontend)
+        except IncompleteToolSyntax as error:
+            raise InvalidFrontendContract(f"frontend.tool_syntax: {error}") from None
+    if frontend.reasoning_parser == contract_pb2.REASONING_PARSER_RECIPIENT_HEADER:
+        prompt = frontend.prompt_syntax
+        fields = ("header_start", "header_message", "internal_end")
+        missing = [name for name in fields if not getattr(prompt, name)]
+        missing += [name for name in ("recipient_open", "reasoning_recipient", "tool_recipient")
+                    if not getattr(frontend.reasoning_syntax, name)]  # fmt: skip
+        if missing:
+            raise InvalidFrontendContract(
+                f"frontend syntax lacks {', '.join(missing)} for REASONING_PARSER_RECIPIENT_HEADER"
+            )
     reasoning = frontend.reasoning_syntax
-    if frontend.reasoning_parser == contract_pb2.REASONING_PARSER_THINK:
+    if frontend.reasoning_parser in _THINK_PARSERS:
         if not reasoning.open or not reasoning.close:
             raise InvalidFrontendContract(
-                "frontend.reasoning_syntax needs open and close for REASONING_PARSER_THINK"
+                f"frontend.reasoning_syntax needs open and close for {reasoning_name}"
             )
         if reasoning.terminal_marker and reasoning.terminal_marker != tool.opener:
             raise InvalidFrontendContract(
