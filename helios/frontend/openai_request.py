@@ -22,6 +22,7 @@ from helios.frontend.errors import (
     RequestFieldError,
 )
 from helios.frontend.stops import StopSpec
+from helios.frontend.structured import StructuredOutput, structured_output_from
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -184,6 +185,7 @@ class ChatRequest:
     return_token_timestamps: bool = False
     ignore_eos: bool = False
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    structured: StructuredOutput | None = None  # response_format or a forced tool call: a grammar
 
 
 def _content_text(content: Any, param: str) -> str | None:
@@ -287,16 +289,15 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...]:
 
 
 def _tool_choice(body: Mapping[str, Any], tools: Sequence[Any]) -> bool:
-    """Whether tool calls are parsed. Forcing a call needs structured output, not in this build."""
+    """Whether tool calls are parsed. "required" and a named function force a call through a grammar
+    (`structured_output_from`)."""
     choice = body.get("tool_choice")
     if choice is None or choice == "auto":
         return bool(tools)
     if choice == "none":
         return False
     if choice == "required" or isinstance(choice, Mapping):
-        raise InvalidFieldValue(
-            "tool_choice", "forcing a tool call needs structured output, which this build lacks"
-        )
+        return True
     raise InvalidFieldValue("tool_choice", 'must be "none", "auto", "required" or a named function')
 
 
@@ -322,17 +323,17 @@ def parse_chat_request(body: Any) -> ChatRequest:
     stream = _optional_bool(body, "stream")
     stops = _stops(body)
     structured = _structured_output(body)
-    if structured and stops.strings:
+    tools = _tools(body.get("tools"))
+    parse_tools = _tool_choice(body, tools)
+    constrained = structured_output_from(body.get("response_format"), body.get("tool_choice"), tools)
+    if (structured or constrained is not None) and stops.strings:
         raise IncompatibleOptions("stop", "string stops cannot be combined with structured output")
-    if structured:
-        raise InvalidFieldValue("response_format", "structured output is not available in this build")
     _n(body)
     _unsupported(body)
     return_token_ids = _optional_bool(body, "return_token_ids")
     return_token_timestamps = _optional_bool(body, "return_token_timestamps")
     if return_token_timestamps and not return_token_ids:
         raise IncompatibleOptions("return_token_timestamps", "requires return_token_ids=true")
-    tools = _tools(body.get("tools"))
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise InvalidFieldType("chat_template_kwargs", "must be an object")
@@ -343,7 +344,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         model=_model(body),
         messages=_messages(body.get("messages")),
         tools=tools,
-        parse_tools=_tool_choice(body, tools),
+        parse_tools=parse_tools,
         stream=stream,
         include_usage=_stream_options(body, stream),
         max_tokens=_max_tokens(body),
@@ -353,6 +354,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         return_token_timestamps=return_token_timestamps,
         ignore_eos=_optional_bool(body, "ignore_eos"),
         template_kwargs=dict(kwargs or {}),
+        structured=constrained,
     )
 
 

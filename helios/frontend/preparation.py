@@ -10,14 +10,23 @@ frontend worker thread: it is CPU work.
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from helios.frontend.bootstrap import Bootstrap
-from helios.frontend.errors import PromptTooLong, UnknownModel
+from helios.frontend.errors import InvalidFieldValue, PromptTooLong, UnknownModel
 from helios.frontend.openai_request import ChatRequest, CompletionRequest, SamplingOptions
 from helios.frontend.pipeline import OutputPipeline
 from helios.frontend.stops import OutputFilter, StopSpec
+from helios.frontend.structured import (
+    GrammarCompiler,
+    GrammarUnavailable,
+    added_token_ids,
+    build_grammar,
+    prompt_closed_reasoning,
+)
+from helios.frontend.syntaxes.recipient import FrameState, initial_frame_state
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.request import GenerationRequest, InvalidRequest, SamplingParams
 
@@ -50,8 +59,15 @@ class Preparer:
         served_id: str,
         aliases: Sequence[str] = (),
         context_tokens: int,
+        sampled_tokens: int | None = None,
+        mask_words: int | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        # the core's vocabulary geometry: grammar masks are rows of `mask_words` int32 words
+        self.sampled_tokens = sampled_tokens or bootstrap.vocab_size
+        self.mask_words = mask_words or (self.sampled_tokens + 31) // 32
+        self._grammars: GrammarCompiler | None = None  # built at the first constrained request
+        self._grammars_lock = threading.Lock()  # frontend workers prepare concurrently
         self.served_id = served_id
         self.aliases = tuple(aliases)
         self.context_tokens = context_tokens
@@ -72,6 +88,9 @@ class Preparer:
             **request.template_kwargs,
         )
         prompt_ids = tuple(self.bootstrap.encode(prompt))
+        reasoning_open = self.bootstrap.prompt_opens_reasoning(prompt)
+        frame = initial_frame_state(prompt, self.bootstrap.frontend)
+        grammar = self._grammar(request, prompt, reasoning_open, frame) if request.structured is not None else None
         runtime_request = self._runtime_request(
             request_id,
             prompt_ids,
@@ -82,15 +101,38 @@ class Preparer:
             ignore_eos=request.ignore_eos,
             observe_tokens=request.return_token_ids,
             observe_timestamps=request.return_token_timestamps,
+            grammar=grammar,
         )
         pipeline = OutputPipeline(
             self.bootstrap.frontend,
             tools=request.tools,
             parse_tools=request.parse_tools,
             token_only=frozenset(self._markers.values()),
-            reasoning_open=self.bootstrap.prompt_opens_reasoning(prompt),
+            reasoning_open=reasoning_open,
+            frame=frame,
+            structured=request.structured is not None,
         )
         return PreparedChat(runtime_request, pipeline, prompt_ids, prompt)
+
+    def _grammar(self, request: ChatRequest, prompt: str, reasoning_open: bool, frame: FrameState) -> object:
+        """The request's grammar state: its Lark grammar over the model's envelope, compiled."""
+        structured = request.structured
+        assert structured is not None
+        param = "tool_choice" if structured.forces_call else "response_format"
+        bootstrap = self.bootstrap
+        with self._grammars_lock:
+            if self._grammars is None:
+                self._grammars = GrammarCompiler(bootstrap.tokenizer_json, eos_ids=bootstrap.eos_token_ids,
+                                                 vocab_size=self.sampled_tokens, mask_words=self.mask_words)  # fmt: skip
+        added = added_token_ids(bootstrap.tokenizer)
+        try:
+            grammar = build_grammar(bootstrap.frontend, structured, token_id=added.get,
+                                    eos_ids=bootstrap.eos_token_ids, reasoning_open=reasoning_open,
+                                    reasoning_closed=prompt_closed_reasoning(prompt, bootstrap.frontend),
+                                    frame=frame)  # fmt: skip
+            return self._grammars.state(grammar)
+        except GrammarUnavailable as error:
+            raise InvalidFieldValue(param, str(error)) from None
 
     def prepare_completion(self, request: CompletionRequest, request_id: str) -> PreparedCompletion:
         self.check_model(request.model)
@@ -128,6 +170,7 @@ class Preparer:
         observe_tokens: bool,
         observe_timestamps: bool,
         markers: dict[int, str] | None = None,
+        grammar: object | None = None,
     ) -> PreparedRequest:
         if not prompt_ids:
             raise PromptTooLong(param, "the prompt encodes to no tokens")
@@ -162,6 +205,7 @@ class Preparer:
             observe_tokens=observe_tokens,
             observe_timestamps=observe_timestamps,
             host_stop=stops.host_stop,
+            grammar=grammar,
         )
 
     def sampling_params(self, options: SamplingOptions) -> SamplingParams:

@@ -203,13 +203,16 @@ class ReferenceEngine:
             raise AdmissionRejected(f"the request reaches {reach} tokens: {needed} pages, "
                                     f"{self.allocator.free} of the cache's {self.allocator.pages} are free")
 
-    def generate(self, request: GenerationRequest, *, slot: int = 0) -> Iterator[int]:
+    def generate(self, request: GenerationRequest, *, slot: int = 0,
+                 grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:
         """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens.
 
         Admission happens here, before the first id: the request's pages (prompt + max_tokens, within
         the context) are reserved, or AdmissionRejected is raised. Closing the returned iterator (or
         exhausting it) cancels the request and returns its pages; requests in distinct slots may
-        interleave, each round still runs alone."""
+        interleave, each round still runs alone. With `grammar_mask`, each sampling round's
+        GRAMMAR_MASK row is what it returns when that round is packed (the caller advances its grammar
+        with every yielded id before asking for the next)."""
         self._admit(request)
         if not 0 <= slot < self.serving.max_concurrency:
             raise AdmissionRejected(f"slot {slot} outside the core's {self.serving.max_concurrency} slots")
@@ -226,9 +229,11 @@ class ReferenceEngine:
             self.allocator.release(pages)
             self._active_slots.discard(slot)
 
-        return _Generation(self._rounds(request, slot, self._generations[slot], tuple(pages)), release)
+        rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask)
+        return _Generation(rounds, release)
 
-    def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...]) -> Iterator[int]:
+    def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...],
+                grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:
         eos = set(request.eos_token_ids or self.serving.model.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
@@ -236,7 +241,8 @@ class ReferenceEngine:
             return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
                              prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages,
                              seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
-                             eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt)
+                             eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt,
+                             grammar_mask=tuple(grammar_mask()) if grammar_mask is not None and samples else None)
 
         init = self._by_operation[C.OPERATION_INITIALIZATION][0]
         self.run_round(init.name, [lane(0, (), 0, False)])

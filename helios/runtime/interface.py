@@ -37,6 +37,19 @@ class OutputFilter(Protocol):
     def finish(self) -> Sequence[object]: ...
 
 
+class GrammarMatcher(Protocol):
+    """A request's grammar on the host (e.g. `helios.frontend.structured.GrammarState`): the mask of
+    the next sampled token, and advancing it with each validated token."""
+
+    def mask(self) -> Sequence[int]:
+        """The allowed ids as the core's `mask_words` int32 words (bit t % 32 of word t // 32)."""
+        ...
+
+    def advance(self, token: int) -> None:
+        """Consume a validated token; raises if the token was outside the mask."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """What the frontend hands a runtime: the generation, its output filter, what to observe."""
@@ -47,6 +60,7 @@ class PreparedRequest:
     observe_tokens: bool = False  # return_token_ids: every sampled id is delivered as an event
     observe_timestamps: bool = False  # return_token_timestamps: read the clock per validated token
     host_stop: bool = False  # string stops: width one, one outstanding round (the host-stop barrier)
+    grammar: GrammarMatcher | None = None  # structured output: a mask every round, one outstanding round
 
     def __post_init__(self) -> None:
         if not self.request_id:

@@ -3,8 +3,9 @@
 Owns: `RequestProgress` and `InvalidSampledId`. Every runtime's worker (the sequential worker
 today, a batching one later) calls `accept(token)` for each completion row it retires, in order:
 
-    validate the id -> read the observation clock (timed requests only) -> EOS -> output filter
-    (decoding, host stops) -> output limit -> deliver TokenEvent
+    validate the id -> read the observation clock (timed requests only) -> advance the grammar
+    (constrained requests) -> EOS -> output filter (decoding, host stops) -> output limit -> deliver
+    TokenEvent
 
 and gets back the termination, if the request just ended; the worker then releases the request's
 engine resources and calls `finish`. Keeping this in one place keeps termination, stop and
@@ -48,6 +49,8 @@ class RequestProgress:
         self.sampled += 1
         # NOTE: read right after validation, before stops and parsing; never for unobserved requests
         timestamp = self._clock.now_ns() if request.observe_timestamps else None
+        if request.grammar is not None:
+            request.grammar.advance(token)  # after the clock, before stops and parsing
         output = request.output_filter
         if token in generation.eos_token_ids and not generation.ignore_eos:
             if request.observe_tokens:

@@ -42,7 +42,9 @@ from helios.runtime.request import GenerationRequest
 class TokenEngine(Protocol):
     def generate(self, request: GenerationRequest, *, slot: int) -> Iterator[int]:
         """Sampled ids of `request` in request slot `slot` (distinct among concurrent requests),
-        EOS included; may raise one of the runtime's `rejections` before the first id."""
+        EOS included; may raise one of the runtime's `rejections` before the first id. A
+        constrained request is started with `grammar_mask=`, a callable the engine calls before
+        each sampling round for that round's GRAMMAR_MASK words."""
         ...
 
 
@@ -66,6 +68,13 @@ class _Counters:
     prompt_tokens: int = 0
     output_tokens: int = 0
     launches: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0})
+    mixed_grammar_decode_steps: int = 0  # decode submissions with constrained and unconstrained lanes
+    constrained_max_inflight: int = 0  # outstanding rounds right after a constrained submission
+
+
+def _mixed(constrained_lanes: list[bool]) -> bool:
+    """A submission whose lanes include both constrained and unconstrained requests."""
+    return any(constrained_lanes) and not all(constrained_lanes)
 
 
 class WorkerRuntime(ModelRuntime):
@@ -192,6 +201,8 @@ class WorkerRuntime(ModelRuntime):
                 prompt_tokens=c.prompt_tokens,
                 output_tokens=c.output_tokens,
                 graph_launches=dict(c.launches),
+                mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
+                constrained_max_inflight=c.constrained_max_inflight,
                 capacity=capacity,
                 available=dict(self._available()) if self._available is not None else {},
             )
@@ -225,7 +236,12 @@ class WorkerRuntime(ModelRuntime):
         the deque until one finishes. With nothing else running it can never fit: rejected."""
         entry.slot = self._free_slots.pop()
         try:
-            entry.tokens = iter(self._engine.generate(entry.request.generation, slot=entry.slot))
+            grammar = entry.request.grammar
+            if grammar is None:
+                tokens = self._engine.generate(entry.request.generation, slot=entry.slot)
+            else:  # NOTE: the engine asks for the mask when it packs each sampling round
+                tokens = self._engine.generate(entry.request.generation, slot=entry.slot, grammar_mask=grammar.mask)  # type: ignore[call-arg]
+            entry.tokens = iter(tokens)
         except self._rejections as error:
             self._free_slots.append(entry.slot)
             entry.slot = None
@@ -268,6 +284,12 @@ class WorkerRuntime(ModelRuntime):
             with self._lock:
                 self._counters.launches[operation] += 1
                 self._counters.output_tokens += 1
+                # each round submits this one lane and waits for its completion before the next:
+                # one outstanding round, and a decode never mixes constrained and unconstrained lanes
+                if entry.request.grammar is not None:
+                    self._counters.constrained_max_inflight = max(self._counters.constrained_max_inflight, 1)
+                if operation == "decode" and _mixed([entry.request.grammar is not None]):
+                    self._counters.mixed_grammar_decode_steps += 1
             try:
                 ended = entry.progress.accept(token)
             except InvalidSampledId as error:

@@ -6,8 +6,9 @@ endpoint, status code): never request ids, prompts or token ids.
 
 `flare_mixed_grammar_decode_steps_total` counts successful decode submissions whose request lanes
 mix constrained and unconstrained requests; `flare_constrained_max_inflight` records the maximum
-outstanding executor frames right after a successful constrained submission (0 before any). This
-build has no grammar-constrained decoding yet, so both are real series that stay 0.
+outstanding executor frames right after a successful constrained submission (0 before any, 1
+after: a constrained request keeps one outstanding round). The runtime counts both; the sequential
+reference worker submits one lane a round, so it never mixes lanes.
 """
 
 from __future__ import annotations

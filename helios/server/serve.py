@@ -69,6 +69,8 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         served_id=contract.served_id,
         aliases=tuple(contract.aliases),
         context_tokens=contract.context_tokens,
+        sampled_tokens=contract.model.vocabulary.sampled_tokens,
+        mask_words=contract.model.vocabulary.mask_words,
     )
     if options.runtime == "production":
         if options.trace is not None:

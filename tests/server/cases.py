@@ -23,7 +23,8 @@ INVALID = [
     ({"return_token_timestamps": True}, "return_token_timestamps"),
     ({"stream": True, "stream_options": {"include_usage": "true"}}, "stream_options.include_usage"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice.function.name"),
     ({"model": "other-model"}, "model"),
     ({"messages": [{"role": "user", "content": "x" * 5000}]}, "messages"),
 ]
