@@ -185,9 +185,8 @@ class ProductionRuntime(ModelRuntime):
 
     @staticmethod
     def _scheduler_request(request: PreparedRequest) -> SchedulerRequest:
-        # NOTE: PreparedRequest carries no grammar yet; a constrained request will set `constrained`.
         return SchedulerRequest(request.request_id, request.generation, host_stop=request.host_stop,
-                                constrained=bool(getattr(request, "grammar", None)))
+                                constrained=request.grammar is not None, grammar=request.grammar)
 
     # ------------------------------------------------------------------------------------ reporting
 
@@ -325,6 +324,12 @@ class ProductionRuntime(ModelRuntime):
         failure (decoding, stop matching or the final flush) fails this request alone."""
         entry.sampled = outcome.sampled
         timestamp = stamp if entry.request.observe_timestamps else None
+        if entry.request.grammar is not None:  # after the clock, before stops and parsing
+            try:
+                entry.request.grammar.advance(outcome.token)
+            except Exception as error:  # the mask was not honoured: an execution fault of this request
+                self._end(entry, None, (), failure=f"model execution failed: {type(error).__name__}: {error}")
+                return
         try:
             ended = self._observe(entry, outcome.token, timestamp)
         except Exception as error:  # output errors (HTTP 500) of this request only

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helios.errors import HeliosError
+from helios.runtime.interface import GrammarMatcher
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
 
@@ -47,6 +48,7 @@ class SchedulerRequest:
     generation: GenerationRequest
     host_stop: bool = False  # string stops: the host-stop barrier (one outstanding round while active)
     constrained: bool = False  # a grammar masks its sampling: completion feedback before its next round
+    grammar: GrammarMatcher | None = None  # the constrained request's grammar: each sampling round's mask
 
     @property
     def needs_feedback(self) -> bool:

@@ -463,7 +463,16 @@ class Scheduler:
         return LaneInput(slot=s.slot, generation=s.generation, consumed=consumed, tokens=tokens,
                          prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=s.pages.page_ids,
                          seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
-                         eos_ids=tuple(eos), prompt_token_ids=request.prompt_token_ids)
+                         eos_ids=tuple(eos), prompt_token_ids=request.prompt_token_ids,
+                         grammar_mask=self._grammar_mask(s.request, samples))
+
+    @staticmethod
+    def _grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:
+        """A sampling lane of a constrained request carries its grammar's mask; the request's previous
+        token was delivered (and advanced the grammar) before this round: one outstanding round."""
+        if request.grammar is None or not samples:
+            return None
+        return tuple(request.grammar.mask())
 
     def _retire_lane(self, s: _Sequence, lane: LaneInput) -> None:
         s.in_flight -= 1
