@@ -36,16 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from helios.errors import HeliosError
-from helios.frontend.detokenize import Piece
-from helios.frontend.scan import find_first, held_suffix, json_string_fragment
+from helios.frontend.scan import find_first, held_suffix
 from helios.frontend.tool_calls import (
     MAX_NAME_CHARS,
+    BlockParserBase,
     ContentText,
-    ToolCallArguments,
     ToolCallStart,
     ToolEvent,
     convert_parameter,
-    parameter_schemas,
     streams_as_string,
 )
 
@@ -95,13 +93,15 @@ def _too_long(found: tuple[int, str] | None, text: str, close: str) -> bool:
     return len(text) > MAX_NAME_CHARS + len(close)
 
 
+# the states' names are those of `BlockParserBase`, which moves through the first six
 _CONTENT, _BLOCK, _NAME, _PARAMS, _KEY, _FLAG, _PREVALUE, _VALUE = (
     "content", "block", "name", "params", "key", "flag", "prevalue", "value",
 )  # fmt: skip
 
 
-class TaggedToolParser:
-    """One response's answer pieces through one `TagLayout`."""
+class TaggedToolParser(BlockParserBase):
+    """One response's answer pieces through one `TagLayout` (content, values and the arguments JSON
+    through `BlockParserBase`, shared with the function-tag parser)."""
 
     def __init__(
         self,
@@ -112,43 +112,19 @@ class TaggedToolParser:
         accept_name: Callable[[str], bool] | None = None,
         first_index: int = 0,
     ) -> None:
+        super().__init__(
+            opener=layout.opener,
+            separator=layout.separator,
+            wrapping_newlines=layout.wrapping_newlines,
+            tools=tools,
+            token_only=token_only,
+            first_index=first_index,
+        )
         self._l = layout
-        self._opener_text_mode = layout.opener not in token_only
-        self._schemas = parameter_schemas(tools)
         self._accept_name = accept_name
-        self._buffer = ""
-        self._state = _CONTENT
-        self._after_call = False  # content right after a call: whitespace is dropped
-        self._raw = ""  # the current block's text before it named a call (its content fallback)
-        self._block_calls = 0  # calls named in the current block
-        self._call_open = False
-        self._calls = first_index
-        self._name = ""
-        self._params = 0
-        self._key = ""
         self._flag: str | None = None
-        self._value = ""  # a non-string value's text so far
-        self._value_is_string = True
-        self._value_lead = False
-
-    @property
-    def calls(self) -> int:
-        """Index of the next call (calls started so far plus `first_index`)."""
-        return self._calls
 
     # -- public ----------------------------------------------------------------------------------
-
-    def feed(self, piece: Piece) -> list[ToolEvent]:
-        out: list[ToolEvent] = []
-        if piece.marker and self._state == _CONTENT and piece.text == self._l.opener and not self._opener_text_mode:
-            self._flush_content(out, final=True)
-            self._open_block(piece.text)
-            return out
-        self._buffer += piece.text
-        if self._state in (_BLOCK, _NAME) and not self._block_calls:
-            self._raw += piece.text
-        self._drain(out)
-        return out
 
     def finish(self) -> list[ToolEvent]:
         """End of output: a truncated call is closed with the parameters complete so far (and a
@@ -178,52 +154,6 @@ class TaggedToolParser:
         while step[self._state](out):
             pass
 
-    def _open_block(self, opener: str) -> None:
-        self._state = _BLOCK
-        self._raw = opener
-        self._block_calls = 0
-        self._after_call = False
-
-    def _drain_content(self, out: list[ToolEvent]) -> bool:
-        if self._opener_text_mode:
-            found = find_first(self._buffer, [self._l.opener])
-            if found is not None:
-                index, opener = found
-                rest = self._buffer[index + len(opener) :]
-                self._buffer = self._buffer[:index]
-                self._flush_content(out, final=True)
-                self._open_block(opener)
-                self._buffer = rest
-                self._raw += rest
-                return True
-        self._flush_content(out, final=False)
-        return False
-
-    def _flush_content(self, out: list[ToolEvent], *, final: bool) -> None:
-        keep = 0 if final or not self._opener_text_mode else held_suffix(self._buffer, [self._l.opener])
-        release = self._buffer[: len(self._buffer) - keep]
-        rest = self._buffer[len(release) :]
-        if self._after_call:
-            if not release.strip():
-                if final:
-                    self._buffer = rest
-                return  # whitespace after a call is held: dropped unless text follows
-            release = release.lstrip()
-            self._after_call = False
-        if release:
-            out.append(ContentText(release))
-        self._buffer = rest
-
-    def _skip_separators(self) -> str:
-        text = self._buffer
-        while True:
-            stripped = text.lstrip()
-            if self._l.separator and stripped.startswith(self._l.separator):
-                stripped = stripped[len(self._l.separator) :]
-            if stripped == text:
-                return text
-            text = stripped
-
     def _drain_block(self, out: list[ToolEvent]) -> bool:
         text = self._skip_separators()
         if not text:
@@ -250,14 +180,6 @@ class TaggedToolParser:
             return False
         self._buffer = text
         return self._malformed(out)
-
-    def _close_block(self, out: list[ToolEvent]) -> None:
-        self._state = _CONTENT
-        if self._block_calls:
-            self._after_call = True
-        else:
-            out.append(ContentText(self._raw[: len(self._raw) - len(self._buffer)]))
-        self._raw = ""
 
     def _malformed(self, out: list[ToolEvent]) -> bool:
         """Text that breaks the syntax inside a block."""
@@ -309,10 +231,6 @@ class TaggedToolParser:
         self._state = _PARAMS
         out.append(ToolCallStart(self._calls, name))
         return True
-
-    def _malformed_name(self, out: list[ToolEvent]) -> bool:
-        self._state = _BLOCK
-        return self._malformed(out)
 
     def _drain_params(self, out: list[ToolEvent]) -> bool:
         text = self._skip_separators()
@@ -371,7 +289,7 @@ class TaggedToolParser:
             start = len(layout.flag_open)
             self._flag = self._buffer[start : start + found[0]].strip()
             self._buffer = self._buffer[start + found[0] + len(found[1]) :]
-            self._begin_value(out)
+            self._begin_flagged_value(out)
             return True
         if layout.flag_open.startswith(self._buffer):
             return False
@@ -380,69 +298,37 @@ class TaggedToolParser:
 
     def _drain_prevalue(self, out: list[ToolEvent]) -> bool:
         if not self._l.value_open:
-            self._begin_value(out)
+            self._begin_flagged_value(out)
             return True
         text = self._skip_separators()
         if text.startswith(self._l.value_open):
             self._buffer = text[len(self._l.value_open) :]
-            self._begin_value(out)
+            self._begin_flagged_value(out)
             return True
         if not text or self._l.value_open.startswith(text):
             self._buffer = text
             return False
         self._buffer = text  # an untagged value: read as if tagged
-        self._begin_value(out)
+        self._begin_flagged_value(out)
         return True
 
-    def _begin_value(self, out: list[ToolEvent]) -> None:
+    def _begin_flagged_value(self, out: list[ToolEvent]) -> None:
         if self._flag is not None:
-            self._value_is_string = self._flag == self._l.string_flag
+            is_string = self._flag == self._l.string_flag
         else:
-            self._value_is_string = streams_as_string(self._schemas.get(self._name, {}).get(self._key))
-        self._value = ""
-        self._value_lead = self._l.wrapping_newlines
-        self._state = _VALUE
-        if self._value_is_string:
-            out.append(ToolCallArguments(self._calls, self._key_prefix() + '"'))
+            is_string = streams_as_string(self._schemas.get(self._name, {}).get(self._key))
+        self._begin_value(out, is_string=is_string)
 
     def _drain_value(self, out: list[ToolEvent]) -> bool:
-        if self._value_lead and self._buffer:
-            self._value_lead = False
-            if self._buffer.startswith("\n"):
-                self._buffer = self._buffer[1:]
+        self._strip_value_lead()
         close = self._l.value_close
         found = find_first(self._buffer, [close])
         if found is not None:
             self._end_value(self._buffer[: found[0]], out)
             self._buffer = self._buffer[found[0] + len(close) :]
-            self._state = _PARAMS
             return True
-        keep = held_suffix(self._buffer, [close])
-        release = self._buffer[: len(self._buffer) - keep]
-        if self._l.wrapping_newlines and release.endswith("\n"):
-            release = release[:-1]  # may be the wrapping newline before the close tag
-        self._buffer = self._buffer[len(release) :]
-        if self._value_is_string:
-            if release:
-                out.append(ToolCallArguments(self._calls, json_string_fragment(release)))
-        else:
-            self._value += release
+        self._stream_value([close], out)
         return False
-
-    def _end_value(self, text: str, out: list[ToolEvent]) -> None:
-        if self._value_lead and text.startswith("\n"):
-            text = text[1:]
-        self._value_lead = False
-        if self._l.wrapping_newlines and text.endswith("\n"):
-            text = text[:-1]
-        if self._value_is_string:
-            out.append(ToolCallArguments(self._calls, json_string_fragment(text) + '"'))
-        else:
-            value = self._typed(self._value + text)
-            out.append(ToolCallArguments(self._calls, self._key_prefix() + json.dumps(value, ensure_ascii=False)))
-        self._params += 1
-        self._value = ""
-        self._state = _PARAMS
 
     def _typed(self, text: str) -> Any:
         if self._flag is not None:  # flagged JSON: text that is not JSON stays a string
@@ -451,13 +337,3 @@ class TaggedToolParser:
             except ValueError:
                 return text
         return convert_parameter(text, self._schemas.get(self._name, {}).get(self._key))
-
-    def _key_prefix(self) -> str:
-        return ("{" if self._params == 0 else ", ") + json.dumps(self._key, ensure_ascii=False) + ": "
-
-    def _end_call(self, out: list[ToolEvent]) -> None:
-        out.append(ToolCallArguments(self._calls, "}" if self._params else "{}"))
-        self._calls += 1
-        self._params = 0
-        self._name = ""
-        self._call_open = False
