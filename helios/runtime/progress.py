@@ -25,16 +25,19 @@ class InvalidSampledId(HeliosError):
 
 
 class RequestProgress:
-    __slots__ = ("_clock", "_flushed", "_vocab_size", "request", "sampled", "stream")
+    __slots__ = ("_clock", "_eos", "_flushed", "_vocab_size", "request", "sampled", "stream")
 
     def __init__(
-        self, request: PreparedRequest, stream: EventStream, clock: ObservationClock, vocab_size: int
+        self, request: PreparedRequest, stream: EventStream, clock: ObservationClock, vocab_size: int,
+        default_eos_ids: tuple[int, ...] = (),
     ) -> None:
         self.request = request
         self.stream = stream
         self.sampled = 0  # every sampled token: usage and observation count them all
         self._clock = clock
         self._vocab_size = vocab_size
+        # A request naming no EOS ids ends at the core's, where the engine ends it.
+        self._eos = request.generation.eos_token_ids or default_eos_ids
         self._flushed: tuple[object, ...] = ()
 
     def accept(self, token: int) -> Termination | None:
@@ -52,7 +55,7 @@ class RequestProgress:
         if request.grammar is not None:
             request.grammar.advance(token)  # after the clock, before stops and parsing
         output = request.output_filter
-        if token in generation.eos_token_ids and not generation.ignore_eos:
+        if token in self._eos and not generation.ignore_eos:
             if request.observe_tokens:
                 self.stream.put(TokenEvent(token, (), timestamp))
             self._flushed = tuple(output.finish()) if output is not None else ()

@@ -91,9 +91,11 @@ class WorkerRuntime(ModelRuntime):
         capacity: Mapping[str, int] | None = None,
         available: Callable[[], Mapping[str, int]] | None = None,
         rejections: tuple[type[BaseException], ...] = (),
+        eos_token_ids: tuple[int, ...] = (),
     ) -> None:
         super().__init__(limits)
         self._engine = engine
+        self._eos_token_ids = tuple(eos_token_ids)  # the core's: where a request naming none ends
         self._context_tokens = context_tokens
         self._vocab_size = vocab_size  # sampled ids lie in [0, vocab_size)
         self._input_vocab_size = input_vocab_size or vocab_size  # prompt ids lie in [0, input_vocab_size)
@@ -160,7 +162,8 @@ class WorkerRuntime(ModelRuntime):
         with self._lock:
             if request.request_id in self._known:
                 raise DuplicateRequestId(f"request id {request.request_id!r} is already submitted")
-            entry = _Active(request, stream, RequestProgress(request, stream, self.clock, self._vocab_size))
+            entry = _Active(request, stream, RequestProgress(request, stream, self.clock, self._vocab_size,
+                                                             self._eos_token_ids))
             self._known[request.request_id] = entry
             self._ingress.append(entry)
             self._counters.submitted += 1

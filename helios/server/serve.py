@@ -95,6 +95,7 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         capacity={"pages": pages, "max_concurrency": contract.max_concurrency},
         available=lambda: {"pages": engine.allocator.free},
         rejections=(AdmissionRejected,),
+        eos_token_ids=tuple(contract.model.frontend.eos_token_ids),
     )
     return ServerState(runtime=runtime, preparer=preparer), core
 

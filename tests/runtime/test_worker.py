@@ -231,3 +231,23 @@ def test_health_follows_the_lifecycle() -> None:
 def test_prepared_request_validation() -> None:
     with pytest.raises(ValueError, match="observe_tokens"):
         prepared("x", observe_timestamps=True)
+
+
+def test_a_request_naming_no_eos_ids_ends_at_the_cores() -> None:
+    """The engine ends such a request at the core's EOS ids; the runtime must call it EOS, not length."""
+    request = PreparedRequest("no-eos", GenerationRequest(prompt_token_ids=(1, 2), max_tokens=8),
+                              OutputFilter(TOKENIZER, StopSpec()))
+
+    async def main():
+        runtime = WorkerRuntime(ScriptedEngine([*ids("ab"), EOS]), AdmissionLimits(max_active=1, queue_capacity=1),
+                                context_tokens=4096, vocab_size=VOCAB, eos_token_ids=(EOS,))
+        runtime.start()
+        try:
+            return await asyncio.wait_for(collect(runtime.submit(request)), 10)
+        finally:
+            runtime.shutdown()
+
+    events = asyncio.run(main())
+    final = events[-1]
+    assert isinstance(final, Finished) and final.termination is Termination.EOS
+    assert final.output_tokens == 3 and text_of(events) == "ab"
