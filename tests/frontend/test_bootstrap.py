@@ -4,7 +4,6 @@ prompt's initial reasoning state."""
 from __future__ import annotations
 
 import pytest
-import tinyfront
 
 from helios.contract import ContractError
 from helios.frontend.bootstrap import (
@@ -17,6 +16,7 @@ from helios.frontend.bootstrap import (
 )
 from helios.frontend.template import InvalidChatTemplate, TemplateRenderError
 from helios.proto import contract_pb2, core_pb2
+from tests.frontend import tinyfront
 
 
 def test_render_and_encode_round_trip() -> None:

@@ -4,12 +4,12 @@ delimiter tokens as marker pieces."""
 from __future__ import annotations
 
 import pytest
-import tinyfront
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from helios.frontend.detokenize import IncrementalDetokenizer, Piece, join_text
+from tests.frontend import tinyfront
 
 BYTE_LEVEL = Tokenizer.from_str(tinyfront.byte_level_tokenizer_json())
 FALLBACK = Tokenizer.from_str(tinyfront.byte_fallback_tokenizer_json())

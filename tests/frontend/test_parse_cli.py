@@ -6,9 +6,9 @@ import io
 import json
 
 import pytest
-import tinyfront
 
 from helios.cli import main
+from tests.frontend import tinyfront
 
 OUTPUT = (
     "<think>\nplan\n</think>\n\nCalling.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"

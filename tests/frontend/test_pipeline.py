@@ -7,13 +7,13 @@ import itertools
 import json
 
 import pytest
-import tinyfront
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helios.frontend.detokenize import Piece
 from helios.frontend.pipeline import Delta, OutputAccumulator, OutputPipeline, ParsedOutput, parse_text
 from helios.frontend.tool_calls import convert_parameter
+from tests.frontend import tinyfront
 
 FRONTEND = tinyfront.frontend_contract()
 TOOLS = [tinyfront.WEATHER_TOOL]

@@ -4,11 +4,11 @@ defaults, runtime), the output limit, prompt length, reasoning state and delimit
 from __future__ import annotations
 
 import pytest
-import tinyfront
 
 from helios.frontend.errors import IncompatibleOptions, InvalidFieldValue, PromptTooLong, UnknownModel
 from helios.frontend.openai_request import parse_chat_request, parse_completion_request
 from helios.frontend.preparation import Preparer
+from tests.frontend import tinyfront
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import tinyfront
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
@@ -11,6 +10,7 @@ from tokenizers import Tokenizer
 from helios.frontend.detokenize import join_text
 from helios.frontend.errors import IncompatibleOptions, InvalidStop
 from helios.frontend.stops import OutputFilter, StopSpec
+from tests.frontend import tinyfront
 
 TOKENIZER = Tokenizer.from_str(tinyfront.byte_level_tokenizer_json())
 FALLBACK = Tokenizer.from_str(tinyfront.byte_fallback_tokenizer_json())

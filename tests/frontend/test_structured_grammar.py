@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-from syntax_harness import run
 
 from helios.frontend.detokenize import IncrementalDetokenizer, Piece
 from helios.frontend.errors import InvalidFieldValue
@@ -29,6 +28,7 @@ from helios.frontend.structured import (
 from helios.frontend.syntaxes import frontend_for
 from helios.frontend.syntaxes.recipient import BODY, HEADER, FrameState
 from tests.fixtures.checkpoints import build_tokenizer
+from tests.frontend.syntax_harness import run
 
 TOKENIZER = build_tokenizer("qwen3")  # 256 byte tokens + specials, think and tool_call tags among them
 ADDED = added_token_ids(TOKENIZER)

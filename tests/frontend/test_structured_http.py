@@ -10,9 +10,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import openai
-import tinyfront
 
 from helios.runtime.request import GenerationRequest
+from tests.frontend import tinyfront
 from tests.server.inprocess import SERVED_ID, serving
 
 SCHEMA = {

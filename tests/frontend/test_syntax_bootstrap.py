@@ -5,12 +5,12 @@ syntax data a parser needs is required."""
 from __future__ import annotations
 
 import pytest
-import tinyfront
 from tokenizers import Tokenizer
 
 from helios.frontend.bootstrap import Bootstrap, InvalidFrontendContract
 from helios.frontend.syntaxes import frontend_for
 from helios.frontend.syntaxes.recipient import BODY, FrameState, initial_frame_state
+from tests.frontend import tinyfront
 
 CONTROLS = ["<|start|>", "<|message|>", "<|eom|>", "<|end|>", "<xtml:think>", "</xtml:think>", "<xtml:tool_calls>",
             "</xtml:tool_calls>"]  # fmt: skip

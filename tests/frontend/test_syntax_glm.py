@@ -8,7 +8,11 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from syntax_harness import (
+
+from helios.frontend.detokenize import Piece
+from helios.frontend.syntaxes import frontend_for, glm
+from helios.proto import contract_pb2
+from tests.frontend.syntax_harness import (
     TYPED_ARGUMENTS,
     assert_streaming_equal,
     check,
@@ -17,10 +21,6 @@ from syntax_harness import (
     text_pieces,
     value_text,
 )
-
-from helios.frontend.detokenize import Piece
-from helios.frontend.syntaxes import frontend_for, glm
-from helios.proto import contract_pb2
 
 FRONTEND = frontend_for("glm", "think")
 NEWLINE_FREE = frontend_for("glm", "think")

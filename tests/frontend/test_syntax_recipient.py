@@ -9,7 +9,11 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from syntax_harness import (
+
+from helios.frontend.detokenize import Piece
+from helios.frontend.syntaxes import frontend_for
+from helios.frontend.syntaxes.recipient import BETWEEN, BODY, HEADER, FrameState, initial_frame_state
+from tests.frontend.syntax_harness import (
     TYPED_ARGUMENTS,
     assert_streaming_equal,
     check,
@@ -18,10 +22,6 @@ from syntax_harness import (
     text_pieces,
     value_text,
 )
-
-from helios.frontend.detokenize import Piece
-from helios.frontend.syntaxes import frontend_for
-from helios.frontend.syntaxes.recipient import BETWEEN, BODY, HEADER, FrameState, initial_frame_state
 
 FRONTEND = frontend_for("atem", "recipient")
 CONTROLS = ("<|start|>", "<|message|>", "<|eom|>")

@@ -7,8 +7,6 @@ import asyncio
 import time
 
 import pytest
-import tinyfront
-from scripted import ScriptedEngine, ShortOfPages
 from tokenizers import Tokenizer
 
 from helios.frontend.detokenize import join_text
@@ -18,6 +16,8 @@ from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
 from helios.runtime.worker import WorkerRuntime
+from tests.frontend import tinyfront
+from tests.runtime.scripted import ScriptedEngine, ShortOfPages
 
 TOKENIZER = Tokenizer.from_str(tinyfront.byte_level_tokenizer_json())
 EOS = tinyfront.token_id("<|im_end|>")

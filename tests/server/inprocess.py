@@ -9,13 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 
-import tinyfront
 import uvicorn
 
 from helios.frontend.preparation import Preparer
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.worker import WorkerRuntime
 from helios.server.app import ServerState, create_app
+from tests.frontend import tinyfront
 
 SERVED_ID = "tiny-chat"
 ALIASES = ("tiny",)

@@ -10,14 +10,14 @@ import time
 import httpx
 import openai
 import pytest
-import tinyfront
-from cases import INVALID
-from inprocess import ALIASES, SERVED_ID, serving
 from prometheus_client.parser import text_string_to_metric_families
-from scripted import ScriptedEngine
 from tokenizers import Tokenizer
 
 from helios.runtime.limits import AdmissionLimits
+from tests.frontend import tinyfront
+from tests.runtime.scripted import ScriptedEngine
+from tests.server.cases import INVALID
+from tests.server.inprocess import ALIASES, SERVED_ID, serving
 
 TOKENIZER = Tokenizer.from_str(tinyfront.byte_level_tokenizer_json())
 EOS = tinyfront.token_id("<|im_end|>")
@@ -331,11 +331,10 @@ def test_finished_response_keeps_its_permit_until_read() -> None:
     admission permit stays held until the response has been delivered."""
     import asyncio
 
-    import tinyfront as tf
-
     from helios.frontend.preparation import Preparer
     from helios.runtime.worker import WorkerRuntime
     from helios.server.app import ServerState, create_app
+    from tests.frontend import tinyfront as tf
 
     engine = ScriptedEngine(ids("Hello world again and again") + [EOS])
     bootstrap = tf.make_bootstrap()
@@ -405,11 +404,11 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
     """A stream still generating at shutdown keeps the server up for the five-second drain, then its
     connection is dropped and its request cancelled."""
     import uvicorn
-    from inprocess import free_port
 
     from helios.frontend.preparation import Preparer
     from helios.runtime.worker import WorkerRuntime
     from helios.server.app import ServerState, create_app
+    from tests.server.inprocess import free_port
 
     engine = ScriptedEngine([5] * 5000 + [EOS], delay_s=0.005)
     bootstrap = tinyfront.make_bootstrap()

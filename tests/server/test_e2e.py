@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from cases import INVALID
-from inprocess import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
 from helios.cli import main
+from tests.server.cases import INVALID
+from tests.server.inprocess import free_port
 
 pytestmark = pytest.mark.slow
 
