@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -47,9 +46,9 @@ from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
     Health,
-    ModelRuntime,
     PreparedRequest,
     RuntimeMetrics,
+    ThreadedModelRuntime,
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.packing import LaneInput
@@ -67,23 +66,20 @@ class _Entry:
     sampled: int = 0
 
 
-class ProductionRuntime(ModelRuntime):
+class ProductionRuntime(ThreadedModelRuntime):
     """Continuous batching over one executor; see the module docstring."""
 
     def __init__(self, executor: Any, limits: AdmissionLimits, scheduler: Scheduler, *,
                  capacity: dict[str, int] | None = None) -> None:
-        super().__init__(limits)
+        super().__init__(limits, worker_name="helios-production-worker")
         self._executor = executor
         self._framed = hasattr(executor, "submit_round") and hasattr(executor, "collect")
         self._scheduler = scheduler
         self._capacity = dict(capacity or {})
-        self._lock = threading.Condition()
         self._ingress: collections.deque[_Entry] = collections.deque()
         self._entries: dict[str, _Entry] = {}
         self._cancels: set[str] = set()
         self._handles: dict[int, Any] = {}  # plan sequence -> executor handle (or rows, unframed)
-        self._status = "starting"
-        self._thread: threading.Thread | None = None
         self._submitted = 0
         self._rejected = 0
         self._failed = 0
@@ -122,26 +118,6 @@ class ProductionRuntime(ModelRuntime):
     @property
     def scheduler(self) -> Scheduler:
         return self._scheduler
-
-    # ------------------------------------------------------------------------------------ lifecycle
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self.clock.restart()
-        self._status = "ok"
-        self._thread = threading.Thread(target=self._run, name="helios-production-worker", daemon=True)
-        self._thread.start()
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._status in ("stopping", "stopped"):
-                return
-            self._status = "stopping"
-            self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        self._status = "stopped"
 
     # ------------------------------------------------------------------------------------ submission
 

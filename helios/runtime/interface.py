@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -212,3 +213,45 @@ class ModelRuntime(abc.ABC):
 
     @abc.abstractmethod
     def metrics(self) -> RuntimeMetrics: ...
+
+
+class ThreadedModelRuntime(ModelRuntime):
+    """A ModelRuntime whose model worker is one thread running `_run`.
+
+    Owns the lifecycle both runtimes share: `start` fixes the clock's origin and launches the worker;
+    `shutdown` moves the status to "stopping" under the lock (calling `_stopping` there), wakes the
+    worker, joins it, and marks the runtime "stopped". `_lock` guards the status and whatever the
+    worker and the event loop share."""
+
+    def __init__(self, limits: AdmissionLimits, *, worker_name: str) -> None:
+        super().__init__(limits)
+        self._worker_name = worker_name
+        self._lock = threading.Condition()
+        self._status = "starting"  # starting -> ok -> stopping -> stopped
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.clock.restart()
+        self._status = "ok"
+        self._thread = threading.Thread(target=self._run, name=self._worker_name, daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._status in ("stopping", "stopped"):
+                return
+            self._status = "stopping"
+            self._stopping()
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self._status = "stopped"
+
+    def _stopping(self) -> None:
+        """Called under the lock as shutdown begins (e.g. to cancel every known request)."""
+
+    @abc.abstractmethod
+    def _run(self) -> None:
+        """The model worker's loop; returns once the status is no longer "ok" and work has drained."""

@@ -20,7 +20,6 @@ after it: `RequestProgress`, the events, slots and the pending deque.
 from __future__ import annotations
 
 import collections
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,9 +29,9 @@ from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
     Health,
-    ModelRuntime,
     PreparedRequest,
     RuntimeMetrics,
+    ThreadedModelRuntime,
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.progress import InvalidSampledId, RequestProgress
@@ -77,7 +76,7 @@ def _mixed(constrained_lanes: list[bool]) -> bool:
     return any(constrained_lanes) and not all(constrained_lanes)
 
 
-class WorkerRuntime(ModelRuntime):
+class WorkerRuntime(ThreadedModelRuntime):
     """The reference runtime's worker, and the shape every runtime's worker keeps."""
 
     def __init__(
@@ -93,7 +92,7 @@ class WorkerRuntime(ModelRuntime):
         rejections: tuple[type[BaseException], ...] = (),
         eos_token_ids: tuple[int, ...] = (),
     ) -> None:
-        super().__init__(limits)
+        super().__init__(limits, worker_name="helios-model-worker")
         self._engine = engine
         self._eos_token_ids = tuple(eos_token_ids)  # the core's: where a request naming none ends
         self._context_tokens = context_tokens
@@ -103,36 +102,17 @@ class WorkerRuntime(ModelRuntime):
         self._free_slots = list(range(limits.max_active - 1, -1, -1))
         self._capacity = dict(capacity or {})
         self._available = available  # the engine's free resources (e.g. cache pages), read at scrape time
-        self._lock = threading.Condition()
         self._ingress: collections.deque[_Active] = collections.deque()
         self._pending: collections.deque[_Active] = collections.deque()
         self._active: list[_Active] = []
         self._known: dict[str, _Active] = {}
         self._counters = _Counters()
-        self._thread: threading.Thread | None = None
-        self._status = "starting"
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self.clock.restart()
-        self._status = "ok"
-        self._thread = threading.Thread(target=self._run, name="helios-model-worker", daemon=True)
-        self._thread.start()
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._status in ("stopping", "stopped"):
-                return
-            self._status = "stopping"
-            for entry in self._known.values():
-                entry.cancelled = True
-            self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        self._status = "stopped"
+    def _stopping(self) -> None:
+        for entry in self._known.values():
+            entry.cancelled = True
 
     # -- submission ------------------------------------------------------------------------------
 
