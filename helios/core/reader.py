@@ -6,17 +6,22 @@ tiles every file. Resource bytes are touched only when a resource is read: `Core
 every chunk digest, then the frame structure (or the version-4 key), and only then decodes into the
 caller's buffer. A resource stored in at most 64 MiB is decoded from the chunks the digest pass
 read; a larger one is read again, each chunk hashed again as the decoder consumes it, so memory
-stays at the caller's buffer plus 64 MiB at most (128 MiB in `read_many_into`). On any error the caller's buffer is zeroed, so no
-unverified byte is left in it. Hashing runs on a small thread pool beside the decoding thread
-(hashlib and zstd release the GIL); `Core.read_many_into` checks the next resource's digests while
-one decodes.
+stays at the caller's buffer plus 64 MiB at most per resource being read. On any error the caller's
+buffer is zeroed, so no unverified byte is left in it. Hashing runs on a small thread pool beside
+the decoding thread (hashlib and zstd release the GIL).
+
+`Core.read_each_into` reads many resources at once: each one is verified and decoded, whole, by
+one of a few decoding threads straight into the buffer the caller hands out for it, and is yielded
+only once complete and verified; at most `decoders` resources are in flight, so memory stays
+bounded however large the core. A core under 16 MiB of decoded bytes is read on the caller's
+thread alone.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import MappingProxyType
 
@@ -37,6 +42,7 @@ from helios.proto import contract_pb2, core_pb2, manifest_pb2
 
 _SCRATCH_NBYTES = 1 << 20
 _KEEP_VERIFIED_NBYTES = 64 << 20  # resources stored in at most this are hashed and read once
+_PARALLEL_MIN_NBYTES = 16 << 20  # read_each_into reads fewer decoded bytes than this on one thread
 
 
 def _zero(view: memoryview) -> None:
@@ -46,9 +52,22 @@ def _zero(view: memoryview) -> None:
         piece[:] = zeros[: len(piece)]
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_workers() -> int:
     """Hashing threads beside the caller's decoding thread: one per core, at most four."""
-    return max(1, min(4, (os.cpu_count() or 1)))
+    return max(1, min(4, _usable_cpus()))
+
+
+def default_decoders() -> int:
+    """Resources `read_each_into` decodes at once: one per usable core, at most eight (memory stays
+    at eight resources' buffers plus their verified chunks)."""
+    return max(1, min(8, _usable_cpus()))
 
 
 class Core:
@@ -63,6 +82,7 @@ class Core:
         placements: dict[str, Placement],
         protection_key: bytes | None,
         workers: int,
+        decoders: int = 1,
     ) -> None:
         self.path = path
         self._fds = fds  # "" -> the core file; sibling name -> its file
@@ -71,6 +91,7 @@ class Core:
         self._placements = placements
         self._protection_key = protection_key
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="helios-core") if workers > 0 else None
+        self._decoders = max(1, decoders)  # resources read_each_into decodes at once
         self.resources = MappingProxyType({r.id: r for r in content.resources})  # id -> ExecutableResource
 
     @property
@@ -170,34 +191,78 @@ class Core:
             raise
 
     def read_many_into(self, items: Iterable[tuple[str, memoryview | bytearray]]) -> None:
-        """`read_into` for each (id, buffer) in order, faster: while one resource decodes, the next
-        one's digests are checked on a worker thread (hashlib and zstd release the GIL).
+        """`read_into` for each (id, buffer), several resources at once (see `read_each_into`).
 
-        On an error, the failing resource's buffer is zeroed; earlier buffers keep their verified bytes.
+        On an error, the failing resource's buffer is zeroed and the lowest-placed failure in
+        `items` among those started is raised; every other buffer holds its verified bytes or what
+        the caller left in it (a resource never started), never unverified bytes.
         """
         views = [(resource_id, self._output(resource_id, out)) for resource_id, out in items]
-        if self._executor is None:
-            for resource_id, view in views:
+        handed = iter(view for _, view in views)
+        for _ in self.read_each_into([resource_id for resource_id, _ in views], lambda _: next(handed)):
+            pass
+
+    def read_each_into(
+        self,
+        resource_ids: Sequence[str],
+        destination: Callable[[str], memoryview | bytearray],
+        *,
+        decoders: int | None = None,
+    ) -> Iterator[tuple[str, memoryview]]:
+        """Verifies and decodes each resource into the buffer `destination(id)` returns; yields
+        (id, buffer view) as each one is complete and verified, in the order they complete.
+
+        `destination` is called on the caller's thread, once per id in the order of `resource_ids`,
+        just before that resource starts, so the caller can hand out staging buffers lazily and
+        reuse them after the resource is yielded. At most `decoders` (default: the core's, from
+        `open_core`) resources are in flight; each is decoded by one thread, straight into its
+        buffer, with the guarantees of `read_into`. A resource is yielded only after every byte of
+        it verified; on an error no further resource starts, those in flight finish (a failing
+        one's buffer is zeroed) and the error of the first failing id in `resource_ids` is raised.
+        """
+        ids = list(resource_ids)
+        for resource_id in ids:
+            self._resource(resource_id)  # an unknown id fails before any work
+        decoders = self._decoders if decoders is None else decoders
+        total = sum(self.resources[resource_id].decoded_nbytes for resource_id in ids)
+        if decoders <= 1 or len(ids) < 2 or total < _PARALLEL_MIN_NBYTES:
+            for resource_id in ids:
+                view = self._output(resource_id, destination(resource_id))
                 self.read_into(resource_id, view)
+                yield resource_id, view
             return
-        # NOTE: a background first pass hashes inline (executor None): a pool task that waited on
-        # tasks queued behind it in the same pool could deadlock a one-worker pool.
-        pending = None
-        try:
-            for index, (resource_id, view) in enumerate(views):
-                try:
-                    first = self._first_pass(resource_id, self._executor) if pending is None else pending.result()
-                    pending = None
-                    if index + 1 < len(views):
-                        pending = self._executor.submit(self._first_pass, views[index + 1][0], None)
-                    self._second_pass(*first, view)
-                    del first
-                except BaseException:
-                    _zero(view)
-                    raise
-        finally:
-            if pending is not None:
-                pending.cancel()
+        yield from self._read_parallel(ids, destination, min(decoders, len(ids)))
+
+    def _read_parallel(
+        self, ids: list[str], destination: Callable[[str], memoryview | bytearray], decoders: int
+    ) -> Iterator[tuple[str, memoryview]]:
+        # NOTE: decoding threads hash through self._executor, a separate pool whose tasks never
+        # wait on other tasks, so no pool waits on itself.
+        running: dict[Future[None], tuple[int, str, memoryview]] = {}
+        failures: list[tuple[int, BaseException]] = []
+        with ThreadPoolExecutor(decoders, thread_name_prefix="helios-decode") as pool:
+            try:
+                upcoming = iter(enumerate(ids))
+                while True:
+                    while not failures and len(running) < decoders:
+                        index, resource_id = next(upcoming, (-1, ""))
+                        if index < 0:
+                            break
+                        view = self._output(resource_id, destination(resource_id))
+                        running[pool.submit(self.read_into, resource_id, view)] = (index, resource_id, view)
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    finished = sorted((running.pop(future), future) for future in done)
+                    failures.extend((index, f.exception()) for (index, _, _), f in finished if f.exception())
+                    if failures:
+                        continue  # drain: let what is in flight finish, start nothing new
+                    for (_, resource_id, view), _ in finished:
+                        yield resource_id, view
+            finally:
+                wait(running)  # NOTE: a consumer that stops early still waits for the threads it started
+        if failures:
+            raise min(failures, key=lambda failure: failure[0])[1]
 
     def read(self, resource_id: str) -> bytes:
         """The verified, decoded bytes of one resource (use `read_into` for large ones: no second copy)."""
@@ -239,6 +304,7 @@ def open_core(
     accept: str,
     protection_key: bytes | str | os.PathLike | None = None,
     workers: int | None = None,
+    decoders: int | None = None,
 ) -> Core:
     """Opens a core: verifies its signature with one of `trusted_keys`, authorizes `accept` exactly,
     checks its envelope and layout. Resource bytes are verified later, when read.
@@ -246,6 +312,8 @@ def open_core(
     `trusted_keys`: a public key, its 32 raw bytes, a key file, a directory of `.pub` files, or an
     iterable of these. `protection_key` (version-4 cores only): the AES-256 key or its file, else
     HELIOS_PROTECTION_KEY_FILE. `workers`: hashing threads (default `default_workers()`, 0: none).
+    `decoders`: resources `read_each_into` and `read_many_into` decode at once (default
+    `default_decoders()`; 1 when `workers` is 0, so that workers=0 reads on the caller's thread alone).
     """
     path = os.fspath(path)
     trusted = load_trusted_keys(trusted_keys)
@@ -272,7 +340,10 @@ def open_core(
                     f"core {path!r}: the protection key given is not the one its index names "
                     f"({content.protection_key_id.hex()})"
                 )
-        return Core(path, fds, container, content, placements, key, default_workers() if workers is None else workers)
+        workers = default_workers() if workers is None else workers
+        if decoders is None:
+            decoders = default_decoders() if workers > 0 else 1
+        return Core(path, fds, container, content, placements, key, workers, decoders)
     except BaseException:
         for fd in fds.values():
             os.close(fd)
