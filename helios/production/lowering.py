@@ -8,11 +8,20 @@ meaning:
     add(a, b) -> s ; rms_norm(s, w) -> n               =>  one norm kernel storing s and n
     rotary(x, pos) -> r ; paged_cache_write(c, r, ...)  =>  one kernel rotating into the cache
                                                              (and into r only if r is read again)
+    matmul(x, Wa) -> a ; matmul(x, Wb) -> b [; matmul(x, Wc) -> c]
+                                                        =>  one multi-output GEMV (q/k/v)
+    matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
+                                                        =>  one GEMV storing act(g) * u into h
+                                                             (g and u scratch read by nothing else)
 
-Matrix products (matmul, logits) run on torch (cuBLAS on a GPU) over the static buffers; every other
-operator is a Triton kernel except `add`, `mul`, `copy` and `fill`, which are single torch calls on
-static tensors. A scratch tensor returns to the arena after its last reader, so every layer of a
-program reuses one set of buffers.
+Matrix products (matmul, logits) of at most 16 rows run on the Triton GEMV kernels
+(`kernels/linear.py`) or on torch (cuBLAS on a GPU), as the `LinearPolicy` of `tuning.py` decides
+per product shape: on a GPU it times both once at load; on a CPU torch runs them unless a test
+injects the Triton policy. The matmul fusions above are taken only where the policy picks Triton for
+the fused shape; otherwise their operators lower one by one. Larger products always run on torch.
+Every other operator is a Triton kernel except `add`, `mul`, `copy` and `fill`, which are single
+torch calls on static tensors. A scratch tensor returns to the arena after its last reader, so every
+layer of a program reuses one set of buffers.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ import torch
 
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, torch_dtype
-from helios.production.kernels import activation, attention, gather, norm, rotary, sampling
+from helios.production.kernels import activation, attention, gather, linear, norm, rotary, sampling
 from helios.production.plan import Launch, LaunchPlan
+from helios.production.tuning import LinearPolicy, ProductShape, default_policy
 from helios.program.registry import OPERATORS
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
@@ -46,9 +56,23 @@ class Context:
     arena: ScratchArena
     device: torch.device
     where: str
+    linear: LinearPolicy
+    decls: Mapping[str, program_pb2.TensorDecl]
 
     def t(self, name: str) -> torch.Tensor:
         return self.tensors[name]
+
+    def scratch_like(self, name: str) -> torch.Tensor:
+        """A fresh tensor like `name` (its storage, or its declaration where unbound), outside the arena:
+        what timing candidates write into."""
+        if name in self.tensors:
+            return torch.empty_like(self.tensors[name])
+        decl = self.decls[name]
+        return torch.empty(tuple(int(e) for e in decl.shape), dtype=self.dtype(name), device=self.device)
+
+    def dtype(self, name: str) -> torch.dtype:
+        bound = self.tensors.get(name)
+        return bound.dtype if bound is not None else torch_dtype(self.decls[name].dtype, f"{self.where} {name}")
 
 
 Lowering = Callable[[Context, ValidatedOperator], Callable[[], None]]
@@ -82,13 +106,49 @@ def _head_rms_norm(c: Context, op: ValidatedOperator):
     return lambda: norm.norm(x, w, out, eps=eps, width=head_dim)
 
 
-def _matmul(c: Context, op: ValidatedOperator):
-    x, w, out = _flat(c.t(op.inputs[0])), c.t(op.inputs[1]), _flat(c.t(op.outputs[0]))
-    wt = w.t()
-    if len(op.inputs) > 2:
-        bias = c.t(op.inputs[2])
+def _torch_matmul(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None):
+    x, out, wt = _flat(x), _flat(out), w.t()
+    if bias is not None:
         return lambda: torch.addmm(bias, x, wt, out=out)
     return lambda: torch.mm(x, wt, out=out)
+
+
+def _triton_matmuls(xs: torch.Tensor, ws: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
+                    biases: Sequence[torch.Tensor] | None):
+    x, flat = _flat(xs), [_flat(o) for o in outs]
+    return lambda: linear.linear(x, ws, flat, biases=biases)
+
+
+def _dtypes(c: Context, x: str, w: str, out: str) -> str:
+    """"x dtype x weight dtype -> output dtype", e.g. "bfloat16xbfloat16->bfloat16"."""
+    def name(tensor: str) -> str:
+        return str(c.dtype(tensor)).removeprefix("torch.")
+    return f"{name(x)}x{name(w)}->{name(out)}"
+
+
+def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> ProductShape | None:
+    """The product shape of `ops` (matmuls of one input), or None where the Triton kernels cannot take it."""
+    x = ops[0].inputs[0]
+    rows = _flat(c.t(x)).shape[0]
+    if not 1 <= rows <= linear.MAX_ROWS:
+        return None
+    columns = tuple(int(c.t(op.inputs[1]).shape[0]) for op in ops)
+    k = int(c.t(ops[0].inputs[1]).shape[1])
+    return ProductShape(rows, columns, k, _dtypes(c, x, ops[0].inputs[1], ops[0].outputs[0]), fusion)
+
+
+def _matmul(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
+    shape = _matmul_shape(c, (op,), "matmul")
+    if shape is not None:
+        def candidates():
+            o = c.scratch_like(op.outputs[0])
+            return (_triton_matmuls(x, [w], [o], None if bias is None else [bias]),
+                    _torch_matmul(x, w, o, bias))
+        if c.linear.choose(shape, candidates) == "triton":
+            return _triton_matmuls(x, [w], [out], None if bias is None else [bias])
+    return _torch_matmul(x, w, out, bias)
 
 
 def _elementwise(fn):
@@ -158,6 +218,40 @@ def _logits(c: Context, op: ValidatedOperator):
     h, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     sampled = op.attributes.get("sampled_tokens")
     softcap = op.attributes.get("softcap")
+    tail = out[:, int(sampled):] if sampled is not None and int(sampled) < out.shape[1] else None
+    product = _logits_product(c, op, h, w, out, sampled, softcap, tail is not None)
+
+    def run() -> None:
+        product()
+        if softcap is not None:
+            out.div_(float(softcap)).tanh_().mul_(float(softcap))
+        if tail is not None:
+            tail.fill_(float("-inf"))
+    return run
+
+
+def _logits_product(c: Context, op: ValidatedOperator, h: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
+                    sampled, softcap, has_tail: bool):
+    """The FP32 product of the logits: Triton over the sampled ids only where the policy picks it
+    (the tail is filled with -inf after the product anyway), else torch over every id."""
+    rows, vocab = out.shape
+    if 1 <= rows <= linear.MAX_ROWS and h.dim() == 2 and h.shape[0] == rows:
+        columns = int(sampled) if has_tail else vocab
+        shape = ProductShape(rows, (columns,), int(h.shape[1]), _dtypes(c, op.inputs[0], op.inputs[1],
+                                                                          op.outputs[0]), "logits")
+
+        def triton_product(o: torch.Tensor):
+            return lambda: linear.linear(h, [w], [o], columns=[columns])
+
+        def candidates():
+            o = c.scratch_like(op.outputs[0])
+            return triton_product(o), _torch_logits(c, h, w, o)
+        if c.linear.choose(shape, candidates) == "triton":
+            return triton_product(out)
+    return _torch_logits(c, h, w, out)
+
+
+def _torch_logits(c: Context, h: torch.Tensor, w: torch.Tensor, out: torch.Tensor):
     wt = w.t()
     if h.dtype == torch.float32 and w.dtype == torch.float32:
         def product() -> None:
@@ -169,15 +263,7 @@ def _logits(c: Context, op: ValidatedOperator):
     else:
         def product() -> None:
             torch.mm(h.float(), wt.float(), out=out)
-    tail = out[:, int(sampled):] if sampled is not None and int(sampled) < out.shape[1] else None
-
-    def run() -> None:
-        product()
-        if softcap is not None:
-            out.div_(float(softcap)).tanh_().mul_(float(softcap))
-        if tail is not None:
-            tail.fill_(float("-inf"))
-    return run
+    return product
 
 
 _MIXED_MM: dict[str, bool] = {}
@@ -264,6 +350,87 @@ def _fused_rotary_cache(c: Context, rot: ValidatedOperator, write: ValidatedOper
                                        page_table=table)
 
 
+def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
+    """Consecutive matmuls of one input as one multi-output launch (outputs bound by the caller)."""
+    x = c.t(ops[0].inputs[0])
+    ws = [c.t(op.inputs[1]) for op in ops]
+    biases = [c.t(op.inputs[2]) for op in ops] if len(ops[0].inputs) > 2 else None
+    return _triton_matmuls(x, ws, [c.t(op.outputs[0]) for op in ops], biases)
+
+
+def _gate_up(ops: Sequence[ValidatedOperator]) -> tuple[ValidatedOperator, ValidatedOperator]:
+    """(gate matmul, up matmul) of a gate/up/activation group, as the activation reads them."""
+    first, second, act = ops
+    return (first, second) if act.inputs[0] == first.outputs[0] else (second, first)
+
+
+def _fused_gated(c: Context, ops: Sequence[ValidatedOperator], out: torch.Tensor | None = None):
+    """matmul(gate) ; matmul(up) ; gated_activation as one launch into the activation output."""
+    gate, up = _gate_up(ops)
+    act = ops[2]
+    x = _flat(c.t(gate.inputs[0]))
+    h = _flat(out if out is not None else c.t(act.outputs[0]))
+    biases = (c.t(gate.inputs[2]), c.t(up.inputs[2])) if len(gate.inputs) > 2 else (None, None)
+    kind = str(act.attributes["activation"])
+    wg, wu = c.t(gate.inputs[1]), c.t(up.inputs[1])
+    return lambda: linear.gated_linear(x, wg, wu, h, activation=kind, gate_bias=biases[0], up_bias=biases[1])
+
+
+def _linear_fusion_candidates(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
+    """(Triton fused run, torch unfused run) over fresh outputs, for timing the fusion."""
+    if fusion == "gate_up+activation":
+        gate, up = _gate_up(ops)
+        g, u, h = (c.scratch_like(n) for n in (gate.outputs[0], up.outputs[0], ops[2].outputs[0]))
+        unfused = [_torch_matmul(c.t(op.inputs[0]), c.t(op.inputs[1]), o, c.t(op.inputs[2]) if len(op.inputs) > 2
+                                 else None) for op, o in ((gate, g), (up, u))]
+        kind = str(ops[2].attributes["activation"])
+        unfused.append(lambda: activation.gated_activation(g, u, h, activation=kind))
+        fused = _fused_gated(c, ops, out=h)
+    else:
+        outs = [c.scratch_like(op.outputs[0]) for op in ops]
+        biases = [c.t(op.inputs[2]) for op in ops] if len(ops[0].inputs) > 2 else None
+        fused = _triton_matmuls(c.t(ops[0].inputs[0]), [c.t(op.inputs[1]) for op in ops], outs, biases)
+        unfused = [_torch_matmul(c.t(op.inputs[0]), c.t(op.inputs[1]), o, None if biases is None else biases[i])
+                   for i, (op, o) in enumerate(zip(ops, outs, strict=True))]
+
+    def torch_run() -> None:
+        for run in unfused:
+            run()
+    return fused, torch_run
+
+
+def _matmul_group(operators: Sequence[ValidatedOperator], i: int, decls: Mapping[str, program_pb2.TensorDecl],
+                  readers: Mapping[str, list[int]]) -> str | None:
+    """A matmul fusion starting at operators[i], structurally (the policy still decides whether to take it)."""
+    op = operators[i]
+    if op.op != "matmul":
+        return None
+    x, bias = op.inputs[0], len(op.inputs) > 2
+
+    def joins(other: ValidatedOperator, taken: Sequence[ValidatedOperator]) -> bool:
+        names = {x, *(t.outputs[0] for t in taken)}
+        return (other.op == "matmul" and other.inputs[0] == x and (len(other.inputs) > 2) == bias
+                and other.outputs[0] not in names and decls[other.outputs[0]].role == P.TENSOR_ROLE_SCRATCH and decls[other.inputs[1]].dtype == decls[op.inputs[1]].dtype
+                and decls[other.outputs[0]].dtype == decls[op.outputs[0]].dtype)
+
+    group = [op]
+    # outputs are scratch: the arena never hands out storage of a live tensor, so no output aliases x
+    if op.outputs[0] == x or decls[op.outputs[0]].role != P.TENSOR_ROLE_SCRATCH:
+        return None
+    while len(group) < linear.MAX_GROUPS and i + len(group) < len(operators) \
+            and joins(operators[i + len(group)], group):
+        group.append(operators[i + len(group)])
+    if len(group) >= 2 and i + 2 < len(operators):
+        act = operators[i + 2]
+        products = {group[0].outputs[0], group[1].outputs[0]}
+        if act.op == "gated_activation" and set(act.inputs) == products and len(act.inputs) == 2 \
+                and act.outputs[0] not in (*products, x) \
+                and all(decls[n].role == P.TENSOR_ROLE_SCRATCH and readers.get(n) == [i + 2] for n in products) \
+                and decls[act.outputs[0]].dtype == decls[op.outputs[0]].dtype:
+            return "gate_up+activation"
+    return f"matmul*{len(group)}" if len(group) >= 2 else None
+
+
 def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
     readers: dict[str, list[int]] = {}
     for index, op in enumerate(operators):
@@ -287,8 +454,13 @@ def _fusion(operators: Sequence[ValidatedOperator], i: int, readers: Mapping[str
 
 def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOperator], *,
                   weights: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
-                  arena: ScratchArena, device: torch.device, fuse: bool = True) -> LaunchPlan:
-    """Lower one validated program into a launch plan over static storage (see the module docstring)."""
+                  arena: ScratchArena, device: torch.device, fuse: bool = True,
+                  linear_policy: LinearPolicy | None = None) -> LaunchPlan:
+    """Lower one validated program into a launch plan over static storage (see the module docstring).
+
+    `linear_policy` chooses Triton or torch for each small matrix product (default: measured on a
+    GPU, torch on a CPU; see tuning.py); `fuse=False` lowers every operator on its own.
+    """
     where = f"program {program.graph!r}"
     decls = {d.name: d for d in program.tensors}
     tensors: dict[str, torch.Tensor] = {}
@@ -310,7 +482,7 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     arena.reset()
     readers = _readers(operators)
     last_read = {name: max(indices) for name, indices in readers.items()}
-    context = Context(tensors, arena, device, where)
+    context = Context(tensors, arena, device, where, linear_policy or default_policy(device), decls)
     launches: list[Launch] = []
 
     def bind_outputs(ops: Sequence[ValidatedOperator], skip: set[str]) -> None:
@@ -337,7 +509,25 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
         if op.op not in LOWERINGS:
             raise LoweringError(f"{where} operators[{i}]: operator {op.op!r} has no production lowering")
         fused = _fusion(operators, i, readers) if fuse else None
-        if fused == "add+rms_norm":
+        if fused is None and fuse:
+            fused = _matmul_group(operators, i, decls, readers)
+            if fused is not None:
+                size = 3 if fused == "gate_up+activation" else int(fused.rsplit("*", 1)[1])
+                ops = operators[i:i + size]
+                products = ops[:2] if fused == "gate_up+activation" else ops
+                shape = _matmul_shape(context, products, fused)
+                if shape is None or context.linear.choose(
+                        shape, lambda ops=ops, fused=fused: _linear_fusion_candidates(context, ops, fused)) != "triton":
+                    fused = None
+        if fused == "gate_up+activation":
+            group = tuple(operators[i:i + 3])
+            bind_outputs(group, {group[0].outputs[0], group[1].outputs[0]})
+            run = _fused_gated(context, group)
+        elif fused is not None and fused.startswith("matmul*"):
+            group = tuple(operators[i:i + int(fused.rsplit("*", 1)[1])])
+            bind_outputs(group, set())
+            run = _fused_matmuls(context, group)
+        elif fused == "add+rms_norm":
             group = (op, operators[i + 1])
             bind_outputs(group, set())
             run = _fused_add_norm(context, *group)

@@ -38,6 +38,7 @@ from helios.production.capture import GraphCapture
 from helios.production.executor import ExecutorGraph, NativeExecutor
 from helios.production.lowering import lower_program
 from helios.production.plan import LaunchPlan
+from helios.production.tuning import PATHS, Decision, LinearPolicy, policy_for
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.packing import GraphPacking, LaneInput
@@ -67,8 +68,11 @@ class LoadOptions:
     gpu_memory_fraction: float = 0.9  # share of the device's memory Helios may hold in all
     pages: int | None = None  # physical cache pages; None: sized from gpu_memory_fraction (CPU: full contexts)
     cuda_graphs: bool = True  # capture and replay CUDA graphs (GPU only; False runs plans eagerly)
+    linear: str = "auto"  # small matrix products: "auto" (timed on a GPU, torch on a CPU), "triton", "torch"
 
     def __post_init__(self) -> None:
+        if self.linear not in ("auto", *PATHS):
+            raise StartupFailed(f"linear must be 'auto', 'triton' or 'torch', got {self.linear!r}")
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise StartupFailed(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
         if self.pages is not None and self.pages < 1:
@@ -93,7 +97,8 @@ class NativeModel:
 
     def __init__(self, *, contract: PreparedContract, serving: contract_pb2.ServingContract,
                  manifests: tuple[manifest_pb2.ExecutionManifest, ...], executor: NativeExecutor, pages: int,
-                 startup: tuple[StartupPhase, ...], device: torch.device, weight_bytes: int) -> None:
+                 startup: tuple[StartupPhase, ...], device: torch.device, weight_bytes: int,
+                 linear_decisions: tuple[Decision, ...] = ()) -> None:
         self.contract = contract
         self.serving = serving
         self.manifests = manifests  # per rank: the execution geometry as loaded
@@ -102,6 +107,7 @@ class NativeModel:
         self.startup = startup
         self.device = device
         self.weight_bytes = weight_bytes
+        self.linear_decisions = linear_decisions  # path of each small matrix product shape (tuning.py)
 
     def run_round(self, graph_name: str, lanes: list[LaneInput]):
         """One round of one graph over a cohort: the executor seam (see executor.py)."""
@@ -145,12 +151,13 @@ class NativeModel:
                                                                device, f"weight {decl.resource!r}")
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
+        policy = policy_for(options.linear, device)
         contracts = {g.name: g for g in serving.model.graphs}
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             placeholder = manifest_buffers(manifest, device, pages=1)
-            warm = {name: _lower(item, weights, placeholder, arena, device) for name, item in programs.items()}
+            warm = {name: _lower(item, weights, placeholder, arena, device, policy) for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
             # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
@@ -169,7 +176,7 @@ class NativeModel:
         with phase("tuning"):
             _run_tuning(core, manifest, weights, buffers, arena, device)
         with phase("graphs"):
-            plans = {name: _lower(item, weights, buffers, arena, device) for name, item in programs.items()}
+            plans = {name: _lower(item, weights, buffers, arena, device, policy) for name, item in programs.items()}
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
                 capture = GraphCapture(device)
@@ -188,7 +195,8 @@ class NativeModel:
             if b.role == M.BUFFER_ROLE_CACHE:
                 b.shape[0] = pages
         return cls(contract=contract, serving=serving, manifests=(loaded,), executor=executor, pages=pages,
-                   startup=tuple(phases), device=device, weight_bytes=weight_bytes)
+                   startup=tuple(phases), device=device, weight_bytes=weight_bytes,
+                   linear_decisions=policy.decisions)
 
 
 def _programs(core, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
@@ -213,8 +221,10 @@ def _programs(core, manifest: manifest_pb2.ExecutionManifest, serving: contract_
     return out
 
 
-def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device) -> LaunchPlan:
-    return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device)
+def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device,
+           policy: LinearPolicy | None = None) -> LaunchPlan:
+    return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
+                         linear_policy=policy)
 
 
 def _page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:

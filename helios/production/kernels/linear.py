@@ -1,0 +1,273 @@
+"""Skinny matrix products (device side): y[M, N] = x[M, K] @ W[N, K]^T (+ bias) for M <= 16 rows.
+
+Decode rounds multiply a handful of packed rows by every weight of the model, so the product is
+bound by reading the weights once; cuBLAS's batch-1 kernels read them at a fraction of the copy
+bandwidth. Here each program owns `BLOCK_N` output columns of every row: it walks the whole K extent
+in `BLOCK_K`-wide contiguous loads of its weight rows, multiplies them against all M rows of `x` at
+once (so each weight is read exactly once per call) and accumulates in FP32. Small `BLOCK_N` gives
+enough programs to fill a GPU for N as small as 1024.
+
+One launch covers up to three products of the same input (`linear`: q/k/v, or any matmuls reading
+one tensor): the grid is the concatenation of each group's column tiles and each program picks its
+group (weight, bias, output, N) from its program id; no weight is concatenated, every output stays
+its own contiguous tensor. `gated_linear` computes `act(x @ Wg^T) * (x @ Wu^T)` straight into the
+activation output: each program reads the same columns of both weights, rounds each product to the
+output dtype (as the unfused matmuls store them) and applies the activation as
+`kernels/activation.py` does, so the fusion keeps the program's meaning.
+
+Outputs take their tensor's dtype: an FP32 output (the logits) is stored unrounded. Block sizes come
+from the host (`choose_blocks`): small tiles over many programs on a GPU, one or a few large tiles on
+a CPU, where the interpreter costs milliseconds per program iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from helios.errors import HeliosError
+
+MAX_ROWS = 16  # the most rows (M) these kernels take; larger products stay on torch
+MAX_GROUPS = 3
+ACTIVATION_CODES = {"silu": 0, "gelu": 1, "gelu_tanh": 2}
+
+
+class LinearShapeError(HeliosError):
+    """Operands of a skinny product do not fit the kernel (rows, extents, dtypes or layout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """Tile of one skinny-product launch: rows, columns and reduction width a program covers."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise LinearShapeError(f"Blocks.{name} must be a positive power of two, got {value}")
+        if self.block_m > MAX_ROWS:
+            raise LinearShapeError(f"Blocks.block_m is {self.block_m}; the kernel takes at most {MAX_ROWS} rows")
+
+
+def _floor_pow2(value: int) -> int:
+    return 1 << (max(1, value).bit_length() - 1)
+
+
+def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False) -> Blocks:
+    """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`.
+
+    GPU: about two programs per SM of an H200 (132 SMs) where N allows (BLOCK_N 2..32), each
+    streaming 4,096 to 8,192 weight elements per iteration with long contiguous runs along K, and the
+    per-iteration product (BLOCK_M x BLOCK_N x BLOCK_K) held under 16K values. CPU: whole extents in
+    as few programs as possible (the interpreter pays per program iteration, not per element).
+    """
+    if not 1 <= rows <= MAX_ROWS:
+        raise LinearShapeError(f"a skinny product takes 1..{MAX_ROWS} rows, got {rows}")
+    block_m = triton.next_power_of_2(rows)
+    if not cuda:
+        block_k = min(triton.next_power_of_2(k), 4096)
+        block_n = max(1, min(triton.next_power_of_2(columns), (1 << 20) // (block_m * block_k)))
+        return Blocks(block_m, block_n, block_k, 4)
+    block_n = max(2, min(32, _floor_pow2(columns // 264)))
+    weights_per_iteration = 4096 if block_n <= 4 else 8192
+    block_k = min(triton.next_power_of_2(k), max(64, weights_per_iteration // block_n))
+    # two products per program when gated: keep the same register budget
+    budget = 8192 if gated else 16384
+    # many rows: fewer columns a program first (more programs), then shorter K runs
+    while block_m * block_n * block_k > budget and block_n > 2:
+        block_n //= 2
+    while block_m * block_n * block_k > budget and block_k > 128:
+        block_k //= 2
+    num_warps = 4 if block_n * block_k <= 2048 else 8
+    return Blocks(block_m, block_n, block_k, num_warps)
+
+
+# ------------------------------------------------------------------------------------------ kernels
+
+@triton.jit
+def _activate(g, ACTIVATION: tl.constexpr):
+    # the formulas of kernels/activation.py, so a fused gate/up/activation stores the same values
+    if ACTIVATION == 0:
+        act = g / (1.0 + tl.exp(-g))
+    elif ACTIVATION == 1:
+        act = 0.5 * g * (1.0 + tl.math.erf(g / 1.4142135623730951))
+    else:
+        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        act = 0.5 * g * (1.0 + (1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)))
+    return act
+
+
+@triton.jit
+def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
+             HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):
+    """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices."""
+    rows = tl.arange(0, BLOCK_M)
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_extent
+    # masked columns read row 0 (in bounds) and are never stored; no mask on the hot weight loads
+    safe_cols = tl.where(col_mask, cols, 0).to(tl.int64)
+    x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_x
+    w_rows = w_ptr + safe_cols[:, None] * stride_w
+    row_mask = rows[:, None] < m_rows
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, k_extent, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0).to(tl.float32)
+            w = tl.load(w_rows + ks[None, :]).to(tl.float32)
+        else:
+            k_mask = ks[None, :] < k_extent
+            x = tl.load(x_rows + ks[None, :], mask=row_mask & k_mask, other=0.0).to(tl.float32)
+            w = tl.load(w_rows + ks[None, :], mask=k_mask, other=0.0).to(tl.float32)
+        acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + safe_cols)[None, :].to(tl.float32)
+    return acc, cols, col_mask
+
+
+@triton.jit
+def _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M: tl.constexpr):
+    rows = tl.arange(0, BLOCK_M)
+    mask = (rows[:, None] < m_rows) & col_mask[None, :]
+    offsets = rows[:, None].to(tl.int64) * stride_out + cols[None, :]
+    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _group(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, out_ptr, stride_out, n_extent, tile,
+           HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_K: tl.constexpr):
+    acc, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
+                                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M)
+
+
+@triton.jit
+def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
+                   w0, sw0, b0, o0, so0, n0, tiles0,
+                   w1, sw1, b1, o1, so1, n1, tiles1,
+                   w2, sw2, b2, o2, so2, n2,
+                   GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    if pid < tiles0:
+        _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid,
+               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        if GROUPS == 2:
+            _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
+                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+        if GROUPS == 3:
+            if pid < tiles0 + tiles1:
+                _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+            else:
+                _group(x_ptr, stride_x, m_rows, k_extent, w2, sw2, b2, o2, so2, n2, pid - tiles0 - tiles1,
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, out_ptr, stride_out, n_extent,
+                  HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    u, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wu, swu, bu, pid, n_extent,
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+    # the unfused matmuls store gate and up in the output dtype: round them there first
+    g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
+    u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
+    _store(out_ptr, stride_out, m_rows, _activate(g, ACTIVATION) * u, cols, col_mask, BLOCK_M)
+
+
+# ------------------------------------------------------------------------------------------ host
+
+def _rows(t: torch.Tensor, what: str) -> torch.Tensor:
+    if t.dim() != 2 or t.stride(1) != 1:
+        raise LinearShapeError(f"{what} must be a 2-D tensor with unit column stride, got shape "
+                               f"{tuple(t.shape)} strides {t.stride()}")
+    return t
+
+
+def _check(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
+           biases: Sequence[torch.Tensor] | None, columns: Sequence[int]) -> None:
+    _rows(x, "x")
+    rows, k = x.shape
+    if not 1 <= rows <= MAX_ROWS:
+        raise LinearShapeError(f"x has {rows} rows; the skinny product takes 1..{MAX_ROWS}")
+    for i, (w, out, n) in enumerate(zip(weights, outs, columns, strict=True)):
+        _rows(w, f"weight {i}")
+        _rows(out, f"output {i}")
+        if w.shape[1] != k:
+            raise LinearShapeError(f"weight {i} is {tuple(w.shape)}; x has K = {k}")
+        if not 1 <= n <= min(w.shape[0], out.shape[1]) or out.shape[0] != rows:
+            raise LinearShapeError(f"output {i} is {tuple(out.shape)} for {n} columns of weight "
+                                   f"{tuple(w.shape)} over {rows} rows")
+        if biases is not None and biases[i].numel() < n:
+            raise LinearShapeError(f"bias {i} has {biases[i].numel()} values for {n} columns")
+    if len({w.dtype for w in weights}) > 1 or len({o.dtype for o in outs}) > 1:
+        raise LinearShapeError("one launch takes weights of one dtype and outputs of one dtype")
+
+
+def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
+           biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
+           blocks: Blocks | None = None) -> None:
+    """outs[g][:, :columns[g]] = x @ weights[g][:columns[g]]^T (+ biases[g]) for up to three groups, one launch.
+
+    `columns` defaults to each output's width (the logits lowering passes the sampled ids only).
+    """
+    groups = len(weights)
+    if not 1 <= groups <= MAX_GROUPS:
+        raise LinearShapeError(f"one launch takes 1..{MAX_GROUPS} products, got {groups}")
+    columns = [int(o.shape[1]) for o in outs] if columns is None else [int(n) for n in columns]
+    _check(x, weights, outs, biases, columns)
+    rows, k = x.shape
+    blocks = blocks or choose_blocks(rows, sum(columns), k, cuda=x.is_cuda)
+    tiles = [triton.cdiv(n, blocks.block_n) for n in columns]
+    packed = []
+    for g in range(MAX_GROUPS):
+        i = g if g < groups else 0
+        w = weights[i]
+        b = biases[i] if biases is not None else w
+        packed += [w, w.stride(0), b, outs[i], outs[i].stride(0), columns[i]]
+        if g < 2:
+            packed.append(tiles[i] if g < groups else 0)
+    _linear_kernel[(sum(tiles),)](
+        x, x.stride(0), rows, k, *packed,
+        GROUPS=groups, HAS_BIAS=biases is not None, EVEN_K=k % blocks.block_k == 0,
+        BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n, BLOCK_K=blocks.block_k, num_warps=blocks.num_warps,
+    )
+
+
+def gated_linear(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
+                 activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
+                 blocks: Blocks | None = None) -> None:
+    """out = act(round(x @ Wg^T + bg)) * round(x @ Wu^T + bu), rounding to out's dtype, one launch."""
+    if activation not in ACTIVATION_CODES:
+        raise LinearShapeError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATION_CODES)}")
+    if (gate_bias is None) != (up_bias is None):
+        raise LinearShapeError("gate and up products take biases together or not at all")
+    n = int(out.shape[1])
+    biases = None if gate_bias is None else [gate_bias, up_bias]
+    _check(x, [gate_weight, up_weight], [out, out], biases, [n, n])
+    rows, k = x.shape
+    blocks = blocks or choose_blocks(rows, n, k, cuda=x.is_cuda, gated=True)
+    _gated_kernel[(triton.cdiv(n, blocks.block_n),)](
+        x, x.stride(0), rows, k,
+        gate_weight, gate_weight.stride(0), gate_bias if gate_bias is not None else gate_weight,
+        up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
+        out, out.stride(0), n,
+        HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation], EVEN_K=k % blocks.block_k == 0,
+        BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n, BLOCK_K=blocks.block_k, num_warps=blocks.num_warps,
+    )

@@ -1,0 +1,209 @@
+"""Path choice for skinny matrix products (device side): Triton GEMV kernels or torch (cuBLAS), per shape.
+
+The lowering asks a `LinearPolicy` once per distinct product shape it lowers (`ProductShape`: rows,
+output columns of each group, K, dtypes, and the fusion: one matmul, several matmuls of one input,
+gate/up with the activation, or logits). Policies:
+
+  MeasuredPolicy  (CUDA default) times both paths once and takes the faster; decisions are cached
+                  per process and device, so a shape lowered again (every layer, every reload of the
+                  plans) is not timed again;
+  FixedPolicy     always one path: "torch" is the CPU default (torch's matrix products are faster
+                  there than the Triton interpreter), "triton" is what CPU tests inject to run the
+                  Triton kernels and the fused lowering.
+
+Each policy keeps the table of the decisions it handed out (`decisions`) for `NativeModel` to report.
+
+Timing (`graph_timer`): each candidate is captured `calls` times into one CUDA graph, each call
+preceded by a write over twice the L2 cache so weights come from HBM as they do in a decode step;
+the graph of the L2 writes alone is timed too and subtracted. Replays are timed with CUDA events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from helios.errors import HeliosError
+
+PATHS = ("triton", "torch")
+FUSIONS = ("matmul", "matmul*2", "matmul*3", "gate_up+activation", "logits")
+Run = Callable[[], None]
+Candidates = Callable[[], tuple[Run, Run]]  # builds (triton run, torch run) over scratch operands
+
+
+class TuningError(HeliosError):
+    """A product shape or a policy is malformed (unknown path or fusion, empty extents)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProductShape:
+    """One distinct skinny product of a lowered program."""
+
+    rows: int  # M, packed rows
+    columns: tuple[int, ...]  # N of each output group
+    k: int  # reduction extent
+    dtype: str  # "weight dtype->output dtype", e.g. "bfloat16->float32"
+    fusion: str  # one of FUSIONS
+
+    def __post_init__(self) -> None:
+        if self.rows < 1 or self.k < 1 or not self.columns or min(self.columns) < 1:
+            raise TuningError(f"product shape needs positive extents, got rows={self.rows} "
+                              f"columns={self.columns} k={self.k}")
+        if self.fusion not in FUSIONS:
+            raise TuningError(f"unknown fusion {self.fusion!r}; expected one of {FUSIONS}")
+
+    def describe(self) -> str:
+        n = "+".join(str(c) for c in self.columns)
+        return f"{self.fusion} M={self.rows} N={n} K={self.k} {self.dtype}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The path one shape runs on, with the timings it was chosen by (None where not measured)."""
+
+    shape: ProductShape
+    path: str
+    triton_us: float | None = None
+    torch_us: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.path not in PATHS:
+            raise TuningError(f"decision for {self.shape.describe()}: unknown path {self.path!r}")
+        for value in (self.triton_us, self.torch_us):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise TuningError(f"decision for {self.shape.describe()}: timing {value} is not a duration")
+
+    def describe(self) -> str:
+        def us(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2f} us"
+        return f"{self.shape.describe()}: {self.path} (triton {us(self.triton_us)}, torch {us(self.torch_us)})"
+
+
+class LinearPolicy:
+    """Chooses the path of each product shape and remembers what it chose, in first-asked order."""
+
+    def __init__(self) -> None:
+        self._table: dict[ProductShape, Decision] = {}
+
+    def choose(self, shape: ProductShape, candidates: Candidates) -> str:
+        decision = self._table.get(shape)
+        if decision is None:
+            decision = self._decide(shape, candidates)
+            self._table[shape] = decision
+        return decision.path
+
+    def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
+        raise NotImplementedError
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        return tuple(self._table.values())
+
+    def table(self) -> str:
+        """The decisions as lines of text (empty when no product was lowered)."""
+        return "\n".join(d.describe() for d in self.decisions)
+
+
+class FixedPolicy(LinearPolicy):
+    """Every shape runs on one path, untimed."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        if path not in PATHS:
+            raise TuningError(f"unknown product path {path!r}; expected one of {PATHS}")
+        self.path = path
+
+    def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
+        return Decision(shape, self.path)
+
+
+Timer = Callable[[Run], float]  # seconds one call of `run` takes
+
+# per process: (timer key, shape) -> decision, shared by every MeasuredPolicy of that timer key
+_MEASURED: dict[tuple[str, ProductShape], Decision] = {}
+
+
+class MeasuredPolicy(LinearPolicy):
+    """Times both paths of each new shape once per process (per `key`, e.g. the device) and takes the faster."""
+
+    def __init__(self, timer: Timer, key: str) -> None:
+        super().__init__()
+        self.timer = timer
+        self.key = key
+
+    def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
+        cached = _MEASURED.get((self.key, shape))
+        if cached is not None:
+            return cached
+        triton_run, torch_run = candidates()
+        triton_s, torch_s = self.timer(triton_run), self.timer(torch_run)
+        decision = Decision(shape, "triton" if triton_s < torch_s else "torch", triton_s * 1e6, torch_s * 1e6)
+        _MEASURED[(self.key, shape)] = decision
+        return decision
+
+
+def forget_measurements() -> None:
+    """Drop the per-process decisions (a later MeasuredPolicy times every shape again)."""
+    _MEASURED.clear()
+
+
+def graph_timer(device, *, calls: int = 8, replays: int = 5) -> Timer:
+    """A timer of one run as a decode step sees it: in a CUDA graph, weights not in L2 (see the module docstring)."""
+    import torch
+
+    if device.type != "cuda":
+        raise TuningError(f"graph_timer needs a CUDA device, got {device}")
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20) or 64 << 20)
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device=device)
+
+    def elapsed(body: Run) -> float:
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                body()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                body()
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize(device)
+        del graph
+        return start.elapsed_time(end) * 1e-3 / (calls * replays)
+
+    def flush_only() -> None:
+        flush.zero_()
+
+    baseline: list[float] = []
+
+    def time(run: Run) -> float:
+        def body() -> None:
+            flush.zero_()
+            run()
+        if not baseline:
+            baseline.append(elapsed(flush_only))
+        return max(0.0, elapsed(body) - baseline[0])
+
+    return time
+
+
+def default_policy(device) -> LinearPolicy:
+    """Measured on a CUDA device, torch everywhere else."""
+    if device.type == "cuda":
+        return MeasuredPolicy(graph_timer(device), key=str(device))
+    return FixedPolicy("torch")
+
+
+def policy_for(path: str, device) -> LinearPolicy:
+    """`"auto"` (the default policy of `device`), `"triton"` or `"torch"`."""
+    if path == "auto":
+        return default_policy(device)
+    return FixedPolicy(path)

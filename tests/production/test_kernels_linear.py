@@ -1,0 +1,217 @@
+"""Skinny matrix product kernels (kernels/linear.py) against the reference operators, and the path
+policies of tuning.py. On a CPU the kernels run in the Triton interpreter in fp32 (fp16 where the
+rounding points are the subject); fresh random inputs each test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from helios.production.kernels import linear
+from helios.production.kernels.linear import Blocks, LinearShapeError, choose_blocks
+from helios.production.tuning import (
+    Decision,
+    FixedPolicy,
+    MeasuredPolicy,
+    ProductShape,
+    TuningError,
+    forget_measurements,
+    policy_for,
+)
+from helios.reference import operators as ref
+from tests.production.helpers import DEVICE, DTYPE, GPU, close, tensor, values
+
+# N and K are multiples of no block below
+N, K = 50, 70
+
+
+def _small_blocks(rows: int) -> Blocks:
+    # several column tiles and several K iterations, with ragged edges in both
+    return Blocks(triton_pow2(rows), 16, 32)
+
+
+def triton_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _operands(rng, rows, widths, k=K, bias=False):
+    x = rng.standard_normal((rows, k), dtype=np.float32)
+    ws = [rng.standard_normal((n, k), dtype=np.float32) * 0.2 for n in widths]
+    bs = [rng.standard_normal(n, dtype=np.float32) for n in widths] if bias else None
+    return x, ws, bs
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("blocks", ["host", "small"])
+def test_one_product_equals_the_reference_matmul(rows, bias, blocks):
+    rng = np.random.default_rng()
+    x, (w,), bs = _operands(rng, rows, [N], bias=bias)
+    out = torch.full((rows, N), float("nan"), dtype=DTYPE, device=DEVICE)
+    linear.linear(tensor(x), [tensor(w)], [out], biases=None if bs is None else [tensor(bs[0])],
+                  blocks=_small_blocks(rows) if blocks == "small" else None)
+    close(out, ref.matmul(values(x), values(w), None if bs is None else values(bs[0])))
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_launch_computes_every_group(groups, bias):
+    """q/k/v-style: one input, up to three weights of different N, each into its own output."""
+    rng = np.random.default_rng()
+    rows = 3
+    widths = [N, 17, 33][:groups]
+    x, ws, bs = _operands(rng, rows, widths, bias=bias)
+    outs = [torch.full((rows, n), float("nan"), dtype=DTYPE, device=DEVICE) for n in widths]
+    linear.linear(tensor(x), [tensor(w) for w in ws], outs, biases=None if bs is None else [tensor(b) for b in bs],
+                  blocks=_small_blocks(rows))
+    for g, out in enumerate(outs):
+        close(out, ref.matmul(values(x), values(ws[g]), None if bs is None else values(bs[g])))
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_gated_product_equals_matmuls_then_activation(activation, rows):
+    rng = np.random.default_rng()
+    x, (wg, wu), bs = _operands(rng, rows, [N, N], bias=rows == 5)
+    out = torch.full((rows, N), float("nan"), dtype=DTYPE, device=DEVICE)
+    linear.gated_linear(tensor(x), tensor(wg), tensor(wu), out, activation=activation,
+                        gate_bias=None if bs is None else tensor(bs[0]), up_bias=None if bs is None else tensor(bs[1]),
+                        blocks=_small_blocks(rows))
+    gate = ref.matmul(values(x), values(wg), None if bs is None else values(bs[0]))
+    up = ref.matmul(values(x), values(wu), None if bs is None else values(bs[1]))
+    close(out, ref.gated_activation(values(gate), values(up), activation=activation), atol=1e-4, rtol=1e-4)
+
+
+def test_gated_product_rounds_gate_and_up_where_the_unfused_matmuls_store_them():
+    """fp16 (exact in the interpreter): the fused result equals matmul -> f16, matmul -> f16, activation -> f16."""
+    rng = np.random.default_rng()
+    rows = 4
+    x, (wg, wu), _ = _operands(rng, rows, [N, N])
+    half = [torch.from_numpy(a).to(device=DEVICE, dtype=torch.float16) for a in (x, wg, wu)]
+    out = torch.empty((rows, N), dtype=torch.float16, device=DEVICE)
+    linear.gated_linear(*half, out, activation="silu", blocks=_small_blocks(rows))
+    xs, gs, us = (t.float().cpu().numpy() for t in half)
+    gate = (xs @ gs.T).astype(np.float16).astype(np.float32)
+    up = (xs @ us.T).astype(np.float16).astype(np.float32)
+    expected = ref.gated_activation(gate, up, activation="silu").astype(np.float16).astype(np.float32)
+    # one fp16 ulp: the FP32 sums may differ in their last bits before rounding
+    np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=2e-3, atol=2e-3)
+    rounded_away = ref.gated_activation(xs @ gs.T, xs @ us.T, activation="silu")
+    assert np.abs(out.float().cpu().numpy() - expected).mean() < np.abs(rounded_away - expected).mean()
+
+
+def test_logits_columns_are_fp32_and_only_the_sampled_ids_are_written():
+    """16-bit weights, FP32 output without rounding; columns past `columns` are left as they were."""
+    rng = np.random.default_rng()
+    rows, vocab, sampled = 2, 64, 40
+    x, (w,), _ = _operands(rng, rows, [vocab])
+    h16 = torch.from_numpy(x).to(device=DEVICE, dtype=torch.bfloat16)
+    w16 = torch.from_numpy(w).to(device=DEVICE, dtype=torch.bfloat16)
+    out = torch.full((rows, vocab), 7.0, dtype=torch.float32, device=DEVICE)
+    linear.linear(h16, [w16], [out], columns=[sampled], blocks=_small_blocks(rows))
+    expected = ref.logits(h16.float().cpu().numpy(), w16.float().cpu().numpy())
+    np.testing.assert_allclose(out[:, :sampled].cpu().numpy(), expected[:, :sampled], rtol=1e-5, atol=1e-5)
+    assert bool((out[:, sampled:] == 7.0).all())
+
+
+def test_sixteen_rows_and_a_strided_input():
+    rng = np.random.default_rng()
+    wide = tensor(rng.standard_normal((16, 2 * K), dtype=np.float32))
+    x = wide[:, :K]  # row stride 2K
+    (w,) = [rng.standard_normal((N, K), dtype=np.float32)]
+    out = torch.empty((16, N), dtype=DTYPE, device=DEVICE)
+    linear.linear(x, [tensor(w)], [out])
+    close(out, ref.matmul(values(x.float().cpu().numpy()), values(w)), atol=1e-4, rtol=1e-4)
+
+
+def test_malformed_operands_are_refused():
+    x = torch.zeros((17, K), dtype=DTYPE, device=DEVICE)
+    w = torch.zeros((N, K), dtype=DTYPE, device=DEVICE)
+    with pytest.raises(LinearShapeError, match="17 rows"):
+        linear.linear(x, [w], [torch.zeros((17, N), dtype=DTYPE, device=DEVICE)])
+    x = x[:2]
+    with pytest.raises(LinearShapeError, match="K = 70"):
+        linear.linear(x, [w[:, :60].contiguous()], [torch.zeros((2, N), dtype=DTYPE, device=DEVICE)])
+    with pytest.raises(LinearShapeError, match="1..3 products"):
+        linear.linear(x, [w] * 4, [torch.zeros((2, N), dtype=DTYPE, device=DEVICE)] * 4)
+    with pytest.raises(LinearShapeError, match="unit column stride"):
+        linear.linear(x, [w.t()], [torch.zeros((2, K), dtype=DTYPE, device=DEVICE)])
+    with pytest.raises(LinearShapeError, match="together"):
+        linear.gated_linear(x, w, w, torch.zeros((2, N), dtype=DTYPE, device=DEVICE), activation="silu",
+                            gate_bias=torch.zeros(N, dtype=DTYPE, device=DEVICE))
+    with pytest.raises(LinearShapeError, match="power of two"):
+        Blocks(1, 24, 64)
+    with pytest.raises(LinearShapeError, match="at most 16"):
+        Blocks(32, 8, 64)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16])
+@pytest.mark.parametrize(("n", "k"), [(1024, 1024), (3072, 1024), (1024, 3072), (151936, 1024), (4096, 4096)])
+def test_gpu_blocks_fill_an_h200_and_bound_the_registers(rows, n, k):
+    blocks = choose_blocks(rows, n, k, cuda=True)
+    assert -(-n // blocks.block_n) >= 264  # two programs per SM of 132 at N >= 1024
+    assert blocks.block_m * blocks.block_n * blocks.block_k <= 16384
+    assert blocks.block_k >= 128 and blocks.block_m >= rows
+    gated = choose_blocks(rows, n, k, cuda=True, gated=True)
+    assert gated.block_m * gated.block_n * gated.block_k <= 8192
+
+
+def test_cpu_blocks_take_whole_extents():
+    blocks = choose_blocks(3, 50, 70, cuda=False)
+    assert (blocks.block_m, blocks.block_n, blocks.block_k) == (4, 64, 128)
+
+
+# ------------------------------------------------------------------------------------------ policies
+
+SHAPE = ProductShape(1, (1024, 512, 512), 1024, "bfloat16xbfloat16->bfloat16", "matmul*3")
+
+
+def test_fixed_policy_records_each_shape_once_in_order():
+    policy = FixedPolicy("triton")
+    other = ProductShape(1, (3072,), 1024, "bfloat16xbfloat16->bfloat16", "matmul")
+
+    def candidates():
+        raise AssertionError("a fixed policy times nothing")
+    assert [policy.choose(s, candidates) for s in (SHAPE, other, SHAPE)] == ["triton"] * 3
+    assert [d.shape for d in policy.decisions] == [SHAPE, other]
+    assert "matmul*3 M=1 N=1024+512+512 K=1024" in policy.table()
+    assert policy_for("torch", torch.device("cpu")).choose(SHAPE, candidates) == "torch"
+    assert isinstance(policy_for("auto", torch.device("cpu")), FixedPolicy) or GPU
+
+
+def test_measured_policy_takes_the_faster_path_and_times_a_shape_once_per_process():
+    forget_measurements()
+    calls = []
+    durations = {"triton": 2e-6, "torch": 9e-6}
+
+    def timer(run):
+        run()
+        return durations[calls[-1]]
+
+    def candidates():
+        return (lambda: calls.append("triton")), (lambda: calls.append("torch"))
+    policy = MeasuredPolicy(timer, key="test-device")
+    assert policy.choose(SHAPE, candidates) == "triton"
+    assert calls == ["triton", "torch"]
+    (decision,) = policy.decisions
+    assert decision.path == "triton" and decision.triton_us == pytest.approx(2.0) and decision.torch_us == 9.0
+    # a second policy of the same device reuses the process's measurement; another device measures
+    again = MeasuredPolicy(timer, key="test-device")
+    assert again.choose(SHAPE, candidates) == "triton" and calls == ["triton", "torch"]
+    durations["triton"] = 1e-5
+    assert MeasuredPolicy(timer, key="other-device").choose(SHAPE, candidates) == "torch"
+    forget_measurements()
+
+
+def test_malformed_shapes_and_decisions_are_refused():
+    with pytest.raises(TuningError, match="unknown fusion"):
+        ProductShape(1, (8,), 8, "f", "conv")
+    with pytest.raises(TuningError, match="positive extents"):
+        ProductShape(1, (), 8, "f", "matmul")
+    with pytest.raises(TuningError, match="unknown path"):
+        Decision(SHAPE, "cublas")
+    with pytest.raises(TuningError, match="not a duration"):
+        Decision(SHAPE, "torch", float("nan"), 1.0)
+    with pytest.raises(TuningError, match="unknown product path"):
+        FixedPolicy("fast")
