@@ -299,3 +299,71 @@ def test_a_row_that_failed_to_pack_is_packed_again(cores):
     assert int(executor.host_view["lane_seed"][1]) == 99
     assert "lane_seed" in uploads  # written to staging by the failed round, never uploaded: again now
     assert executor.host_view["lane_prompt_histogram"][1][3] == 2
+
+
+@pytest.fixture(scope="module")
+def sealed(cores, tmp_path_factory):
+    """The qwen3 tiny core sealed to a file, with its trust file."""
+    from helios.core import generate_keypair
+    from helios.ignition.seal import seal
+
+    directory = tmp_path_factory.mktemp("sealed")
+    key = directory / "publisher.key"
+    generate_keypair(key)
+    seal(cores("qwen3"), directory / "tiny.hcore", publisher="tests/tiny", signing_key=key)
+    return directory / "tiny.hcore", directory / "publisher.key.pub"
+
+
+def _open(sealed, **extra):
+    from helios.core import open_core
+
+    path, trust = sealed
+    return open_core(path, trusted_keys=trust, accept="tests/tiny", **extra)
+
+
+def test_a_sealed_core_loads_its_weights_on_several_threads(cores, sealed, monkeypatch):
+    """An opened core's weights are decoded in parallel into the tensors themselves: each weight read
+    once, the phases reported, the reference engine's tokens."""
+    import helios.core.reader as reader_module
+    from helios.proto import core_pb2
+
+    monkeypatch.setattr(reader_module, "_PARALLEL_MIN_NBYTES", 0)  # the tiny core takes the parallel path
+    decoded = []
+    original = reader_module.Core.read_into
+
+    def read_into(self, resource_id, out):
+        decoded.append(resource_id)
+        return original(self, resource_id, out)
+
+    monkeypatch.setattr(reader_module.Core, "read_into", read_into)
+    with _open(sealed, decoders=3) as core:
+        native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+        weights = {r.id: r.decoded_nbytes for r in core.resources.values() if r.kind == core_pb2.RESOURCE_KIND_WEIGHT}
+    assert [p.name for p in native.startup] == ["verify", "weights", "kernels", "cache", "tuning", "graphs"]
+    assert all(p.seconds >= 0 for p in native.startup)
+    assert set(weights) <= set(decoded) and len(decoded) == len(set(decoded))  # each weight decoded once
+    assert native.weight_bytes == sum(weights.values())
+    reference = ReferenceEngine.load(cores("qwen3"), pages=PAGES)
+    driven = ReferenceEngine.load(cores("qwen3"), pages=PAGES)
+    driven.run_round = native.run_round
+    assert _greedy(driven, 3) == _greedy(reference, 3)
+
+
+def test_a_tampered_weight_chunk_fails_the_load(sealed, tmp_path, monkeypatch):
+    import shutil
+
+    import helios.core.reader as reader_module
+    from helios.core import ChunkDigestMismatch
+    from helios.proto import core_pb2
+    from tests.core.forge import flip
+
+    monkeypatch.setattr(reader_module, "_PARALLEL_MIN_NBYTES", 0)
+    path = tmp_path / "tiny.hcore"
+    shutil.copy(sealed[0], path)
+    with _open((path, sealed[1])) as core:
+        victim = max((r for r in core.resources.values() if r.kind == core_pb2.RESOURCE_KIND_WEIGHT),
+                     key=lambda r: r.decoded_nbytes)
+        offset = core.placement(victim.id).offset
+    flip(path, offset + 9)
+    with _open((path, sealed[1]), decoders=3) as core, pytest.raises(ChunkDigestMismatch, match=repr(victim.id)):
+        NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
