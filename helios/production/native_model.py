@@ -151,7 +151,7 @@ class NativeModel:
                 item.program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
-        policy = policy_for(options.linear, device, deferred=True)
+        policy = policy_for(options.linear, device)
         contracts = {g.name: g for g in serving.model.graphs}
         with phase("kernels"):
             if device.type == "cuda":
@@ -170,7 +170,6 @@ class NativeModel:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
                 transient = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
-            policy.measure_pending()  # Triton or torch for each product shape, its kernels now compiled
             del placeholder, warm
         with phase("cache"):
             pages = _pages(contract, manifest, slots, options, device, transient)
