@@ -13,7 +13,13 @@ gate/up with the activation, or logits). Policies:
 
 Each policy keeps the table of the decisions it handed out (`decisions`) for `NativeModel` to report.
 
-Timing (`graph_timer`): each candidate is captured `calls` times into one CUDA graph, each call
+A deferred MeasuredPolicy answers "triton" for a shape it has not measured and keeps its candidates:
+`NativeModel.load` lowers every plan twice (a warm pass that compiles the Triton kernels, many at
+once, then the final pass), so the warm pass names every Triton specialization the products can use,
+`measure_pending()` times them once they are compiled, and the final pass reads the decisions. Timing
+while lowering would compile each specialization on its own, one after another.
+
+Timing (`GraphTimer`): each candidate is captured `calls` times into one CUDA graph, each call
 preceded by a write over twice the L2 cache so weights come from HBM as they do in a decode step;
 the graph of the L2 writes alone is timed too and subtracted. Replays are timed with CUDA events.
 """
@@ -96,6 +102,9 @@ class LinearPolicy:
     def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
         raise NotImplementedError
 
+    def measure_pending(self) -> None:
+        """Decide the shapes a deferred policy answered provisionally (nothing for other policies)."""
+
     @property
     def decisions(self) -> tuple[Decision, ...]:
         return tuple(self._table.values())
@@ -127,10 +136,26 @@ _MEASURED: dict[tuple[str, ProductShape], Decision] = {}
 class MeasuredPolicy(LinearPolicy):
     """Times both paths of each new shape once per process (per `key`, e.g. the device) and takes the faster."""
 
-    def __init__(self, timer: Timer, key: str) -> None:
+    def __init__(self, timer: Timer, key: str, *, deferred: bool = False) -> None:
         super().__init__()
         self.timer = timer
         self.key = key
+        self.deferred = deferred
+        self._pending: dict[ProductShape, Candidates] = {}
+
+    def choose(self, shape: ProductShape, candidates: Candidates) -> str:
+        if self.deferred and shape not in self._table and (self.key, shape) not in _MEASURED:
+            self._pending.setdefault(shape, candidates)
+            return "triton"
+        return super().choose(shape, candidates)
+
+    def measure_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for shape, candidates in pending.items():
+            self._table[shape] = self._decide(shape, candidates)
+        release = getattr(self.timer, "release", None)
+        if release is not None:
+            release()
 
     def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
         cached = _MEASURED.get((self.key, shape))
@@ -148,62 +173,76 @@ def forget_measurements() -> None:
     _MEASURED.clear()
 
 
-def graph_timer(device, *, calls: int = 8, replays: int = 5) -> Timer:
-    """A timer of one run as a decode step sees it: in a CUDA graph, weights not in L2 (see the module docstring)."""
-    import torch
+class GraphTimer:
+    """Times one run as a decode step sees it: inside a CUDA graph, weights not in L2 (see the module docstring)."""
 
-    if device.type != "cuda":
-        raise TuningError(f"graph_timer needs a CUDA device, got {device}")
-    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20) or 64 << 20)
-    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device=device)
+    def __init__(self, device, *, calls: int = 8, replays: int = 5) -> None:
+        import torch
 
-    def elapsed(body: Run) -> float:
+        if device.type != "cuda":
+            raise TuningError(f"GraphTimer needs a CUDA device, got {device}")
+        self.device, self.calls, self.replays = device, calls, replays
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20)
+        self._flush_elements = 2 * l2 // 4
+        self._flush = None  # allocated at the first timing, dropped by release()
+        self._baseline = 0.0
+
+    def _elapsed(self, body: Run) -> float:
+        import torch
+
+        device = self.device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
-            for _ in range(2):
+            for _ in range(2):  # compiles, picks cuBLAS algorithms, warms up
                 body()
         torch.cuda.current_stream(device).wait_stream(stream)
         torch.cuda.synchronize(device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(calls):
+            for _ in range(self.calls):
                 body()
         graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(replays):
+        for _ in range(self.replays):
             graph.replay()
         end.record()
         torch.cuda.synchronize(device)
         del graph
-        return start.elapsed_time(end) * 1e-3 / (calls * replays)
+        return start.elapsed_time(end) * 1e-3 / (self.calls * self.replays)
 
-    def flush_only() -> None:
-        flush.zero_()
+    def __call__(self, run: Run) -> float:
+        import torch
 
-    baseline: list[float] = []
+        if self._flush is None:
+            self._flush = torch.empty(self._flush_elements, dtype=torch.float32, device=self.device)
+            self._baseline = self._elapsed(self._flush.zero_)
+        flush = self._flush
 
-    def time(run: Run) -> float:
         def body() -> None:
             flush.zero_()
             run()
-        if not baseline:
-            baseline.append(elapsed(flush_only))
-        return max(0.0, elapsed(body) - baseline[0])
+        return max(0.0, self._elapsed(body) - self._baseline)
 
-    return time
+    def release(self) -> None:
+        """Drop the L2-flush buffer and hand cached device memory back (the cache is sized next)."""
+        import torch
+
+        if self._flush is not None:
+            self._flush = None
+            torch.cuda.empty_cache()
 
 
-def default_policy(device) -> LinearPolicy:
-    """Measured on a CUDA device, torch everywhere else."""
+def default_policy(device, *, deferred: bool = False) -> LinearPolicy:
+    """Measured on a CUDA device (`deferred`: see the module docstring), torch everywhere else."""
     if device.type == "cuda":
-        return MeasuredPolicy(graph_timer(device), key=str(device))
+        return MeasuredPolicy(GraphTimer(device), key=str(device), deferred=deferred)
     return FixedPolicy("torch")
 
 
-def policy_for(path: str, device) -> LinearPolicy:
+def policy_for(path: str, device, *, deferred: bool = False) -> LinearPolicy:
     """`"auto"` (the default policy of `device`), `"triton"` or `"torch"`."""
     if path == "auto":
-        return default_policy(device)
+        return default_policy(device, deferred=deferred)
     return FixedPolicy(path)

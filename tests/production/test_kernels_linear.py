@@ -215,3 +215,34 @@ def test_malformed_shapes_and_decisions_are_refused():
         Decision(SHAPE, "torch", float("nan"), 1.0)
     with pytest.raises(TuningError, match="unknown product path"):
         FixedPolicy("fast")
+
+
+def test_a_deferred_policy_answers_triton_until_it_measures_what_the_warm_pass_named():
+    """NativeModel's two lowerings: the warm pass gets Triton for every new shape (so every Triton
+    specialization is compiled with the others), measure_pending times them, the final pass reads the decisions."""
+    forget_measurements()
+    released = []
+
+    class Timer:
+        def __call__(self, run):
+            return {"triton": 5e-6, "torch": 3e-6}[run()]
+
+        def release(self):
+            released.append(True)
+
+    built = []
+
+    def candidates():
+        built.append(True)
+        return (lambda: "triton"), (lambda: "torch")
+    policy = MeasuredPolicy(Timer(), key="deferred-device", deferred=True)
+    assert policy.choose(SHAPE, candidates) == "triton" and policy.choose(SHAPE, candidates) == "triton"
+    assert policy.decisions == () and not built
+    policy.measure_pending()
+    assert built == [True] and released == [True]
+    assert policy.choose(SHAPE, candidates) == "torch"
+    (decision,) = policy.decisions
+    assert (decision.triton_us, decision.torch_us) == (pytest.approx(5.0), pytest.approx(3.0))
+    # measured once per process: a later deferred policy decides at once
+    assert MeasuredPolicy(Timer(), key="deferred-device", deferred=True).choose(SHAPE, candidates) == "torch"
+    forget_measurements()
