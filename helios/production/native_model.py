@@ -6,9 +6,11 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            captured concurrency), check that every selected graph has its program for rank 0, that
            the engine's operations (INITIALIZATION, PREFILL, DECODE) are covered, validate programs
            against the manifest's buffers;
-  weights  map rank 0's weights from the core onto the device (one copy per resource, no conversion);
-  kernels  lower every selected program into a launch plan and run each once, compiling every Triton
-           kernel and measuring the transient memory the plans need;
+  weights  map rank 0's weights from the core onto the device (one copy per resource, no conversion;
+           several resources verified and decoded at once: weight_loading.py);
+  kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
+           the plans launch, many at once (kernel_compile.py), then run each plan once, which
+           measures the transient memory the plans need;
   tuning   run the manifest's startup tuning producers, if any, before any dependent graph is exposed;
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
@@ -33,12 +35,14 @@ import torch
 
 from helios.contract import PreparedContract, StartupOptions
 from helios.errors import HeliosError
-from helios.production.buffers import ScratchArena, manifest_buffers, weight_tensor
+from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture
 from helios.production.executor import ExecutorGraph, NativeExecutor
+from helios.production.kernel_compile import compile_plans
 from helios.production.lowering import lower_program
 from helios.production.plan import LaunchPlan
 from helios.production.tuning import PATHS, Decision, LinearPolicy, policy_for
+from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.packing import GraphPacking, LaneInput
@@ -143,12 +147,8 @@ class NativeModel:
             programs = _programs(core, manifest, serving, {g.name for g in selection.graphs})
             slots = selection.max_concurrency
         with phase("weights"):
-            weights: dict[str, torch.Tensor] = {}
-            for item in programs.values():
-                for decl in item.program.tensors:
-                    if decl.role == P.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
-                        weights[decl.resource] = weight_tensor(core.read(decl.resource), decl.dtype, decl.shape,
-                                                               device, f"weight {decl.resource!r}")
+            weights = load_weights(core, (decl for item in programs.values() for decl in _weight_declarations(
+                item.program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
         policy = policy_for(options.linear, device, deferred=True)
@@ -161,8 +161,9 @@ class NativeModel:
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
             # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
-            # one-page placeholder cache), so each plan runs in bounds and compiles its kernels.
+            # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
             if device.type == "cuda":  # the CPU interpreter has nothing to compile
+                compile_plans(warm.values(), device)
                 for plan in warm.values():
                     plan.run()
             transient = 0
@@ -222,6 +223,12 @@ def _programs(core, manifest: manifest_pb2.ExecutionManifest, serving: contract_
     return out
 
 
+def _weight_declarations(program: program_pb2.Program) -> Iterator[WeightDeclaration]:
+    for decl in program.tensors:
+        if decl.role == P.TENSOR_ROLE_WEIGHT:
+            yield WeightDeclaration(decl.resource, decl.dtype, tuple(int(e) for e in decl.shape))
+
+
 def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device,
            policy: LinearPolicy | None = None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
@@ -270,8 +277,5 @@ def _run_tuning(core, manifest, weights, buffers, arena, device) -> None:
     for handle in manifest.tuning_catalog:
         program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
         operators = tuple(validate_program(program, descriptors))
-        for decl in program.tensors:
-            if decl.role == P.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
-                weights[decl.resource] = weight_tensor(core.read(decl.resource), decl.dtype, decl.shape, device,
-                                                       f"weight {decl.resource!r}")
+        load_weights(core, _weight_declarations(program), device, into=weights)
         lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device).run()
