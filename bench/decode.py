@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the device kernels of the batch-B graph (torch.profiler, 5 replays)")
     parser.add_argument("--hf", action="store_true", help="also time HF generate (static cache + torch.compile)")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--linear", choices=["auto", "triton", "torch"], default="auto",
+                        help="small matrix products: timed choice per shape (auto), or always Triton / torch")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--workdir", type=Path, help="checkpoint directory root (default: a temporary one)")
     args = parser.parse_args(argv)
@@ -259,11 +261,12 @@ def main(argv: list[str] | None = None) -> int:
             options = PreparationOptions(dtype="bf16", page_tokens=16, batch_capacities=(batch,),
                                          prefill_capacities=(64,), context_tokens=args.context_tokens)
             core = prepare_checkpoint(directory, options)
-            model = NativeModel.load(core, LoadOptions(device=args.device))
+            model = NativeModel.load(core, LoadOptions(device=args.device, linear=args.linear))
             startups[batch] = {p.name: p.seconds for p in model.startup}
             decode = next(g for g in model.graphs.values() if g.name.startswith("decode"))
             rate = decode_rate(model, batch, args.context, args.steps)
             rate["launches"], rate["operators"] = len(decode.plan.launches), decode.plan.operator_count
+            rate["linear"] = [d.describe() for d in model.linear_decisions]
             if cuda:
                 untied = untied_embedding_bytes(core, model)
                 roof, weights, cache = roofline_step_seconds(model, batch, args.context, bandwidth, untied)
@@ -277,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", roofline {rate['roofline_step_ms']:.3f} ms/step -> {rate['roofline_fraction']:.2f} of it"
                      if cuda else "")
                   + f"; {rate['launches']} launches for {rate['operators']} operators; load: {phases}", flush=True)
+            for line in rate["linear"]:
+                print(f"    {line}")
             if cuda and batch in args.profile:
                 print(profile(model, rate["graph"]), flush=True)
             del model, core
