@@ -7,7 +7,9 @@ into a signed core (`helios prepare`'s code path; not timed as startup), then st
 process twice on the same core: first with an empty Triton cache directory, then with the cache the
 first run filled. Each child reports, from its own process start: imports, verifying and opening
 the core, every `NativeModel.load` phase (verify, weights, kernels, cache, tuning, graphs), and the
-first token (an INITIALIZATION round and one PREFILL round of an 8-token prompt).
+first token (an INITIALIZATION round and one PREFILL round of an 8-token prompt). It also counts
+Triton compiles (cache hits on disk included): those ahead of time by the kernels phase's concurrent
+compile, and those at a launch (a specialization first met after it, e.g. by graph capture).
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float) 
     from helios.runtime.request import SamplingParams
 
     marks["imports"] = time.time() - started
+    compiles = {"ahead": 0, "at_launch": 0}
+
+    def count(*, is_manual_warmup, **_) -> None:
+        compiles["ahead" if is_manual_warmup else "at_launch"] += 1
+
+    if device != "cpu":
+        from triton import knobs
+
+        knobs.runtime.jit_post_compile_hook = count
     t = time.perf_counter()
     core = open_core(core_path, trusted_keys=trust, accept=accept)
     marks["open_core"] = time.perf_counter() - t
@@ -45,6 +56,7 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float) 
     model = NativeModel.load(core, LoadOptions(device=device))
     marks["load"] = time.perf_counter() - t
     marks["phases"] = {p.name: p.seconds for p in model.startup}
+    marks["compiles"] = dict(compiles)
     t = time.perf_counter()
     graphs = sorted(model.graphs.values(), key=lambda g: (g.packed_token_capacity, g.batch_capacity))
     init = next(g for g in graphs if g.operation == contract_pb2.OPERATION_INITIALIZATION)
@@ -109,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in marks["phases"].items())
         print(f"  {label}: {marks['to_first_token']:.2f}s to the first token = imports {marks['imports']:.2f}s "
               f"+ open core {marks['open_core']:.2f}s + load {marks['load']:.2f}s ({phases}) "
-              f"+ first round {marks['first_round']:.2f}s", flush=True)
+              f"+ first round {marks['first_round']:.2f}s; Triton compiles: {marks['compiles']['ahead']} ahead, "
+              f"{marks['compiles']['at_launch']} at a launch", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

@@ -28,8 +28,7 @@ from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
-from helios.reference.engine import Completion
-from helios.runtime.completion import transport_sequence
+from helios.runtime.completion import Completion, transport_sequence
 from helios.runtime.packing import GraphPacking, LaneInput, LaneOverflow, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
