@@ -19,7 +19,7 @@ from helios.demo.scoring import Accuracy, Verdict, score_text, summarize
 from helios.demo.tasks import Example
 from helios.demo.tokenizer import EOS_TOKEN, PAD_TOKEN
 
-MAX_NEW_TOKENS = 96  # the longest demo completion is about 60 tokens
+MAX_NEW_TOKENS = 128  # the longest demo completion is about 90 tokens
 
 
 @torch.no_grad()

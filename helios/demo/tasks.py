@@ -58,16 +58,16 @@ TASK_GROUPS: dict[str, tuple[TaskKind, ...]] = {
     "tool_answers": (TaskKind.TOOL_ANSWER,),
 }
 
-# Training mixture; harder kinds get more weight.
+# Training mixture: the kinds that need exact copying (strings, tool results) get more weight.
 TRAINING_WEIGHTS: dict[TaskKind, float] = {
-    TaskKind.ADDITION: 0.15,
-    TaskKind.SUBTRACTION: 0.15,
-    TaskKind.UNIT_CONVERSION: 0.11,
-    TaskKind.COPY: 0.08,
-    TaskKind.REVERSE: 0.15,
-    TaskKind.JSON_EXTRACTION: 0.11,
-    TaskKind.TOOL_CALL: 0.15,
-    TaskKind.TOOL_ANSWER: 0.10,
+    TaskKind.ADDITION: 0.12,
+    TaskKind.SUBTRACTION: 0.12,
+    TaskKind.UNIT_CONVERSION: 0.09,
+    TaskKind.COPY: 0.12,
+    TaskKind.REVERSE: 0.17,
+    TaskKind.JSON_EXTRACTION: 0.09,
+    TaskKind.TOOL_CALL: 0.14,
+    TaskKind.TOOL_ANSWER: 0.15,
 }
 
 SYSTEM_PROMPTS: tuple[str, ...] = (
@@ -221,7 +221,10 @@ def _reverse(rng: random.Random) -> _Task:
          "Reverse the letters of {s}.")
     ).format(s=word)
     backwards = word[::-1]
-    reasoning = f"Letters: {' '.join(word)}\nReversed: {' '.join(backwards)}"
+    # Numbered letters make the reversal a count-down plus lookups, robust to repeated letters.
+    forward = " ".join(f"{position} {letter}" for position, letter in enumerate(word, start=1))
+    reverse = " ".join(f"{len(word) - offset} {letter}" for offset, letter in enumerate(backwards))
+    reasoning = f"{forward}\nBackwards: {reverse}"
     return _Task(question, reasoning, backwards, Expectation(TaskKind.REVERSE, text=backwards))
 
 

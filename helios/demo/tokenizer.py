@@ -1,7 +1,8 @@
 """The demo tokenizer (host side): byte-level BPE trained on the demo corpus with `tokenizers`.
 
 The pipeline follows the Qwen2 family: NFC normalization, a split regex that isolates every digit
-(so numbers are digit sequences, which arithmetic needs), byte-level BPE, byte-level decoding. The
+(so numbers are digit sequences, which arithmetic needs) and every capital not starting a word,
+byte-level BPE, byte-level decoding. The
 chat markers are single tokens: `<|endoftext|>` (padding), `<|im_start|>`, `<|im_end|>` (EOS) are
 special; `<think>`, `</think>`, `<tool_call>`, `</tool_call>` are added tokens that decoding keeps.
 `write_tokenizer_files` writes `tokenizer.json`, `tokenizer_config.json` (with the chat template)
@@ -29,14 +30,16 @@ START_TOKEN = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, START_TOKEN, EOS_TOKEN)  # ids 0, 1, 2
 MARKUP_TOKENS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")  # the last ids
-VOCAB_SIZE = 3072  # BPE vocabulary plus the four markup tokens
+VOCAB_SIZE = 3072  # at most: BPE vocabulary plus the four markup tokens (the demo corpus yields 1,186)
 TOKENIZER_EXAMPLES = 20000  # corpus examples the BPE merges are learned from
 MODEL_MAX_LENGTH = 1024
 
-# The Qwen2 pre-tokenization pattern: contractions, words with one leading non-letter, single
-# digits, punctuation runs, newlines and spaces.
+# The Qwen2 pre-tokenization pattern with one change: a word is at most one capital followed by
+# small letters, and any other capital stands alone ("Paris" stays whole, "JSON" is J S O N).
+# Digits are single too. Strings of capitals then tokenize letter by letter wherever they appear,
+# which copying and reversing need.
 SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{Lu}?\p{Ll}+|\p{L}|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 

@@ -319,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             "(arithmetic with think traces, unit conversions, copying and reversing strings, JSON "
             "answers, tool calls and answers from tool results). Prints loss and tokens/s, saves a "
             "Hugging Face checkpoint and prints greedy accuracy on 200 held-out prompts (seed "
-            f"{HELD_OUT_SEED}). The committed checkpoint was trained on an H200 with the defaults and "
-            "--stop-at-step 7049 (about five minutes); on a CPU, lower --steps and --examples."
+            f"{HELD_OUT_SEED}). The committed checkpoint was trained on an H200 with the defaults "
+            "(about seven minutes); on a CPU, lower --steps and --examples."
         ),
         epilog="Example: python -m helios.demo.train --out /tmp/demo --device cuda",
     )
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop training once this many seconds have passed since the start, then save and evaluate")
     parser.add_argument("--stop-at-step", type=int, default=0,
                         help="end the run at this step of the --steps schedule, keeping the schedule's learning "
-                             "rates (the committed checkpoint: --steps 10000 --stop-at-step 7049)")
+                             "rates")
     parser.add_argument("--report", type=Path, default=None, help="also write the run's report as JSON here")
     args = parser.parse_args(argv)
     try:

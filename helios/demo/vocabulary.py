@@ -87,4 +87,6 @@ UNIT_CONVERSIONS: tuple[UnitConversion, ...] = (
     UnitConversion("weeks", "days", "week", 7, 12),
 )
 
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# Copy and reverse strings are capital letters: the tokenizer keeps each capital a token of its own,
+# so a string tokenizes the same inside a sentence and at the start of an answer.
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
