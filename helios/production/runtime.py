@@ -377,7 +377,7 @@ class GenerationFailed(HeliosError):
 
 
 def load_native_model(core: Any, *, max_concurrency: int | None = None, device: str | None = None,
-                      pages: int | None = None) -> Any:
+                      pages: int | None = None, gpu_memory_fraction: float | None = None) -> Any:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
     on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores)."""
     import os
@@ -392,7 +392,8 @@ def load_native_model(core: Any, *, max_concurrency: int | None = None, device: 
     from helios.production.native_model import LoadOptions, NativeModel
 
     startup = StartupOptions(max_concurrency=max_concurrency)
-    return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup))
+    fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
+    return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
 
 
 def load_production_runtime(core: Any, limits: AdmissionLimits, **load: Any) -> ProductionRuntime:
