@@ -1,0 +1,262 @@
+"""Matrix products in the lowering (device side): `matmul` and `logits`, and the matmul fusions.
+
+Each product of at most 16 rows asks the context's `LinearPolicy` (tuning.py) for its path, per
+product shape: the Triton kernels of `kernels/linear.py` or torch (cuBLAS on a GPU); larger products
+always run on torch. Fusions (taken only where the policy picks Triton for the fused shape):
+
+    matmul(x, Wa) -> a ; matmul(x, Wb) -> b [; matmul(x, Wc) -> c]
+                                            =>  one multi-output launch (q/k/v); outputs scratch
+    matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
+                                            =>  one launch storing act(g) * u into h; g and u are
+                                                scratch read by the activation only, never stored
+
+Both keep the program's meaning: each group adds its own bias, and the gated kernel rounds g and u
+to their dtype before the activation, as the unfused matmuls store them. The logits product runs in
+FP32 (no rounding of 16-bit operands); on Triton it covers the sampled ids only, since the tail is
+filled with -inf after the product and the softcap anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from helios.production.kernels import activation, linear
+from helios.production.tuning import ProductShape
+from helios.program.validate import ValidatedOperator
+from helios.proto import program_pb2
+
+if TYPE_CHECKING:
+    from helios.production.lowering import Context
+
+P = program_pb2
+GATED = "gate_up+activation"
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1])
+
+
+def _torch_matmul(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None):
+    x, out, wt = _flat(x), _flat(out), w.t()
+    if bias is not None:
+        return lambda: torch.addmm(bias, x, wt, out=out)
+    return lambda: torch.mm(x, wt, out=out)
+
+
+def _triton_matmuls(xs: torch.Tensor, ws: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
+                    biases: Sequence[torch.Tensor] | None):
+    x, flat = _flat(xs), [_flat(o) for o in outs]
+    return lambda: linear.linear(x, ws, flat, biases=biases)
+
+
+def _dtypes(c: Context, x: str, w: str, out: str) -> str:
+    """"x dtype x weight dtype -> output dtype", e.g. "bfloat16xbfloat16->bfloat16"."""
+    def name(tensor: str) -> str:
+        return str(c.dtype(tensor)).removeprefix("torch.")
+    return f"{name(x)}x{name(w)}->{name(out)}"
+
+
+def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> ProductShape | None:
+    """The product shape of `ops` (matmuls of one input), or None where the Triton kernels cannot take it."""
+    x = ops[0].inputs[0]
+    rows = _flat(c.t(x)).shape[0]
+    if not 1 <= rows <= linear.MAX_ROWS:
+        return None
+    columns = tuple(int(c.t(op.inputs[1]).shape[0]) for op in ops)
+    k = int(c.t(ops[0].inputs[1]).shape[1])
+    return ProductShape(rows, columns, k, _dtypes(c, x, ops[0].inputs[1], ops[0].outputs[0]), fusion)
+
+
+def lower_matmul(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
+    shape = _matmul_shape(c, (op,), "matmul")
+    if shape is not None:
+        def candidates():
+            o = c.scratch_like(op.outputs[0])
+            return (_triton_matmuls(x, [w], [o], None if bias is None else [bias]),
+                    _torch_matmul(x, w, o, bias))
+        if c.linear.choose(shape, candidates) == "triton":
+            return _triton_matmuls(x, [w], [out], None if bias is None else [bias])
+    return _torch_matmul(x, w, out, bias)
+
+
+def lower_logits(c: Context, op: ValidatedOperator):
+    h, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    sampled = op.attributes.get("sampled_tokens")
+    softcap = op.attributes.get("softcap")
+    tail = out[:, int(sampled):] if sampled is not None and int(sampled) < out.shape[1] else None
+    product = _logits_product(c, op, h, w, out, sampled, softcap, tail is not None)
+
+    def run() -> None:
+        product()
+        if softcap is not None:
+            out.div_(float(softcap)).tanh_().mul_(float(softcap))
+        if tail is not None:
+            tail.fill_(float("-inf"))
+    return run
+
+
+def _logits_product(c: Context, op: ValidatedOperator, h: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
+                    sampled, softcap, has_tail: bool):
+    """The FP32 product of the logits: Triton over the sampled ids only where the policy picks it
+    (the tail is filled with -inf after the product anyway), else torch over every id."""
+    rows, vocab = out.shape
+    if 1 <= rows <= linear.MAX_ROWS and h.dim() == 2 and h.shape[0] == rows:
+        columns = int(sampled) if has_tail else vocab
+        shape = ProductShape(rows, (columns,), int(h.shape[1]), _dtypes(c, op.inputs[0], op.inputs[1],
+                                                                          op.outputs[0]), "logits")
+
+        def triton_product(o: torch.Tensor):
+            return lambda: linear.linear(h, [w], [o], columns=[columns])
+
+        def candidates():
+            o = c.scratch_like(op.outputs[0])
+            return triton_product(o), _torch_logits(c, h, w, o)
+        if c.linear.choose(shape, candidates) == "triton":
+            return triton_product(out)
+    return _torch_logits(c, h, w, out)
+
+
+def _torch_logits(c: Context, h: torch.Tensor, w: torch.Tensor, out: torch.Tensor):
+    wt = w.t()
+    if h.dtype == torch.float32 and w.dtype == torch.float32:
+        def product() -> None:
+            torch.mm(h, wt, out=out)
+    elif c.device.type == "cuda" and _mixed_mm(c.device):
+        def product() -> None:
+            # NOTE: cuBLAS reads bf16/f16 operands and accumulates and stores FP32: no rounding to bf16.
+            torch.mm(h, wt, out_dtype=torch.float32, out=out)
+    else:
+        def product() -> None:
+            torch.mm(h.float(), wt.float(), out=out)
+    return product
+
+
+_MIXED_MM: dict[str, bool] = {}
+
+
+def _mixed_mm(device: torch.device) -> bool:
+    """Whether this torch multiplies 16-bit operands into an FP32 output in one call (probed once)."""
+    if str(device) not in _MIXED_MM:
+        try:
+            a = torch.ones((2, 16), dtype=torch.bfloat16, device=device)
+            out = torch.empty((2, 2), dtype=torch.float32, device=device)
+            torch.mm(a, a[:2].t(), out_dtype=torch.float32, out=out)
+            _MIXED_MM[str(device)] = bool(out[0, 0].item() == 16.0)
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MIXED_MM[str(device)] = False
+    return _MIXED_MM[str(device)]
+
+
+def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
+    """Consecutive matmuls of one input as one multi-output launch (outputs bound by the caller)."""
+    x = c.t(ops[0].inputs[0])
+    ws = [c.t(op.inputs[1]) for op in ops]
+    biases = [c.t(op.inputs[2]) for op in ops] if len(ops[0].inputs) > 2 else None
+    return _triton_matmuls(x, ws, [c.t(op.outputs[0]) for op in ops], biases)
+
+
+def _gate_up(ops: Sequence[ValidatedOperator]) -> tuple[ValidatedOperator, ValidatedOperator]:
+    """(gate matmul, up matmul) of a gate/up/activation group, as the activation reads them."""
+    first, second, act = ops
+    return (first, second) if act.inputs[0] == first.outputs[0] else (second, first)
+
+
+def _fused_gated(c: Context, ops: Sequence[ValidatedOperator], out: torch.Tensor | None = None):
+    """matmul(gate) ; matmul(up) ; gated_activation as one launch into the activation output."""
+    gate, up = _gate_up(ops)
+    act = ops[2]
+    x = _flat(c.t(gate.inputs[0]))
+    h = _flat(out if out is not None else c.t(act.outputs[0]))
+    biases = (c.t(gate.inputs[2]), c.t(up.inputs[2])) if len(gate.inputs) > 2 else (None, None)
+    kind = str(act.attributes["activation"])
+    wg, wu = c.t(gate.inputs[1]), c.t(up.inputs[1])
+    return lambda: linear.gated_linear(x, wg, wu, h, activation=kind, gate_bias=biases[0], up_bias=biases[1])
+
+
+def _linear_fusion_candidates(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
+    """(Triton fused run, torch unfused run) over fresh outputs, for timing the fusion."""
+    if fusion == GATED:
+        gate, up = _gate_up(ops)
+        g, u, h = (c.scratch_like(n) for n in (gate.outputs[0], up.outputs[0], ops[2].outputs[0]))
+        unfused = [_torch_matmul(c.t(op.inputs[0]), c.t(op.inputs[1]), o, c.t(op.inputs[2]) if len(op.inputs) > 2
+                                 else None) for op, o in ((gate, g), (up, u))]
+        kind = str(ops[2].attributes["activation"])
+        unfused.append(lambda: activation.gated_activation(g, u, h, activation=kind))
+        fused = _fused_gated(c, ops, out=h)
+    else:
+        outs = [c.scratch_like(op.outputs[0]) for op in ops]
+        biases = [c.t(op.inputs[2]) for op in ops] if len(ops[0].inputs) > 2 else None
+        fused = _triton_matmuls(c.t(ops[0].inputs[0]), [c.t(op.inputs[1]) for op in ops], outs, biases)
+        unfused = [_torch_matmul(c.t(op.inputs[0]), c.t(op.inputs[1]), o, None if biases is None else biases[i])
+                   for i, (op, o) in enumerate(zip(ops, outs, strict=True))]
+
+    def torch_run() -> None:
+        for run in unfused:
+            run()
+    return fused, torch_run
+
+
+def _matmul_group(operators: Sequence[ValidatedOperator], i: int, decls: Mapping[str, program_pb2.TensorDecl],
+                  readers: Mapping[str, list[int]]) -> str | None:
+    """A matmul fusion starting at operators[i], structurally (the policy still decides whether to take it)."""
+    op = operators[i]
+    if op.op != "matmul":
+        return None
+    x, bias = op.inputs[0], len(op.inputs) > 2
+
+    def joins(other: ValidatedOperator, taken: Sequence[ValidatedOperator]) -> bool:
+        names = {x, *(t.outputs[0] for t in taken)}
+        return (other.op == "matmul" and other.inputs[0] == x and (len(other.inputs) > 2) == bias
+                and other.outputs[0] not in names and decls[other.outputs[0]].role == P.TENSOR_ROLE_SCRATCH
+                and decls[other.inputs[1]].dtype == decls[op.inputs[1]].dtype
+                and decls[other.outputs[0]].dtype == decls[op.outputs[0]].dtype)
+
+    group = [op]
+    # outputs are scratch: the arena never hands out storage of a live tensor, so no output aliases x
+    if op.outputs[0] == x or decls[op.outputs[0]].role != P.TENSOR_ROLE_SCRATCH:
+        return None
+    while len(group) < linear.MAX_GROUPS and i + len(group) < len(operators) \
+            and joins(operators[i + len(group)], group):
+        group.append(operators[i + len(group)])
+    if len(group) >= 2 and i + 2 < len(operators):
+        act = operators[i + 2]
+        products = {group[0].outputs[0], group[1].outputs[0]}
+        if act.op == "gated_activation" and set(act.inputs) == products and len(act.inputs) == 2 \
+                and act.outputs[0] not in (*products, x) \
+                and all(decls[n].role == P.TENSOR_ROLE_SCRATCH and readers.get(n) == [i + 2] for n in products) \
+                and decls[act.outputs[0]].dtype == decls[op.outputs[0]].dtype:
+            return GATED
+    return f"matmul*{len(group)}" if len(group) >= 2 else None
+
+
+def fusion_size(fusion: str) -> int:
+    """Operators a matmul fusion covers: 3 for gate/up/activation, n for "matmul*n"."""
+    return 3 if fusion == GATED else int(fusion.rsplit("*", 1)[1])
+
+
+def matmul_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,
+                  readers: Mapping[str, list[int]]) -> str | None:
+    """The matmul fusion to take at operators[i]: structurally possible and Triton by the policy, or None."""
+    fused = _matmul_group(operators, i, c.decls, readers)
+    if fused is None:
+        return None
+    ops = operators[i:i + fusion_size(fused)]
+    shape = _matmul_shape(c, ops[:2] if fused == GATED else ops, fused)
+    if shape is None or c.linear.choose(shape, lambda: _linear_fusion_candidates(c, ops, fused)) != "triton":
+        return None
+    return fused
+
+
+def unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:
+    """Outputs of a fused group that get no storage (gate and up of the gated fusion)."""
+    return {ops[0].outputs[0], ops[1].outputs[0]} if fusion == GATED else set()
+
+
+def lower_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
+    """The launch of a fused group whose outputs (but `unstored`) are bound."""
+    return _fused_gated(c, ops) if fusion == GATED else _fused_matmuls(c, ops)
