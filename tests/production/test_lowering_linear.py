@@ -128,3 +128,103 @@ def _lane(slot: int, tokens: tuple[int, ...], consumed: int = 0) -> LaneInput:
 def _weights(native, program):
     plan = native.graphs["prefill_p16"].plan
     return {d.resource: plan.tensors[d.name] for d in program.tensors if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
+
+
+# ------------------------------------------------------------------------ synthetic programs
+
+HIDDEN, FFN, VOCAB = 40, 24, 48
+
+
+def _mlp_program(variant: str, dtype: str, rows: int):
+    """x [rows, HIDDEN] -> gate/up matmuls -> gated_activation -> out, in one of several variants."""
+    from helios.program.builder import ProgramBuilder
+
+    b = ProgramBuilder(f"mlp_{variant}")
+    x = b.state("x", buffer="x", dtype=dtype, shape=[rows, HIDDEN])
+    out = b.state("out", buffer="out", dtype=dtype, shape=[rows, FFN])
+    wg = b.weight("wg", "wg", dtype, [FFN, HIDDEN])
+    wu = b.weight("wu", "wu", dtype, [FFN, HIDDEN])
+    bias = b.weight("bias", "bias", dtype, [FFN])
+    gate = b.matmul(x, wg, bias if variant == "one_bias" else None, name="gate")
+    up = b.matmul(x, wu, name="up")
+    if variant == "swapped":
+        b.gated_activation(up, gate, activation="gelu_tanh", into=out)
+    else:
+        b.gated_activation(gate, up, activation="silu", into=out)
+    if variant == "gate_read_again":
+        again = b.state("again", buffer="again", dtype=dtype, shape=[rows, FFN])
+        b.add(gate, out, into=again)
+    return b.build()
+
+
+def _run_synthetic(program, dtype: str, path: str, values: dict[str, np.ndarray]):
+    from helios.reference.interpreter import execute
+
+    torch_dtype = {"f32": torch.float32, "f16": torch.float16}[dtype]
+    decls = {d.name: d for d in program.tensors}
+    weights = {d.resource: torch.from_numpy(values[d.name]).to(DEVICE, torch_dtype) for d in program.tensors
+               if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
+    buffers = {name: torch.from_numpy(values[name]).to(DEVICE, torch_dtype) for name in values
+               if name in decls and decls[name].role == program_pb2.TENSOR_ROLE_STATE}
+    operators = validate_program(program)
+    plan = lower_program(program, operators, weights=weights, buffers=buffers, arena=ScratchArena(DEVICE),
+                         device=DEVICE, linear_policy=FixedPolicy(path))
+    plan.run()
+    expected = execute(program, {k: v.copy() for k, v in values.items()}, operators)
+    return plan, buffers, expected
+
+
+def _values(program, dtype: str) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng()
+    numpy_dtype = {"f32": np.float32, "f16": np.float16}[dtype]
+    return {d.name: (rng.standard_normal([int(e) for e in d.shape]) * 0.5).astype(numpy_dtype)
+            for d in program.tensors if d.role != program_pb2.TENSOR_ROLE_SCRATCH}
+
+
+@pytest.mark.parametrize(("variant", "triton_kernels"), [
+    ("plain", ("gate_up+activation",)),
+    ("swapped", ("gate_up+activation",)),  # the activation reads up first: up is the gate
+    ("gate_read_again", ("matmul*2", "gated_activation", "add")),  # gate must be stored
+    ("one_bias", ("matmul", "matmul", "gated_activation")),  # biases differ: no fusion at all
+])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_matmul_fusions_follow_the_program_and_keep_its_values(variant, triton_kernels, dtype):
+    """f16 runs the rounding points for real: the fused gate/up round to f16 before the activation
+    as the reference interpreter rounds each matmul's output."""
+    program = _mlp_program(variant, dtype, rows=3)
+    values = _values(program, dtype)
+    for path, kernels in (("triton", triton_kernels), ("torch", None)):
+        plan, buffers, expected = _run_synthetic(program, dtype, path, values)
+        if kernels is not None:
+            assert plan.kernels == kernels
+        else:
+            assert not any(k.startswith(("matmul*", "gate_up")) for k in plan.kernels)
+        tolerance = 1e-5 if dtype == "f32" else 2e-3
+        for name in buffers:
+            np.testing.assert_allclose(buffers[name].float().cpu().numpy(), expected[name].astype(np.float32),
+                                       rtol=tolerance, atol=tolerance, err_msg=f"{variant}/{path}: {name}")
+
+
+def test_more_than_sixteen_rows_stay_on_torch():
+    program = _mlp_program("plain", "f32", rows=17)
+    plan, buffers, expected = _run_synthetic(program, "f32", "triton", _values(program, "f32"))
+    assert plan.kernels == ("matmul", "matmul", "gated_activation")
+    np.testing.assert_allclose(buffers["out"].cpu().numpy(), expected["out"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_triton_logits_keep_the_fp32_product_softcap_and_masked_tail(softcap):
+    from helios.program.builder import ProgramBuilder
+
+    b = ProgramBuilder("logits")
+    h = b.state("h", buffer="h", dtype="f32", shape=[2, HIDDEN])
+    w = b.weight("w", "w", "f32", [VOCAB, HIDDEN])
+    out = b.state("out", buffer="out", dtype="f32", shape=[2, VOCAB])
+    b.logits(h, w, sampled_tokens=VOCAB - 11, softcap=softcap, into=out)
+    program = b.build()
+    values = _values(program, "f32")
+    plan, buffers, expected = _run_synthetic(program, "f32", "triton", values)
+    assert plan.kernels == ("logits",)
+    result = buffers["out"].cpu().numpy()
+    assert np.isneginf(result[:, VOCAB - 11:]).all()
+    np.testing.assert_allclose(result, expected["out"], rtol=1e-5, atol=1e-5)
