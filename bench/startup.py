@@ -1,6 +1,6 @@
 """Seconds from process start to the first token, by phase, with empty and with warm kernel caches.
 
-    python bench/startup.py [--shape qwen3-0.6b] [--json out.json]
+    python bench/startup.py [--shape qwen3-0.6b] [--linear auto|triton|torch] [--json out.json]
 
 The parent writes a random bf16 checkpoint of the shape (bench/decode.py's), prepares and seals it
 into a signed core (`helios prepare`'s code path; not timed as startup), then starts a fresh Python
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PROMPT = (5, 17, 99, 200, 33, 1, 2, 3)
 
 
-def child(core_path: str, trust: str, accept: str, device: str, started: float) -> dict:
+def child(core_path: str, trust: str, accept: str, device: str, started: float, linear: str) -> dict:
     marks = {}
     import torch  # noqa: F401
 
@@ -53,7 +53,7 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float) 
     core = open_core(core_path, trusted_keys=trust, accept=accept)
     marks["open_core"] = time.perf_counter() - t
     t = time.perf_counter()
-    model = NativeModel.load(core, LoadOptions(device=device))
+    model = NativeModel.load(core, LoadOptions(device=device, linear=linear))
     marks["load"] = time.perf_counter() - t
     marks["phases"] = {p.name: p.seconds for p in model.startup}
     marks["compiles"] = dict(compiles)
@@ -81,12 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="qwen3-0.6b")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--linear", default="auto", choices=("auto", "triton", "torch"),
+                        help="small matrix products: timed per shape (auto), Triton or torch (LoadOptions.linear)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=4, metavar=("CORE", "TRUST", "ACCEPT", "STARTED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         core_path, trust, accept, started = args.child
-        print(json.dumps(child(core_path, trust, accept, args.device, float(started))))
+        print(json.dumps(child(core_path, trust, accept, args.device, float(started), args.linear)))
         return 0
 
     from decode import make_checkpoint
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     for label in ("empty kernel cache", "warm kernel cache"):
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
         started = time.time()
-        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--child", str(core_path),
+        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--linear", args.linear,
+                              "--child", str(core_path),
                               str(key) + ".pub", "bench/models", repr(started)],
                              env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
