@@ -102,7 +102,7 @@ class NativeModel:
     def __init__(self, *, contract: PreparedContract, serving: contract_pb2.ServingContract,
                  manifests: tuple[manifest_pb2.ExecutionManifest, ...], executor: NativeExecutor, pages: int,
                  startup: tuple[StartupPhase, ...], device: torch.device, weight_bytes: int,
-                 linear_decisions: tuple[Decision, ...] = ()) -> None:
+                 linear_decisions: tuple[Decision, ...] = (), max_concurrency: int | None = None) -> None:
         self.contract = contract
         self.serving = serving
         self.manifests = manifests  # per rank: the execution geometry as loaded
@@ -112,6 +112,7 @@ class NativeModel:
         self.device = device
         self.weight_bytes = weight_bytes
         self.linear_decisions = linear_decisions  # path of each small matrix product shape (tuning.py)
+        self.max_concurrency = max_concurrency  # request slots of the load-time selection
 
     def run_round(self, graph_name: str, lanes: list[LaneInput]):
         """One round of one graph over a cohort: the executor seam (see executor.py)."""
@@ -198,7 +199,7 @@ class NativeModel:
                 b.shape[0] = pages
         return cls(contract=contract, serving=serving, manifests=(loaded,), executor=executor, pages=pages,
                    startup=tuple(phases), device=device, weight_bytes=weight_bytes,
-                   linear_decisions=policy.decisions)
+                   linear_decisions=policy.decisions, max_concurrency=slots)
 
 
 def _programs(core, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
