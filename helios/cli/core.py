@@ -113,6 +113,24 @@ def register(subparsers) -> None:
     inspect.add_argument("--trust", action="append", metavar="PUBKEY",
                          help="check the signature with this public key or directory of .pub files")
     inspect.add_argument("--json", action="store_true", help="print JSON for machines")
+    runtime = inspect.add_argument_group(
+        "execution geometry (--runtime)",
+        "Load the verified core with the production runtime, as `helios serve --runtime production` does, "
+        "and print what it will run: the selected graphs and their capacities, every buffer with its loaded "
+        "shape, the cache pages sized from the memory left after weights and graphs, the startup phases with "
+        "their durations, and the path (Triton or cuBLAS) chosen for each small matrix product.")
+    runtime.add_argument("--runtime", action="store_true",
+                         help="load the core on the production runtime and print its execution geometry "
+                              "(needs --accept and --trust)")
+    runtime.add_argument("--accept", metavar="NAMESPACE",
+                         help="the publisher namespace you accept; must equal the signed one exactly")
+    runtime.add_argument("--device", metavar="DEVICE", help="cuda, cuda:N or cpu (default: cuda if present)")
+    runtime.add_argument("--max-concurrency", type=int, metavar="N",
+                         help="load-time selection: capture graphs for at most N concurrent requests")
+    runtime.add_argument("--gpu-memory-fraction", type=float, metavar="F",
+                         help="share of the GPU's memory Helios may hold, weights, graphs and cache together "
+                              "(default 0.9)")
+    runtime.add_argument("--pages", type=int, metavar="N", help="cache pages (default: sized from memory)")
     inspect.set_defaults(func=_inspect)
 
 
@@ -261,6 +279,8 @@ def _verify(args) -> int:
 def _inspect(args) -> int:
     from helios.core import CoreFormatError, format_inspection, inspect_core
 
+    if args.runtime:
+        return _inspect_runtime(args)
     try:
         report = inspect_core(args.core, args.trust)
     except CoreFormatError as error:
@@ -270,4 +290,37 @@ def _inspect(args) -> int:
         print(f"helios inspect: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2) if args.json else format_inspection(report))
+    return 0
+
+
+def _inspect_runtime(args) -> int:
+    """`helios inspect --runtime`: load the verified core on the production runtime, print its geometry."""
+    from helios.core import CoreFormatError, open_core
+
+    if not args.accept or not args.trust:
+        print("helios inspect: --runtime loads the core, which needs --accept NAMESPACE and --trust PUBKEY",
+              file=sys.stderr)
+        return 2
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        print("helios inspect: --max-concurrency must be at least 1", file=sys.stderr)
+        return 2
+    from helios.errors import HeliosError
+    from helios.production.inspection import format_runtime_report, runtime_report
+    from helios.production.runtime import load_native_model
+
+    try:
+        with open_core(args.core, trusted_keys=args.trust, accept=args.accept) as core:
+            model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,
+                                      pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction)
+            report = runtime_report(model)
+    except CoreFormatError as error:
+        print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
+        return error.exit_code
+    except OSError as error:
+        print(f"helios inspect: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
+        return 2
+    except HeliosError as error:
+        print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if args.json else format_runtime_report(report))
     return 0

@@ -1,0 +1,58 @@
+"""`helios inspect --runtime`: a sealed core loaded on the production runtime (CPU, Triton interpreted)
+prints its execution geometry: selected graphs, loaded buffer shapes, cache pages, startup phases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helios.cli import main
+
+CAPACITIES = ["--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2", "--prefill-capacities", "8,16",
+              "--context-tokens", "64"]
+
+
+@pytest.fixture(scope="module")
+def sealed(tiny_checkpoint, tmp_path_factory):
+    root = tmp_path_factory.mktemp("inspect")
+    key, core = root / "publisher.key", root / "model.hcore"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    assert main(["prepare", str(tiny_checkpoint("qwen3")), "--out", str(core), "--publisher", "acme/tests",
+                 "--key", str(key), *CAPACITIES]) == 0
+    return core, f"{key}.pub"
+
+
+def test_json_geometry_of_the_loaded_core(sealed, capsys):
+    core, public = sealed
+    capsys.readouterr()
+    assert main(["inspect", str(core), "--runtime", "--accept", "acme/tests", "--trust", public, "--device", "cpu",
+                 "--max-concurrency", "1", "--pages", "12", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["device"] == "cpu" and report["ranks"] == 1
+    # load-time selection to one request drops the batch-2 decode graph
+    decode = [g for g in report["graphs"] if g["operation"] == "decode"]
+    assert [g["batch_capacity"] for g in decode] == [1]
+    assert report["max_concurrency"] == 1
+    assert report["cache"] == {**report["cache"], "pages": 12, "page_tokens": 4, "token_capacity": 48}
+    caches = [b for b in report["buffers"] if b["role"] == "cache"]
+    assert caches and all(b["shape"][0] == 12 for b in caches)
+    assert report["cache"]["bytes"] == sum(b["bytes"] for b in caches) > 0
+    assert [p["phase"] for p in report["startup"]][:3] == ["verify", "weights", "kernels"]
+    assert report["weight_bytes"] > 0
+
+
+def test_text_geometry_and_refusals(sealed, capsys):
+    core, public = sealed
+    capsys.readouterr()
+    assert main(["inspect", str(core), "--runtime", "--accept", "acme/tests", "--trust", public, "--device", "cpu",
+                 "--pages", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "8 pages x 4 tokens = 32 tokens" in text
+    assert "decode" in text and "prefill" in text and "startup" in text
+    assert main(["inspect", str(core), "--runtime"]) == 2
+    assert "needs --accept" in capsys.readouterr().err
+    assert main(["inspect", str(core), "--runtime", "--accept", "someone/else", "--trust", public,
+                 "--device", "cpu"]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("helios inspect:") and "Traceback" not in err
