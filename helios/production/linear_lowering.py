@@ -48,8 +48,7 @@ def _torch_matmul(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, bias: tor
 
 def _triton_matmuls(xs: torch.Tensor, ws: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
                     biases: Sequence[torch.Tensor] | None):
-    x, flat = _flat(xs), [_flat(o) for o in outs]
-    return lambda: linear.linear(x, ws, flat, biases=biases)
+    return linear.linear_launch(_flat(xs), ws, [_flat(o) for o in outs], biases=biases)
 
 
 def _dtypes(c: Context, x: str, w: str, out: str) -> str:
@@ -111,7 +110,7 @@ def _logits_product(c: Context, op: ValidatedOperator, h: torch.Tensor, w: torch
                                                                           op.outputs[0]), "logits")
 
         def triton_product(o: torch.Tensor):
-            return lambda: linear.linear(h, [w], [o], columns=[columns])
+            return linear.linear_launch(h, [w], [o], columns=[columns])
 
         def candidates():
             o = c.scratch_like(op.outputs[0])
@@ -175,7 +174,7 @@ def _fused_gated(c: Context, ops: Sequence[ValidatedOperator], out: torch.Tensor
     biases = (c.t(gate.inputs[2]), c.t(up.inputs[2])) if len(gate.inputs) > 2 else (None, None)
     kind = str(act.attributes["activation"])
     wg, wu = c.t(gate.inputs[1]), c.t(up.inputs[1])
-    return lambda: linear.gated_linear(x, wg, wu, h, activation=kind, gate_bias=biases[0], up_bias=biases[1])
+    return linear.gated_launch(x, wg, wu, h, activation=kind, gate_bias=biases[0], up_bias=biases[1])
 
 
 def _linear_fusion_candidates(c: Context, ops: Sequence[ValidatedOperator], fusion: str):

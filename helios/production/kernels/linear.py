@@ -22,7 +22,7 @@ a CPU, where the interpreter costs milliseconds per program iteration.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -220,10 +220,11 @@ def _check(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torc
         raise LinearShapeError("one launch takes weights of one dtype and outputs of one dtype")
 
 
-def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
-           biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
-           blocks: Blocks | None = None) -> None:
-    """outs[g][:, :columns[g]] = x @ weights[g][:columns[g]]^T (+ biases[g]) for up to three groups, one launch.
+def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
+                  biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
+                  blocks: Blocks | None = None) -> Callable[[], None]:
+    """A bound launch of outs[g][:, :columns[g]] = x @ weights[g][:columns[g]]^T (+ biases[g]), up to
+    three groups in one launch: operands checked and arguments packed once, here.
 
     `columns` defaults to each output's width (the logits lowering passes the sampled ids only).
     """
@@ -235,7 +236,7 @@ def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torc
     rows, k = x.shape
     blocks = blocks or choose_blocks(rows, sum(columns), k, cuda=x.is_cuda)
     tiles = [triton.cdiv(n, blocks.block_n) for n in columns]
-    packed = []
+    packed: list[object] = [x, x.stride(0), rows, k]
     for g in range(MAX_GROUPS):
         i = g if g < groups else 0
         w = weights[i]
@@ -243,17 +244,23 @@ def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torc
         packed += [w, w.stride(0), b, outs[i], outs[i].stride(0), columns[i]]
         if g < 2:
             packed.append(tiles[i] if g < groups else 0)
-    _linear_kernel[(sum(tiles),)](
-        x, x.stride(0), rows, k, *packed,
-        GROUPS=groups, HAS_BIAS=biases is not None, EVEN_K=k % blocks.block_k == 0,
-        BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n, BLOCK_K=blocks.block_k, num_warps=blocks.num_warps,
-    )
+    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, EVEN_K=k % blocks.block_k == 0,
+                BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n, BLOCK_K=blocks.block_k, num_warps=blocks.num_warps)
+    launch = _linear_kernel[(sum(tiles),)]
+    return lambda: launch(*packed, **meta)
 
 
-def gated_linear(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
+def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
+           biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
+           blocks: Blocks | None = None) -> None:
+    """Run `linear_launch(...)` once."""
+    linear_launch(x, weights, outs, biases=biases, columns=columns, blocks=blocks)()
+
+
+def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
                  activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
-                 blocks: Blocks | None = None) -> None:
-    """out = act(round(x @ Wg^T + bg)) * round(x @ Wu^T + bu), rounding to out's dtype, one launch."""
+                 blocks: Blocks | None = None) -> Callable[[], None]:
+    """A bound launch of out = act(round(x @ Wg^T + bg)) * round(x @ Wu^T + bu), rounding to out's dtype."""
     if activation not in ACTIVATION_CODES:
         raise LinearShapeError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATION_CODES)}")
     if (gate_bias is None) != (up_bias is None):
@@ -263,11 +270,20 @@ def gated_linear(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
     _check(x, [gate_weight, up_weight], [out, out], biases, [n, n])
     rows, k = x.shape
     blocks = blocks or choose_blocks(rows, n, k, cuda=x.is_cuda, gated=True)
-    _gated_kernel[(triton.cdiv(n, blocks.block_n),)](
-        x, x.stride(0), rows, k,
-        gate_weight, gate_weight.stride(0), gate_bias if gate_bias is not None else gate_weight,
-        up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
-        out, out.stride(0), n,
-        HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation], EVEN_K=k % blocks.block_k == 0,
-        BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n, BLOCK_K=blocks.block_k, num_warps=blocks.num_warps,
-    )
+    packed = (x, x.stride(0), rows, k,
+              gate_weight, gate_weight.stride(0), gate_bias if gate_bias is not None else gate_weight,
+              up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
+              out, out.stride(0), n)
+    meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
+                EVEN_K=k % blocks.block_k == 0, BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n,
+                BLOCK_K=blocks.block_k, num_warps=blocks.num_warps)
+    launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
+    return lambda: launch(*packed, **meta)
+
+
+def gated_linear(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
+                 activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
+                 blocks: Blocks | None = None) -> None:
+    """Run `gated_launch(...)` once."""
+    gated_launch(x, gate_weight, up_weight, out, activation=activation, gate_bias=gate_bias, up_bias=up_bias,
+                 blocks=blocks)()
