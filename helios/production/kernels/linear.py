@@ -87,7 +87,14 @@ def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = 
         block_n //= 2
     while block_m * block_n * block_k > budget and block_k > 128:
         block_k //= 2
-    num_warps = 4 if block_n * block_k <= 2048 else 8
+    # a width dividing K drops the K masks (K = 3072: three 1024-wide steps, not 2048 and a masked one)
+    divisor = block_k
+    while k % divisor and divisor > 128:
+        divisor //= 2
+    if k % divisor == 0:
+        block_k = divisor
+    # at most 64 product values a thread (256 threads hold 16K)
+    num_warps = 4 if block_m * block_n * block_k <= 8192 and block_n * block_k <= 2048 else 8
     return Blocks(block_m, block_n, block_k, num_warps)
 
 
