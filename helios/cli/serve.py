@@ -48,6 +48,9 @@ def register(subparsers) -> None:
     parser.add_argument("--trace", metavar="FILE",
                         help="with --runtime production: record every submission (graph, lanes, packed transport "
                              "rows, completion rows) to FILE; check it with `helios conform MODEL --audit FILE`")  # fmt: skip
+    parser.add_argument("--gpu-memory-fraction", type=float, metavar="F",
+                        help="with --runtime production: share of the GPU's memory Helios may hold, weights, "
+                             "graphs and cache together; the cache gets what is left (default 0.9)")  # fmt: skip
     parser.set_defaults(func=_serve)
 
 
@@ -68,6 +71,7 @@ def _serve(args) -> int:
             queue_capacity=args.queue_capacity,
             frontend_workers=args.frontend_workers,
             trace=None if args.trace is None else Path(args.trace),
+            gpu_memory_fraction=args.gpu_memory_fraction,
         )
     )
     return 0

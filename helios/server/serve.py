@@ -40,12 +40,19 @@ class ServeOptions:
     queue_capacity: int | None = None
     frontend_workers: int | None = None
     trace: Path | None = None  # production: record every submission to this file (conformance trace)
+    gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise RuntimeUnavailable(f"--runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
         if self.trace is not None and self.runtime != "production":
             raise RuntimeUnavailable("--trace records the production runtime's submissions; add --runtime production")
+        if self.gpu_memory_fraction is not None:
+            if self.runtime != "production":
+                raise RuntimeUnavailable("--gpu-memory-fraction sizes the production runtime's cache; "
+                                         "add --runtime production")
+            if not 0.0 < self.gpu_memory_fraction <= 1.0:
+                raise RuntimeUnavailable(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
         if not 0 <= self.port < 65536:
             raise RuntimeUnavailable(f"--port must lie in [0, 65535], got {self.port}")
 
@@ -73,13 +80,15 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         mask_words=contract.model.vocabulary.mask_words,
     )
     if options.runtime == "production":
+        load = {} if options.gpu_memory_fraction is None else {"gpu_memory_fraction": options.gpu_memory_fraction}
         if options.trace is not None:
             from conformance.runner import traced_production_runtime
 
-            return ServerState(runtime=traced_production_runtime(core, limits, options.trace), preparer=preparer), core
+            runtime = traced_production_runtime(core, limits, options.trace, **load)
+            return ServerState(runtime=runtime, preparer=preparer), core
         from helios.production.runtime import load_production_runtime
 
-        return ServerState(runtime=load_production_runtime(core, limits), preparer=preparer), core
+        return ServerState(runtime=load_production_runtime(core, limits, **load), preparer=preparer), core
     from helios.reference.cache import pages_for
     from helios.reference.engine import AdmissionRejected, ReferenceEngine
 

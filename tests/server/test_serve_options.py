@@ -1,0 +1,45 @@
+"""`helios serve` options that only the production runtime takes: refused with one line elsewhere,
+passed through to the loader otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helios.errors import HeliosError
+from helios.server.serve import ServeOptions
+
+
+def test_gpu_memory_fraction_needs_the_production_runtime_and_a_share():
+    with pytest.raises(HeliosError, match="--runtime production"):
+        ServeOptions(core=Path("m.hcore"), accept="a/b", trust=("k.pub",), gpu_memory_fraction=0.5)
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(HeliosError, match=r"\(0, 1\]"):
+            ServeOptions(core=Path("m.hcore"), accept="a/b", trust=("k.pub",), runtime="production",
+                         gpu_memory_fraction=bad)
+    ServeOptions(core=Path("m.hcore"), accept="a/b", trust=("k.pub",), runtime="production", gpu_memory_fraction=1.0)
+
+
+def test_gpu_memory_fraction_reaches_the_production_loader(tiny_checkpoint, tmp_path, monkeypatch):
+    from helios.cli import main
+    from helios.production import runtime as production
+    from helios.server.serve import load_state
+
+    key, core = tmp_path / "k.key", tmp_path / "m.hcore"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    assert main(["prepare", str(tiny_checkpoint("llama")), "--out", str(core), "--publisher", "acme/tests",
+                 "--key", str(key), "--dtype", "fp32", "--batch-capacities", "1", "--prefill-capacities", "8"]) == 0
+    seen = {}
+
+    real = production.load_production_runtime
+
+    def loader(opened, limits, **load):
+        seen.update(load)
+        return real(opened, limits, device="cpu")
+
+    monkeypatch.setattr(production, "load_production_runtime", loader)
+    _, opened = load_state(ServeOptions(core=core, accept="acme/tests", trust=(f"{key}.pub",), runtime="production",
+                                        gpu_memory_fraction=0.4))
+    opened.close()
+    assert seen == {"gpu_memory_fraction": 0.4}
