@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
-from helios.production.kernels import activation, attention, gather, norm, rotary, sampling
+from helios.production.kernels import activation, attention, gather, linear, norm, rotary, sampling
 from helios.production.native_model import LoadOptions, NativeModel
 from helios.proto import contract_pb2
 from helios.reference.engine import ReferenceEngine
@@ -27,7 +27,7 @@ def compile_count() -> int:
     from triton.runtime.jit import JITFunction
 
     total = 0
-    for module in (activation, attention, gather, norm, rotary, sampling):
+    for module in (activation, attention, gather, linear, norm, rotary, sampling):
         for value in vars(module).values():
             if isinstance(value, JITFunction):
                 total += sum(len(cache[0]) for cache in value.device_caches.values())
