@@ -66,7 +66,8 @@ def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> 
         return None
     columns = tuple(int(c.t(op.inputs[1]).shape[0]) for op in ops)
     k = int(c.t(ops[0].inputs[1]).shape[1])
-    return ProductShape(rows, columns, k, _dtypes(c, x, ops[0].inputs[1], ops[0].outputs[0]), fusion)
+    return ProductShape(rows, columns, k, _dtypes(c, x, ops[0].inputs[1], ops[0].outputs[0]), fusion,
+                        bias=len(ops[0].inputs) > 2)
 
 
 def lower_matmul(c: Context, op: ValidatedOperator):

@@ -1,8 +1,8 @@
 """Path choice for skinny matrix products (device side): Triton GEMV kernels or torch (cuBLAS), per shape.
 
 The lowering asks a `LinearPolicy` once per distinct product shape it lowers (`ProductShape`: rows,
-output columns of each group, K, dtypes, and the fusion: one matmul, several matmuls of one input,
-gate/up with the activation, or logits). Policies:
+output columns of each group, K, dtypes, biases, and the fusion: one matmul, several matmuls of one
+input, gate/up with the activation, or logits). Policies:
 
   MeasuredPolicy  (CUDA default) times both paths once and takes the faster; decisions are cached
                   per process and device, so a shape lowered again (every layer, every reload of the
@@ -49,8 +49,9 @@ class ProductShape:
     rows: int  # M, packed rows
     columns: tuple[int, ...]  # N of each output group
     k: int  # reduction extent
-    dtype: str  # "weight dtype->output dtype", e.g. "bfloat16->float32"
+    dtype: str  # "input x weight -> output" dtypes, e.g. "bfloat16xbfloat16->float32"
     fusion: str  # one of FUSIONS
+    bias: bool = False  # the products add biases
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.k < 1 or not self.columns or min(self.columns) < 1:
@@ -61,7 +62,7 @@ class ProductShape:
 
     def describe(self) -> str:
         n = "+".join(str(c) for c in self.columns)
-        return f"{self.fusion} M={self.rows} N={n} K={self.k} {self.dtype}"
+        return f"{self.fusion} M={self.rows} N={n} K={self.k} {self.dtype}{' +bias' if self.bias else ''}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,15 +7,17 @@ in `BLOCK_K`-wide contiguous loads of its weight rows, multiplies them against a
 once (so each weight is read exactly once per call) and accumulates in FP32. Small `BLOCK_N` gives
 enough programs to fill a GPU for N as small as 1024.
 
-One launch covers up to three products of the same input (`linear`: q/k/v, or any matmuls reading
-one tensor): the grid is the concatenation of each group's column tiles and each program picks its
+One launch covers up to three products of the same input (`linear_launch`: q/k/v, or any matmuls
+reading one tensor): the grid is the concatenation of each group's column tiles and each program picks its
 group (weight, bias, output, N) from its program id; no weight is concatenated, every output stays
-its own contiguous tensor. `gated_linear` computes `act(x @ Wg^T) * (x @ Wu^T)` straight into the
+its own contiguous tensor. `gated_launch` computes `act(x @ Wg^T) * (x @ Wu^T)` straight into the
 activation output: each program reads the same columns of both weights, rounds each product to the
 output dtype (as the unfused matmuls store them) and applies the activation as
 `kernels/activation.py` does, so the fusion keeps the program's meaning.
 
-Outputs take their tensor's dtype: an FP32 output (the logits) is stored unrounded. Block sizes come
+The `*_launch` functions check the operands and pack the arguments once (the lowering binds them at
+load); `linear` and `gated_linear` launch once, for tests and one-off calls. Outputs take their
+tensor's dtype: an FP32 output (the logits) is stored unrounded. Block sizes come
 from the host (`choose_blocks`): small tiles over many programs on a GPU, one or a few large tiles on
 a CPU, where the interpreter costs milliseconds per program iteration.
 """
