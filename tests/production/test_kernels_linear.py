@@ -249,3 +249,89 @@ def test_a_deferred_policy_answers_triton_until_it_measures_what_the_warm_pass_n
     # measured once per process: a later deferred policy decides at once
     assert MeasuredPolicy(Timer(), key="deferred-device", deferred=True).choose(SHAPE, candidates) == "torch"
     forget_measurements()
+
+
+# ------------------------------------------------------------------------------------------ H200 code
+
+def sm90_report() -> dict[str, dict[str, int]]:
+    """Compile the decode shapes of a Qwen3-0.6B-sized model for sm_90 (no GPU needed: Triton lowers to
+    PTX and its bundled ptxas assembles) with the hints Triton's launcher gives 16-byte-aligned
+    pointers and multiple-of-16 integers; per kernel: registers, local memory (spills) and loads."""
+    import os
+    import re
+    import subprocess
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    hinted = {"stride_x", "k_extent", "sw0", "sw1", "sw2", "so0", "so1", "so2", "swg", "swu", "stride_out"}
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+    def build(kernel, signature: dict[str, str], const: dict[str, object], warps: int) -> dict[str, int]:
+        signature = {**signature, **dict.fromkeys(const, "constexpr")}
+        names = list(signature)
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                 if signature[n].startswith("*") or n in hinted}
+        source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
+                           constexprs={(names.index(k),): v for k, v in const.items()})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+        ptx = compiled.asm["ptx"]
+        cubin = os.path.join(os.environ["REPORT_DIR"], "kernel.cubin")
+        with open(cubin, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        # cuobjdump ships with Triton's NVIDIA backend, beside ptxas
+        usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", cubin], capture_output=True,
+                               text=True, check=True).stdout
+        return {"vector_loads": len(re.findall(r"ld\.global\.v[24]\.b32", ptx)),
+                "scalar_16bit_loads": len(re.findall(r"ld\.global\.b16", ptx)),
+                "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+                "local_bytes": int(re.search(r"LOCAL:(\d+)", usage).group(1))}
+
+    def matmuls(groups: int, blocks: Blocks, k: int, out: str) -> dict[str, int]:
+        signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32"}
+        for g in range(3):
+            signature |= {f"w{g}": "*bf16", f"sw{g}": "i32", f"b{g}": "*bf16", f"o{g}": f"*{out}",
+                          f"so{g}": "i32", f"n{g}": "i32"}
+            if g < 2:
+                signature[f"tiles{g}"] = "i32"
+        return build(linear._linear_kernel, signature, {
+            "GROUPS": groups, "HAS_BIAS": False, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps)
+
+    def gated(blocks: Blocks, k: int) -> dict[str, int]:
+        signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32", "wg": "*bf16",
+                     "swg": "i32", "bg": "*bf16", "wu": "*bf16", "swu": "i32", "bu": "*bf16", "out_ptr": "*bf16",
+                     "stride_out": "i32", "n_extent": "i32"}
+        return build(linear._gated_kernel, signature, {
+            "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps)
+
+    return {
+        "qkv": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16"),
+        "down": matmuls(1, choose_blocks(1, 1024, 3072, cuda=True), 3072, "bf16"),
+        "logits": matmuls(1, choose_blocks(1, 151936, 1024, cuda=True), 1024, "fp32"),
+        "gate_up": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024),
+        "gate_up_m16": gated(choose_blocks(16, 3072, 1024, cuda=True, gated=True), 1024),
+    }
+
+
+def test_the_kernels_compile_for_an_h200_with_vector_weight_loads_and_no_spills(tmp_path):
+    """The interpreter checks values, not code generation: compile for sm_90 in a process without
+    TRITON_INTERPRET and require 16-byte weight loads, no 16-bit scalar weight loads and no spills."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"REPORT_DIR": str(tmp_path)}
+    script = ("import json; from tests.production.test_kernels_linear import sm90_report; "
+              "print(json.dumps(sm90_report()))")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, kernel in report.items():
+        assert kernel["vector_loads"] >= 2, (name, kernel)
+        assert kernel["scalar_16bit_loads"] <= 1, (name, kernel)  # at most the x row of a 1-row product
+        assert kernel["local_bytes"] == 0 and 0 < kernel["registers"] <= 128, (name, kernel)
