@@ -268,11 +268,12 @@ def sm90_report() -> dict[str, dict[str, int]]:
     hinted = {"stride_x", "k_extent", "sw0", "sw1", "sw2", "so0", "so1", "so2", "swg", "swu", "stride_out"}
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
-    def build(kernel, signature: dict[str, str], const: dict[str, object], warps: int) -> dict[str, int]:
+    def build(kernel, signature: dict[str, str], const: dict[str, object], warps: int, k: int) -> dict[str, int]:
         signature = {**signature, **dict.fromkeys(const, "constexpr")}
         names = list(signature)
+        # strides are K (weights, x) or N (outputs): Triton hints them only where they divide by 16
         attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-                 if signature[n].startswith("*") or n in hinted}
+                 if signature[n].startswith("*") or (n in hinted and k % 16 == 0)}
         source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
                            constexprs={(names.index(k),): v for k, v in const.items()})
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
@@ -283,12 +284,12 @@ def sm90_report() -> dict[str, dict[str, int]]:
         # cuobjdump ships with Triton's NVIDIA backend, beside ptxas
         usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", cubin], capture_output=True,
                                text=True, check=True).stdout
-        return {"vector_loads": len(re.findall(r"ld\.global\.v[24]\.b32", ptx)),
+        return {"aligned": int(k % 16 == 0), "vector_loads": len(re.findall(r"ld\.global\.v[24]\.b32", ptx)),
                 "scalar_16bit_loads": len(re.findall(r"ld\.global\.b16", ptx)),
                 "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
                 "local_bytes": int(re.search(r"LOCAL:(\d+)", usage).group(1))}
 
-    def matmuls(groups: int, blocks: Blocks, k: int, out: str) -> dict[str, int]:
+    def matmuls(groups: int, blocks: Blocks, k: int, out: str, bias: bool = False) -> dict[str, int]:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32"}
         for g in range(3):
             signature |= {f"w{g}": "*bf16", f"sw{g}": "i32", f"b{g}": "*bf16", f"o{g}": f"*{out}",
@@ -296,8 +297,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
             if g < 2:
                 signature[f"tiles{g}"] = "i32"
         return build(linear._linear_kernel, signature, {
-            "GROUPS": groups, "HAS_BIAS": False, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
-            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps)
+            "GROUPS": groups, "HAS_BIAS": bias, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps, k)
 
     def gated(blocks: Blocks, k: int) -> dict[str, int]:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32", "wg": "*bf16",
@@ -305,11 +306,13 @@ def sm90_report() -> dict[str, dict[str, int]]:
                      "stride_out": "i32", "n_extent": "i32"}
         return build(linear._gated_kernel, signature, {
             "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
-            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps)
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps, k)
 
     return {
         "qkv": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16"),
         "down": matmuls(1, choose_blocks(1, 1024, 3072, cuda=True), 3072, "bf16"),
+        # q/k/v with biases (Qwen2) over a K no power of two >= 128 divides: masked K steps, scalar loads
+        "qkv_bias_ragged_k": matmuls(3, choose_blocks(4, 2048, 1000, cuda=True), 1000, "bf16", bias=True),
         "logits": matmuls(1, choose_blocks(1, 151936, 1024, cuda=True), 1024, "fp32"),
         "gate_up": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024),
         "gate_up_m16": gated(choose_blocks(16, 3072, 1024, cuda=True, gated=True), 1024),
@@ -331,7 +334,9 @@ def test_the_kernels_compile_for_an_h200_with_vector_weight_loads_and_no_spills(
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sum(kernel["aligned"] for kernel in report.values()) == len(report) - 1
     for name, kernel in report.items():
-        assert kernel["vector_loads"] >= 2, (name, kernel)
-        assert kernel["scalar_16bit_loads"] <= 1, (name, kernel)  # at most the x row of a 1-row product
+        if kernel["aligned"]:
+            assert kernel["vector_loads"] >= 2, (name, kernel)
+            assert kernel["scalar_16bit_loads"] <= 1, (name, kernel)  # at most the x row of a 1-row product
         assert kernel["local_bytes"] == 0 and 0 < kernel["registers"] <= 128, (name, kernel)
