@@ -19,6 +19,7 @@ filled with -inf after the product and the softcap anyway.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -76,7 +77,7 @@ def lower_matmul(c: Context, op: ValidatedOperator):
     shape = _matmul_shape(c, (op,), "matmul")
     if shape is not None:
         def candidates():
-            o = c.scratch_like(op.outputs[0])
+            o = torch.empty_like(out)
             return (_triton_matmuls(x, [w], [o], None if bias is None else [bias]),
                     _torch_matmul(x, w, o, bias))
         if c.linear.choose(shape, candidates) == "triton":
@@ -114,7 +115,7 @@ def _logits_product(c: Context, op: ValidatedOperator, h: torch.Tensor, w: torch
             return linear.linear_launch(h, [w], [o], columns=[columns])
 
         def candidates():
-            o = c.scratch_like(op.outputs[0])
+            o = torch.empty_like(out)
             return triton_product(o), _torch_logits(c, h, w, o)
         if c.linear.choose(shape, candidates) == "triton":
             return triton_product(out)
@@ -152,12 +153,43 @@ def _mixed_mm(device: torch.device) -> bool:
     return _MIXED_MM[str(device)]
 
 
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """The operands of a matmul fusion, resolved while its inputs are bound (the timing candidates
+    of a deferred policy are built after lowering, when scratch inputs are no longer in the context)."""
+
+    x: torch.Tensor  # [rows, K]
+    weights: tuple[torch.Tensor, ...]
+    biases: tuple[torch.Tensor, ...] | None
+    outputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]  # shape and dtype of each product
+    activation: str | None  # gated fusion: the activation of act(gate) * up; weights are (gate, up)
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.weights) <= linear.MAX_GROUPS or len(self.outputs) != len(self.weights) \
+                or (self.biases is not None and len(self.biases) != len(self.weights)) \
+                or (self.activation is not None and len(self.weights) != 2):
+            raise ValueError(f"malformed matmul group: {len(self.weights)} weights, {len(self.outputs)} outputs")
+
+
+def _group(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> _Group:
+    products = _gate_up(ops) if fusion == GATED else tuple(ops)
+    biases = tuple(c.t(op.inputs[2]) for op in products) if len(products[0].inputs) > 2 else None
+    outputs = tuple((tuple(int(e) for e in c.decls[op.outputs[0]].shape), c.dtype(op.outputs[0])) for op in products)
+    return _Group(_flat(c.t(products[0].inputs[0])), tuple(c.t(op.inputs[1]) for op in products), biases, outputs,
+                  str(ops[2].attributes["activation"]) if fusion == GATED else None, c.device)
+
+
+def _gated_run(group: _Group, out: torch.Tensor):
+    gate_bias, up_bias = group.biases if group.biases is not None else (None, None)
+    return linear.gated_launch(group.x, *group.weights, _flat(out), activation=group.activation,
+                               gate_bias=gate_bias, up_bias=up_bias)
+
+
 def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
     """Consecutive matmuls of one input as one multi-output launch (outputs bound by the caller)."""
-    x = c.t(ops[0].inputs[0])
-    ws = [c.t(op.inputs[1]) for op in ops]
-    biases = [c.t(op.inputs[2]) for op in ops] if len(ops[0].inputs) > 2 else None
-    return _triton_matmuls(x, ws, [c.t(op.outputs[0]) for op in ops], biases)
+    group = _group(c, ops, "matmul*")
+    return _triton_matmuls(group.x, group.weights, [c.t(op.outputs[0]) for op in ops], group.biases)
 
 
 def _gate_up(ops: Sequence[ValidatedOperator]) -> tuple[ValidatedOperator, ValidatedOperator]:
@@ -166,34 +198,27 @@ def _gate_up(ops: Sequence[ValidatedOperator]) -> tuple[ValidatedOperator, Valid
     return (first, second) if act.inputs[0] == first.outputs[0] else (second, first)
 
 
-def _fused_gated(c: Context, ops: Sequence[ValidatedOperator], out: torch.Tensor | None = None):
+def _fused_gated(c: Context, ops: Sequence[ValidatedOperator]):
     """matmul(gate) ; matmul(up) ; gated_activation as one launch into the activation output."""
-    gate, up = _gate_up(ops)
-    act = ops[2]
-    x = _flat(c.t(gate.inputs[0]))
-    h = _flat(out if out is not None else c.t(act.outputs[0]))
-    biases = (c.t(gate.inputs[2]), c.t(up.inputs[2])) if len(gate.inputs) > 2 else (None, None)
-    kind = str(act.attributes["activation"])
-    wg, wu = c.t(gate.inputs[1]), c.t(up.inputs[1])
-    return linear.gated_launch(x, wg, wu, h, activation=kind, gate_bias=biases[0], up_bias=biases[1])
+    return _gated_run(_group(c, ops, GATED), c.t(ops[2].outputs[0]))
 
 
-def _linear_fusion_candidates(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
-    """(Triton fused run, torch unfused run) over fresh outputs, for timing the fusion."""
-    if fusion == GATED:
-        gate, up = _gate_up(ops)
-        g, u, h = (c.scratch_like(n) for n in (gate.outputs[0], up.outputs[0], ops[2].outputs[0]))
-        unfused = [_torch_matmul(c.t(op.inputs[0]), c.t(op.inputs[1]), o, c.t(op.inputs[2]) if len(op.inputs) > 2
-                                 else None) for op, o in ((gate, g), (up, u))]
-        kind = str(ops[2].attributes["activation"])
-        unfused.append(lambda: activation.gated_activation(g, u, h, activation=kind))
-        fused = _fused_gated(c, ops, out=h)
+def _fusion_candidates(group: _Group):
+    """(Triton fused run, torch unfused run) over fresh outputs, for timing a fusion."""
+    def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=group.device)
+
+    outs = [empty(*spec) for spec in group.outputs]
+    biases = group.biases if group.biases is not None else (None,) * len(group.weights)
+    unfused = [_torch_matmul(group.x, w, o, b) for w, o, b in zip(group.weights, outs, biases, strict=True)]
+    if group.activation is not None:
+        gate, up = outs
+        h = empty(*group.outputs[0])
+        kind = group.activation
+        unfused.append(lambda: activation.gated_activation(gate, up, h, activation=kind))
+        fused = _gated_run(group, h)
     else:
-        outs = [c.scratch_like(op.outputs[0]) for op in ops]
-        biases = [c.t(op.inputs[2]) for op in ops] if len(ops[0].inputs) > 2 else None
-        fused = _triton_matmuls(c.t(ops[0].inputs[0]), [c.t(op.inputs[1]) for op in ops], outs, biases)
-        unfused = [_torch_matmul(c.t(op.inputs[0]), c.t(op.inputs[1]), o, None if biases is None else biases[i])
-                   for i, (op, o) in enumerate(zip(ops, outs, strict=True))]
+        fused = _triton_matmuls(group.x, group.weights, outs, group.biases)
 
     def torch_run() -> None:
         for run in unfused:
@@ -247,9 +272,10 @@ def matmul_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,
         return None
     ops = operators[i:i + fusion_size(fused)]
     shape = _matmul_shape(c, ops[:2] if fused == GATED else ops, fused)
-    if shape is None or c.linear.choose(shape, lambda: _linear_fusion_candidates(c, ops, fused)) != "triton":
+    if shape is None:
         return None
-    return fused
+    group = _group(c, ops, fused)
+    return fused if c.linear.choose(shape, lambda: _fusion_candidates(group)) == "triton" else None
 
 
 def unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:

@@ -59,14 +59,6 @@ class Context:
     def t(self, name: str) -> torch.Tensor:
         return self.tensors[name]
 
-    def scratch_like(self, name: str) -> torch.Tensor:
-        """A fresh tensor like `name` (its storage, or its declaration where unbound), outside the arena:
-        what timing candidates write into."""
-        if name in self.tensors:
-            return torch.empty_like(self.tensors[name])
-        decl = self.decls[name]
-        return torch.empty(tuple(int(e) for e in decl.shape), dtype=self.dtype(name), device=self.device)
-
     def dtype(self, name: str) -> torch.dtype:
         bound = self.tensors.get(name)
         return bound.dtype if bound is not None else torch_dtype(self.decls[name].dtype, f"{self.where} {name}")

@@ -82,6 +82,45 @@ def test_fused_products_save_four_launches_a_layer(cores):
     assert [operators[i].op for i in fused.operators] == ["matmul", "matmul", "gated_activation"]
 
 
+def test_a_deferred_measured_policy_times_every_product_after_the_warm_lowering(cores):
+    """NativeModel's sequence on a GPU, with a wall-clock timer on the CPU: the warm lowering takes
+    Triton provisionally, measure_pending builds and times both candidates of every shape after that
+    lowering is done (its scratch inputs are released by then), the final lowering follows the decisions."""
+    import time
+
+    from helios.production.tuning import MeasuredPolicy, forget_measurements
+
+    core = cores("qwen3")
+    program, operators = _program(core, "decode_b1")
+    native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+    weights = _weights(native, program)
+    timed = []
+
+    def timer(run) -> float:
+        start = time.perf_counter()
+        run()
+        timed.append(time.perf_counter() - start)
+        return timed[-1]
+
+    def lower():
+        return lower_program(program, operators, weights=weights, buffers=native.executor.buffers,
+                             arena=ScratchArena(DEVICE), device=DEVICE, linear_policy=policy)
+    forget_measurements()
+    policy = MeasuredPolicy(timer, key="deferred-lowering-test", deferred=True)
+    warm = lower()
+    assert "matmul*3" in warm.kernels and "gate_up+activation" in warm.kernels and policy.decisions == ()
+    policy.measure_pending()
+    decisions = {d.shape.fusion: d for d in policy.decisions}
+    assert set(decisions) == {"matmul", "matmul*3", "gate_up+activation", "logits"}
+    assert len(timed) == 2 * len(policy.decisions)
+    assert all(d.triton_us is not None and d.torch_us is not None for d in policy.decisions)
+    final = lower()
+    for fusion in ("matmul*3", "gate_up+activation"):
+        assert (fusion in final.kernels) == (decisions[fusion].path == "triton")
+    final.run()
+    forget_measurements()
+
+
 @pytest.mark.parametrize("graph", ["decode_b2", "prefill_p16"])
 def test_triton_and_torch_plans_compute_the_same_round(cores, graph):
     """The same packed round through the torch plan, the Triton plan and the unfused Triton plan:
