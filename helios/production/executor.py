@@ -29,7 +29,7 @@ from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import Completion, transport_sequence
-from helios.runtime.packing import GraphPacking, LaneInput, LaneOverflow, ResolvedBinding
+from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
 
@@ -117,6 +117,12 @@ class NativeExecutor:
         # destination -> slot -> (binding, slot generation, page ids on the device): page-table rows,
         # extended by the newly assigned entries only; a new generation (or another binding) rewrites it.
         self._page_rows: dict[str, dict[int, tuple[int, int, tuple[int, ...]]]] = {}
+        # The fast path over `_row_keys`: slot -> what the lane's request rows depend on (slot generation,
+        # seed, sampling, EOS ids, prompt, output limit) as last packed; and destination -> (binding
+        # identity, per-slot flags): rows whose remembered key was checked while the slot's request
+        # stayed the same, so `_row_key` would give the same answer and the row is skipped unexamined.
+        self._requests: dict[int, tuple] = {}
+        self._confirmed: dict[str, tuple[int, np.ndarray]] = {}
         identities: dict[ResolvedBinding, int] = {}
         self._binding_ids = {id(b): identities.setdefault(b, len(identities))
                              for g in self.graphs.values() for b in g.packing.bindings}
@@ -150,22 +156,24 @@ class NativeExecutor:
             # Rows this call wrote may be staged but not uploaded: remember none, repack them next time.
             self._row_keys.clear()
             self._page_rows.clear()
+            self._confirmed.clear()
             raise
 
     def _pack_bindings(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
         packing = graph.packing
         if len(lanes) > packing.batch_capacity:
             raise ValueError(f"graph {graph.name}: {len(lanes)} lanes exceed the batch capacity")
+        columns = LaneColumns(lanes)
+        self._note_requests(lanes)
         whole: set[str] = set()
         for binding in self._orders[graph.name]:
             destination = binding.destination
             host = self.host_view[destination]
             if binding.indexing != V.INDEXING_PHYSICAL_REQUEST_ROW:
-                binding.write(host, lanes)
+                binding.write(host, lanes, columns)
                 whole.add(destination)
                 # rows this write covered no longer hold what a physical-row binding packed there
-                self._row_keys.pop(destination, None)
-                self._page_rows.pop(destination, None)
+                self._forget(destination)
                 continue
             identity = self._binding_ids[id(binding)]
             if _page_table_rows(binding):
@@ -173,20 +181,39 @@ class NativeExecutor:
                 continue
             held = self._row_keys.setdefault(destination, {})
             self._page_rows.pop(destination, None)
+            if binding.source not in REQUEST_KEYS:  # a per-round value: every lane's row, every round
+                binding.write(host, lanes, columns)
+                for lane in lanes:  # whatever was remembered for these rows is gone
+                    held.pop(lane.slot, None)
+                self._confirmed.pop(destination, None)
+                whole.add(destination)
+                continue
+            confirmed = self._confirmed.get(destination)
+            if confirmed is None or confirmed[0] != identity:
+                confirmed = self._confirmed[destination] = (identity, np.zeros(host.shape[0], dtype=bool))
+            flags = confirmed[1]
+            examine = np.flatnonzero(~flags[columns.slots])
+            if not examine.size:
+                continue  # every row is the one packed for the slot's current request
             changed, keys = [], []
-            for lane in lanes:
+            for i in examine.tolist():
+                lane = lanes[i]
                 key = _row_key(binding, lane)
                 if key is None or held.get(lane.slot) != (identity, key):
                     changed.append(lane)
                     keys.append(key)
+                else:
+                    flags[lane.slot] = True
             if not changed:
                 continue
             binding.write(host, changed)
             for lane, key in zip(changed, keys, strict=True):  # remembered once written, not before
                 if key is not None:
                     held[lane.slot] = (identity, key)
+                    flags[lane.slot] = True
                 else:  # a per-round value now: whatever was remembered for the row is gone
                     held.pop(lane.slot, None)
+                    flags[lane.slot] = False
             if _row_key(binding, changed[0]) is None or len(changed) * 4 > host.shape[0]:
                 whole.add(destination)
             elif destination not in whole:
@@ -195,6 +222,25 @@ class NativeExecutor:
         for name in whole:
             self._upload(name)
 
+    def _note_requests(self, lanes: Sequence[LaneInput]) -> None:
+        """Unconfirm every remembered row of a slot whose request changed since it was last packed."""
+        requests = self._requests
+        moved = []
+        for lane in lanes:
+            request = (lane.generation, lane.seed, lane.sampling, lane.eos_ids, lane.prompt_token_ids,
+                       lane.output_limit)
+            if requests.get(lane.slot) != request:
+                requests[lane.slot] = request
+                moved.append(lane.slot)
+        if moved:
+            for _, flags in self._confirmed.values():
+                flags[moved] = False
+
+    def _forget(self, destination: str) -> None:
+        self._row_keys.pop(destination, None)
+        self._page_rows.pop(destination, None)
+        self._confirmed.pop(destination, None)
+
     def _pack_page_table(self, binding: ResolvedBinding, identity: int, host: np.ndarray,
                          lanes: Sequence[LaneInput]) -> None:
         """Upload only the page-table entries assigned since the slot's last upload under the same
@@ -202,6 +248,7 @@ class NativeExecutor:
         destination = binding.destination
         rows = self._page_rows.setdefault(destination, {})
         self._row_keys.pop(destination, None)
+        self._confirmed.pop(destination, None)
         view = host.reshape(host.shape[0], -1)
         for lane in lanes:
             pages = lane.page_ids

@@ -252,6 +252,8 @@ class PageTableUploads:
         """(first index, entries) a round must upload for `slot`: only entries assigned since the
         last upload under the same generation; a new generation uploads the row from index 0."""
         held_generation, held = self._held.get(slot, (-1, 0))
+        if held_generation == generation and held == len(page_ids):
+            return held, ()  # nothing assigned since the last upload (most rounds)
         start = held if held_generation == generation and held <= len(page_ids) else 0
         entries = tuple(page_ids[start:])
         self._held[slot] = (generation, len(page_ids))

@@ -41,7 +41,7 @@ from helios.production.scheduling import (
     SchedulerRequest,
 )
 from helios.runtime.completion import Completion
-from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
+from helios.runtime.events import Event, Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
@@ -84,6 +84,7 @@ class ProductionRuntime(ThreadedModelRuntime):
         self._rejected = 0
         self._failed = 0
         self._finished = {t.value: 0 for t in Termination}
+        self._outbox: list[tuple[EventStream, Event]] | None = None  # the round's events, while delivering
 
     # ------------------------------------------------------------------------------------ building
 
@@ -248,10 +249,26 @@ class ProductionRuntime(ThreadedModelRuntime):
         # lane's stop handling or output parsing; the clock is read only when a timed request has one.
         timed = any(entry is not None and entry.request.observe_timestamps for _, entry in delivered)
         stamp = self.clock.now_ns() if timed else None
-        for outcome, entry in delivered:
-            if entry is not None:
-                self._deliver(outcome, entry, stamp)
+        self._deliver_round(delivered, stamp)
         return True
+
+    def _deliver_round(self, delivered: list[tuple[LaneOutcome, _Entry | None]], stamp: int | None) -> None:
+        """Every retired token of one round; the round's events reach the serving loops together."""
+        self._outbox = []
+        try:
+            for outcome, entry in delivered:
+                if entry is not None:
+                    self._deliver(outcome, entry, stamp)
+        finally:
+            outbox, self._outbox = self._outbox, None
+            EventStream.put_many(outbox)
+
+    def _put(self, stream: EventStream, event: Event) -> None:
+        """Deliver now, or with the round's events while a round is delivered (same order per stream)."""
+        if self._outbox is not None:
+            self._outbox.append((stream, event))
+        else:
+            stream.put(event)
 
     def _submit(self, plan: RoundPlan) -> None:
         if self._framed:
@@ -324,12 +341,12 @@ class ProductionRuntime(ThreadedModelRuntime):
         eos = generation.eos_token_ids or self._scheduler.config.eos_ids
         if token in eos and not generation.ignore_eos:
             if request.observe_tokens:
-                entry.stream.put(TokenEvent(token, (), timestamp))
+                self._put(entry.stream, TokenEvent(token, (), timestamp))
             return Termination.EOS, tuple(output.finish()) if output is not None else ()
         step = output.push(token) if output is not None else None
         pieces = tuple(step.pieces) if step is not None else ()
         if pieces or request.observe_tokens:
-            entry.stream.put(TokenEvent(token, pieces, timestamp))
+            self._put(entry.stream, TokenEvent(token, pieces, timestamp))
         if step is not None and step.stopped:
             return Termination.STOP, ()
         if entry.sampled >= generation.max_tokens:
@@ -349,14 +366,14 @@ class ProductionRuntime(ThreadedModelRuntime):
                 assert termination is not None
                 self._finish(entry, termination, pieces, reused=reused)
         if failure is not None:
-            entry.stream.put(Failed(failure))
+            self._put(entry.stream, Failed(failure))
 
     def _finish(self, entry: _Entry, termination: Termination, pieces: tuple[object, ...], *, reused: int) -> None:
         """Under the lock: forget the request and deliver its terminal event."""
         self._entries.pop(entry.request.request_id, None)
         self._finished[termination.value] += 1
         generation = entry.request.generation
-        entry.stream.put(Finished(termination=termination, pieces=pieces,
+        self._put(entry.stream, Finished(termination=termination, pieces=pieces,
                                   prompt_tokens=len(generation.prompt_token_ids), output_tokens=entry.sampled,
                                   reused_prompt_tokens=reused))
 

@@ -104,6 +104,11 @@ class RuntimeMetrics:
     constrained_max_inflight: int = 0  # flare_constrained_max_inflight
 
 
+def _put_batch(batch: list[tuple[EventStream, Event]]) -> None:
+    for stream, event in batch:
+        stream.put_nowait(event)
+
+
 class EventStream:
     """The events of one submitted request, read asynchronously. The queue grows as events arrive
     (never allocated at the request's full event budget), so a paused reader loses nothing and
@@ -129,6 +134,20 @@ class EventStream:
     def put_nowait(self, event: Event) -> None:
         """Deliver from the event loop's thread."""
         self._queue.put_nowait(event)
+
+    @staticmethod
+    def put_many(events: Sequence[tuple[EventStream, Event]]) -> None:
+        """Deliver several streams' events from any thread, in order, waking each serving loop once
+        (a batching worker hands over one round's events this way, not one wake-up per token)."""
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[EventStream, Event]]] = {}
+        for stream, event in events:
+            batches.setdefault(stream._loop, []).append((stream, event))
+        for loop, batch in batches.items():
+            try:
+                loop.call_soon_threadsafe(_put_batch, batch)
+            except RuntimeError:
+                if not loop.is_closed():
+                    raise
 
     @property
     def done(self) -> bool:

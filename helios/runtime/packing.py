@@ -46,6 +46,7 @@ Source layouts (the trailing extent of the destination row):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,7 +164,9 @@ class ResolvedBinding:
     rows: int  # rows this graph addresses (B, P, physical rows or 1)
     row_shape: tuple[int, ...]  # trailing extents of one row
 
-    def write(self, buffer: np.ndarray, lanes: Sequence[LaneInput]) -> None:
+    def write(self, buffer: np.ndarray, lanes: Sequence[LaneInput], columns: LaneColumns | None = None) -> None:
+        """Fill this binding's rows of `buffer` for `lanes`; `columns` is their `LaneColumns` (built here
+        when not given: a caller packing several bindings of one round builds it once)."""
         if self.indexing == V.INDEXING_SCALAR:
             view = buffer.reshape(1, -1)
         else:
@@ -174,16 +177,54 @@ class ResolvedBinding:
         if self.indexing == V.INDEXING_SCALAR:
             view[0] = self._scalar(lanes)
             return
+        if columns is None:
+            columns = LaneColumns(lanes)
         if self.indexing == V.INDEXING_PACKED_TOKEN:
-            self._write_tokens(view, lanes)
+            self._write_tokens(view, columns)
             return
+        count = len(lanes)
+        if self.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW:
+            rows = columns.slots
+            top = int(rows.max()) if count else -1
+        else:
+            rows = np.arange(count)
+            top = count - 1
+        if top >= self.rows:
+            raise LaneOverflow(f"{self.destination}: row {top} outside {self.rows} rows")
         if self.indexing == V.INDEXING_SUBMISSION_ROW:
-            view[len(lanes):] = self.padding
-        for i, lane in enumerate(lanes):
-            row = lane.slot if self.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW else i
-            if row >= self.rows:
-                raise LaneOverflow(f"{self.destination}: row {row} outside {self.rows} rows")
-            view[row] = self._row(lane).reshape(self.row_shape)
+            view[count:] = self.padding
+        if not count:
+            return
+        source = self.source
+        if source in _ROW_SCALARS:
+            values = columns.scalar(source) + self.offset
+        elif source == V.VALUE_SOURCE_PENDING_TOKEN:
+            values = np.where(columns.has_pending, columns.pending + self.offset, self.padding)
+        elif source == V.VALUE_SOURCE_CONSTANT:
+            view[rows] = self._constants_row()
+            return
+        elif source == V.VALUE_SOURCE_GRAMMAR_MASK:
+            self._write_masks(view, rows, lanes)
+            return
+        else:  # the vector sources: one row per lane
+            for row, lane in zip(rows.tolist(), lanes, strict=True):
+                view[row] = self._row(lane).reshape(self.row_shape)
+            return
+        view[rows] = values.reshape((count,) + (1,) * len(self.row_shape))
+
+    def _write_masks(self, view: np.ndarray, rows: np.ndarray, lanes: Sequence[LaneInput]) -> None:
+        """Grammar masks: every bit set for lanes without a grammar (one assignment), each mask row else."""
+        width = self.row_shape[-1] if self.row_shape else 1
+        masked = [i for i, lane in enumerate(lanes) if lane.grammar_mask is not None]
+        if len(masked) < len(lanes):
+            free = rows if not masked else np.delete(rows, masked)
+            view[free] = -1  # every bit set: every token allowed
+        for i in masked:
+            mask = lanes[i].grammar_mask
+            assert mask is not None
+            if len(mask) != width:
+                raise LaneOverflow(f"{self.destination}: grammar mask of {len(mask)} words, rows hold {width}")
+            view[int(rows[i])] = np.asarray(mask, dtype=np.int64).astype(self.dtype)
 
     def _scalar(self, lanes: Sequence[LaneInput]) -> np.ndarray:
         if self.source == V.VALUE_SOURCE_LIVE_ROW_COUNT:
@@ -241,32 +282,149 @@ class ResolvedBinding:
         row[: len(values)] = np.asarray(values, dtype=np.int64) + self.offset
         return row.astype(self.dtype)
 
-    def _write_tokens(self, view: np.ndarray, lanes: Sequence[LaneInput]) -> None:
-        total = sum(len(lane.tokens) for lane in lanes)
+    def _write_tokens(self, view: np.ndarray, columns: LaneColumns) -> None:
+        total = columns.total
         if total > self.rows:
             raise LaneOverflow(f"{self.destination}: {total} packed tokens exceed the capacity {self.rows}")
         view[total:] = self.padding
-        row = 0
-        for lane in lanes:
-            count = len(lane.tokens)
-            if self.source == V.VALUE_SOURCE_PROMPT_POSITIONS:
-                view[row : row + count] = np.arange(lane.consumed, lane.consumed + count)[:, None].reshape(
-                    (count, *self.row_shape)) + self.offset
-            elif self.source == V.VALUE_SOURCE_PROMPT_TOKENS:
-                k = lane.prompt_tokens_in_round
-                view[row : row + k] = (np.asarray(lane.tokens[:k], dtype=np.int64) + self.offset).reshape(
-                    (k, *self.row_shape))
-            elif self.source == V.VALUE_SOURCE_PENDING_TOKEN:
-                token = lane.pending_token
-                if token is not None:
-                    view[row + count - 1] = token + self.offset
-            elif self.source == V.VALUE_SOURCE_CONSTANT:
-                view[row : row + count] = self._constants_row()
-            elif self.source in _ROW_SCALARS:  # each packed token carries its lane's value
-                view[row : row + count] = _ROW_SCALARS[self.source](lane) + self.offset
-            else:
-                raise UnsupportedValueSource(f"{self.destination}: {_source_name(self.source)} is not per token")
-            row += count
+        if not total:
+            return
+        source = self.source
+        trailing = (1,) * len(self.row_shape)
+        if source == V.VALUE_SOURCE_PROMPT_POSITIONS:
+            view[:total] = (columns.positions + self.offset).reshape((total, *trailing))
+        elif source == V.VALUE_SOURCE_PROMPT_TOKENS:
+            prompt = columns.is_prompt
+            view[:total][prompt] = (columns.tokens[prompt] + self.offset).reshape((-1, *trailing))
+        elif source == V.VALUE_SOURCE_PENDING_TOKEN:
+            ends = columns.ends[columns.has_pending] - 1
+            view[ends] = (columns.pending[columns.has_pending] + self.offset).reshape((-1, *trailing))
+        elif source == V.VALUE_SOURCE_CONSTANT:
+            view[:total] = self._constants_row()
+        elif source in _ROW_SCALARS:  # each packed token carries its lane's value
+            view[:total] = (columns.scalar(source)[columns.token_lane] + self.offset).reshape((total, *trailing))
+        else:
+            raise UnsupportedValueSource(f"{self.destination}: {_source_name(self.source)} is not per token")
+
+
+class LaneColumns:
+    """One round's lanes as NumPy columns (int64), each built on first use: packing fills whole
+    binding arrays from these instead of writing lane by lane."""
+
+    __slots__ = ("_cache", "lanes")
+
+    def __init__(self, lanes: Sequence[LaneInput]) -> None:
+        self.lanes = lanes
+        self._cache: dict[object, np.ndarray] = {}
+
+    def _column(self, name: str, value: Callable[[LaneInput], int]) -> np.ndarray:
+        array = self._cache.get(name)
+        if array is None:
+            array = np.fromiter(map(value, self.lanes), dtype=np.int64, count=len(self.lanes))
+            self._cache[name] = array
+        return array
+
+    def scalar(self, source: int) -> np.ndarray:
+        """The per-lane integer of a `_ROW_SCALARS` source."""
+        return self._column(f"source{source}", _ROW_SCALARS[source])
+
+    @property
+    def slots(self) -> np.ndarray:
+        return self._column("slot", _slot_of)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._column("length", _length_of)
+
+    @property
+    def prompt_in_round(self) -> np.ndarray:
+        return self._column("prompt", _prompt_of)
+
+    @property
+    def ends(self) -> np.ndarray:
+        """Each lane's packed-token end (exclusive)."""
+        array = self._cache.get("ends")
+        if array is None:
+            array = self._cache["ends"] = np.cumsum(self.lengths)
+        return array
+
+    @property
+    def total(self) -> int:
+        return int(self.ends[-1]) if len(self.lanes) else 0
+
+    @property
+    def token_lane(self) -> np.ndarray:
+        """Each packed token's lane index."""
+        array = self._cache.get("token_lane")
+        if array is None:
+            array = self._cache["token_lane"] = np.repeat(np.arange(len(self.lanes)), self.lengths)
+        return array
+
+    @property
+    def within(self) -> np.ndarray:
+        """Each packed token's index within its lane's tokens."""
+        array = self._cache.get("within")
+        if array is None:
+            starts = self.ends - self.lengths
+            array = self._cache["within"] = np.arange(self.total) - starts[self.token_lane]
+        return array
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Each packed token's sequence position."""
+        array = self._cache.get("positions")
+        if array is None:
+            consumed = self.scalar(V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT)
+            array = self._cache["positions"] = consumed[self.token_lane] + self.within
+        return array
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Every lane's tokens, packed."""
+        array = self._cache.get("tokens")
+        if array is None:
+            flat = itertools.chain.from_iterable(lane.tokens for lane in self.lanes)
+            array = self._cache["tokens"] = np.fromiter(flat, dtype=np.int64, count=self.total)
+        return array
+
+    @property
+    def is_prompt(self) -> np.ndarray:
+        """Packed tokens that are prompt tokens (the rest are pending tokens)."""
+        array = self._cache.get("is_prompt")
+        if array is None:
+            array = self._cache["is_prompt"] = self.within < self.prompt_in_round[self.token_lane]
+        return array
+
+    @property
+    def has_pending(self) -> np.ndarray:
+        """Lanes whose last token is a pending token."""
+        array = self._cache.get("has_pending")
+        if array is None:
+            array = self._cache["has_pending"] = self.lengths > self.prompt_in_round
+        return array
+
+    @property
+    def pending(self) -> np.ndarray:
+        """Each lane's last token (its pending token where `has_pending`; 0 for a lane with no tokens)."""
+        array = self._cache.get("pending")
+        if array is None:
+            last = np.maximum(self.ends - 1, 0)
+            tokens = self.tokens
+            array = np.where(self.lengths > 0, tokens[last] if tokens.size else 0, 0)
+            self._cache["pending"] = array
+        return array
+
+
+def _slot_of(lane: LaneInput) -> int:
+    return lane.slot
+
+
+def _length_of(lane: LaneInput) -> int:
+    return len(lane.tokens)
+
+
+def _prompt_of(lane: LaneInput) -> int:
+    return lane.prompt_tokens_in_round
 
 
 def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.ValueBinding,
@@ -376,5 +534,6 @@ class GraphPacking:
         # Shared destinations (prompt + pending tokens): write the prompt binding first, whose padding
         # initializes the tail, then the pending token rows.
         order = sorted(self.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN)
+        columns = LaneColumns(lanes)
         for binding in order:
-            binding.write(buffers[binding.destination], lanes)
+            binding.write(buffers[binding.destination], lanes, columns)

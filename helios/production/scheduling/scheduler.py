@@ -87,6 +87,7 @@ class _Sequence:
     admitted: bool = False  # admitted at least once
     admitted_known: int = 0  # tokens known at the latest (re)admission: the device has sampled none of them
     reused_prompt_tokens: int = 0
+    eos_ids: tuple[int, ...] | None = None  # the lane's EOS ids (its own, else the core's), built once
 
     @property
     def frontier(self) -> int:
@@ -129,6 +130,7 @@ class Scheduler:
         self._pending: collections.deque[_Sequence] = collections.deque()  # new requests, bounded
         self._readmit: list[_Sequence] = []  # preempted requests, by order (ahead of new ones)
         self._running: list[_Sequence] = []  # holding a slot, by order
+        self._feedback = 0  # running requests that need completion feedback (string stops, grammars)
         self._all: dict[str, _Sequence] = {}
         self._free_slots = list(range(config.max_active - 1, -1, -1))
         self._slot_generations = [0] * config.max_active
@@ -224,7 +226,7 @@ class Scheduler:
         """Rounds that may be outstanding now: 2 only where the specification allows it."""
         if self.config.frames < 2 or not self._framed or not self.catalog.device_pending:
             return 1
-        if any(s.request.needs_feedback for s in self._running):
+        if self._feedback:
             return 1
         return 2
 
@@ -242,9 +244,10 @@ class Scheduler:
             if not s.initialized and s.in_flight == 0 and not (s.cancelled or s.ended):
                 return self._submit(self._init, [(s, 0)])
         second_frame = len(self._outstanding) == 1 and limit == 2
-        ready = [s for s in self._running if self._ready(s, second_frame)]
-        decode = [s for s in ready if s.remaining == 1]
-        prefill = [s for s in ready if s.remaining > 1]
+        decode, prefill = [], []
+        for s in self._running:
+            if self._ready(s, second_frame):
+                (decode if len(s.known) + s.unknown - s.consumed - s.submitted == 1 else prefill).append(s)
         mixed = self.catalog.has(C.OPERATION_MIXED)
         if decode and prefill and mixed:
             operation, order = C.OPERATION_MIXED, decode + prefill
@@ -327,7 +330,7 @@ class Scheduler:
     # ------------------------------------------------------------------------------------ internals
 
     def _ready(self, s: _Sequence, second_frame: bool) -> bool:
-        if not s.initialized or s.cancelled or s.ended or s.remaining < 1:
+        if not s.initialized or s.cancelled or s.ended or len(s.known) + s.unknown <= s.consumed + s.submitted:
             return False
         if s.in_flight == 0:
             return True
@@ -349,8 +352,9 @@ class Scheduler:
             budget = self.catalog.max_tokens(operation, lanes=len(cohort) + 1) - tokens
             if budget < 1:
                 break
-            chunk = min(s.remaining, budget)
-            if not self._reserve(s, s.frontier + chunk, keep=members):
+            frontier = s.consumed + s.submitted
+            chunk = min(len(s.known) + s.unknown - frontier, budget)
+            if not self._reserve(s, frontier + chunk, keep=members):
                 break
             cohort.append((s, chunk))
             members.add(id(s))
@@ -360,6 +364,8 @@ class Scheduler:
     def _reserve(self, s: _Sequence, tokens: int, keep: set[int]) -> bool:
         """Pages for positions [0, tokens) of `s`, preempting younger idle requests if needed."""
         assert s.pages is not None
+        if tokens <= len(s.pages.pages) * self.config.page_tokens:
+            return True  # the pages held already cover the chunk (every decode step but one a page)
         checked = False
         while True:
             try:
@@ -382,7 +388,7 @@ class Scheduler:
         s.pages.release()
         self._free_slot(s)
         s.pages, s.consumed, s.submitted, s.unknown, s.initialized = None, 0, 0, 0, False
-        self._running.remove(s)
+        self._stop_running(s)
         bisect.insort(self._readmit, s, key=lambda v: v.order)
         self.counters.preemptions += 1
 
@@ -412,7 +418,7 @@ class Scheduler:
             s.generation = self._slot_generations[s.slot]
             s.pages, s.consumed, s.initialized, s.admitted = pages, match.tokens, False, True
             s.admitted_known = len(s.known)
-            bisect.insort(self._running, s, key=lambda v: v.order)
+            self._run(s)
 
     def _submit(self, variant: GraphVariant, cohort: list[tuple[_Sequence, int]]) -> RoundPlan:
         self._sequence += 1
@@ -447,9 +453,9 @@ class Scheduler:
             tokens: tuple[int, ...] = ()
             consumed, prompt_in_round, samples = 0, 0, False
         else:
-            consumed = s.frontier
+            consumed = s.consumed + s.submitted
             known = s.known[consumed:consumed + chunk]
-            tokens = tuple(known) + (DEVICE_PENDING,) * (chunk - len(known))
+            tokens = tuple(known) if len(known) == chunk else tuple(known) + (DEVICE_PENDING,) * (chunk - len(known))
             samples = consumed + chunk == len(s.known) + s.unknown
             # The last known token is the pending one when it was sampled; earlier tokens (the prompt,
             # or history re-fed after readmission) are host-fed as prompt tokens.
@@ -459,12 +465,11 @@ class Scheduler:
                 # before a readmission is re-fed by the host like the rest of the history.
                 ends_in_sample = False
             prompt_in_round = chunk - 1 if ends_in_sample else chunk
-        eos = request.eos_token_ids or self.config.eos_ids
-        return LaneInput(slot=s.slot, generation=s.generation, consumed=consumed, tokens=tokens,
-                         prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=s.pages.page_ids,
-                         seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
-                         eos_ids=tuple(eos), prompt_token_ids=request.prompt_token_ids,
-                         grammar_mask=self._grammar_mask(s.request, samples))
+        if s.eos_ids is None:  # the same tuple every round: the executor compares it at no cost
+            s.eos_ids = tuple(request.eos_token_ids or self.config.eos_ids)
+        return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids,
+                         request.sampling.seed, request.sampling, request.max_tokens, s.eos_ids,
+                         request.prompt_token_ids, self._grammar_mask(s.request, samples))
 
     @staticmethod
     def _grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:
@@ -480,6 +485,14 @@ class Scheduler:
         s.consumed += len(lane.tokens)
         s.unknown -= int(lane.samples)
 
+    def _run(self, s: _Sequence) -> None:
+        bisect.insort(self._running, s, key=lambda v: v.order)
+        self._feedback += int(s.request.needs_feedback)
+
+    def _stop_running(self, s: _Sequence) -> None:
+        self._running.remove(s)
+        self._feedback -= int(s.request.needs_feedback)
+
     def _free_slot(self, s: _Sequence) -> None:
         if s.slot is not None:
             self._free_slots.append(s.slot)
@@ -493,7 +506,7 @@ class Scheduler:
             s.pages = None
         self._free_slot(s)
         if s in self._running:
-            self._running.remove(s)
+            self._stop_running(s)
         if s in self._readmit:
             self._readmit.remove(s)
         if s in self._pending:

@@ -1,0 +1,280 @@
+"""Host milliseconds per round of the production runtime (CPU profiling harness for issue #7).
+
+    python bench/host_round.py                       # 64 and 256 concurrent decode lanes
+    python bench/host_round.py --lanes 256 --rounds 200 --profile 25
+    python bench/host_round.py --json host_round.json
+
+What runs. A tiny Qwen3-shaped core (2 layers, hidden 64, vocabulary 512), prepared in memory with
+page 16 tokens and DECODE graphs of 1, 64 and 256 lanes, loaded with the production executor
+(`NativeModel`) on the CPU, driven by the real `ProductionRuntime` and its batching scheduler: one
+`_step` of the runtime's worker is one round (schedule -> submit -> pack into staging -> upload ->
+execute -> read back -> validate -> retire -> deliver token events).
+
+DEVICE STUB (this bench only). The executor's `_execute` (CUDA-graph replay, or the eager plan on a
+CPU) is replaced by `StubDevice.execute`, which writes the completion record a correct device would
+(generation echo, emitted, consumed endpoint, a sampled id, status 0, -1 cursors, plus the transport's
+frame and sequence) with a few NumPy operations over the round's lanes. Its time is reported as
+"device (stub)" and is excluded from the host total. On a CPU the staging arrays are the device
+buffers themselves, so "upload" is only the executor's bookkeeping of what to copy.
+
+Requests: `--lanes` requests of `--prompt` tokens, EOS ignored, long outputs, observed token ids (no
+detokenizer: the output filter is per request and not part of the round). Every request is admitted
+and prefilled first; the measured rounds are steady DECODE rounds holding every lane.
+
+Breakdown columns (milliseconds per round, mean over the measured rounds):
+  schedule   Scheduler.schedule (admission, cohort, pages, LaneInputs, the round plan)
+  pack       filling the graph's bindings into host staging (NativeExecutor packing, incremental rows)
+  upload     staging -> device copies (no copies on a CPU: the bookkeeping only)
+  read-back  completion record -> Completion rows
+  validate   the executor's and the scheduler's completion checks
+  retire     Scheduler.complete without validation (lanes retire, prefixes publish, outcomes)
+  events     the runtime's per-token delivery (EOS / output limit / TokenEvent to the stream)
+  other      the rest of the runtime step (locks, cancellation, bookkeeping)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+class StubDevice:
+    """DEVICE STUB: stands in for the graph replay; writes a correct completion record (bench only)."""
+
+    def __init__(self, executor) -> None:
+        import numpy as np
+
+        from helios.proto import manifest_pb2 as M
+        from helios.runtime.completion import transport_sequence
+
+        self.np = np
+        self.executor = executor
+        self.lanes = ()
+        self.seconds = 0.0  # time spent in the stub (excluded from the host figures)
+        self.transport_sequence = transport_sequence
+        self.fields = {field: executor.buffers[name].numpy().reshape(executor.buffers[name].shape[0], -1)
+                       for field, name in executor.completion.items()}
+        self.M = M
+        pack = executor._pack
+
+        def remember(graph, lanes):  # the stub needs the lanes it answers
+            self.lanes = lanes
+            pack(graph, lanes)
+
+        executor._pack = remember
+        executor._execute = self.execute
+
+    def execute(self, graph) -> None:
+        start = time.perf_counter()
+        self._write()
+        self.seconds += time.perf_counter() - start
+
+    def _write(self) -> None:
+        np, M, lanes = self.np, self.M, self.lanes
+        slots = np.fromiter((lane.slot for lane in lanes), dtype=np.int64, count=len(lanes))
+        endpoint = np.fromiter((lane.consumed + len(lane.tokens) for lane in lanes), dtype=np.int64, count=len(lanes))
+        values = {
+            M.COMPLETION_FIELD_FRAME_INDEX: 0,
+            M.COMPLETION_FIELD_SUBMISSION_SEQUENCE: self.transport_sequence(self.executor.sequence),
+            M.COMPLETION_FIELD_STATUS: 0,
+            M.COMPLETION_FIELD_GENERATION: np.fromiter((lane.generation for lane in lanes), dtype=np.int64,
+                                                       count=len(lanes)),
+            M.COMPLETION_FIELD_EMITTED: np.fromiter((lane.samples for lane in lanes), dtype=np.int64,
+                                                    count=len(lanes)),
+            M.COMPLETION_FIELD_CONSUMED_ENDPOINT: endpoint,
+            M.COMPLETION_FIELD_SAMPLED_IDS: (endpoint * 7 + slots) % 250,
+            M.COMPLETION_FIELD_DRAFT_CURSOR: -1,
+            M.COMPLETION_FIELD_MODEL_RESERVED: -1,
+        }
+        for field, array in self.fields.items():
+            if array.shape[0] == 1:
+                array[0, 0] = values[field]
+            else:
+                array[slots, 0] = values[field]
+
+
+class Timers:
+    """Wall time of wrapped callables, per name; nested wrapped calls are subtracted from their callers."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self._stack: list[float] = []  # time spent in nested timed calls, per open frame
+
+    def wrap(self, owner, attribute: str, name: str) -> None:
+        function = getattr(owner, attribute)
+        timers = self
+
+        def timed(*args, **kwargs):
+            timers._stack.append(0.0)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                nested = timers._stack.pop()
+                timers.totals[name] += elapsed - nested
+                if timers._stack:
+                    timers._stack[-1] += elapsed
+
+        setattr(owner, attribute, timed)
+
+
+def build_model(lanes: int, prompt: int, max_tokens: int):
+    from decode import make_checkpoint
+
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from helios.production.runtime import load_native_model
+
+    context = 16 * (-(-(prompt + max_tokens + 16) // 16))
+    batches = tuple(sorted({1, 64, lanes}))
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = make_checkpoint("tiny", Path(tmp) / "tiny", "cpu")
+        options = PreparationOptions(dtype="fp32", page_tokens=16, batch_capacities=batches,
+                                     prefill_capacities=(max(prompt, 16),), context_tokens=context)
+        core = prepare_checkpoint(directory, options)
+        pages = lanes * (context // 16) + 16
+        return load_native_model(core, device="cpu", max_concurrency=lanes, pages=pages)
+
+
+def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dict:
+    from helios.production.runtime import ProductionRuntime
+    from helios.runtime.interface import EventStream, PreparedRequest
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.request import GenerationRequest, SamplingParams
+
+    executor = model.executor
+    stub = StubDevice(executor)
+    limits = AdmissionLimits(max_active=lanes, queue_capacity=lanes)
+    runtime = ProductionRuntime.for_native_model(model, limits)
+    scheduler = runtime.scheduler
+    loop = asyncio.new_event_loop()
+    max_tokens = model.contract.context_tokens - prompt - 1
+    runtime.clock.restart()
+    runtime._status = "ok"  # what start() sets; the bench drives the worker's steps in this thread
+    for i in range(lanes):
+        ids = tuple((i * 31 + k * 7) % 250 for k in range(prompt))
+        request = GenerationRequest(ids, max_tokens=max_tokens, sampling=SamplingParams(temperature=0.6, seed=i),
+                                    ignore_eos=True)
+        runtime._enqueue(PreparedRequest(f"r{i}", request, observe_tokens=True), EventStream(f"r{i}", loop))
+
+    def drain() -> None:  # the serving loop reads the events (outside the timed rounds)
+        loop.run_until_complete(asyncio.sleep(0))
+
+    # Warm up: admission, initialization and prefill, until three rounds in a row were DECODE rounds.
+    streak = 0
+    for _ in range(20 * lanes):
+        before = dict(scheduler.counters.launches)
+        runtime._step()
+        drain()
+        after = scheduler.counters.launches
+        only_decode = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)} == {"decode": 1}
+        streak = streak + 1 if only_decode and scheduler.active == lanes else 0
+        if streak >= 3:
+            break
+    else:
+        raise SystemExit("warm-up did not reach steady decode")
+
+    def run(count: int) -> float:
+        decode_before = scheduler.counters.launches.get("decode", 0)
+        total = 0.0
+        for _ in range(count):
+            start = time.perf_counter()
+            runtime._step()
+            total += time.perf_counter() - start
+            drain()
+        done = scheduler.counters.launches.get("decode", 0) - decode_before
+        if done != count or scheduler.active != lanes:
+            raise SystemExit(f"expected {count} decode rounds of {lanes} lanes, ran {done} with {scheduler.active}")
+        return total
+
+    # Pass 1, unwrapped: the host total (the stub times itself: its time is subtracted).
+    stub.seconds = 0.0
+    total = run(rounds)
+    host = 1e3 * (total - stub.seconds) / rounds
+    # Pass 2: the same rounds with timers around each part (their overhead inflates the parts a little).
+    timers = Timers()
+    from helios.production.scheduling import scheduler as scheduler_module
+
+    timers.wrap(scheduler, "schedule", "schedule")
+    timers.wrap(executor, "_pack", "pack")
+    timers.wrap(executor, "_upload", "upload")
+    timers.wrap(executor, "_execute", "device (stub)")
+    timers.wrap(executor, "_read", "read-back")
+    timers.wrap(executor, "_validate_all", "validate")
+    timers.wrap(scheduler_module, "validate_round", "validate")
+    timers.wrap(scheduler, "complete", "retire")
+    timers.wrap(runtime, "_deliver_round" if hasattr(runtime, "_deliver_round") else "_deliver", "events")
+    timers.wrap(runtime, "_step", "other")
+    run(rounds)
+    breakdown = {name: 1e3 * seconds / rounds for name, seconds in timers.totals.items()}
+    result = {"lanes": lanes, "rounds": rounds, "host_ms_per_round": host,
+              "device_stub_ms_per_round": 1e3 * stub.seconds / rounds, "breakdown_ms": breakdown}
+    if profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(min(rounds, 50)):
+            runtime._step()
+        profiler.disable()
+        drain()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(profile)
+        result["profile"] = text.getvalue()
+    loop.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Host milliseconds per steady decode round of ProductionRuntime over the production executor "
+                    "on a CPU, with the device replay replaced by a stub that writes correct completions (see the "
+                    "module docstring for every column).")
+    parser.add_argument("--lanes", type=int, nargs="+", default=[64, 256],
+                        help="concurrent decode lanes to measure, one run each (default: 64 256)")
+    parser.add_argument("--rounds", type=int, default=100, help="measured decode rounds per run (default 100)")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per request (default 32)")
+    parser.add_argument("--max-tokens", type=int, default=400,
+                        help="output budget the core's context is sized for (default 400); must exceed twice the "
+                             "rounds by more than 60")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also print cProfile's top N entries by own time over 50 more rounds")
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    if args.max_tokens <= 2 * args.rounds + 60:
+        parser.error("--max-tokens must exceed twice --rounds by more than 60 (requests must stay active)")
+    results = []
+    for lanes in args.lanes:
+        started = time.perf_counter()
+        model = build_model(lanes, args.prompt, args.max_tokens)
+        print(f"{lanes} lanes: core prepared and loaded in {time.perf_counter() - started:.1f}s", flush=True)
+        result = measure(model, lanes, prompt=args.prompt, rounds=args.rounds, profile=args.profile)
+        results.append(result)
+        columns = ("schedule", "pack", "upload", "read-back", "validate", "retire", "events", "other")
+        parts = "  ".join(f"{c} {result['breakdown_ms'].get(c, 0.0):.3f}" for c in columns)
+        print(f"{lanes} lanes: host {result['host_ms_per_round']:.3f} ms/round "
+              f"(device stub {result['device_stub_ms_per_round']:.3f} ms excluded)", flush=True)
+        print(f"    {parts}", flush=True)
+        if "profile" in result:
+            print(result["profile"], flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
