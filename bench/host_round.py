@@ -21,6 +21,11 @@ Requests: `--lanes` requests of `--prompt` tokens, EOS ignored, long outputs, ob
 detokenizer: the output filter is per request and not part of the round). Every request is admitted
 and prefilled first; the measured rounds are steady DECODE rounds holding every lane.
 
+Figures. "host" is pass 1: `--rounds` rounds with nothing wrapped, wall time per round less the
+stub's. The breakdown is pass 2: the next `--rounds` rounds with a timer around each part (its own
+overhead, about a microsecond a call, inflates the parts a little, so they need not sum to "host").
+`--profile N` runs 50 more rounds under cProfile and prints its top N entries by own time.
+
 Breakdown columns (milliseconds per round, mean over the measured rounds):
   schedule   Scheduler.schedule (admission, cohort, pages, LaneInputs, the round plan)
   pack       filling the graph's bindings into host staging (NativeExecutor packing, incremental rows)
@@ -28,7 +33,7 @@ Breakdown columns (milliseconds per round, mean over the measured rounds):
   read-back  completion record -> Completion rows
   validate   the executor's and the scheduler's completion checks
   retire     Scheduler.complete without validation (lanes retire, prefixes publish, outcomes)
-  events     the runtime's per-token delivery (EOS / output limit / TokenEvent to the stream)
+  events     the runtime's delivery of the round's tokens (EOS / output limit / TokenEvents to the streams)
   other      the rest of the runtime step (locks, cancellation, bookkeeping)
 """
 

@@ -28,7 +28,7 @@ from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
-from helios.runtime.completion import Completion, transport_sequence
+from helios.runtime.completion import Completion, CompletionRows, transport_sequence
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
@@ -48,12 +48,14 @@ REQUEST_KEYS = {
 }  # page-table rows are incremental instead: `NativeExecutor._pack_page_table`
 
 
-# Completion fields in the order of `Completion`'s attributes.
+# Completion fields in the order of `Completion`'s attributes, and those attributes.
 _FIELD_ORDER = (
     M.COMPLETION_FIELD_FRAME_INDEX, M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, M.COMPLETION_FIELD_GENERATION,
     M.COMPLETION_FIELD_SAMPLED_IDS, M.COMPLETION_FIELD_EMITTED, M.COMPLETION_FIELD_CONSUMED_ENDPOINT,
     M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED, M.COMPLETION_FIELD_STATUS,
 )
+_FIELD_NAMES = ("frame_index", "submission_sequence", "generation", "sampled_id", "emitted", "consumed_endpoint",
+                "draft_cursor", "model_reserved", "status")
 
 
 class CompletionInvalid(HeliosError):
@@ -122,6 +124,7 @@ class NativeExecutor:
         # identity, per-slot flags): rows whose remembered key was checked while the slot's request
         # stayed the same, so `_row_key` would give the same answer and the row is skipped unexamined.
         self._requests: dict[int, tuple] = {}
+        self._columns: LaneColumns | None = None  # the lanes of the round packed last, as columns
         self._confirmed: dict[str, tuple[int, np.ndarray]] = {}
         identities: dict[ResolvedBinding, int] = {}
         self._binding_ids = {id(b): identities.setdefault(b, len(identities))
@@ -136,7 +139,7 @@ class NativeExecutor:
 
     # ------------------------------------------------------------------------------------------ round
 
-    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> list[Completion]:
+    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> CompletionRows:
         # The transport numbers every submission, one that fails before the graph runs included, so the
         # next rounds' completions still answer the sequence a scheduler numbered them with.
         self.sequence += 1
@@ -163,7 +166,7 @@ class NativeExecutor:
         packing = graph.packing
         if len(lanes) > packing.batch_capacity:
             raise ValueError(f"graph {graph.name}: {len(lanes)} lanes exceed the batch capacity")
-        columns = LaneColumns(lanes)
+        columns = self._columns = LaneColumns(lanes)
         self._note_requests(lanes)
         whole: set[str] = set()
         for binding in self._orders[graph.name]:
@@ -296,35 +299,48 @@ class NativeExecutor:
         else:
             graph.plan.run()
 
-    def _read(self, lanes: Sequence[LaneInput]) -> list[Completion]:
+    def _read(self, lanes: Sequence[LaneInput]) -> CompletionRows:
         if self.device.type == "cuda":
             for field, host in self.readback.items():
                 host.copy_(self.buffers[self.completion[field]], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
-        slots = np.fromiter((lane.slot for lane in lanes), dtype=np.int64, count=len(lanes))
-        columns = []
-        for field in _FIELD_ORDER:
+        slots = self._lane_columns(lanes).slots
+        columns = {}
+        for field, name in zip(_FIELD_ORDER, _FIELD_NAMES, strict=True):
             host = self.readback.get(field)
             if host is None:
                 value = -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
-                columns.append([value] * len(lanes))
+                columns[name] = np.full(len(lanes), value, dtype=np.int64)
                 continue
             array = host.numpy().reshape(host.shape[0], -1)
-            column = np.full(len(lanes), array[0, 0]) if array.shape[0] == 1 else array[slots, 0]
-            columns.append(column.tolist())
-        return [Completion(*row) for row in zip(*columns, strict=True)]
+            columns[name] = np.full(len(lanes), array[0, 0], dtype=np.int64) if array.shape[0] == 1 else array[slots, 0]
+        return CompletionRows(columns)
+
+    def _lane_columns(self, lanes: Sequence[LaneInput]) -> LaneColumns:
+        """The columns packing built for this round's lanes (or new ones for other lanes)."""
+        columns = self._columns
+        return columns if columns is not None and columns.lanes is lanes else LaneColumns(lanes)
 
     def _validate_all(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
-        """The checks of `validate` for a whole cohort at once; the first failing lane is reported."""
-        written = transport_sequence(self.sequence)
-        expected = [(0, written, lane.generation, int(lane.samples), lane.consumed + len(lane.tokens), -1, -1)
-                    for lane in lanes]
-        got = [(r.status, r.submission_sequence, r.generation, r.emitted, r.consumed_endpoint, r.draft_cursor,
-                r.model_reserved) for r in rows]
-        in_range = all(not r.emitted or 0 <= r.sampled_id < self.sampled_tokens for r in rows)
-        if got != expected or not in_range:
-            for lane, row in zip(lanes, rows, strict=True):
-                self.validate(graph_name, lane, row)
+        """The checks of `validate` for a whole cohort at once (array comparisons over read-back
+        columns); the first failing lane is reported."""
+        if not isinstance(rows, CompletionRows):
+            rows = CompletionRows({name: np.array([getattr(r, name) for r in rows], dtype=np.int64)
+                                   for name in _FIELD_NAMES})
+        if lanes and len(rows) == len(lanes):
+            lane = self._lane_columns(lanes)
+            c = rows.column
+            endpoint = lane.scalar(V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT) + lane.lengths
+            emitted, sampled = c("emitted"), c("sampled_id")
+            ok = ((c("status") == 0) & (c("submission_sequence") == transport_sequence(self.sequence))
+                  & (c("generation") == lane.scalar(V.VALUE_SOURCE_GENERATION))
+                  & (emitted == lane.scalar(V.VALUE_SOURCE_SAMPLING_DECISION))
+                  & (c("consumed_endpoint") == endpoint) & (c("draft_cursor") == -1) & (c("model_reserved") == -1)
+                  & ((emitted == 0) | ((sampled >= 0) & (sampled < self.sampled_tokens))))
+            if ok.all():
+                return
+        for lane_input, row in zip(lanes, rows, strict=True):
+            self.validate(graph_name, lane_input, row)
 
     def validate(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
         """Reject a completion row that disagrees with the lane's round, before any token is accepted."""

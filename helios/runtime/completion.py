@@ -84,6 +84,61 @@ class Completion:
     status: int  # 0: success
 
 
+_FIELDS = ("frame_index", "submission_sequence", "generation", "sampled_id", "emitted", "consumed_endpoint",
+           "draft_cursor", "model_reserved", "status")
+
+
+class CompletionRows(Sequence[Completion]):
+    """A round's completion rows as columns (one int64 array per `Completion` field, lane order): what
+    an executor reads back in a few array operations. Indexing builds (and keeps) the row's
+    `Completion`; `column(name)` and `values(name)` read a field without building rows. Equal to any
+    sequence of equal `Completion`s."""
+
+    __slots__ = ("_columns", "_rows", "_values")
+
+    def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
+        lengths = {len(columns[name]) for name in _FIELDS}
+        if len(lengths) != 1:
+            raise ValueError(f"completion columns of different lengths: {sorted(lengths)}")
+        self._columns = {name: np.asarray(columns[name], dtype=np.int64) for name in _FIELDS}
+        self._values: dict[str, list[int]] = {}
+        self._rows: list[Completion] | None = None
+
+    def column(self, name: str) -> np.ndarray:
+        return self._columns[name]
+
+    def values(self, name: str) -> list[int]:
+        """The field as Python ints (cached)."""
+        out = self._values.get(name)
+        if out is None:
+            out = self._values[name] = self._columns[name].tolist()
+        return out
+
+    def _all(self) -> list[Completion]:
+        if self._rows is None:
+            self._rows = [Completion(*row) for row in zip(*(self.values(n) for n in _FIELDS), strict=True)]
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self._columns["status"])
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._all()[index]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CompletionRows({self._all()!r})"
+
+
 def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int,
                         sampled_tokens: int, frame: int | None = None, offer: int | None = None,
                         reservation_tokens: int | None = None) -> None:
@@ -135,8 +190,13 @@ def validate_round(graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[C
     within the tokens its pages reserve (`len(lane.page_ids) * page_tokens`)."""
     if len(rows) != len(lanes):
         raise SubmissionOrderViolated(f"graph {graph_name}: {len(rows)} completion rows for {len(lanes)} lanes")
-    if offers is None and _round_valid(lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame):
-        return  # the hot path: every row as expected, no message built
+    if offers is None:
+        if isinstance(rows, CompletionRows):
+            valid = _columns_valid(lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame)
+        else:
+            valid = _round_valid(lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame)
+        if valid:
+            return  # the hot path: every row as expected, no message built
     seen: set[int] = set()
     for i, (lane, row) in enumerate(zip(lanes, rows, strict=True)):
         if lane.slot in seen:
@@ -162,6 +222,29 @@ def _round_valid(lanes: Sequence[LaneInput], rows: Sequence[Completion], written
             return False
         seen.add(lane.slot)
     return True
+
+
+def _columns_valid(lanes: Sequence[LaneInput], rows: CompletionRows, written: int, sampled_tokens: int,
+                   page_tokens: int, frame: int | None) -> bool:
+    """`_round_valid` as array comparisons over the rows' columns (no Completion is built)."""
+    n = len(lanes)
+    if not n:
+        return True
+    generation = np.fromiter((lane.generation for lane in lanes), dtype=np.int64, count=n)
+    samples = np.fromiter((lane.samples for lane in lanes), dtype=np.int64, count=n)
+    endpoint = np.fromiter((lane.consumed + len(lane.tokens) for lane in lanes), dtype=np.int64, count=n)
+    reserved = np.fromiter((len(lane.page_ids) for lane in lanes), dtype=np.int64, count=n) * page_tokens
+    slots = np.fromiter((lane.slot for lane in lanes), dtype=np.int64, count=n)
+    c = rows.column
+    emitted = c("emitted")
+    sampled = c("sampled_id")
+    ok = ((c("status") == 0) & (c("submission_sequence") == written) & (c("generation") == generation)
+          & (emitted == samples) & (c("consumed_endpoint") == endpoint) & (endpoint <= reserved)
+          & (c("draft_cursor") == -1) & (c("model_reserved") == -1)
+          & ((emitted == 0) | ((sampled >= 0) & (sampled < sampled_tokens))))
+    if frame is not None:
+        ok &= c("frame_index") == frame
+    return bool(ok.all()) and len(np.unique(slots)) == n
 
 
 # Fields a graph without a draft cursor (or a layout without the field) reports as -1.

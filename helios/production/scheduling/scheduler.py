@@ -48,7 +48,7 @@ from helios.production.page_cache import PageCache, PagesShort, PageTableUploads
 from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
 from helios.production.scheduling.plan import LaneOutcome, RoundPlan, SchedulerConfig, SchedulerRequest
 from helios.proto import contract_pb2
-from helios.runtime.completion import Completion, SubmissionOrderViolated, validate_round
+from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, validate_round
 from helios.runtime.packing import LaneInput
 
 C = contract_pb2
@@ -287,8 +287,13 @@ class Scheduler:
             self.counters.constrained_max_inflight = max(self.counters.constrained_max_inflight, plan.outstanding)
             if plan.operation == C.OPERATION_DECODE and plan.constrained_lanes < len(plan.lanes):
                 self.counters.mixed_grammar_decode_steps += 1
+        if isinstance(rows, CompletionRows):  # columns: no Completion is built
+            emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
+        else:
+            emitted, sampled_ids = [r.emitted for r in rows], [r.sampled_id for r in rows]
         outcomes = []
-        for lane, request_id, row in zip(plan.lanes, plan.request_ids, rows, strict=True):
+        for lane, request_id, emits, sampled_id in zip(plan.lanes, plan.request_ids, emitted, sampled_ids,
+                                                       strict=True):
             s = self._all[request_id]
             self._retire_lane(s, lane)
             if s.cancelled or s.ended:
@@ -300,11 +305,11 @@ class Scheduler:
                 continue
             assert s.pages is not None
             s.pages.publish(s.known, s.consumed)
-            if row.emitted:
-                s.known.append(row.sampled_id)
+            if emits:
+                s.known.append(sampled_id)
                 s.sampled += 1
                 self.counters.output_tokens += 1
-                outcomes.append(LaneOutcome(request_id, row.sampled_id, s.sampled))
+                outcomes.append(LaneOutcome(request_id, sampled_id, s.sampled))
         return outcomes
 
     def abort(self, plan: RoundPlan) -> list[str]:

@@ -1,0 +1,78 @@
+"""Vectorized packing (host only): one round's lanes become NumPy columns and each binding fills its
+whole destination from them; the results are the layouts the packing module's docstring gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helios.proto import contract_pb2 as V
+from helios.runtime.packing import LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
+from helios.runtime.request import SamplingParams
+
+SAMPLING = SamplingParams()
+
+
+def _lane(slot: int, consumed: int, tokens: tuple[int, ...], pending: bool, *, mask=None) -> LaneInput:
+    return LaneInput(slot=slot, generation=slot + 10, consumed=consumed, tokens=tokens,
+                     prompt_tokens_in_round=len(tokens) - int(pending), samples=bool(tokens), page_ids=(slot,),
+                     seed=slot, sampling=SAMPLING, output_limit=7, eos_ids=(1,), grammar_mask=mask)
+
+
+# A prefill chunk of 3 prompt tokens, a decode lane (its pending token), an initialization lane (no tokens).
+LANES = [_lane(4, 0, (11, 12, 13), False), _lane(1, 9, (99,), True), _lane(2, 0, (), False)]
+
+
+def _binding(source: int, indexing: int, rows: int, row_shape=(), *, offset=0, padding=-1, constants=()):
+    return ResolvedBinding("d", source, indexing, offset, padding, constants, np.dtype(np.int32), rows, row_shape)
+
+
+def _write(binding: ResolvedBinding, lanes=LANES, fill=-7) -> np.ndarray:
+    buffer = np.full((binding.rows, *binding.row_shape), fill, dtype=np.int32)
+    binding.write(buffer, lanes, LaneColumns(lanes))
+    return buffer
+
+
+def test_lane_columns():
+    c = LaneColumns(LANES)
+    assert c.slots.tolist() == [4, 1, 2] and c.lengths.tolist() == [3, 1, 0] and c.total == 4
+    assert c.token_lane.tolist() == [0, 0, 0, 1] and c.positions.tolist() == [0, 1, 2, 9]
+    assert c.is_prompt.tolist() == [True, True, True, False] and c.has_pending.tolist() == [False, True, False]
+    assert c.pending[1] == 99
+
+
+def test_packed_token_sources_share_a_destination():
+    prompt = _write(_binding(V.VALUE_SOURCE_PROMPT_TOKENS, V.INDEXING_PACKED_TOKEN, 6, offset=1))
+    assert prompt.tolist() == [12, 13, 14, -7, -1, -1]  # the pending row keeps its bytes for the pending binding
+    shared = prompt.copy()
+    _binding(V.VALUE_SOURCE_PENDING_TOKEN, V.INDEXING_PACKED_TOKEN, 6, offset=1).write(shared, LANES)
+    assert shared.tolist() == [12, 13, 14, 100, -1, -1]
+    positions = _write(_binding(V.VALUE_SOURCE_PROMPT_POSITIONS, V.INDEXING_PACKED_TOKEN, 6, offset=1, padding=0))
+    assert positions.tolist() == [1, 2, 3, 10, 0, 0]
+    lanes = _write(_binding(V.VALUE_SOURCE_SLOT, V.INDEXING_PACKED_TOKEN, 6))
+    assert lanes.tolist() == [4, 4, 4, 1, -1, -1]
+    with pytest.raises(LaneOverflow, match="4 packed tokens exceed the capacity 3"):
+        _write(_binding(V.VALUE_SOURCE_PROMPT_POSITIONS, V.INDEXING_PACKED_TOKEN, 3))
+
+
+def test_row_sources_by_indexing():
+    submission = _write(_binding(V.VALUE_SOURCE_QUERY_LENGTH, V.INDEXING_SUBMISSION_ROW, 5, (2,)))
+    assert submission.tolist() == [[3, 3], [1, 1], [0, 0], [-1, -1], [-1, -1]]
+    active = _write(_binding(V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT, V.INDEXING_ACTIVE_ROW, 5))
+    assert active.tolist() == [0, 9, 0, -7, -7]  # the tail keeps its bytes
+    physical = _write(_binding(V.VALUE_SOURCE_GENERATION, V.INDEXING_PHYSICAL_REQUEST_ROW, 6, offset=100))
+    assert physical.tolist() == [-7, 111, 112, -7, 114, -7]
+    pending = _write(_binding(V.VALUE_SOURCE_PENDING_TOKEN, V.INDEXING_PHYSICAL_REQUEST_ROW, 6, padding=-2))
+    assert pending.tolist() == [-7, 99, -2, -7, -2, -7]
+    with pytest.raises(LaneOverflow, match="row 4 outside 3 rows"):
+        _write(_binding(V.VALUE_SOURCE_GENERATION, V.INDEXING_PHYSICAL_REQUEST_ROW, 3))
+
+
+def test_grammar_masks_and_vector_rows():
+    lanes = [LANES[0], _lane(1, 9, (99,), True, mask=(5, 6))]
+    masks = _write(_binding(V.VALUE_SOURCE_GRAMMAR_MASK, V.INDEXING_PHYSICAL_REQUEST_ROW, 5, (2,)), lanes)
+    assert masks.tolist() == [[-7, -7], [5, 6], [-7, -7], [-7, -7], [-1, -1]]
+    pages = _write(_binding(V.VALUE_SOURCE_PAGE_TABLE, V.INDEXING_PHYSICAL_REQUEST_ROW, 5, (3,), padding=0), lanes)
+    assert pages.tolist() == [[-7] * 3, [1, 0, 0], [-7] * 3, [-7] * 3, [4, 0, 0]]
+    with pytest.raises(LaneOverflow, match="grammar mask of 2 words"):
+        _write(_binding(V.VALUE_SOURCE_GRAMMAR_MASK, V.INDEXING_PHYSICAL_REQUEST_ROW, 5, (3,)), lanes)
