@@ -278,49 +278,50 @@ def _verify(args) -> int:
 
 def _inspect(args) -> int:
     from helios.core import CoreFormatError, format_inspection, inspect_core
+    from helios.errors import HeliosError
 
     if args.runtime:
-        return _inspect_runtime(args)
+        refusal = _runtime_refusal(args)
+        if refusal:
+            print(f"helios inspect: {refusal}", file=sys.stderr)
+            return 2
     try:
-        report = inspect_core(args.core, args.trust)
+        report = _runtime_report(args) if args.runtime else inspect_core(args.core, args.trust)
     except CoreFormatError as error:
         print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
         return error.exit_code
     except OSError as error:
         print(f"helios inspect: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else format_inspection(report))
-    return 0
-
-
-def _inspect_runtime(args) -> int:
-    """`helios inspect --runtime`: load the verified core on the production runtime, print its geometry."""
-    from helios.core import CoreFormatError, open_core
-
-    if not args.accept or not args.trust:
-        print("helios inspect: --runtime loads the core, which needs --accept NAMESPACE and --trust PUBKEY",
-              file=sys.stderr)
-        return 2
-    if args.max_concurrency is not None and args.max_concurrency < 1:
-        print("helios inspect: --max-concurrency must be at least 1", file=sys.stderr)
-        return 2
-    from helios.errors import HeliosError
-    from helios.production.inspection import format_runtime_report, runtime_report
-    from helios.production.runtime import load_native_model
-
-    try:
-        with open_core(args.core, trusted_keys=args.trust, accept=args.accept) as core:
-            model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,
-                                      pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction)
-            report = runtime_report(model)
-    except CoreFormatError as error:
-        print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
-        return error.exit_code
-    except OSError as error:
-        print(f"helios inspect: {args.core}: cannot read: {error.strerror}", file=sys.stderr)
-        return 2
-    except HeliosError as error:
+    except HeliosError as error:  # the production runtime refused the core at load
         print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(report, indent=2) if args.json else format_runtime_report(report))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif args.runtime:
+        from helios.production.inspection import format_runtime_report
+
+        print(format_runtime_report(report))
+    else:
+        print(format_inspection(report))
     return 0
+
+
+def _runtime_refusal(args) -> str | None:
+    if not args.accept or not args.trust:
+        return "--runtime loads the core, which needs --accept NAMESPACE and --trust PUBKEY"
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        return "--max-concurrency must be at least 1"
+    return None
+
+
+def _runtime_report(args) -> dict:
+    """`helios inspect --runtime`: the verified core loaded on the production runtime, its geometry."""
+    from helios.core import open_core
+    from helios.production.inspection import runtime_report
+    from helios.production.runtime import load_native_model
+
+    with open_core(args.core, trusted_keys=args.trust, accept=args.accept) as core:
+        model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,
+                                  pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction)
+        return runtime_report(model)
