@@ -40,6 +40,9 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float, 
     from helios.runtime.request import SamplingParams
 
     marks["imports"] = time.time() - started
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     compiles = {"ahead": 0, "at_launch": 0}
 
     def count(*, is_manual_warmup, **_) -> None:
@@ -126,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
               f"+ open core {marks['open_core']:.2f}s + load {marks['load']:.2f}s ({phases}) "
               f"+ first round {marks['first_round']:.2f}s; Triton compiles: {marks['compiles']['ahead']} ahead, "
               f"{marks['compiles']['at_launch']} at a launch", flush=True)
+        for line in out.stderr.splitlines():
+            if line.startswith("helios."):
+                print(f"    {line}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

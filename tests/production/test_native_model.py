@@ -336,8 +336,8 @@ def test_a_sealed_core_loads_its_weights_on_several_threads(cores, sealed, monke
         return original(self, resource_id, out)
 
     monkeypatch.setattr(reader_module.Core, "read_into", read_into)
-    with _open(sealed, decoders=3) as core:
-        native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+    with _open(sealed, decoders=3) as core:  # NOTE: torch products: the weights are the subject here
+        native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES, linear="torch"))
         weights = {r.id: r.decoded_nbytes for r in core.resources.values() if r.kind == core_pb2.RESOURCE_KIND_WEIGHT}
     assert [p.name for p in native.startup] == ["verify", "weights", "kernels", "cache", "tuning", "graphs"]
     assert all(p.seconds >= 0 for p in native.startup)
@@ -367,3 +367,34 @@ def test_a_tampered_weight_chunk_fails_the_load(sealed, tmp_path, monkeypatch):
     flip(path, offset + 9)
     with _open((path, sealed[1]), decoders=3) as core, pytest.raises(ChunkDigestMismatch, match=repr(victim.id)):
         NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="needs a CUDA device: on a CPU Triton interprets, nothing compiles")
+def test_every_kernel_compiles_ahead_of_the_warm_run(cores):
+    """The kernels phase compiles every specialization before any plan runs: with Triton's in-memory
+    caches emptied, loading compiles each kernel ahead (concurrently) and none at a launch."""
+    import importlib
+    import pkgutil
+
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+
+    import helios.production.kernels as kernels
+
+    for info in pkgutil.iter_modules(kernels.__path__):
+        for value in vars(importlib.import_module(f"{kernels.__name__}.{info.name}")).values():
+            if isinstance(value, JITFunction):
+                value.device_caches.clear()  # NOTE: compiled again from Triton's disk cache at worst
+    compiles = {"ahead": 0, "at_launch": 0}
+
+    def count(*, is_manual_warmup, **_) -> None:
+        compiles["ahead" if is_manual_warmup else "at_launch"] += 1
+
+    previous = knobs.runtime.jit_post_compile_hook
+    knobs.runtime.jit_post_compile_hook = count
+    try:
+        NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES, linear="torch"))
+    finally:
+        knobs.runtime.jit_post_compile_hook = previous
+    assert compiles["ahead"] > 0 and compiles["at_launch"] == 0, compiles

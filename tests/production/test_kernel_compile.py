@@ -1,0 +1,56 @@
+"""Kernel compilation at startup: the forked prefill workers (plumbing only: on a CPU Triton
+interprets and compiles nothing; the GPU path is covered by test_native_model's GPU test)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from helios.production import kernel_compile
+from helios.production.kernel_compile import Specialization, prefill_disk_cache
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the prefill forks workers on Linux only")
+
+
+class Recorder:
+    """Stands in for a JIT function: `preload` leaves a file naming the process that ran it."""
+
+    def __init__(self, directory, fail: bool = False) -> None:
+        self.directory, self.fail = directory, fail
+
+    def preload(self, data: str) -> None:
+        if self.fail:
+            raise RuntimeError(f"cannot compile {data}")
+        (self.directory / f"{data}.{os.getpid()}").write_text(data)
+
+
+@pytest.fixture(autouse=True)
+def no_driver(monkeypatch):
+    monkeypatch.setattr(kernel_compile, "_pin_device", lambda device_index: None)  # no GPU driver here
+
+
+def test_prefill_runs_every_specialization_in_forked_workers(tmp_path):
+    recorder = Recorder(tmp_path)
+    items = [Specialization(recorder, f"key{i}", f"spec{i}") for i in range(6)]
+    assert prefill_disk_cache(items, 0, processes=3) == 0
+    ran = sorted(path.name.split(".") for path in tmp_path.iterdir())
+    assert [name for name, _ in ran] == sorted(f"spec{i}" for i in range(6))
+    assert all(int(pid) != os.getpid() for _, pid in ran)  # none in this process
+    assert kernel_compile._FORKED == []
+
+
+def test_failures_are_counted_and_left_to_the_in_process_compile(tmp_path, caplog):
+    items = [Specialization(Recorder(tmp_path), "good", "good"),
+             Specialization(Recorder(tmp_path, fail=True), "bad", "bad")]
+    assert prefill_disk_cache(items, 0, processes=2) == 1
+    assert [path.name.split(".")[0] for path in tmp_path.iterdir()] == ["good"]
+    assert "cannot compile bad" in caplog.text
+
+
+def test_one_process_or_one_specialization_prefills_nothing(tmp_path):
+    items = [Specialization(Recorder(tmp_path), f"key{i}", f"spec{i}") for i in range(3)]
+    assert prefill_disk_cache(items, 0, processes=1) == 0
+    assert prefill_disk_cache(items[:1], 0, processes=4) == 0
+    assert list(tmp_path.iterdir()) == []
