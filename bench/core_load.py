@@ -5,9 +5,9 @@ about as real weights do), then measures, in the same run and over the same byte
 process so that its peak RSS is its own:
 
   helios       open_core + Core.read_many_into of every resource into one buffer of the decoded size
-               (signature, chunk digests, frame checks, decoding; the next resource's digests are
-               checked on a worker thread while one decodes)
-  helios-1t    the same with no worker threads (workers=0): what the second core buys
+               (signature, chunk digests, frame checks, decoding; several resources decoded at once,
+               one per usable core up to eight, chunks hashed on a worker pool)
+  helios-1t    the same with no worker threads (workers=0): what the other cores buy
   zstd-py      python-zstandard one-shot decompress() of each frame, no checks, output discarded
   zstd-cli     `zstd -d -c` of the concatenated frames to /dev/null (the plain decompressor)
   sha256sum    `sha256sum` of the core file (the plain digest)
