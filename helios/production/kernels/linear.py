@@ -32,10 +32,10 @@ import triton
 import triton.language as tl
 
 from helios.errors import HeliosError
+from helios.production.kernels.activation import ACTIVATION_CODES, activate
 
 MAX_ROWS = 16  # the most rows (M) these kernels take; larger products stay on torch
 MAX_GROUPS = 3
-ACTIVATION_CODES = {"silu": 0, "gelu": 1, "gelu_tanh": 2}
 
 
 class LinearShapeError(HeliosError):
@@ -101,19 +101,6 @@ def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = 
 
 
 # ------------------------------------------------------------------------------------------ kernels
-
-@triton.jit
-def _activate(g, ACTIVATION: tl.constexpr):
-    # the formulas of kernels/activation.py, so a fused gate/up/activation stores the same values
-    if ACTIVATION == 0:
-        act = g / (1.0 + tl.exp(-g))
-    elif ACTIVATION == 1:
-        act = 0.5 * g * (1.0 + tl.math.erf(g / 1.4142135623730951))
-    else:
-        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        act = 0.5 * g * (1.0 + (1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)))
-    return act
-
 
 @triton.jit
 def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
@@ -197,7 +184,7 @@ def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, o
     # the unfused matmuls store gate and up in the output dtype: round them there first
     g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
     u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
-    _store(out_ptr, stride_out, m_rows, _activate(g, ACTIVATION) * u, cols, col_mask, BLOCK_M)
+    _store(out_ptr, stride_out, m_rows, activate(g, ACTIVATION) * u, cols, col_mask, BLOCK_M)
 
 
 # ------------------------------------------------------------------------------------------ host
