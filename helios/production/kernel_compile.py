@@ -81,6 +81,8 @@ def discover(plans: Iterable[LaunchPlan]) -> list[Specialization]:
     """The distinct specializations that running `plans` would compile, in first-launch order.
 
     Runs each plan once with compilation intercepted: launches of kernels not yet compiled do not run.
+    NOTE: Triton's hook is process-wide: no other thread may launch Triton kernels meanwhile (at
+    startup none does).
     """
     from triton import knobs
 
