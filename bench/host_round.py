@@ -41,11 +41,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import cProfile
+import gc
 import io
 import json
 import os
 import pstats
+import statistics
 import sys
 import tempfile
 import time
@@ -199,19 +202,38 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dic
         decode_before = scheduler.counters.launches.get("decode", 0)
         total = 0.0
         for _ in range(count):
+            device = stub.seconds
             start = time.perf_counter()
             runtime._step()
-            total += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            total += elapsed
+            per_round.append(elapsed - (stub.seconds - device))
             drain()
         done = scheduler.counters.launches.get("decode", 0) - decode_before
         if done != count or scheduler.active != lanes:
             raise SystemExit(f"expected {count} decode rounds of {lanes} lanes, ran {done} with {scheduler.active}")
         return total
 
-    # Pass 1, unwrapped: the host total (the stub times itself: its time is subtracted).
+    # Pass 1, unwrapped: the host total (the stub times itself: its time is subtracted), and the time
+    # Python's cyclic garbage collector ran inside it (included in the total).
+    collector = {"seconds": 0.0, "runs": 0, "start": 0.0}
+
+    def collecting(phase: str, info: dict) -> None:
+        if phase == "start":
+            collector["start"] = time.perf_counter()
+        else:
+            collector["seconds"] += time.perf_counter() - collector["start"]
+            collector["runs"] += 1
+
     stub.seconds = 0.0
-    total = run(rounds)
+    per_round: list[float] = []
+    gc.callbacks.append(collecting)
+    try:
+        total = run(rounds)
+    finally:
+        gc.callbacks.remove(collecting)
     host = 1e3 * (total - stub.seconds) / rounds
+    median = 1e3 * statistics.median(per_round)
     # Pass 2: the same rounds with timers around each part (their overhead inflates the parts a little).
     timers = Timers()
     from helios.production.scheduling import scheduler as scheduler_module
@@ -228,7 +250,8 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dic
     timers.wrap(runtime, "_step", "other")
     run(rounds)
     breakdown = {name: 1e3 * seconds / rounds for name, seconds in timers.totals.items()}
-    result = {"lanes": lanes, "rounds": rounds, "host_ms_per_round": host,
+    result = {"lanes": lanes, "rounds": rounds, "host_ms_per_round": host, "host_ms_median": median,
+              "gc_ms_per_round": 1e3 * collector["seconds"] / rounds, "gc_runs": collector["runs"],
               "device_stub_ms_per_round": 1e3 * stub.seconds / rounds, "breakdown_ms": breakdown}
     if profile:
         profiler = cProfile.Profile()
@@ -258,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                              "rounds by more than 60")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also print cProfile's top N entries by own time over 50 more rounds")
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="leave the loaded model in the garbage collector's reach (helios serve freezes it)")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if args.max_tokens <= 2 * args.rounds + 60:
@@ -266,13 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     for lanes in args.lanes:
         started = time.perf_counter()
         model = build_model(lanes, args.prompt, args.max_tokens)
+        if not args.no_freeze:  # what load_production_runtime does after loading (helios serve)
+            gc.collect()
+            gc.freeze()
+            atexit.register(gc.unfreeze)
         print(f"{lanes} lanes: core prepared and loaded in {time.perf_counter() - started:.1f}s", flush=True)
         result = measure(model, lanes, prompt=args.prompt, rounds=args.rounds, profile=args.profile)
         results.append(result)
         columns = ("schedule", "pack", "upload", "read-back", "validate", "retire", "events", "other")
         parts = "  ".join(f"{c} {result['breakdown_ms'].get(c, 0.0):.3f}" for c in columns)
-        print(f"{lanes} lanes: host {result['host_ms_per_round']:.3f} ms/round "
-              f"(device stub {result['device_stub_ms_per_round']:.3f} ms excluded)", flush=True)
+        print(f"{lanes} lanes: host {result['host_ms_per_round']:.3f} ms/round mean, "
+              f"{result['host_ms_median']:.3f} median "
+              f"(device stub {result['device_stub_ms_per_round']:.3f} ms excluded; garbage collection "
+              f"{result['gc_ms_per_round']:.3f} ms of it, {result['gc_runs']} runs)", flush=True)
         print(f"    {parts}", flush=True)
         if "profile" in result:
             print(result["profile"], flush=True)

@@ -166,7 +166,7 @@ class NativeExecutor:
         packing = graph.packing
         if len(lanes) > packing.batch_capacity:
             raise ValueError(f"graph {graph.name}: {len(lanes)} lanes exceed the batch capacity")
-        columns = self._columns = LaneColumns(lanes)
+        columns = self._columns = LaneColumns.of(lanes)
         self._note_requests(lanes)
         whole: set[str] = set()
         for binding in self._orders[graph.name]:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from helios.errors import HeliosError
-from helios.proto import manifest_pb2
-from helios.runtime.packing import LaneInput
+from helios.proto import contract_pb2, manifest_pb2
+from helios.runtime.packing import LaneColumns, LaneInput
 
 # The transport writes a submission's sequence into a 32-bit completion field: it counts modulo 2**31,
 # so a server that has run 2**31 rounds keeps numbering them (and a row is checked against the
@@ -230,11 +230,12 @@ def _columns_valid(lanes: Sequence[LaneInput], rows: CompletionRows, written: in
     n = len(lanes)
     if not n:
         return True
-    generation = np.fromiter((lane.generation for lane in lanes), dtype=np.int64, count=n)
-    samples = np.fromiter((lane.samples for lane in lanes), dtype=np.int64, count=n)
-    endpoint = np.fromiter((lane.consumed + len(lane.tokens) for lane in lanes), dtype=np.int64, count=n)
-    reserved = np.fromiter((len(lane.page_ids) for lane in lanes), dtype=np.int64, count=n) * page_tokens
-    slots = np.fromiter((lane.slot for lane in lanes), dtype=np.int64, count=n)
+    lane = LaneColumns.of(lanes)
+    generation = lane.scalar(contract_pb2.VALUE_SOURCE_GENERATION)
+    samples = lane.scalar(contract_pb2.VALUE_SOURCE_SAMPLING_DECISION)
+    endpoint = lane.scalar(contract_pb2.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT) + lane.lengths
+    reserved = lane.page_counts * page_tokens
+    slots = lane.slots
     c = rows.column
     emitted = c("emitted")
     sampled = c("sampled_id")

@@ -312,10 +312,24 @@ class LaneColumns:
     binding arrays from these instead of writing lane by lane."""
 
     __slots__ = ("_cache", "lanes")
+    _last: LaneColumns | None = None  # the columns `of` built last (a round's packing, then its validation)
 
     def __init__(self, lanes: Sequence[LaneInput]) -> None:
         self.lanes = lanes
         self._cache: dict[object, np.ndarray] = {}
+
+    @classmethod
+    def of(cls, lanes: Sequence[LaneInput]) -> LaneColumns:
+        """The columns of `lanes`, shared by everyone who asks about the same tuple of lanes in turn
+        (the executor packing a round, then the scheduler validating it): a tuple of frozen lanes
+        never changes, so its columns are computed once."""
+        last = cls._last
+        if last is not None and last.lanes is lanes:
+            return last
+        columns = cls(lanes)
+        if isinstance(lanes, tuple):
+            cls._last = columns
+        return columns
 
     def _column(self, name: str, value: Callable[[LaneInput], int]) -> np.ndarray:
         array = self._cache.get(name)
@@ -335,6 +349,10 @@ class LaneColumns:
     @property
     def lengths(self) -> np.ndarray:
         return self._column("length", _length_of)
+
+    @property
+    def page_counts(self) -> np.ndarray:
+        return self._column("pages", _pages_of)
 
     @property
     def prompt_in_round(self) -> np.ndarray:
@@ -421,6 +439,10 @@ def _slot_of(lane: LaneInput) -> int:
 
 def _length_of(lane: LaneInput) -> int:
     return len(lane.tokens)
+
+
+def _pages_of(lane: LaneInput) -> int:
+    return len(lane.page_ids)
 
 
 def _prompt_of(lane: LaneInput) -> int:
@@ -534,6 +556,6 @@ class GraphPacking:
         # Shared destinations (prompt + pending tokens): write the prompt binding first, whose padding
         # initializes the tail, then the pending token rows.
         order = sorted(self.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN)
-        columns = LaneColumns(lanes)
+        columns = LaneColumns.of(lanes)
         for binding in order:
             binding.write(buffers[binding.destination], lanes, columns)

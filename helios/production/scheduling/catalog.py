@@ -52,6 +52,9 @@ class GraphCatalog:
         for operation in self.REQUIRED:
             if operation not in self._by_operation:
                 raise MissingOperation(f"no selected graph performs {C.Operation.Name(operation)}")
+        generating = [v for op, group in self._by_operation.items() if op != C.OPERATION_INITIALIZATION
+                      for v in group]
+        self._device_pending = bool(generating) and all(v.device_pending for v in generating)
 
     @classmethod
     def from_graphs(cls, graphs: Iterable) -> GraphCatalog:
@@ -92,6 +95,4 @@ class GraphCatalog:
     @property
     def device_pending(self) -> bool:
         """Every generating variant keeps its pending token on the device (no host feedback needed)."""
-        generating = [v for op, group in self._by_operation.items() if op != C.OPERATION_INITIALIZATION
-                      for v in group]
-        return bool(generating) and all(v.device_pending for v in generating)
+        return self._device_pending

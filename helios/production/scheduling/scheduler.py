@@ -292,19 +292,28 @@ class Scheduler:
         else:
             emitted, sampled_ids = [r.emitted for r in rows], [r.sampled_id for r in rows]
         outcomes = []
+        page_tokens = self.config.page_tokens
+        initialization = plan.operation == C.OPERATION_INITIALIZATION
         for lane, request_id, emits, sampled_id in zip(plan.lanes, plan.request_ids, emitted, sampled_ids,
                                                        strict=True):
             s = self._all[request_id]
-            self._retire_lane(s, lane)
+            count = len(lane.tokens)  # the lane retires: its tokens are committed
+            s.in_flight -= 1
+            s.submitted -= count
+            s.consumed += count
+            s.unknown -= int(lane.samples)
             if s.cancelled or s.ended:
                 if s.in_flight == 0:
                     self._release(s)
                 continue
-            if plan.operation == C.OPERATION_INITIALIZATION:
+            if initialization:
                 s.initialized = True
                 continue
-            assert s.pages is not None
-            s.pages.publish(s.known, s.consumed)
+            pages = s.pages
+            assert pages is not None
+            published = len(pages.keys)
+            if published < len(pages.pages) and (published + 1) * page_tokens <= s.consumed:
+                pages.publish(s.known, s.consumed)  # a page was filled: key it (once a page, not a round)
             if emits:
                 s.known.append(sampled_id)
                 s.sampled += 1
@@ -348,6 +357,7 @@ class Scheduler:
         cohort: list[tuple[_Sequence, int]] = []
         members: set[int] = set()  # id() of the cohort's sequences: never preempted for a later lane
         lanes_limit = self.catalog.max_lanes(operation)
+        page_tokens = self.config.page_tokens
         tokens = 0
         for s in order:
             if s.slot is None:  # preempted while this cohort was formed
@@ -359,7 +369,9 @@ class Scheduler:
                 break
             frontier = s.consumed + s.submitted
             chunk = min(len(s.known) + s.unknown - frontier, budget)
-            if not self._reserve(s, frontier + chunk, keep=members):
+            assert s.pages is not None
+            if (frontier + chunk > len(s.pages.pages) * page_tokens  # else its pages cover the chunk already
+                    and not self._reserve(s, frontier + chunk, keep=members)):
                 break
             cohort.append((s, chunk))
             members.add(id(s))
@@ -474,7 +486,8 @@ class Scheduler:
             s.eos_ids = tuple(request.eos_token_ids or self.config.eos_ids)
         return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids,
                          request.sampling.seed, request.sampling, request.max_tokens, s.eos_ids,
-                         request.prompt_token_ids, self._grammar_mask(s.request, samples))
+                         request.prompt_token_ids,
+                         None if s.request.grammar is None else self._grammar_mask(s.request, samples))
 
     @staticmethod
     def _grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:
@@ -483,12 +496,6 @@ class Scheduler:
         if request.grammar is None or not samples:
             return None
         return tuple(request.grammar.mask())
-
-    def _retire_lane(self, s: _Sequence, lane: LaneInput) -> None:
-        s.in_flight -= 1
-        s.submitted -= len(lane.tokens)
-        s.consumed += len(lane.tokens)
-        s.unknown -= int(lane.samples)
 
     def _run(self, s: _Sequence) -> None:
         bisect.insort(self._running, s, key=lambda v: v.order)
