@@ -14,12 +14,7 @@ run one by one, the first eager pass of every plan compiled each specialization 
   compile   every specialization is compiled into this process's in-memory cache on a thread pool
             under Triton's `AsyncCompileMode`, through `JITFunction.preload` of the recorded
             specialization: the same kernel, under the same cache key, that the launch would have
-            compiled, read from the disk cache where the prefill (or an earlier start) put it;
-  load      each compiled kernel is loaded onto the device on a thread pool: what its first launch
-            would do (its launcher is built, by a C compiler in some Triton versions, and its binary
-            loaded), so that the compiler subprocesses overlap. Like the prefill it only saves
-            time: a kernel that fails to load here is left to its first launch, which raises the
-            error there if it is real.
+            compiled, read from the disk cache where the prefill (or an earlier start) put it.
 
 The caller then runs each plan once as before (the kernels phase of `NativeModel.load`): every
 launch finds its kernel compiled, and one that did not would compile there, so the kernels are
@@ -28,9 +23,9 @@ prefill only saves time: a worker that fails leaves its kernel to the compile st
 the compiler's own error if there is one. Measured on an H200 (Qwen3-0.6B shape, 52
 specializations, empty caches): the kernels phase took 16.2 s compiling at each launch, 12.4 s
 with the thread pool alone, 10.2 s with the prefill (discover 1.9 s, prefill 1.9 s, compile 0.6 s;
-the warm-up run after them took the other 5.8 s, against 0.5 s with warm caches: kernel loading,
-which the load step now overlaps; its effect is not measured yet). On a CPU (Triton's
-interpreter) nothing compiles: `compile_plans` does nothing there.
+the warm-up run after them took the other 5.8 s, against 0.5 s with warm caches: most likely
+loading the kernels and building their launchers at the first launch, not yet overlapped). On a
+CPU (Triton's interpreter) nothing compiles: `compile_plans` does nothing there.
 """
 
 from __future__ import annotations
@@ -159,32 +154,6 @@ def prefill_disk_cache(specializations: list[Specialization], device_index: int,
     return len(failures)
 
 
-def load_kernels(specializations: list[Specialization], device_index: int, threads: int) -> int:
-    """Loads each compiled specialization onto the device (what its first launch would do), `threads`
-    at a time; returns how many were loaded (a kernel Triton does not hold compiled is left alone)."""
-    kernels = []
-    for item in specializations:
-        caches = item.function.device_caches.get(device_index)
-        kernel = caches[0].get(item.key) if caches is not None else None
-        if kernel is not None and hasattr(kernel, "_init_handles"):
-            kernels.append(kernel)
-
-    def load(kernel) -> bool:
-        try:
-            torch.cuda.set_device(device_index)  # NOTE: Triton asks the thread's current device
-            kernel._init_handles()
-        except Exception as error:  # NOTE: the first launch loads it again and raises it there
-            _log.warning("kernel %s not loaded ahead (%s: %s); its first launch loads it", getattr(
-                kernel, "name", "?"), type(error).__name__, error)
-            return False
-        return True
-
-    if threads <= 1 or len(kernels) < 2:
-        return sum(load(kernel) for kernel in kernels)
-    with ThreadPoolExecutor(min(threads, len(kernels)), thread_name_prefix="helios-load") as pool:
-        return sum(pool.map(load, kernels))
-
-
 def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: int | None = None) -> int:
     """Compiles every Triton kernel specialization `plans` launch, concurrently; returns how many
     were compiled (0 on a CPU, where Triton interprets). `threads` bounds both the prefill
@@ -200,9 +169,8 @@ def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: in
         prefilled = time.perf_counter()
         compile_specializations(specializations, threads)
         compiled = time.perf_counter()
-        loaded = load_kernels(specializations, torch.cuda.current_device(), threads)
     _log.info("%d kernel specializations: discovered in %.2f s, prefilled by %d processes in %.2f s (%d failed "
-              "there), compiled in this process in %.2f s, %d loaded in %.2f s", len(specializations),
+              "there), compiled in this process in %.2f s", len(specializations),
               discovered - start, min(threads, len(specializations)) if len(specializations) > 1 and threads > 1
-              else 0, prefilled - discovered, failed, compiled - prefilled, loaded, time.perf_counter() - compiled)
+              else 0, prefilled - discovered, failed, compiled - prefilled)
     return len(specializations)
