@@ -1,5 +1,6 @@
 """Shared fixtures of the production tests: the device and activation dtype under test, conversions
-between torch tensors and the reference's NumPy arrays, and random paged cohorts."""
+between torch tensors and the reference's NumPy arrays, random paged cohorts, and the tiny-core
+preparation the executor tests share (`tiny_cores` in conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from helios.ignition.prepare import PreparationOptions
+
 GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if GPU else "cpu")
 # bf16 on the GPU; fp32 on CPU, where the interpreter's bf16 arithmetic is broken.
 DTYPE = torch.bfloat16 if GPU else torch.float32
 # Tolerance of a result stored in DTYPE against the FP32 reference.
 ATOL, RTOL = (2e-2, 2e-2) if GPU else (2e-5, 2e-5)
+
+# Tiny cores of the executor tests: 19 prompt tokens are prefill chunks of 16 and 3 (pages of 4
+# tokens), then decode rounds.
+PROMPT = (5, 17, 99, 200, 33, 1, 2, 3, 4, 5, 6, 7, 81, 82, 83, 120, 121, 9, 250)
+TINY_OPTIONS = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8, 16),
+                                  context_tokens=64)
+PAGES = 16
 
 
 def tensor(array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.production.buffers import ScratchArena
 from helios.production.lowering import lower_program
 from helios.production.native_model import LoadOptions, NativeModel
@@ -18,24 +17,7 @@ from helios.proto import program_pb2
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest, SamplingParams
-from tests.production.helpers import DEVICE
-
-PROMPT = (5, 17, 99, 200, 33, 1, 2, 3, 4, 5, 6, 7, 81, 82, 83, 120, 121, 9, 250)
-OPTIONS = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8, 16),
-                             context_tokens=64)
-PAGES = 16
-
-
-@pytest.fixture(scope="module")
-def cores(tiny_checkpoint):
-    built = {}
-
-    def core(family: str):
-        if family not in built:
-            built[family] = prepare_checkpoint(tiny_checkpoint(family), OPTIONS)
-        return built[family]
-
-    return core
+from tests.production.helpers import DEVICE, PAGES, PROMPT
 
 
 def _program(core, name: str):

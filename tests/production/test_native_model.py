@@ -8,30 +8,11 @@ import pytest
 
 from helios.contract import StartupOptions
 from helios.errors import HeliosError
-from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.production.native_model import LoadOptions, NativeModel, StartupFailed
 from helios.proto import manifest_pb2
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.request import GenerationRequest, SamplingParams
-from tests.production.helpers import DEVICE
-
-# 19 tokens: prefill chunks of 16 and 3 (pages of 4 tokens), then decode rounds
-PROMPT = (5, 17, 99, 200, 33, 1, 2, 3, 4, 5, 6, 7, 81, 82, 83, 120, 121, 9, 250)
-OPTIONS = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8, 16),
-                             context_tokens=64)
-PAGES = 16
-
-
-@pytest.fixture(scope="module")
-def cores(tiny_checkpoint):
-    built = {}
-
-    def core(family: str):
-        if family not in built:
-            built[family] = prepare_checkpoint(tiny_checkpoint(family), OPTIONS)
-        return built[family]
-
-    return core
+from tests.production.helpers import DEVICE, PAGES, PROMPT
 
 
 def _greedy(engine: ReferenceEngine, steps: int, sampling: SamplingParams | None = None) -> list[int]:
