@@ -186,8 +186,9 @@ class NativeExecutor:
             self._page_rows.pop(destination, None)
             if binding.source not in REQUEST_KEYS:  # a per-round value: every lane's row, every round
                 binding.write(host, lanes, columns)
-                for lane in lanes:  # whatever was remembered for these rows is gone
-                    held.pop(lane.slot, None)
+                if held:  # whatever was remembered for these rows is gone
+                    for lane in lanes:
+                        held.pop(lane.slot, None)
                 self._confirmed.pop(destination, None)
                 whole.add(destination)
                 continue

@@ -471,8 +471,11 @@ class Scheduler:
             consumed, prompt_in_round, samples = 0, 0, False
         else:
             consumed = s.consumed + s.submitted
-            known = s.known[consumed:consumed + chunk]
-            tokens = tuple(known) if len(known) == chunk else tuple(known) + (DEVICE_PENDING,) * (chunk - len(known))
+            if chunk == 1:  # a decode step (most lanes of most rounds)
+                tokens = (s.known[consumed],) if consumed < len(s.known) else (DEVICE_PENDING,)
+            else:
+                known = s.known[consumed:consumed + chunk]
+                tokens = tuple(known) + (DEVICE_PENDING,) * (chunk - len(known))
             samples = consumed + chunk == len(s.known) + s.unknown
             # The last known token is the pending one when it was sampled; earlier tokens (the prompt,
             # or history re-fed after readmission) are host-fed as prompt tokens.
