@@ -115,6 +115,8 @@ def case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Buil
         yield "add", cohort.name, cohort, _binary("add")
         yield "mul", cohort.name, cohort, _binary("mul")
         yield "copy", cohort.name, cohort, _copy
+        yield "gather", cohort.name, cohort, _gather
+        yield "where", cohort.name, cohort, _where
         yield "rotary", cohort.name, cohort, _rotary
         yield "paged_cache_write", cohort.name, cohort, _cache_write
         yield "last_row_gather", cohort.name, cohort, _last_row_gather
@@ -182,6 +184,33 @@ def _copy(p, rng, cohort, g, cases):
     rows = len(_rows(cohort)[0])
     out = p.output("out", (rows, g["hidden"]))
     p.builder.copy(p.input("x", _normal(rng, rows, g["hidden"])), into=out)
+
+
+def _gather(p, rng, cohort, g, cases):
+    """Each packed row picks its lane's row of x (padding rows, lane -1, read a zero row); and the
+    integer case the recipe uses: a lane's pending token out of a [slots] i32 row."""
+    lanes, _ = _rows(cohort)
+    slots = len(cohort.history) + 1
+    out = p.output("out", (len(lanes), g["hidden"]))
+    p.builder.gather(p.input("x", _normal(rng, slots, g["hidden"])), p.input("index", lanes, "i32"), into=out)
+    tokens = p.output("tokens", (len(lanes),), "i32")
+    p.builder.gather(p.input("pending", rng.integers(0, g["vocab"], size=slots).astype(np.int32), "i32"),
+                     p.input("lane", lanes, "i32"), into=tokens)
+
+
+def _where(p, rng, cohort, g, cases):
+    """Floats elementwise, and the pending-token update in place (a STATE row kept where cond is 0)."""
+    rows = len(_rows(cohort)[0])
+    cond = rng.integers(-1, 2, size=(rows, g["hidden"])).astype(np.int32)
+    out = p.output("out", (rows, g["hidden"]))
+    p.builder.where(p.input("cond", cond, "i32"), p.input("a", _normal(rng, rows, g["hidden"])),
+                    p.input("b", _normal(rng, rows, g["hidden"])), into=out)
+    slots = len(cohort.history) + 1
+    state = p.input("pending", rng.integers(0, g["vocab"], size=slots).astype(np.int32), "i32")
+    p.outputs.append(state)
+    p.builder.where(p.input("decision", rng.integers(0, 2, size=slots).astype(np.int32), "i32"),
+                    p.input("sampled", rng.integers(0, g["vocab"], size=slots).astype(np.int32), "i32"), state,
+                    into=state)
 
 
 def _rope(g: dict) -> dict:

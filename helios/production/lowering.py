@@ -16,8 +16,10 @@ meaning:
 Matrix products (matmul, logits, and the matmul fusions) are lowered in `linear_lowering.py`: Triton
 GEMV kernels or torch (cuBLAS on a GPU) per product shape, as the `LinearPolicy` of `tuning.py`
 decides (timed on a GPU; torch on a CPU unless a test injects Triton). Every other operator is a
-Triton kernel except `add`, `mul`, `copy` and `fill`, which are single torch calls on static tensors. A scratch tensor returns to the arena after its last reader, so every
-layer of a program reuses one set of buffers.
+Triton kernel except `add`, `mul`, `copy`, `gather`, `where` and `fill`, which are small torch calls
+on static tensors (`gather` and `where` move one integer per lane: a device-owned pending token). A
+scratch tensor returns to the arena after its last reader, so every layer of a program reuses one set
+of buffers.
 """
 
 from __future__ import annotations
@@ -177,6 +179,25 @@ def _copy(c: Context, op: ValidatedOperator):
     return lambda: out.copy_(x)
 
 
+def _gather(c: Context, op: ValidatedOperator):
+    x, index, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    rows = x.shape[0]
+    # [N, 1, ...]: one validity flag per picked row, broadcast over the row's elements
+    shape = (index.shape[0],) + (1,) * (x.dim() - 1)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+
+    def run() -> None:
+        valid = (index >= 0) & (index < rows)
+        picked = x.index_select(0, torch.where(valid, index, 0))
+        torch.where(valid.reshape(shape), picked, zero, out=out)
+    return run
+
+
+def _where(c: Context, op: ValidatedOperator):
+    cond, a, b, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.inputs[2]), c.t(op.outputs[0])
+    return lambda: torch.where(cond != 0, a, b, out=out)
+
+
 def _fill(c: Context, op: ValidatedOperator):
     out = c.t(op.outputs[0])
     value = float(op.attributes["value"])
@@ -201,6 +222,8 @@ LOWERINGS: Mapping[str, Lowering] = {
     "sample": _sample,
     "argmax": _argmax,
     "copy": _copy,
+    "gather": _gather,
+    "where": _where,
     "fill": _fill,
 }
 

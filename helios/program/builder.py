@@ -224,6 +224,15 @@ class ProgramBuilder:
     def copy(self, x: str, *, name: str | None = None, into: str | None = None) -> str:
         return self._one("copy", [x], None, name, into)
 
+    def gather(self, x: str, index: str, *, name: str | None = None, into: str | None = None) -> str:
+        """x's rows picked by `index` (any dtype; a zero row where the index is outside x)."""
+        return self._one("gather", [x, index], None, name, into)
+
+    def where(self, cond: str, a: str, b: str, *, name: str | None = None, into: str | None = None) -> str:
+        """a where cond != 0, else b (elementwise; `into` may be `b` itself, e.g. a STATE tensor kept
+        where cond is 0)."""
+        return self._one("where", [cond, a, b], None, name, into)
+
     def fill(self, value: float, *, into: str | None = None, shape: Sequence[int] | None = None,
              dtype: int | str | None = None, name: str | None = None) -> str:
         """Fill a tensor with `value`: `into` an existing one (shape and dtype from it) or a new scratch."""

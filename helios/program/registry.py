@@ -265,6 +265,23 @@ def _fill(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
     return [TensorType(dtype, shape)]
 
 
+def _gather(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
+    x, index = ins
+    if x.rank < 1 or any(e == 0 for e in x.shape):
+        raise RuleError(f"x must have rank >= 1 and static extents, got {x}")
+    _index(index, "index", 1)
+    return [TensorType(x.dtype, (index.shape[0], *x.shape[1:]))]
+
+
+def _where(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
+    cond, a, b = ins
+    if a != b:
+        raise RuleError(f"a and b must have one shape and dtype, got {a} and {b}")
+    if cond.dtype != I32 or cond.shape != a.shape:
+        raise RuleError(f"cond must be i32 of the shape of a {a}, got {cond}")
+    return [a]
+
+
 def _a(name: str, kind: str, doc: str, **kw: object) -> AttributeSpec:
     return AttributeSpec(name=name, kind=kind, doc=doc, **kw)  # type: ignore[arg-type]
 
@@ -331,6 +348,10 @@ _SPECS = (
                  ("logits",), ("ids",), _argmax),
     OperatorSpec("copy", "out = x in row-major order (same dtype, same element count)",
                  ("x",), ("out",), _copy),
+    OperatorSpec("gather", "out[t] = x[index[t]] along the first axis (zero row for index outside [0, rows))",
+                 ("x", "index"), ("out",), _gather),
+    OperatorSpec("where", "out = cond != 0 ? a : b, elementwise (any dtype)",
+                 ("cond", "a", "b"), ("out",), _where),
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

@@ -298,6 +298,22 @@ def copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, copy=True)
 
 
+def gather(x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """out[t] = x[index[t]] along the first axis; a zero row where index[t] is outside [0, rows)."""
+    x = np.asarray(x)
+    index = np.asarray(index, dtype=np.int64)
+    valid = (index >= 0) & (index < x.shape[0])
+    out = np.zeros((index.shape[0], *x.shape[1:]), dtype=x.dtype)
+    out[valid] = x[index[valid]]
+    return out
+
+
+def where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a where cond != 0, else b (elementwise; the dtype of a and b)."""
+    a = np.asarray(a)
+    return np.where(np.asarray(cond) != 0, a, np.asarray(b)).astype(a.dtype)
+
+
 NUMPY_DTYPES: Mapping[int, type] = MappingProxyType({
     F32: np.float32, BF16: np.float32, F16: np.float16, F64: np.float64,
     I32: np.int32, I64: np.int64, U8: np.uint8, U32: np.uint32,
@@ -326,5 +342,7 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "sample": sample,
     "argmax": argmax,
     "copy": copy,
+    "gather": gather,
+    "where": where,
     "fill": fill,
 })
