@@ -45,6 +45,7 @@ class GraphCatalog:
     def __init__(self, variants: Iterable[GraphVariant]) -> None:
         self._by_operation: dict[int, list[GraphVariant]] = {}
         self._max_tokens: dict[tuple[int, int], int] = {}
+        self._limits: dict[tuple[int, int], list[int]] = {}
         for variant in variants:
             self._by_operation.setdefault(int(variant.operation), []).append(variant)
         for group in self._by_operation.values():
@@ -91,6 +92,15 @@ class GraphCatalog:
             self._max_tokens[key] = max((v.packed_token_capacity for v in self._by_operation.get(operation, ())
                                          if v.batch_capacity >= lanes), default=0)
         return self._max_tokens[key]
+
+    def token_limits(self, operation: int) -> list[int]:
+        """`max_tokens(operation, lanes=k)` for k in [0, max_lanes(operation)], as one list (memoized)."""
+        key = (operation, -1)
+        table = self._limits.get(key)
+        if table is None:
+            table = self._limits[key] = [self.max_tokens(operation, lanes=k)
+                                         for k in range(self.max_lanes(operation) + 1)]
+        return table
 
     @property
     def device_pending(self) -> bool:

@@ -240,14 +240,19 @@ class Scheduler:
         limit = self.max_inflight()  # decided once a round: it looks at every running request
         if len(self._outstanding) >= limit:  # an admission may have brought feedback needs
             return None
-        for s in self._running:
-            if not s.initialized and s.in_flight == 0 and not (s.cancelled or s.ended):
-                return self._submit(self._init, [(s, 0)])
         second_frame = len(self._outstanding) == 1 and limit == 2
         decode, prefill = [], []
-        for s in self._running:
-            if self._ready(s, second_frame):
-                (decode if len(s.known) + s.unknown - s.consumed - s.submitted == 1 else prefill).append(s)
+        for s in self._running:  # one pass: the first request still to initialize goes first, alone
+            if not s.initialized:
+                if s.in_flight == 0 and not (s.cancelled or s.ended):
+                    return self._submit(self._init, [(s, 0)])
+                continue
+            if s.cancelled or s.ended:
+                continue
+            remaining = len(s.known) + s.unknown - s.consumed - s.submitted
+            if remaining < 1 or (s.in_flight and not self._second_frame_ready(s, second_frame)):
+                continue
+            (decode if remaining == 1 else prefill).append(s)
         mixed = self.catalog.has(C.OPERATION_MIXED)
         if decode and prefill and mixed:
             operation, order = C.OPERATION_MIXED, decode + prefill
@@ -343,12 +348,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------ internals
 
-    def _ready(self, s: _Sequence, second_frame: bool) -> bool:
-        if not s.initialized or s.cancelled or s.ended or len(s.known) + s.unknown <= s.consumed + s.submitted:
-            return False
-        if s.in_flight == 0:
-            return True
-        # The second frame: a decode lane whose previous round was a decode, pending token on device.
+    @staticmethod
+    def _second_frame_ready(s: _Sequence, second_frame: bool) -> bool:
+        """A request already in flight joins the second frame only as a decode lane whose previous
+        round was a decode (its pending token on the device)."""
         return (second_frame and s.remaining == 1
                 and s.last_operation == C.OPERATION_DECODE
                 and s.sampled + s.unknown < s.request.generation.max_tokens)
@@ -358,13 +361,14 @@ class Scheduler:
         members: set[int] = set()  # id() of the cohort's sequences: never preempted for a later lane
         lanes_limit = self.catalog.max_lanes(operation)
         page_tokens = self.config.page_tokens
+        capacity = self.catalog.token_limits(operation)  # [k]: most tokens a round of k lanes holds
         tokens = 0
         for s in order:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
             if len(cohort) >= lanes_limit:
                 break
-            budget = self.catalog.max_tokens(operation, lanes=len(cohort) + 1) - tokens
+            budget = capacity[len(cohort) + 1] - tokens
             if budget < 1:
                 break
             frontier = s.consumed + s.submitted
