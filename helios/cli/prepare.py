@@ -59,6 +59,11 @@ def register(subparsers) -> None:
                         help="PREFILL token capacities; also the MIXED prefill chunks (default: 16,64,256)")
     parser.add_argument("--context-tokens", type=int, metavar="N",
                         help="largest prompt + output (default: min(max_position_embeddings, 4096))")
+    parser.add_argument("--pending-token", choices=("device", "host"), default="host",
+                        help="who holds each request's last sampled token between rounds: 'device' keeps it in "
+                             "a state buffer the programs read and write, so decode rounds may keep two "
+                             "execution frames in flight; 'host' feeds it back every round, one frame "
+                             "(default: host)")
     parser.set_defaults(func=_prepare)
 
 
@@ -85,7 +90,7 @@ def _prepare(args) -> int:
 
     options = PreparationOptions(dtype=args.dtype, served_id=args.served_id, page_tokens=args.page_tokens,
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
-                                 context_tokens=args.context_tokens)
+                                 context_tokens=args.context_tokens, pending_token=args.pending_token)
     prepared = prepare_checkpoint(args.checkpoint, options)
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)

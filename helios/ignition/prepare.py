@@ -30,6 +30,7 @@ from helios.ignition.preparation.contract import (
     completion_layout,
     page_table_views,
     paged_history,
+    pending_token_view,
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
@@ -43,6 +44,7 @@ CONTRACT_VERSION = 3
 WEIGHT_CATALOG_VERSION = 1
 REBUILD_MANIFEST_VERSION = 1
 _DTYPES = {"bf16": (M.DTYPE_BF16, "bf16"), "fp32": (M.DTYPE_F32, "f32")}
+PENDING_TOKEN_OWNERS = ("device", "host")
 
 class InvalidPreparationOptions(HeliosError):
     """A `helios prepare` option is out of range; the message names the option."""
@@ -62,6 +64,9 @@ class PreparationOptions:
     batch_capacities: tuple[int, ...] = (1, 2, 4, 8)  # DECODE graphs; the largest is the slot count
     prefill_capacities: tuple[int, ...] = (16, 64, 256)  # PREFILL token capacities (and MIXED chunks)
     context_tokens: int | None = None  # default: min(max_position_embeddings, 4096)
+    # "host": a PENDING_TOKEN binding feeds each lane's last sampled id (one frame); "device": programs
+    # keep it in the `pending_tokens` STATE row and the transport declares two frames.
+    pending_token: str = "host"
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -73,6 +78,9 @@ class PreparationOptions:
                            _capacities(tuple(self.prefill_capacities), "prefill-capacities"))
         if self.context_tokens is not None and self.context_tokens < 1:
             raise InvalidPreparationOptions(f"--context-tokens must be >= 1, got {self.context_tokens}")
+        if self.pending_token not in PENDING_TOKEN_OWNERS:
+            raise InvalidPreparationOptions(
+                f"--pending-token must be one of {list(PENDING_TOKEN_OWNERS)}, got {self.pending_token!r}")
         if self.served_id is not None and not self.served_id:
             raise InvalidPreparationOptions("--served-id must not be empty")
 
@@ -197,11 +205,15 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                       p + geometry.slots - 1) for p in options.prefill_capacities]
     for name, operation, batch, packed in variants:
         program, bindings, weights = llama_family.text_program(
-            cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype, histories=histories)
+            cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype, histories=histories,
+            pending_token=options.pending_token)
         graphs.append((name, operation, batch, packed, program, bindings, weights))
 
     resources: list[PreparedResource] = []
-    manifest = M.ExecutionManifest(abi_label=ABI_LABEL, ranks=1, transport=M.TransportDescriptor(frames=1),
+    device_pending = options.pending_token == "device"
+    # A device-owned pending token lets decode rounds keep two execution frames in flight.
+    manifest = M.ExecutionManifest(abi_label=ABI_LABEL, ranks=1,
+                                   transport=M.TransportDescriptor(frames=2 if device_pending else 1),
                                    completion=layout)
     model = C.ModelContract(version=CONTRACT_VERSION)
     for name, operation, batch, packed, program, bindings, weights in graphs:
@@ -215,6 +227,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                                 capacity=C.GraphCapacity(batch_capacity=batch, packed_token_capacity=packed))
         if operation != C.OPERATION_INITIALIZATION:
             graph.state_accesses.extend(accesses)
+            if device_pending:  # every text graph reads the pending token and writes what it samples
+                view = pending_token_view(geometry)
+                graph.state_accesses.append(C.StateAccess(view=view, access=C.ACCESS_READ_WRITE))
+                graph.pending_token_state.CopyFrom(view)
         model.graphs.append(graph)
     manifest.buffers.extend(decl.buffers.values())
 
@@ -237,7 +253,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     arguments = [f"--dtype={options.dtype}", f"--page-tokens={options.page_tokens}",
                  f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
                  f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
-                 f"--context-tokens={context}"]
+                 f"--context-tokens={context}", f"--pending-token={options.pending_token}"]
     rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=llama_family.RECIPE,
                                        checkpoint_digest=digest, arguments=arguments)
     resources.append(PreparedResource("rebuild_manifest", core_pb2.RESOURCE_KIND_REBUILD_MANIFEST,

@@ -7,6 +7,9 @@ fill them, and the program tensors bound to them.
 - `paged_text_inputs`: packed tokens (prompt tokens and the host-owned pending token share one
   destination), positions, the lane of each packed row, the page table and its page-table view, and
   `paged_history` for one layer's key/value planes (paged or sliding-window).
+- `device_pending_tokens`: the device-owned alternative to the host's PENDING_TOKEN binding: a
+  persistent STATE row of one token per slot that packed rows the host leaves at padding read, and
+  that every sampling lane writes its sampled token into (`pending_token_view` is its StateView).
 - `admission_inputs`: request identity and lane geometry (slot generation, sampling decision).
 - `sampling_inputs`: admission sampling (seed bits, parameters, prompt histogram, grammar mask) and
   the `sample` operator over them.
@@ -99,15 +102,18 @@ PAGE_TABLE_BUFFER = "lane_page_table"
 
 
 def paged_text_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder,
-                      packed_tokens: int) -> PagedTextInputs:
-    """Packed tokens, positions and lanes for P = `packed_tokens` rows, plus the page table."""
+                      packed_tokens: int, *, host_pending: bool = True) -> PagedTextInputs:
+    """Packed tokens, positions and lanes for P = `packed_tokens` rows, plus the page table.
+    Without `host_pending` no PENDING_TOKEN binding feeds the pending token's row: the host leaves it
+    at padding -1 and `device_pending_tokens` fills it on the device."""
     p = packed_tokens
     names = {what: decl.buffer(f"{what}_p{p}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (p,))
              for what in ("tokens", "positions", "next_positions", "token_lane")}
     decl.buffer(PAGE_TABLE_BUFFER, M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (geometry.slots, geometry.max_pages))
     bindings = (
         _binding(names["tokens"], C.VALUE_SOURCE_PROMPT_TOKENS, C.INDEXING_PACKED_TOKEN, padding=-1),
-        _binding(names["tokens"], C.VALUE_SOURCE_PENDING_TOKEN, C.INDEXING_PACKED_TOKEN, padding=-1),
+        *([_binding(names["tokens"], C.VALUE_SOURCE_PENDING_TOKEN, C.INDEXING_PACKED_TOKEN, padding=-1)]
+          if host_pending else []),
         _binding(names["positions"], C.VALUE_SOURCE_PROMPT_POSITIONS, C.INDEXING_PACKED_TOKEN),
         _binding(names["next_positions"], C.VALUE_SOURCE_PROMPT_POSITIONS, C.INDEXING_PACKED_TOKEN, offset=1),
         _binding(names["token_lane"], C.VALUE_SOURCE_SLOT, C.INDEXING_PACKED_TOKEN, padding=-1),
@@ -121,6 +127,48 @@ def paged_text_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBuil
         page_table=b.transport("page_table", PAGE_TABLE_BUFFER, "i32", (geometry.slots, geometry.max_pages)),
         bindings=bindings,
     )
+
+
+PENDING_TOKEN_BUFFER = "pending_tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePendingTokens:
+    """A device-owned pending token: one i32 per request slot in a persistent STATE buffer."""
+
+    state: str  # [S] i32 STATE program tensor: each slot's pending token (the last id it sampled)
+    tokens: str  # [P] i32: the packed tokens, host prompt tokens where fed, else the lane's pending token
+    bindings: tuple[C.ValueBinding, ...]
+
+    def commit(self, b: ProgramBuilder, sampled: str, sampling_decision: str) -> None:
+        """Each lane whose sampling decision says it sampled keeps its sampled id ([S] i32) as its
+        pending token; the others keep theirs."""
+        b.where(sampling_decision, sampled, self.state, into=self.state)
+
+
+def device_pending_tokens(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder,
+                          text: PagedTextInputs) -> DevicePendingTokens:
+    """Packed tokens with the pending token read on the device.
+
+    A second destination receives PROMPT_TOKENS with offset 1 and padding 0, so it is nonzero exactly
+    on the rows the host fed a prompt token (a token id may be 0, so the tokens themselves cannot
+    say). Every other row takes its lane's row of the pending-token state (`gather` by token_lane;
+    padding rows, lane -1, read 0 and are ignored downstream as before).
+    """
+    p = b.type_of(text.tokens).shape[0]
+    buffer = decl.buffer(PENDING_TOKEN_BUFFER, M.BUFFER_ROLE_STATE, M.DTYPE_I32, (geometry.slots,))
+    mark_buffer = decl.buffer(f"prompt_mark_p{p}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (p,))
+    state = b.state("pending_tokens", buffer, "i32", (geometry.slots,))
+    mark = b.transport("prompt_mark", mark_buffer, "i32", (p,))
+    pending_rows = b.gather(state, text.token_lane, name="pending_rows")
+    tokens = b.where(mark, text.tokens, pending_rows, name="packed_tokens")
+    bindings = (_binding(mark_buffer, C.VALUE_SOURCE_PROMPT_TOKENS, C.INDEXING_PACKED_TOKEN, padding=0, offset=1),)
+    return DevicePendingTokens(state, tokens, bindings)
+
+
+def pending_token_view(geometry: TextGeometry) -> C.StateView:
+    """The pending-token state: one 4-byte row per request slot of `PENDING_TOKEN_BUFFER`."""
+    return C.StateView(buffer=PENDING_TOKEN_BUFFER, byte_offset=0, row_stride=4, byte_extent=4)
 
 
 def page_table_views() -> list[C.PageTableView]:

@@ -4,10 +4,12 @@ Owns reading such a checkpoint's config into `LlamaFamilyConfig` (rejecting what
 with one line naming the config field) and writing the decoder as programs over the operator set:
 one program per (operation, capacity), all the same operator sequence over packed tokens:
 
-    embedding -> per layer: rms_norm, q/k/v matmul (+bias), [head_rms_norm q, k], rotary q, k,
-    paged_cache_write k, v, paged_attention [sliding window], o matmul, add, rms_norm,
-    gate/up matmul, gated_activation, down matmul, add
-    -> last_row_gather per lane, rms_norm, logits, sample -> completion record
+    [gather + where: device-owned pending tokens] -> embedding
+    -> per layer: rms_norm, q/k/v matmul (+bias), [head_rms_norm q, k], rotary q, k, paged_cache_write
+       k, v, paged_attention [sliding window], o matmul, add, rms_norm, gate/up matmul,
+       gated_activation, down matmul, add
+    -> last_row_gather per lane, rms_norm, logits, sample [-> where into the pending-token state]
+    -> completion record
 
 The family differences are data: q/k/v bias (Qwen2), per-head q/k norm and explicit head_dim (Qwen3),
 a sliding window per layer (Mistral, Qwen layer types), llama3 rope scaling, tied embeddings.
@@ -24,6 +26,7 @@ from helios.ignition.preparation.contract import (
     HistoryPlanes,
     TextGeometry,
     admission_inputs,
+    device_pending_tokens,
     paged_text_inputs,
     sampling_inputs,
     state_transfer,
@@ -314,10 +317,20 @@ def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
 
 
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
-                 packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes]):
-    """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings."""
+                 packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
+                 pending_token: str = "host"):
+    """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
+
+    `pending_token` "host": a PENDING_TOKEN binding feeds each lane's last sampled id; "device": the
+    program reads it from the `pending_tokens` STATE row and writes every sampled id back there
+    (`device_pending_tokens`), so no host binding feeds it.
+    """
+    if pending_token not in ("host", "device"):
+        raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
     b = ProgramBuilder(graph)
-    text = paged_text_inputs(decl, geometry, b, packed_tokens)
+    text = paged_text_inputs(decl, geometry, b, packed_tokens, host_pending=pending_token == "host")
+    device = device_pending_tokens(decl, geometry, b, text) if pending_token == "device" else None
+    tokens = text.tokens if device is None else device.tokens
     admission = admission_inputs(decl, geometry, b)
     sampling = sampling_inputs(decl, geometry, b)
     h, q_width, kv_width = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
@@ -329,7 +342,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
         return specs[name]
 
     rope = _rope_attributes(cfg)
-    x = b.embedding(text.tokens, w("model.embed_tokens.weight", (cfg.vocab_size, h)), name="x")
+    x = b.embedding(tokens, w("model.embed_tokens.weight", (cfg.vocab_size, h)), name="x")
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
         planes = histories[i]
@@ -371,10 +384,12 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     last_position = b.last_row_gather(text.positions, text.token_lane, lanes=geometry.slots, name="last_position")
     endpoint = b.last_row_gather(text.next_positions, text.token_lane, lanes=geometry.slots, name="endpoint")
     sampled = sampling.sample(b, logits, last_position)
+    if device is not None:
+        device.commit(b, sampled, admission.sampling_decision)
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=admission.sampling_decision,
                    sampled=sampled, consumed_endpoint=endpoint)
     program = b.build(decl.buffers)
-    bindings = text.bindings + admission.bindings + sampling.bindings
+    bindings = text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 
