@@ -14,7 +14,8 @@ the first completes. One worker thread owns the scheduler and the executor:
       -> per retired token: EOS / output filter (decoding, host stops) / output limit -> events
          -> scheduler.finish when the request ends (an output failure fails that request alone)
 
-Stops, observation and output parsing are the request's own `OutputFilter` (the one the reference
+A round's events (tokens, terminal events) reach each serving loop in one call
+(`EventStream.put_many`), in order per stream. Stops, observation and output parsing are the request's own `OutputFilter` (the one the reference
 worker uses). A request with string stops (`host_stop`) holds the scheduler to one outstanding round,
 so its next round is submitted only after its stop check. The ingress channel and the scheduler's
 pending deque each hold at most `queue_capacity` requests; a request outside the prepared capacities,
@@ -417,7 +418,7 @@ def load_production_runtime(core: Any, limits: AdmissionLimits, **load: Any) -> 
     """`helios serve --runtime production`: the core on the production executor, batched. What the
     load left in memory is long-lived: it is moved out of the cyclic garbage collector's reach
     (`gc.freeze`), whose full collections would otherwise walk it every few rounds (measured by
-    bench/host_round.py: about 2 ms a round at 256 lanes on the 2-core development machine)."""
+    bench/host_round.py: 2 to 3 ms a round at 256 lanes on the 2-core development machine)."""
     import atexit
     import gc
 

@@ -4,7 +4,9 @@ Owns `Completion` (one lane's row of a graph's completion record, as the host re
 `validate_completion` (one row against the lane that was submitted: a drop-in for the reference
 engine's check) and `validate_round` (every row of a round, before any lane retires: what a batching
 scheduler adds: submission order across lanes and rounds, accepted count within the offer, consumed
-endpoint within the lane's page reservation).
+endpoint within the lane's page reservation). `CompletionRows` holds a round's rows as columns, as an
+executor reads them back: `validate_round` then checks the round with array comparisons and builds
+no `Completion` unless a row is wrong.
 
 The specification: "The scheduler independently validates generations, submission order, accepted
 counts, and request endpoints before retiring any lane." Each violated invariant has its own error

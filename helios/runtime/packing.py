@@ -4,6 +4,8 @@ Owns the meaning of every ValueBinding a text graph may declare: `GraphPacking.r
 binding's destination (a registered TRANSPORT buffer), source, dtype, extent and indexing once at
 load, and `GraphPacking.pack(lanes, buffers)` fills the destinations for one round. Both runtimes
 use it: the reference engine over plain arrays, the production runtime over pinned staging arrays.
+A round's lanes are read once into `LaneColumns` (NumPy columns, shared by whoever packs or validates
+the same tuple of lanes), and each binding fills its whole destination from them with array writes.
 
 One round is a list of `LaneInput`s in submission order. Each lane consumes `tokens` (its next
 tokens: prompt tokens, then at most one pending token, the last sampled id) starting at sequence
