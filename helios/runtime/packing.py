@@ -48,22 +48,16 @@ Source layouts (the trailing extent of the destination row):
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
-from helios.runtime.request import SamplingParams
+from helios.runtime.lanes import ROW_SCALARS, LaneColumns, LaneInput, LaneOverflow, PackingError
 
 V = contract_pb2  # enum namespace
-
-
-class PackingError(HeliosError):
-    """A value binding cannot be packed as declared; the message names the graph and destination."""
 
 
 class UnsupportedValueSource(PackingError):
@@ -72,10 +66,6 @@ class UnsupportedValueSource(PackingError):
 
 class BindingExtentMismatch(PackingError):
     """The destination buffer's dtype or extents cannot hold the source under the declared indexing."""
-
-
-class LaneOverflow(PackingError):
-    """A round does not fit the graph's capacity (too many lanes, tokens, pages or EOS ids)."""
 
 
 NUMPY_DTYPES: dict[int, np.dtype] = {
@@ -95,50 +85,8 @@ SAMPLING_PARAMETER_ORDER = ("temperature", "top_p", "top_k", "min_p", "repetitio
                             "presence_penalty", "frequency_penalty")
 
 
-@dataclass(frozen=True, slots=True)
-class LaneInput:
-    """One request's share of one round, as packing sees it."""
-
-    slot: int  # physical request slot
-    generation: int  # slot generation, echoed by the completion record
-    consumed: int  # tokens consumed before this round (the consumed-token endpoint)
-    tokens: tuple[int, ...]  # consumed this round: prompt tokens, then at most one pending token (none at admission)
-    prompt_tokens_in_round: int  # how many leading `tokens` are prompt tokens
-    samples: bool  # the sampling decision: this round emits a token for the lane
-    page_ids: tuple[int, ...]  # the request's pages, in sequence order
-    seed: int  # Philox key (taken as uint64)
-    sampling: SamplingParams
-    output_limit: int  # max sampled tokens
-    eos_ids: tuple[int, ...]
-    prompt_token_ids: tuple[int, ...] = ()  # the full prompt (for the prompt histogram)
-    grammar_mask: tuple[int, ...] | None = None  # int32 allowed-token words; None: every token allowed
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.prompt_tokens_in_round <= len(self.tokens):
-            raise LaneOverflow(f"lane in slot {self.slot}: prompt_tokens_in_round out of range")
-        if len(self.tokens) - self.prompt_tokens_in_round > 1:
-            raise LaneOverflow(f"lane in slot {self.slot}: at most one pending token a round")
-        if self.slot < 0 or self.generation < 0 or self.consumed < 0:
-            raise LaneOverflow(f"lane in slot {self.slot}: slot, generation and consumed must be >= 0")
-        if self.samples and not self.tokens:
-            raise LaneOverflow(f"lane in slot {self.slot}: a lane that samples consumes at least one token")
-
-    @property
-    def pending_token(self) -> int | None:
-        return self.tokens[-1] if len(self.tokens) > self.prompt_tokens_in_round else None
-
-
 _ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_PHYSICAL_REQUEST_ROW)
 
-# Sources whose row is one integer, and how to compute it from a lane.
-_ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
-    V.VALUE_SOURCE_SLOT: lambda lane: lane.slot,
-    V.VALUE_SOURCE_GENERATION: lambda lane: lane.generation,
-    V.VALUE_SOURCE_QUERY_LENGTH: lambda lane: len(lane.tokens),
-    V.VALUE_SOURCE_SAMPLING_DECISION: lambda lane: int(lane.samples),
-    V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
-    V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
-}
 _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
                 V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK)
 _TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS)
@@ -198,7 +146,7 @@ class ResolvedBinding:
         if not count:
             return
         source = self.source
-        if source in _ROW_SCALARS:
+        if source in ROW_SCALARS:
             values = columns.scalar(source) + self.offset
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
             values = np.where(columns.has_pending, columns.pending + self.offset, self.padding)
@@ -240,8 +188,8 @@ class ResolvedBinding:
 
     def _row(self, lane: LaneInput) -> np.ndarray:
         source = self.source
-        if source in _ROW_SCALARS:
-            return np.full(self.row_shape, _ROW_SCALARS[source](lane) + self.offset, dtype=self.dtype)
+        if source in ROW_SCALARS:
+            return np.full(self.row_shape, ROW_SCALARS[source](lane) + self.offset, dtype=self.dtype)
         if source == V.VALUE_SOURCE_PENDING_TOKEN:
             token = lane.pending_token
             value = self.padding if token is None else token + self.offset
@@ -303,152 +251,10 @@ class ResolvedBinding:
             view[ends] = (columns.pending[columns.has_pending] + self.offset).reshape((-1, *trailing))
         elif source == V.VALUE_SOURCE_CONSTANT:
             view[:total] = self._constants_row()
-        elif source in _ROW_SCALARS:  # each packed token carries its lane's value
+        elif source in ROW_SCALARS:  # each packed token carries its lane's value
             view[:total] = (columns.scalar(source)[columns.token_lane] + self.offset).reshape((total, *trailing))
         else:
             raise UnsupportedValueSource(f"{self.destination}: {_source_name(self.source)} is not per token")
-
-
-class LaneColumns:
-    """One round's lanes as NumPy columns (int64), each built on first use: packing fills whole
-    binding arrays from these instead of writing lane by lane."""
-
-    __slots__ = ("_cache", "lanes")
-    _last: LaneColumns | None = None  # the columns `of` built last (a round's packing, then its validation)
-
-    def __init__(self, lanes: Sequence[LaneInput]) -> None:
-        self.lanes = lanes
-        self._cache: dict[object, np.ndarray] = {}
-
-    @classmethod
-    def of(cls, lanes: Sequence[LaneInput]) -> LaneColumns:
-        """The columns of `lanes`, shared by everyone who asks about the same tuple of lanes in turn
-        (the executor packing a round, then the scheduler validating it): a tuple of frozen lanes
-        never changes, so its columns are computed once."""
-        last = cls._last
-        if last is not None and last.lanes is lanes:
-            return last
-        columns = cls(lanes)
-        if isinstance(lanes, tuple):
-            cls._last = columns
-        return columns
-
-    def _column(self, name: str, value: Callable[[LaneInput], int]) -> np.ndarray:
-        array = self._cache.get(name)
-        if array is None:
-            array = np.fromiter(map(value, self.lanes), dtype=np.int64, count=len(self.lanes))
-            self._cache[name] = array
-        return array
-
-    def scalar(self, source: int) -> np.ndarray:
-        """The per-lane integer of a `_ROW_SCALARS` source."""
-        return self._column(f"source{source}", _ROW_SCALARS[source])
-
-    @property
-    def slots(self) -> np.ndarray:
-        return self._column("slot", _slot_of)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self._column("length", _length_of)
-
-    @property
-    def page_counts(self) -> np.ndarray:
-        return self._column("pages", _pages_of)
-
-    @property
-    def prompt_in_round(self) -> np.ndarray:
-        return self._column("prompt", _prompt_of)
-
-    @property
-    def ends(self) -> np.ndarray:
-        """Each lane's packed-token end (exclusive)."""
-        array = self._cache.get("ends")
-        if array is None:
-            array = self._cache["ends"] = np.cumsum(self.lengths)
-        return array
-
-    @property
-    def total(self) -> int:
-        return int(self.ends[-1]) if len(self.lanes) else 0
-
-    @property
-    def token_lane(self) -> np.ndarray:
-        """Each packed token's lane index."""
-        array = self._cache.get("token_lane")
-        if array is None:
-            array = self._cache["token_lane"] = np.repeat(np.arange(len(self.lanes)), self.lengths)
-        return array
-
-    @property
-    def within(self) -> np.ndarray:
-        """Each packed token's index within its lane's tokens."""
-        array = self._cache.get("within")
-        if array is None:
-            starts = self.ends - self.lengths
-            array = self._cache["within"] = np.arange(self.total) - starts[self.token_lane]
-        return array
-
-    @property
-    def positions(self) -> np.ndarray:
-        """Each packed token's sequence position."""
-        array = self._cache.get("positions")
-        if array is None:
-            consumed = self.scalar(V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT)
-            array = self._cache["positions"] = consumed[self.token_lane] + self.within
-        return array
-
-    @property
-    def tokens(self) -> np.ndarray:
-        """Every lane's tokens, packed."""
-        array = self._cache.get("tokens")
-        if array is None:
-            flat = itertools.chain.from_iterable(lane.tokens for lane in self.lanes)
-            array = self._cache["tokens"] = np.fromiter(flat, dtype=np.int64, count=self.total)
-        return array
-
-    @property
-    def is_prompt(self) -> np.ndarray:
-        """Packed tokens that are prompt tokens (the rest are pending tokens)."""
-        array = self._cache.get("is_prompt")
-        if array is None:
-            array = self._cache["is_prompt"] = self.within < self.prompt_in_round[self.token_lane]
-        return array
-
-    @property
-    def has_pending(self) -> np.ndarray:
-        """Lanes whose last token is a pending token."""
-        array = self._cache.get("has_pending")
-        if array is None:
-            array = self._cache["has_pending"] = self.lengths > self.prompt_in_round
-        return array
-
-    @property
-    def pending(self) -> np.ndarray:
-        """Each lane's last token (its pending token where `has_pending`; 0 for a lane with no tokens)."""
-        array = self._cache.get("pending")
-        if array is None:
-            last = np.maximum(self.ends - 1, 0)
-            tokens = self.tokens
-            array = np.where(self.lengths > 0, tokens[last] if tokens.size else 0, 0)
-            self._cache["pending"] = array
-        return array
-
-
-def _slot_of(lane: LaneInput) -> int:
-    return lane.slot
-
-
-def _length_of(lane: LaneInput) -> int:
-    return len(lane.tokens)
-
-
-def _pages_of(lane: LaneInput) -> int:
-    return len(lane.page_ids)
-
-
-def _prompt_of(lane: LaneInput) -> int:
-    return lane.prompt_tokens_in_round
 
 
 def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.ValueBinding,
@@ -458,7 +264,7 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
     if buffer is None or buffer.role != manifest_pb2.BUFFER_ROLE_TRANSPORT:
         raise PackingError(f"{where}: the destination is not a registered transport buffer")
     source, indexing = binding.source, binding.indexing
-    supported = set(_ROW_SCALARS) | set(_ROW_VECTORS) | set(_TOKEN_SOURCES) | {
+    supported = set(ROW_SCALARS) | set(_ROW_VECTORS) | set(_TOKEN_SOURCES) | {
         V.VALUE_SOURCE_LIVE_ROW_COUNT, V.VALUE_SOURCE_CONSTANT, V.VALUE_SOURCE_INACTIVE_PADDING}
     if source not in supported:
         raise UnsupportedValueSource(f"{where}: this runtime does not supply {_source_name(source)}")
@@ -488,7 +294,7 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
             raise BindingExtentMismatch(
                 f"{where}: {_indexing_name(indexing)} needs {capacity} rows, the buffer has {shape[0]}")
         rows, row_shape = capacity, shape[1:]
-    if source in _ROW_SCALARS and indexing == V.INDEXING_SCALAR:
+    if source in ROW_SCALARS and indexing == V.INDEXING_SCALAR:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} has a value per lane, not one per submission")
     if source in _TOKEN_SOURCES and source != V.VALUE_SOURCE_PENDING_TOKEN and indexing != V.INDEXING_PACKED_TOKEN:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} is indexed by packed token")
