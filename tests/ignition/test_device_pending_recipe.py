@@ -51,7 +51,8 @@ def test_every_text_program_reads_the_state_and_writes_the_sampled_token_back(pr
         assert ops[0] == ("gather", ["pending_tokens", "token_lane"], ["pending_rows"])
         assert ops[1] == ("where", ["prompt_mark", "tokens", "pending_rows"], ["packed_tokens"])
         assert ops[2][0] == "embedding" and ops[2][1][0] == "packed_tokens"
-        assert ("where", ["sampling_decision", "sampled", "pending_tokens"], ["pending_tokens"]) in ops
+        assert ("where", ["sampling_decision", "sampled", "pending_tokens"], ["pending_decided"]) in ops
+        assert ("where", ["endpoint", "pending_decided", "pending_tokens"], ["pending_tokens"]) in ops
 
 
 def test_host_pending_stays_the_default_and_other_owners_are_refused(tiny_checkpoint):

@@ -140,10 +140,17 @@ class DevicePendingTokens:
     tokens: str  # [P] i32: the packed tokens, host prompt tokens where fed, else the lane's pending token
     bindings: tuple[C.ValueBinding, ...]
 
-    def commit(self, b: ProgramBuilder, sampled: str, sampling_decision: str) -> None:
-        """Each lane whose sampling decision says it sampled keeps its sampled id ([S] i32) as its
-        pending token; the others keep theirs."""
-        b.where(sampling_decision, sampled, self.state, into=self.state)
+    def commit(self, b: ProgramBuilder, sampled: str, sampling_decision: str, in_round: str) -> None:
+        """Each lane of the round whose sampling decision says it sampled keeps its sampled id ([S]
+        i32) as its pending token; every other slot keeps its own.
+
+        `in_round` ([S] i32) is nonzero exactly for the slots that have rows this round (e.g. each
+        lane's consumed endpoint: position + 1 of its last row, 0 for a slot without rows). It is
+        needed because physical request rows of slots outside the round keep whatever an earlier
+        round packed there, their sampling decision included.
+        """
+        decided = b.where(sampling_decision, sampled, self.state, name="pending_decided")
+        b.where(in_round, decided, self.state, into=self.state)
 
 
 def device_pending_tokens(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder,

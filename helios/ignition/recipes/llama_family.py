@@ -8,7 +8,7 @@ one program per (operation, capacity), all the same operator sequence over packe
     -> per layer: rms_norm, q/k/v matmul (+bias), [head_rms_norm q, k], rotary q, k, paged_cache_write
        k, v, paged_attention [sliding window], o matmul, add, rms_norm, gate/up matmul,
        gated_activation, down matmul, add
-    -> last_row_gather per lane, rms_norm, logits, sample [-> where into the pending-token state]
+    -> last_row_gather per lane, rms_norm, logits, sample [-> where, where into the pending-token state]
     -> completion record
 
 The family differences are data: q/k/v bias (Qwen2), per-head q/k norm and explicit head_dim (Qwen3),
@@ -385,7 +385,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     endpoint = b.last_row_gather(text.next_positions, text.token_lane, lanes=geometry.slots, name="endpoint")
     sampled = sampling.sample(b, logits, last_position)
     if device is not None:
-        device.commit(b, sampled, admission.sampling_decision)
+        device.commit(b, sampled, admission.sampling_decision, in_round=endpoint)
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=admission.sampling_decision,
                    sampled=sampled, consumed_endpoint=endpoint)
     program = b.build(decl.buffers)
