@@ -104,7 +104,8 @@ class ProductionRuntime(ThreadedModelRuntime):
             page_tokens=contract.cache.page_tokens, context_tokens=contract.context_tokens,
             input_tokens=contract.input_vocabulary.input_tokens or contract.vocabulary.sampled_tokens,
             sampled_tokens=contract.vocabulary.sampled_tokens, eos_ids=tuple(contract.frontend.eos_token_ids),
-            frames=min(max(contract.manifest.frames, 1), 2))
+            # an executor without submit_round/collect runs every round in frame 0
+            frames=min(max(contract.manifest.frames, 1), 2) if framed else 1)
         cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
         scheduler = Scheduler(config, catalog, cache, framed_executor=framed, sequence_origin=sequence_origin)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}

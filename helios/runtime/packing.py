@@ -28,8 +28,9 @@ Source layouts (the trailing extent of the destination row):
         before the round), OUTPUT_LIMIT                                  -> one integer per row
     LIVE_ROW_COUNT                                                       -> one integer (SCALAR)
     PROMPT_TOKENS, PENDING_TOKEN, PROMPT_POSITIONS                       -> one integer per packed token
-        (PROMPT_TOKENS fills the prompt tokens' rows, PENDING_TOKEN the pending token's row, so two
-        bindings may share one destination; PROMPT_POSITIONS is each packed token's sequence position)
+        (PROMPT_TOKENS fills the prompt tokens' rows and `padding` in the pending token's row,
+        PENDING_TOKEN that row, so two bindings may share one destination; PROMPT_POSITIONS is each
+        packed token's sequence position)
     PENDING_TOKEN with a row indexing                                    -> the lane's pending token
     PAGE_TABLE                                                           -> [pages] page ids, padded
     SEED_BITS                                                            -> [2] (low, high 32 bits) of
@@ -244,8 +245,11 @@ class ResolvedBinding:
         if source == V.VALUE_SOURCE_PROMPT_POSITIONS:
             view[:total] = (columns.positions + self.offset).reshape((total, *trailing))
         elif source == V.VALUE_SOURCE_PROMPT_TOKENS:
-            prompt = columns.is_prompt
-            view[:total][prompt] = (columns.tokens[prompt] + self.offset).reshape((-1, *trailing))
+            # Pending rows get `padding` (a PENDING_TOKEN binding of the same destination overwrites
+            # them next); without one, a device-owned pending token reads padding there, never a
+            # stale token of an earlier round.
+            values = np.where(columns.is_prompt, columns.tokens + self.offset, self.padding)
+            view[:total] = values.reshape((total, *trailing))
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
             ends = columns.ends[columns.has_pending] - 1
             view[ends] = (columns.pending[columns.has_pending] + self.offset).reshape((-1, *trailing))

@@ -61,3 +61,70 @@ def test_a_mixed_round_reads_the_decode_lane_from_state_and_prompt_rows_from_the
         if core is cores[1]:
             np.testing.assert_array_equal(engine.buffers["pending_tokens"], sampled[-1])
     assert sampled[0] == sampled[1]
+
+
+def test_a_pending_row_never_reads_a_stale_prompt_row_of_an_earlier_round(cores):
+    """Round 1 packs prompt rows 0..8 of a MIXED graph; round 2 puts a decode lane at row 0 of the
+    same buffers: the host must leave that row at padding so the device reads the state's token."""
+    mixed = [g.name for g in cores[1].contract.model.graphs if g.operation == contract_pb2.OPERATION_MIXED][0]
+    greedy = SamplingParams(temperature=0.0)
+
+    def lane(slot, consumed, tokens, prompt_in_round, samples, pages):
+        return LaneInput(slot=slot, generation=1, consumed=consumed, tokens=tokens,
+                         prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages, seed=0,
+                         sampling=greedy, output_limit=4, eos_ids=())
+
+    sampled = []
+    for core in cores:
+        engine = ReferenceEngine.load(core)
+        (a,) = engine.run_round("prefill_p8", [lane(0, 0, PROMPT[:4], 4, True, (0, 1))])
+        engine.run_round(mixed, [lane(1, 0, PROMPT[:9], 9, False, (2, 3, 4))])
+        rows = engine.run_round(mixed, [lane(0, 4, (a.sampled_id,), 0, True, (0, 1)),
+                                        lane(1, 9, PROMPT[9:], 2, True, (2, 3, 4))])
+        sampled.append([a.sampled_id] + [r.sampled_id for r in rows])
+    assert sampled[0] == sampled[1]
+
+
+def test_the_batching_runtime_over_the_reference_engine_matches_sequential_tokens_under_preemption(cores):
+    """ProductionRuntime driving the reference engine's unframed run_round over a device core: one
+    frame, every round in frame 0; page pressure preempts and readmits (a readmitted request's
+    device-owned token is re-fed by the host with its history); tokens equal the host-fed core's."""
+    import asyncio
+
+    from helios.production.runtime import ProductionRuntime
+    from helios.runtime.events import Finished, TokenEvent
+    from helios.runtime.interface import PreparedRequest
+    from helios.runtime.limits import AdmissionLimits
+
+    host, device = cores
+    requests = [GenerationRequest(PROMPT[i:], max_tokens=8, sampling=SamplingParams(temperature=0.0 if i % 2 else 0.9,
+                                                                                    top_k=20, seed=i), ignore_eos=True)
+                for i in range(3)]
+    reference = ReferenceEngine.load(host)
+    expected = [list(reference.generate(r)) for r in requests]
+    pages = 7  # two requests growing to 19 and 18 positions (5 pages each) cannot both hold theirs
+    engine = ReferenceEngine.load(device, pages=pages)
+    runtime = ProductionRuntime.for_executor(engine, engine.contract, AdmissionLimits(max_active=2, queue_capacity=8),
+                                             pages=pages)
+
+    async def main():
+        runtime.start()
+        try:
+            streams = [runtime.submit(PreparedRequest(f"r{i}", r, observe_tokens=True))
+                       for i, r in enumerate(requests)]
+            out = []
+            for stream in streams:
+                tokens = []
+                async for event in stream:
+                    if isinstance(event, TokenEvent):
+                        tokens.append(event.token_id)
+                    else:
+                        assert isinstance(event, Finished), event
+                out.append(tokens)
+            return out
+        finally:
+            runtime.shutdown()
+
+    assert asyncio.run(main()) == expected
+    counters = runtime.scheduler.counters
+    assert counters.preemptions >= 1 and counters.readmissions >= 1

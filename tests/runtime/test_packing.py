@@ -43,7 +43,9 @@ def test_lane_columns():
 
 def test_packed_token_sources_share_a_destination():
     prompt = _write(_binding(V.VALUE_SOURCE_PROMPT_TOKENS, V.INDEXING_PACKED_TOKEN, 6, offset=1))
-    assert prompt.tolist() == [12, 13, 14, -7, -1, -1]  # the pending row keeps its bytes for the pending binding
+    # the pending row gets padding: the pending binding overwrites it, or (a device-owned pending
+    # token) the program reads its state there, never a stale token of an earlier round
+    assert prompt.tolist() == [12, 13, 14, -1, -1, -1]
     shared = prompt.copy()
     _binding(V.VALUE_SOURCE_PENDING_TOKEN, V.INDEXING_PACKED_TOKEN, 6, offset=1).write(shared, LANES)
     assert shared.tolist() == [12, 13, 14, 100, -1, -1]
