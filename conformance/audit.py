@@ -21,7 +21,9 @@ at most the core precision's tie tolerance, picks production's id (`conformance.
 the smallest such move; for a greedy row, half the winning logit margin): the tie is reported with
 its margin and the replay continues with production's token (later lanes carry production's tokens,
 so adopting it is automatic). Device-owned pending tokens (-1 in a lane) are the lane's previous
-production sample.
+production sample; on a core whose graphs keep the pending token in a state view, production's
+sample is also written into the reference's state row of the slot after every round, so the replay
+reads what production read there (after an adopted tie as well).
 """
 
 from __future__ import annotations
@@ -73,6 +75,10 @@ class _Replay:
         self.slots = serving.max_concurrency
         self.last: dict[int, int] = {}  # slot -> production's last sampled id (device-owned pending tokens)
         self.ties: list[Divergence] = []
+        # graph -> (state buffer, byte offset, row stride) of its device-owned pending token
+        self.pending_state = {g.name: (g.pending_token_state.buffer, g.pending_token_state.byte_offset,
+                                       g.pending_token_state.row_stride)
+                              for g in serving.model.graphs if g.HasField("pending_token_state")}
 
     def lanes(self, record: RoundRecord) -> list[LaneInput]:
         out = []
@@ -104,7 +110,17 @@ class _Replay:
         for lane, row in zip(lanes, record.rows, strict=False):
             if row.emitted:
                 self.last[lane.slot] = row.sampled_id
+                self._adopt_pending(record.graph, lane.slot, row.sampled_id)
         return found
+
+    def _adopt_pending(self, graph: str, slot: int, token: int) -> None:
+        """Production's sample becomes the slot's device-owned pending token on the reference too."""
+        if graph not in self.pending_state:
+            return
+        buffer, offset, stride = self.pending_state[graph]
+        raw = self.engine.buffers[buffer].reshape(-1).view(np.uint8)
+        start = offset + slot * stride
+        raw[start:start + 4] = np.frombuffer(np.int32(token).tobytes(), dtype=np.uint8)
 
     def _transport(self, record: RoundRecord, lanes: list[LaneInput]) -> Divergence | None:
         packing = self.engine.graphs[record.graph].packing

@@ -284,7 +284,14 @@ class FramedTraceRecorder(TraceRecorder):
             rows = list(self.executor.collect(handle))
         except Exception as raised:
             error = raised
-            rows = read_rows(self.buffers, self.completion, lanes)
+            # NOTE: a later submission may have rewritten the completion buffers: an executor that
+            # reads each frame back on its own (FramedExecutor.frame_readback) holds this round's record.
+            readback = getattr(self.executor, "frame_readback", None)
+            if readback is not None:
+                own = readback[frame]
+                rows = read_rows({str(f): t for f, t in own.items()}, {f: str(f) for f in own}, lanes)
+            else:
+                rows = read_rows(self.buffers, self.completion, lanes)
         self._record(graph_name, frame, lanes, transport, sequence, rows, error)
         if error is not None:
             raise error

@@ -52,6 +52,27 @@ def test_trace_and_e2e_pass_with_two_frames_in_flight(device_core):
     assert counters.preemptions >= 1 and counters.readmissions >= 1
     # lanes whose pending token the host did not know when it packed them, reconstructed by the audit
     assert any(lane.pending_token == -1 for record in sink.records for lane in record.lanes)
+    _production_samples_become_the_reference_state(device_core, sink.records)
+
+
+def _production_samples_become_the_reference_state(core, records):
+    """The replay writes production's sample into the reference's pending-token state row (what an
+    adopted numeric tie needs): a last round whose sample is moved diverges, and the state holds the
+    moved token."""
+    from dataclasses import replace
+
+    from conformance.audit import _Replay
+    from conformance.trace import header_for
+
+    *earlier, last = records
+    index = next(i for i, row in enumerate(last.rows) if row.emitted)
+    moved = (last.rows[index].sampled_id + 1) % core.contract.model.vocabulary.sampled_tokens
+    rows = tuple(replace(row, sampled_id=moved) if i == index else row for i, row in enumerate(last.rows))
+    replay = _Replay(core, header_for(core.contract, 8), "trace/moved", "f32")
+    assert all(replay.round(record) is None for record in earlier)
+    found = replay.round(replace(last, rows=rows))
+    assert found is not None and found.field == "sampled_id"
+    assert int(replay.engine.buffers["pending_tokens"][last.lanes[index].slot]) == moved
 
 
 def test_a_string_stop_keeps_one_frame_and_still_conforms(device_core):

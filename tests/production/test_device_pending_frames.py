@@ -139,3 +139,25 @@ def test_frames_are_collected_in_order_and_never_reused_while_outstanding(setup)
     assert [(r[0].frame_index, r[0].generation) for r in rows] == [(0, 9), (1, 9)]
     assert rows[1][0].submission_sequence == rows[0][0].submission_sequence + 1
     assert executor.outstanding == 0
+
+
+def test_a_rejected_framed_round_is_traced_with_its_own_frame_record(setup):
+    """The trace recorder reads a rejected round's rows from its frame's read-back (a later
+    submission may already have rewritten the completion buffers)."""
+    from conformance.trace import FramedTraceRecorder, TraceList
+    from helios.proto import manifest_pb2
+    from helios.runtime.completion import CompletionInvalid
+
+    model, _ = setup
+    sink = TraceList()
+    recorder = FramedTraceRecorder(model.executor, model.serving, model.manifests[0], sink)
+    lanes = [LaneInput(slot=1, generation=4, consumed=0, tokens=(), prompt_tokens_in_round=0, samples=False,
+                       page_ids=(1,), seed=0, sampling=SamplingParams(), output_limit=1, eos_ids=())]
+    handle = recorder.submit_round("initialization", lanes, 1)
+    model.executor.frame_readback[1][manifest_pb2.COMPLETION_FIELD_STATUS].fill_(3)  # an execution failure
+    with pytest.raises(CompletionInvalid, match="status 3"):
+        recorder.collect(handle)
+    (record,) = sink.records
+    assert record.frame == 1 and record.error is not None
+    assert (record.rows[0].status, record.rows[0].frame_index, record.rows[0].generation) == (3, 1, 4)
+    assert model.executor.outstanding == 0
