@@ -63,3 +63,4 @@ def test_host_pending_stays_the_default_and_other_owners_are_refused(tiny_checkp
         dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,)))
     assert host.manifest.transport.frames == 1
     assert all(b.role != M.BUFFER_ROLE_STATE for b in host.manifest.buffers)
+
