@@ -60,7 +60,7 @@ def test_host_pending_stays_the_default_and_other_owners_are_refused(tiny_checkp
     with pytest.raises(InvalidPreparationOptions, match="--pending-token"):
         PreparationOptions(pending_token="both")
     host = prepare_checkpoint(tiny_checkpoint("qwen3"), PreparationOptions(
-        dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,)))
+        dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,), pending_token="host"))
     assert host.manifest.transport.frames == 1
     assert all(b.role != M.BUFFER_ROLE_STATE for b in host.manifest.buffers)
 

@@ -3,6 +3,7 @@ the contract, manifest, programs and resources preparation emits."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -107,8 +108,9 @@ def test_preparation_emits_a_valid_contract(tiny_checkpoint):
     assert (frontend.tool_parser, frontend.reasoning_parser) == (C.TOOL_PARSER_NONE, C.REASONING_PARSER_NONE)
 
 
-def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint):
-    prepared = prepare_checkpoint(tiny_checkpoint("llama"), SMALL)
+@pytest.mark.parametrize("pending_token", ["device", "host"])
+def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint, pending_token):
+    prepared = prepare_checkpoint(tiny_checkpoint("llama"), dataclasses.replace(SMALL, pending_token=pending_token))
     programs = {}
     for handle in prepared.manifest.graphs:
         programs[handle.name] = program_pb2.Program.FromString(prepared.read(handle.program_resources[0]))
@@ -116,13 +118,15 @@ def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint):
     sequences = {tuple(op.op for op in programs[name].operators) for name in text}
     assert len(sequences) == 1
     (sequence,) = sequences
-    assert sequence[0] == "embedding" and "sample" in sequence and "paged_attention" in sequence
+    head = ("embedding",) if pending_token == "host" else ("gather", "where", "embedding")
+    assert sequence[:len(head)] == head and "sample" in sequence and "paged_attention" in sequence
     init_ops = {op.op for op in programs["initialization"].operators}
     assert init_ops <= {"copy", "fill"} and init_ops
     graph = next(g for g in prepared.contract.model.graphs if g.name == "decode_b2")
     sources = {b.source for b in graph.value_bindings}
-    assert {C.VALUE_SOURCE_PROMPT_TOKENS, C.VALUE_SOURCE_PENDING_TOKEN, C.VALUE_SOURCE_PAGE_TABLE,
+    assert {C.VALUE_SOURCE_PROMPT_TOKENS, C.VALUE_SOURCE_PAGE_TABLE,
             C.VALUE_SOURCE_SEED_BITS, C.VALUE_SOURCE_SAMPLING_PARAMETERS} <= sources
+    assert (C.VALUE_SOURCE_PENDING_TOKEN in sources) == (pending_token == "host")
     weights = {d.resource for d in programs["decode_b2"].tensors if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
     assert weights == set(graph.resource_dependencies) - {"program/decode_b2/rank0"}
 

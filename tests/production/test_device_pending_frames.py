@@ -25,6 +25,7 @@ from tests.production.helpers import DEVICE, GPU, PAGES, TINY_OPTIONS
 pytestmark = pytest.mark.skipif(GPU, reason="fp32 token equality is a CPU test; the GPU runs bf16")
 
 DEVICE_OPTIONS = dataclasses.replace(TINY_OPTIONS, pending_token="device")
+HOST_OPTIONS = dataclasses.replace(TINY_OPTIONS, pending_token="host")
 REQUESTS = (  # prompts of 5 to 19 tokens: chunked prefill, MIXED rounds, decode rounds
     GenerationRequest((5, 17, 99, 200, 33, 1, 2, 3, 4, 5, 6, 7, 81, 82, 83, 120, 121, 9, 250), max_tokens=5,
                       sampling=SamplingParams(temperature=0.0), ignore_eos=True),
@@ -52,7 +53,7 @@ class EvenTokens:
 @pytest.fixture(scope="module")
 def setup(tiny_checkpoint):
     directory = tiny_checkpoint("qwen3")
-    host = prepare_checkpoint(directory, TINY_OPTIONS)
+    host = prepare_checkpoint(directory, HOST_OPTIONS)
     reference = ReferenceEngine.load(host, pages=PAGES)
     expected = [list(reference.generate(r)) for r in REQUESTS]
     model = NativeModel.load(prepare_checkpoint(directory, DEVICE_OPTIONS), LoadOptions(device=str(DEVICE), pages=PAGES))

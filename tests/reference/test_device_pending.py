@@ -16,7 +16,8 @@ from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest, SamplingParams
 
 PROMPT = (3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46)
-HOST = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8, 16))
+HOST = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8, 16),
+                          pending_token="host")
 DEVICE = dataclasses.replace(HOST, pending_token="device")
 
 
