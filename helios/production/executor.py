@@ -289,11 +289,11 @@ class NativeExecutor:
         else:
             self.buffers[name][row, columns].copy_(self.staging[name][row, columns], non_blocking=True)
 
-    def _execute(self, graph: ExecutorGraph) -> None:
+    def _execute(self, graph: ExecutorGraph, frame: int = 0) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.
-        frame = self.completion.get(M.COMPLETION_FIELD_FRAME_INDEX)
-        if frame is not None:
-            self.buffers[frame].fill_(0)
+        index = self.completion.get(M.COMPLETION_FIELD_FRAME_INDEX)
+        if index is not None:
+            self.buffers[index].fill_(frame)
         sequence = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
         if sequence is not None:
             self.buffers[sequence].fill_(transport_sequence(self.sequence))

@@ -29,7 +29,7 @@ from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.executor import ExecutorGraph, NativeExecutor
 from helios.proto import manifest_pb2
-from helios.runtime.completion import CompletionRows, transport_sequence, validate_round
+from helios.runtime.completion import CompletionRows, validate_round
 from helios.runtime.packing import LaneColumns, LaneInput
 
 M = manifest_pb2
@@ -120,7 +120,7 @@ class FramedExecutor(NativeExecutor):
         if gpu:
             self._uploaded = torch.cuda.Event()
             self._uploaded.record(torch.cuda.current_stream(self.device))
-        self._launch(graph, frame)
+        self._execute(graph, frame)
         readback = self.frame_readback[frame]
         for field, host in readback.items():
             host.copy_(self.buffers[self.completion[field]], non_blocking=gpu)
@@ -147,19 +147,6 @@ class FramedExecutor(NativeExecutor):
         validate_round(handle.graph, handle.lanes, rows, sequence=handle.sequence,
                        sampled_tokens=self.sampled_tokens, page_tokens=self.page_tokens, frame=handle.frame)
         return rows
-
-    def _launch(self, graph: ExecutorGraph, frame: int) -> None:
-        # NOTE: the transport owns frame index and submission sequence; programs never write them.
-        index = self.completion.get(M.COMPLETION_FIELD_FRAME_INDEX)
-        if index is not None:
-            self.buffers[index].fill_(frame)
-        sequence = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
-        if sequence is not None:
-            self.buffers[sequence].fill_(transport_sequence(self.sequence))
-        if self.capture is not None:
-            self.capture.replay(graph.name)
-        else:
-            graph.plan.run()
 
     @staticmethod
     def _rows(readback: Mapping[int, torch.Tensor], columns: LaneColumns) -> CompletionRows:
