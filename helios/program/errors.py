@@ -17,6 +17,10 @@ class UnsupportedOperatorSetVersion(ProgramError):
     """The program declares an operator-set version this engine does not implement."""
 
 
+class OperatorNewerThanProgram(ProgramError):
+    """An operator was introduced by a later operator-set version than the one the program declares."""
+
+
 class DuplicateTensor(ProgramError):
     """Two tensor declarations share one name."""
 

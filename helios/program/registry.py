@@ -23,8 +23,10 @@ from helios.program.types import (
     dtype_name,
 )
 
-OPERATOR_SET_VERSION = 1
-SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1})
+# Version 1: the first seventeen operators. Version 2 adds `gather` and `where` (device-owned
+# pending tokens); every version-1 meaning is unchanged, so version-1 programs keep loading.
+OPERATOR_SET_VERSION = 2
+SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2})
 
 # Columns of the `parameters` input of `sample` ([B, 7] f32), in this order.
 SAMPLING_PARAMETERS = (
@@ -349,9 +351,9 @@ _SPECS = (
     OperatorSpec("copy", "out = x in row-major order (same dtype, same element count)",
                  ("x",), ("out",), _copy),
     OperatorSpec("gather", "out[t] = x[index[t]] along the first axis (zero row for index outside [0, rows))",
-                 ("x", "index"), ("out",), _gather),
+                 ("x", "index"), ("out",), _gather, since=2),
     OperatorSpec("where", "out = cond != 0 ? a : b, elementwise (any dtype)",
-                 ("cond", "a", "b"), ("out",), _where),
+                 ("cond", "a", "b"), ("out",), _where, since=2),
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

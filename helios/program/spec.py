@@ -103,6 +103,7 @@ class OperatorSpec:
     attributes: tuple[AttributeSpec, ...] = ()
     optional_inputs: int = 0  # how many trailing inputs may be omitted
     in_place: tuple[tuple[int, int], ...] = ()  # (output index, input index): the output IS that input
+    since: int = 1  # the operator-set version that introduced the operator
     attribute_map: Mapping[str, AttributeSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +117,8 @@ class OperatorSpec:
         for out_index, in_index in self.in_place:
             if not (0 <= out_index < len(self.outputs) and 0 <= in_index < len(self.inputs)):
                 raise ValueError(f"operator {self.name}: in_place pair out of range")
+        if self.since < 1:
+            raise ValueError(f"operator {self.name}: since must be >= 1")
         object.__setattr__(self, "attribute_map", {a.name: a for a in self.attributes})
 
     @property

@@ -24,6 +24,7 @@ from helios.program.errors import (
     InPlaceMismatch,
     NonStaticExtent,
     OperatorArity,
+    OperatorNewerThanProgram,
     OutputTypeMismatch,
     ReadBeforeWrite,
     ReadOnlyTensorWritten,
@@ -237,6 +238,11 @@ def validate_program(
         checked = check_operator(index, operator, types)
         where = f"operators[{index}] ({operator.op})"
         spec = OPERATORS[operator.op]
+        if spec.since > program.operator_set_version:
+            raise OperatorNewerThanProgram(
+                f"{where}: {operator.op} belongs to operator-set version {spec.since}, but program "
+                f"{program.graph!r} declares version {program.operator_set_version}"
+            )
         aliased = {spec.inputs[i] for _, i in spec.in_place}
         for slot, name in zip(spec.inputs, checked.inputs, strict=False):
             if name not in written and slot not in aliased:

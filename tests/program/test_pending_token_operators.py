@@ -55,3 +55,32 @@ def test_where_rejects_bad_operands(cond, a, b, message):
     names = [builder.transport(n, n, d, s) for n, (d, s) in (("c", cond), ("a", a), ("b", b))]
     with pytest.raises(E.ShapeRuleViolation, match=message):
         builder.where(*names)
+
+
+def test_gather_and_where_belong_to_operator_set_version_2():
+    from helios.program import OPERATOR_SET_VERSION, SUPPORTED_OPERATOR_SET_VERSIONS, validate_program
+
+    assert OPERATOR_SET_VERSION == 2 and SUPPORTED_OPERATOR_SET_VERSIONS == {1, 2}
+    b = ProgramBuilder("g")
+    pending = b.state("pending", "pending_tokens", "i32", [4])
+    decision = b.transport("decision", "decision", "i32", [4])
+    sampled = b.transport("sampled", "sampled", "i32", [4])
+    b.where(decision, sampled, pending, into=pending)
+    program = b.build()
+    assert program.operator_set_version == 2
+    program.operator_set_version = 1  # a version-1 program may not use a version-2 operator
+    with pytest.raises(E.OperatorNewerThanProgram, match=r"operators\[0\] \(where\).*version 2.*declares version 1"):
+        validate_program(program)
+
+
+def test_a_version_1_program_still_validates():
+    from helios.program import validate_program
+
+    b = ProgramBuilder("g")
+    x = b.transport("x", "x", "f32", [4])
+    y = b.transport("y", "y", "f32", [4])
+    b.add(x, y, name="s")
+    b.copy("s", into=b.completion("out", "out", "f32", [4]))
+    program = b.build()
+    program.operator_set_version = 1
+    validate_program(program)
