@@ -36,8 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -60,6 +59,7 @@ class Specialization:
 
 
 _log = logging.getLogger(__name__)
+PREFILL_TIMEOUT_S = 120.0  # all forked compiles together; a Qwen3-0.6B core needs about 2 s on 16 cores
 _FORKED: list[Specialization] = []  # NOTE: what forked prefill workers inherit; set only while they run
 
 
@@ -135,19 +135,29 @@ def _compile_forked(index: int, device_index: int) -> str | None:
 
 def prefill_disk_cache(specializations: list[Specialization], device_index: int, processes: int) -> int:
     """Compiles `specializations` in `processes` forked workers into Triton's disk cache; returns
-    how many failed there (0 where fork is unavailable: nothing is done)."""
+    how many failed there (0 where fork is unavailable: nothing is done). Workers that have not all
+    finished within `PREFILL_TIMEOUT_S` (a worker that died or hung: the process was forked with
+    other threads running) are killed, and every specialization is left to the in-process compile."""
     global _FORKED
     if processes < 2 or len(specializations) < 2 or sys.platform != "linux":
         return 0
     _FORKED = specializations
+    pool = None
     try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(min(processes, len(specializations)), mp_context=context) as pool:
-            failures = [f for f in pool.map(_compile_forked, range(len(specializations)), repeat(device_index)) if f]
-    except (BrokenProcessPool, OSError) as error:
+        pool = multiprocessing.get_context("fork").Pool(min(processes, len(specializations)))
+        jobs = pool.starmap_async(_compile_forked, zip(range(len(specializations)), repeat(device_index)))
+        failures = [f for f in jobs.get(timeout=PREFILL_TIMEOUT_S) if f]
+    except multiprocessing.TimeoutError:
+        _log.warning("kernel prefill workers did not finish in %.0f s; compiling in this process instead",
+                     PREFILL_TIMEOUT_S)
+        return len(specializations)
+    except OSError as error:
         _log.warning("kernel prefill workers failed (%s); compiling in this process instead", error)
         return len(specializations)
     finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
         _FORKED = []
     for failure in failures:
         _log.warning("kernel prefill: %s (compiled again in this process)", failure)

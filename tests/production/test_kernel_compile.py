@@ -54,3 +54,25 @@ def test_one_process_or_one_specialization_prefills_nothing(tmp_path):
     assert prefill_disk_cache(items, 0, processes=1) == 0
     assert prefill_disk_cache(items[:1], 0, processes=4) == 0
     assert list(tmp_path.iterdir()) == []
+
+
+class Hangs:
+    """Stands in for a JIT function whose compile never returns (a worker deadlocked after fork)."""
+
+    def preload(self, data: str) -> None:
+        import time
+
+        time.sleep(60)
+
+
+def test_workers_past_the_deadline_are_killed_and_everything_is_left_to_the_in_process_compile(
+        tmp_path, monkeypatch, caplog):
+    import time
+
+    monkeypatch.setattr(kernel_compile, "PREFILL_TIMEOUT_S", 1.0)
+    items = [Specialization(Recorder(tmp_path), "good", "good"), Specialization(Hangs(), "stuck", "stuck")]
+    started = time.monotonic()
+    assert prefill_disk_cache(items, 0, processes=2) == 2
+    assert time.monotonic() - started < 30
+    assert "did not finish in 1 s" in caplog.text
+    assert kernel_compile._FORKED == []
