@@ -65,6 +65,12 @@ class _Entry:
     request: PreparedRequest
     stream: EventStream
     sampled: int = 0
+    # Read once at submission for the per-token fast path of `_deliver_round`:
+    plain: bool = False  # no grammar and no output filter: a token is at most a TokenEvent
+    ends_at: tuple[int, ...] = ()  # ids that end the request (EOS; empty when it ignores EOS)
+    observe: bool = False  # observe_tokens
+    timed: bool = False  # observe_timestamps
+    max_tokens: int = 0
 
 
 class ProductionRuntime(ThreadedModelRuntime):
@@ -150,7 +156,11 @@ class ProductionRuntime(ThreadedModelRuntime):
                 self._rejected += 1
                 stream.put_nowait(Rejected(f"the model worker is {self._status}"))
                 return
-            entry = _Entry(request, stream)
+            generation = request.generation
+            eos = () if generation.ignore_eos else tuple(generation.eos_token_ids or self._scheduler.config.eos_ids)
+            entry = _Entry(request, stream, plain=request.grammar is None and request.output_filter is None,
+                           ends_at=eos, observe=request.observe_tokens, timed=request.observe_timestamps,
+                           max_tokens=generation.max_tokens)
             self._entries[request.request_id] = entry
             self._ingress.append(entry)
             self._submitted += 1
@@ -256,11 +266,22 @@ class ProductionRuntime(ThreadedModelRuntime):
 
     def _deliver_round(self, delivered: list[tuple[LaneOutcome, _Entry | None]], stamp: int | None) -> None:
         """Every retired token of one round; the round's events reach the serving loops together."""
-        self._outbox = []
+        outbox = self._outbox = []
         try:
             for outcome, entry in delivered:
-                if entry is not None:
-                    self._deliver(outcome, entry, stamp)
+                if entry is None:
+                    continue
+                token = outcome.token
+                if entry.plain and token not in entry.ends_at:
+                    # `_deliver` without a grammar or an output filter, for a token that is not EOS:
+                    # the event (if observed), then the output limit
+                    sampled = entry.sampled = outcome.sampled
+                    if entry.observe:
+                        outbox.append((entry.stream, TokenEvent(token, (), stamp if entry.timed else None)))
+                    if sampled >= entry.max_tokens:
+                        self._end(entry, Termination.LENGTH, ())
+                    continue
+                self._deliver(outcome, entry, stamp)
         finally:
             outbox, self._outbox = self._outbox, None
             EventStream.put_many(outbox)

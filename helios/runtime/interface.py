@@ -139,6 +139,19 @@ class EventStream:
     def put_many(events: Sequence[tuple[EventStream, Event]]) -> None:
         """Deliver several streams' events from any thread, in order, waking each serving loop once
         (a batching worker hands over one round's events this way, not one wake-up per token)."""
+        if not events:
+            return
+        first = events[0][0]._loop
+        for stream, _ in events:  # most often every stream is served by one loop: one batch as it is
+            if stream._loop is not first:
+                break
+        else:
+            try:
+                first.call_soon_threadsafe(_put_batch, list(events))
+            except RuntimeError:
+                if not first.is_closed():
+                    raise
+            return
         batches: dict[asyncio.AbstractEventLoop, list[tuple[EventStream, Event]]] = {}
         for stream, event in events:
             batches.setdefault(stream._loop, []).append((stream, event))

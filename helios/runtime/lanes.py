@@ -6,6 +6,7 @@ packing sees it, and `LaneColumns`, a round's lanes read once into NumPy columns
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,10 @@ class LaneInput:
     grammar_mask: tuple[int, ...] | None = None  # int32 allowed-token words; None: every token allowed
 
     def __post_init__(self) -> None:
+        count, prompt = len(self.tokens), self.prompt_tokens_in_round
+        if (0 <= prompt <= count and count - prompt <= 1 and self.slot >= 0 and self.generation >= 0
+                and self.consumed >= 0 and (count or not self.samples)):
+            return  # every rule holds (checked in one expression: a lane is built per request per round)
         if not 0 <= self.prompt_tokens_in_round <= len(self.tokens):
             raise LaneOverflow(f"lane in slot {self.slot}: prompt_tokens_in_round out of range")
         if len(self.tokens) - self.prompt_tokens_in_round > 1:
@@ -69,6 +74,35 @@ ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
     V.VALUE_SOURCE_SAMPLING_DECISION: lambda lane: int(lane.samples),
     V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
+}
+
+
+# Column builders over a sequence of lanes, C-level iterators only (no Python call per lane): a round's
+# columns are read from up to 256 lanes several times a round.
+_attribute = operator.attrgetter
+
+
+def _lengths_of(attribute: str) -> Callable[[Sequence[LaneInput]], object]:
+    get = _attribute(attribute)
+    return lambda lanes: map(len, map(get, lanes))
+
+
+def _attribute_of(attribute: str) -> Callable[[Sequence[LaneInput]], object]:
+    get = _attribute(attribute)
+    return lambda lanes: map(get, lanes)
+
+
+_COLUMN_ITERATORS: dict[object, Callable[[Sequence[LaneInput]], object]] = {
+    f"source{V.VALUE_SOURCE_SLOT}": _attribute_of("slot"),
+    f"source{V.VALUE_SOURCE_GENERATION}": _attribute_of("generation"),
+    f"source{V.VALUE_SOURCE_QUERY_LENGTH}": _lengths_of("tokens"),
+    f"source{V.VALUE_SOURCE_SAMPLING_DECISION}": _attribute_of("samples"),
+    f"source{V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT}": _attribute_of("consumed"),
+    f"source{V.VALUE_SOURCE_OUTPUT_LIMIT}": _attribute_of("output_limit"),
+    "slot": _attribute_of("slot"),
+    "length": _lengths_of("tokens"),
+    "pages": _lengths_of("page_ids"),
+    "prompt": _attribute_of("prompt_tokens_in_round"),
 }
 
 
@@ -99,7 +133,9 @@ class LaneColumns:
     def _column(self, name: str, value: Callable[[LaneInput], int]) -> np.ndarray:
         array = self._cache.get(name)
         if array is None:
-            array = np.fromiter(map(value, self.lanes), dtype=np.int64, count=len(self.lanes))
+            iterate = _COLUMN_ITERATORS.get(name)
+            values = map(value, self.lanes) if iterate is None else iterate(self.lanes)
+            array = np.fromiter(values, dtype=np.int64, count=len(self.lanes))
             self._cache[name] = array
         return array
 
@@ -166,7 +202,7 @@ class LaneColumns:
         """Every lane's tokens, packed."""
         array = self._cache.get("tokens")
         if array is None:
-            flat = itertools.chain.from_iterable(lane.tokens for lane in self.lanes)
+            flat = itertools.chain.from_iterable(map(_TOKENS, self.lanes))
             array = self._cache["tokens"] = np.fromiter(flat, dtype=np.int64, count=self.total)
         return array
 
@@ -196,6 +232,9 @@ class LaneColumns:
             array = np.where(self.lengths > 0, tokens[last] if tokens.size else 0, 0)
             self._cache["pending"] = array
         return array
+
+
+_TOKENS = _attribute("tokens")
 
 
 def _slot_of(lane: LaneInput) -> int:

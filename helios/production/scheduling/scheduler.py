@@ -88,6 +88,9 @@ class _Sequence:
     admitted_known: int = 0  # tokens known at the latest (re)admission: the device has sampled none of them
     reused_prompt_tokens: int = 0
     eos_ids: tuple[int, ...] | None = None  # the lane's EOS ids (its own, else the core's), built once
+    # What every lane of the request carries unchanged (seed, sampling, output limit, EOS ids, prompt),
+    # gathered once: the same objects each round, so the executor compares them at no cost.
+    lane_fields: tuple | None = None
 
     @property
     def frontier(self) -> int:
@@ -135,6 +138,7 @@ class Scheduler:
         self._free_slots = list(range(config.max_active - 1, -1, -1))
         self._slot_generations = [0] * config.max_active
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
+        self._cohorts: dict[int, list[_Sequence]] = {}  # outstanding plan sequence -> its lanes' requests
         self._released: list[str] = []  # cancelled requests whose resources came back
         self._prefill_turn = False
         self._next_frame = 0  # frames alternate by submission; rounds retire in submission order
@@ -296,17 +300,21 @@ class Scheduler:
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
         else:
             emitted, sampled_ids = [r.emitted for r in rows], [r.sampled_id for r in rows]
-        outcomes = []
+        outcomes: list[LaneOutcome] = []
+        append = outcomes.append
         page_tokens = self.config.page_tokens
         initialization = plan.operation == C.OPERATION_INITIALIZATION
-        for lane, request_id, emits, sampled_id in zip(plan.lanes, plan.request_ids, emitted, sampled_ids,
-                                                       strict=True):
-            s = self._all[request_id]
+        # The plan's requests in lane order, kept at submission (a request is forgotten only after the
+        # fence of its last outstanding round, so every one is still here).
+        sequences = self._cohorts.pop(plan.sequence)
+        for s, lane, request_id, emits, sampled_id in zip(sequences, plan.lanes, plan.request_ids, emitted,
+                                                          sampled_ids, strict=True):
             count = len(lane.tokens)  # the lane retires: its tokens are committed
             s.in_flight -= 1
             s.submitted -= count
-            s.consumed += count
-            s.unknown -= int(lane.samples)
+            consumed = s.consumed = s.consumed + count
+            if lane.samples:
+                s.unknown -= 1
             if s.cancelled or s.ended:
                 if s.in_flight == 0:
                     self._release(s)
@@ -315,15 +323,14 @@ class Scheduler:
                 s.initialized = True
                 continue
             pages = s.pages
-            assert pages is not None
-            published = len(pages.keys)
-            if published < len(pages.pages) and (published + 1) * page_tokens <= s.consumed:
-                pages.publish(s.known, s.consumed)  # a page was filled: key it (once a page, not a round)
+            published = len(pages.keys)  # type: ignore[union-attr]
+            if (published + 1) * page_tokens <= consumed and published < len(pages.pages):  # type: ignore[union-attr]
+                pages.publish(s.known, consumed)  # type: ignore[union-attr]  # a page was filled: key it once
             if emits:
                 s.known.append(sampled_id)
-                s.sampled += 1
-                self.counters.output_tokens += 1
-                outcomes.append(LaneOutcome(request_id, sampled_id, s.sampled))
+                sampled = s.sampled = s.sampled + 1
+                append(LaneOutcome(request_id, sampled_id, sampled))
+        self.counters.output_tokens += len(outcomes)
         return outcomes
 
     def abort(self, plan: RoundPlan) -> list[str]:
@@ -331,6 +338,7 @@ class Scheduler:
         end; returns those the runtime must report as failed (cancelled ones are just released)."""
         if plan in self._outstanding:
             self._outstanding.remove(plan)
+        self._cohorts.pop(plan.sequence, None)
         failed = []
         for lane, request_id in zip(plan.lanes, plan.request_ids, strict=True):
             s = self._all.get(request_id)
@@ -443,57 +451,68 @@ class Scheduler:
 
     def _submit(self, variant: GraphVariant, cohort: list[tuple[_Sequence, int]]) -> RoundPlan:
         self._sequence += 1
-        lanes, updates = [], []
+        lanes, updates, sequences = [], [], []
         constrained = 0
+        operation = variant.operation
+        initialization = operation == C.OPERATION_INITIALIZATION
+        delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
+        lane_of = self._lane
         for s, chunk in cohort:
-            lane = self._lane(s, chunk, initialization=variant.operation == C.OPERATION_INITIALIZATION)
+            lane = lane_of(s, chunk, initialization)
             lanes.append(lane)
-            if variant.page_table:  # a graph without a page-table binding uploads none: nothing to remember
-                start, entries = self.uploads.delta(lane.slot, lane.generation, lane.page_ids)
+            sequences.append(s)
+            if delta is not None:
+                start, entries = delta(lane.slot, lane.generation, lane.page_ids)
                 if entries:
                     updates.append((lane.slot, start, entries))
-            constrained += int(s.request.constrained)
+            if s.request.constrained:
+                constrained += 1
             s.in_flight += 1
             s.submitted += chunk
-            s.unknown += int(lane.samples)
-            s.last_operation = variant.operation
+            if lane.samples:
+                s.unknown += 1
+            s.last_operation = operation
         frame = self._next_frame
         if self.config.frames > 1:
             self._next_frame ^= 1
-        plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=variant.operation,
-                         lanes=tuple(lanes), request_ids=tuple(s.request.request_id for s, _ in cohort),
+        plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=operation,
+                         lanes=tuple(lanes), request_ids=tuple([s.request.request_id for s in sequences]),
                          page_table_updates=tuple(updates), constrained_lanes=constrained,
                          outstanding=len(self._outstanding) + 1)
         self._outstanding.append(plan)
+        self._cohorts[plan.sequence] = sequences
         return plan
 
-    def _lane(self, s: _Sequence, chunk: int, *, initialization: bool) -> LaneInput:
-        request = s.request.generation
+    def _lane(self, s: _Sequence, chunk: int, initialization: bool) -> LaneInput:
         assert s.pages is not None and s.slot is not None
+        fields = s.lane_fields
+        if fields is None:  # once a request: the same objects every round
+            request = s.request.generation
+            s.eos_ids = tuple(request.eos_token_ids or self.config.eos_ids)
+            fields = s.lane_fields = (request.sampling.seed, request.sampling, request.max_tokens, s.eos_ids,
+                                      request.prompt_token_ids)
         if initialization:
             tokens: tuple[int, ...] = ()
             consumed, prompt_in_round, samples = 0, 0, False
         else:
+            known = s.known
             consumed = s.consumed + s.submitted
+            end = consumed + chunk
             if chunk == 1:  # a decode step (most lanes of most rounds)
-                tokens = (s.known[consumed],) if consumed < len(s.known) else (DEVICE_PENDING,)
+                tokens = (known[consumed],) if consumed < len(known) else (DEVICE_PENDING,)
             else:
-                known = s.known[consumed:consumed + chunk]
-                tokens = tuple(known) + (DEVICE_PENDING,) * (chunk - len(known))
-            samples = consumed + chunk == len(s.known) + s.unknown
+                part = known[consumed:end]
+                tokens = tuple(part) + (DEVICE_PENDING,) * (chunk - len(part))
+            total = len(known) + s.unknown
+            samples = end == total
             # The last known token is the pending one when it was sampled; earlier tokens (the prompt,
-            # or history re-fed after readmission) are host-fed as prompt tokens.
-            ends_in_sample = samples and len(s.known) + s.unknown > len(request.prompt_token_ids)
-            if ends_in_sample and consumed + chunk <= s.admitted_known and self.catalog.device_pending:
-                # A device-owned pending token is state of the admission that sampled it; one sampled
-                # before a readmission is re-fed by the host like the rest of the history.
-                ends_in_sample = False
+            # or history re-fed after readmission) are host-fed as prompt tokens. A device-owned pending
+            # token is state of the admission that sampled it; one sampled before a readmission is
+            # re-fed by the host like the rest of the history.
+            ends_in_sample = (samples and total > len(fields[4])
+                              and not (end <= s.admitted_known and self.catalog.device_pending))
             prompt_in_round = chunk - 1 if ends_in_sample else chunk
-        if s.eos_ids is None:  # the same tuple every round: the executor compares it at no cost
-            s.eos_ids = tuple(request.eos_token_ids or self.config.eos_ids)
-        return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids,
-                         request.sampling.seed, request.sampling, request.max_tokens, s.eos_ids,
-                         request.prompt_token_ids,
+        return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
                          None if s.request.grammar is None else self._grammar_mask(s.request, samples))
 
     @staticmethod
