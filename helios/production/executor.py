@@ -20,6 +20,7 @@ record comes back as columns (`CompletionRows`), validated by array comparisons.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -87,6 +88,37 @@ def _page_table_rows(binding: ResolvedBinding) -> bool:
     return binding.source == V.VALUE_SOURCE_PAGE_TABLE and binding.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW
 
 
+class _PageRows:
+    """One destination's page-table rows as the device holds them: per slot (binding identity, slot
+    generation, page ids), and the same three as slot-indexed arrays (the page ids by `id()`), so a round
+    finds the rows it leaves unchanged with array comparisons. The held tuples stay referenced here, so
+    an equal `id()` is the very tuple that was uploaded."""
+
+    __slots__ = ("generations", "held", "identities", "ids")
+
+    def __init__(self, slots: int) -> None:
+        self.held: dict[int, tuple[int, int, tuple[int, ...]]] = {}
+        self.ids = np.zeros(slots, dtype=np.uint64)
+        self.generations = np.full(slots, -1, dtype=np.int64)
+        self.identities = np.full(slots, -1, dtype=np.int64)
+
+    def hold(self, slot: int, identity: int, generation: int, pages: tuple[int, ...]) -> None:
+        self.held[slot] = (identity, generation, pages)
+        self.ids[slot], self.generations[slot], self.identities[slot] = id(pages), generation, identity
+
+    def changed(self, identity: int, columns: LaneColumns, page_ids: np.ndarray) -> np.ndarray:
+        """Indices of the lanes whose row may differ from the device's (the rest are current)."""
+        slots = columns.slots
+        if slots.size and (slots.min() < 0 or slots.max() >= self.ids.shape[0]):
+            return np.arange(slots.size)  # examined lane by lane, which reports the bad slot
+        same = ((self.ids[slots] == page_ids) & (self.identities[slots] == identity)
+                & (self.generations[slots] == columns.scalar(V.VALUE_SOURCE_GENERATION)))
+        return np.flatnonzero(~same)
+
+
+_PAGE_IDS = operator.attrgetter("page_ids")
+
+
 class NativeExecutor:
     """Runs rounds over static device buffers; see the module docstring."""
 
@@ -120,7 +152,7 @@ class NativeExecutor:
         self._row_keys: dict[str, dict[int, tuple]] = {}
         # destination -> slot -> (binding, slot generation, page ids on the device): page-table rows,
         # extended by the newly assigned entries only; a new generation (or another binding) rewrites it.
-        self._page_rows: dict[str, dict[int, tuple[int, int, tuple[int, ...]]]] = {}
+        self._page_rows: dict[str, _PageRows] = {}
         # The fast path over `_row_keys`: slot -> what the lane's request rows depend on (slot generation,
         # seed, sampling, EOS ids, prompt, output limit) as last packed; and destination -> (binding
         # identity, per-slot flags): rows whose remembered key was checked while the slot's request
@@ -182,7 +214,7 @@ class NativeExecutor:
                 continue
             identity = self._binding_ids[id(binding)]
             if _page_table_rows(binding):
-                self._pack_page_table(binding, identity, host, lanes)
+                self._pack_page_table(binding, identity, host, lanes, columns)
                 continue
             held = self._row_keys.setdefault(destination, {})
             self._page_rows.pop(destination, None)
@@ -248,17 +280,21 @@ class NativeExecutor:
         self._confirmed.pop(destination, None)
 
     def _pack_page_table(self, binding: ResolvedBinding, identity: int, host: np.ndarray,
-                         lanes: Sequence[LaneInput]) -> None:
+                         lanes: Sequence[LaneInput], columns: LaneColumns) -> None:
         """Upload only the page-table entries assigned since the slot's last upload under the same
         generation (pages of a request only grow); a new generation rewrites the slot's whole row."""
         destination = binding.destination
-        rows = self._page_rows.setdefault(destination, {})
+        rows = self._page_rows.get(destination)
+        if rows is None:
+            rows = self._page_rows[destination] = _PageRows(host.shape[0])
         self._row_keys.pop(destination, None)
         self._confirmed.pop(destination, None)
         view = host.reshape(host.shape[0], -1)
-        for lane in lanes:
+        ids = np.fromiter(map(id, map(_PAGE_IDS, lanes)), dtype=np.uint64, count=len(lanes))
+        for i in rows.changed(identity, columns, ids).tolist():
+            lane = lanes[i]
             pages = lane.page_ids
-            held = rows.get(lane.slot)
+            held = rows.held.get(lane.slot)
             if held is not None and held[0] == identity and held[1] == lane.generation:
                 known = held[2]
                 if pages == known:
@@ -269,12 +305,12 @@ class NativeExecutor:
                         raise LaneOverflow(f"{destination}: {len(pages)} page ids exceed the row width "
                                            f"{view.shape[1]}")
                     view[lane.slot, start:len(pages)] = np.asarray(pages[start:], dtype=np.int64) + binding.offset
-                    rows[lane.slot] = (identity, lane.generation, pages)
+                    rows.hold(lane.slot, identity, lane.generation, pages)
                     self.page_entries_uploaded += len(pages) - start
                     self._upload(destination, lane.slot, slice(start, len(pages)))
                     continue
             binding.write(host, [lane])  # a new request in the slot: its whole row, padding included
-            rows[lane.slot] = (identity, lane.generation, pages)
+            rows.hold(lane.slot, identity, lane.generation, pages)
             self.page_entries_uploaded += len(pages)
             self._upload(destination, lane.slot)
 

@@ -91,6 +91,10 @@ class _Sequence:
     # What every lane of the request carries unchanged (seed, sampling, output limit, EOS ids, prompt),
     # gathered once: the same objects each round, so the executor compares them at no cost.
     lane_fields: tuple | None = None
+    # The page-table row `uploads` last recorded for the request's slot (generation, entries): while
+    # both stand, a round uploads nothing and `uploads.delta` is not asked.
+    table_generation: int = -1
+    table_entries: int = -1
 
     @property
     def frontier(self) -> int:
@@ -365,8 +369,7 @@ class Scheduler:
                 and s.sampled + s.unknown < s.request.generation.max_tokens)
 
     def _cohort(self, operation: int, order: list[_Sequence]) -> list[tuple[_Sequence, int]]:
-        cohort: list[tuple[_Sequence, int]] = []
-        members: set[int] = set()  # id() of the cohort's sequences: never preempted for a later lane
+        cohort: list[tuple[_Sequence, int]] = []  # its sequences are never preempted for a later lane
         lanes_limit = self.catalog.max_lanes(operation)
         page_tokens = self.config.page_tokens
         capacity = self.catalog.token_limits(operation)  # [k]: most tokens a round of k lanes holds
@@ -374,35 +377,40 @@ class Scheduler:
         for s in order:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
-            if len(cohort) >= lanes_limit:
+            lanes = len(cohort)
+            if lanes >= lanes_limit:
                 break
-            budget = capacity[len(cohort) + 1] - tokens
+            budget = capacity[lanes + 1] - tokens
             if budget < 1:
                 break
             frontier = s.consumed + s.submitted
-            chunk = min(len(s.known) + s.unknown - frontier, budget)
-            assert s.pages is not None
-            if (frontier + chunk > len(s.pages.pages) * page_tokens  # else its pages cover the chunk already
-                    and not self._reserve(s, frontier + chunk, keep=members)):
+            chunk = len(s.known) + s.unknown - frontier
+            if chunk > budget:
+                chunk = budget
+            if (frontier + chunk > len(s.pages.pages) * page_tokens  # type: ignore[union-attr]  # else covered
+                    and not self._reserve(s, frontier + chunk, keep=cohort)):
                 break
             cohort.append((s, chunk))
-            members.add(id(s))
             tokens += chunk
         return cohort
 
-    def _reserve(self, s: _Sequence, tokens: int, keep: set[int]) -> bool:
-        """Pages for positions [0, tokens) of `s`, preempting younger idle requests if needed."""
+    def _reserve(self, s: _Sequence, tokens: int, keep: list[tuple[_Sequence, int]]) -> bool:
+        """Pages for positions [0, tokens) of `s`, preempting younger idle requests (not in the cohort
+        being formed, `keep`) if needed."""
         assert s.pages is not None
         if tokens <= len(s.pages.pages) * self.config.page_tokens:
             return True  # the pages held already cover the chunk (every decode step but one a page)
         checked = False
+        members: set[int] | None = None  # id() of keep's sequences, built only when pages run short
         while True:
             try:
                 s.pages.reserve(tokens)
                 return True
             except PagesShort:
+                if members is None:
+                    members = {id(v) for v, _ in keep}
                 victims = [v for v in self._running if v.order > s.order and v.in_flight == 0
-                           and id(v) not in keep and v is not s]
+                           and id(v) not in members and v is not s]
                 if not victims:
                     return False
                 if not checked:  # preempting them all must make room, else none is preempted for nothing
@@ -461,8 +469,9 @@ class Scheduler:
             lane = lane_of(s, chunk, initialization)
             lanes.append(lane)
             sequences.append(s)
-            if delta is not None:
+            if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):
                 start, entries = delta(lane.slot, lane.generation, lane.page_ids)
+                s.table_generation, s.table_entries = lane.generation, len(lane.page_ids)
                 if entries:
                     updates.append((lane.slot, start, entries))
             if s.request.constrained:
