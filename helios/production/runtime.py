@@ -36,6 +36,7 @@ from helios.production.page_cache import PageCache
 from helios.production.scheduling import (
     GraphCatalog,
     LaneOutcome,
+    RoundOutcomes,
     RoundPlan,
     Scheduler,
     SchedulerConfig,
@@ -253,35 +254,36 @@ class ProductionRuntime(ThreadedModelRuntime):
         try:
             with self._lock:
                 outcomes = scheduler.complete(oldest, rows)
-                delivered = [(outcome, self._entries.get(outcome.request_id)) for outcome in outcomes]
+                get = self._entries.get
+                entries = [get(request_id) for request_id in outcomes.request_ids]
         except Exception as error:  # an invalid completion: an execution failure of the round
             self._abort(oldest, f"model execution failed: {type(error).__name__}: {error}")
             return True
         # Token timestamps mark the validated completions right after scheduler.complete, before any
         # lane's stop handling or output parsing; the clock is read only when a timed request has one.
-        timed = any(entry is not None and entry.request.observe_timestamps for _, entry in delivered)
+        timed = any(entry is not None and entry.timed for entry in entries)
         stamp = self.clock.now_ns() if timed else None
-        self._deliver_round(delivered, stamp)
+        self._deliver_round(outcomes, entries, stamp)
         return True
 
-    def _deliver_round(self, delivered: list[tuple[LaneOutcome, _Entry | None]], stamp: int | None) -> None:
-        """Every retired token of one round; the round's events reach the serving loops together."""
+    def _deliver_round(self, outcomes: RoundOutcomes, entries: list[_Entry | None], stamp: int | None) -> None:
+        """Every retired token of one round (`entries[i]` is the runtime's entry for outcome i, None
+        when the request is gone); the round's events reach the serving loops together."""
         outbox = self._outbox = []
         try:
-            for outcome, entry in delivered:
+            for entry, token, sampled in zip(entries, outcomes.tokens, outcomes.sampled, strict=True):
                 if entry is None:
                     continue
-                token = outcome.token
                 if entry.plain and token not in entry.ends_at:
                     # `_deliver` without a grammar or an output filter, for a token that is not EOS:
                     # the event (if observed), then the output limit
-                    sampled = entry.sampled = outcome.sampled
+                    entry.sampled = sampled
                     if entry.observe:
                         outbox.append((entry.stream, TokenEvent(token, (), stamp if entry.timed else None)))
                     if sampled >= entry.max_tokens:
                         self._end(entry, Termination.LENGTH, ())
                     continue
-                self._deliver(outcome, entry, stamp)
+                self._deliver(LaneOutcome(entry.request.request_id, token, sampled), entry, stamp)
         finally:
             outbox, self._outbox = self._outbox, None
             EventStream.put_many(outbox)

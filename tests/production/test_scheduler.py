@@ -11,6 +11,8 @@ from helios.production.page_cache import PageCache
 from helios.production.scheduling import (
     GraphCatalog,
     GraphVariant,
+    LaneOutcome,
+    RoundOutcomes,
     RoundPlan,
     Scheduler,
     SchedulerConfig,
@@ -457,3 +459,34 @@ def test_preempting_requests_that_share_pages_frees_what_only_they_hold():
     assert y.pages.pages == z.pages.pages == [0, 1] and s.cache.available == 3
     assert s._reserve(o, 20, keep=set())  # 5 pages: the 3 free ones and the 2 only y and z hold
     assert s.counters.preemptions == 2 and len(o.pages.pages) == 5
+
+
+def test_round_outcomes_are_columns_equal_to_their_lane_outcomes():
+    outcomes = RoundOutcomes()
+    outcomes.add("a", 5, 1)
+    outcomes.add("b", 7, 3)
+    assert (outcomes.request_ids, outcomes.tokens, outcomes.sampled) == (["a", "b"], [5, 7], [1, 3])
+    assert outcomes == [LaneOutcome("a", 5, 1), LaneOutcome("b", 7, 3)] and len(outcomes) == 2
+    assert outcomes[1].token == 7 and outcomes != [LaneOutcome("a", 5, 1)]
+    with pytest.raises(ValueError, match="complete once read"):
+        outcomes.add("c", 1, 1)
+
+
+def test_decode_rounds_keep_the_cohort_and_skip_unchanged_page_tables():
+    s = scheduler(mixed=False)
+    for name in "ab":
+        s.add(request(name, 3, max_tokens=12))
+    seen = []
+    while len(seen) < 8:
+        plan = s.schedule()
+        if plan.operation == DECODE:
+            seen.append(plan)
+        outcomes = run(s, plan, token=9)
+        assert outcomes.request_ids == [rid for rid, lane in zip(plan.request_ids, plan.lanes, strict=True)
+                                        if lane.samples]
+    # page_tokens 4: a decode round uploads a page-table entry only when a lane's pages grew
+    for plan in seen:
+        grown = [lane for lane in plan.lanes if (lane.consumed + 1) % 4 == 1]
+        assert len(plan.page_table_updates) == len(grown)
+        for (slot, start, entries), lane in zip(plan.page_table_updates, grown, strict=True):
+            assert (slot, start, entries) == (lane.slot, len(lane.page_ids) - 1, lane.page_ids[-1:])

@@ -41,6 +41,35 @@ def test_lane_columns():
     assert c.pending[1] == 99
 
 
+def test_lane_columns_of_every_row_scalar_source():
+    c = LaneColumns(LANES)
+    expected = {V.VALUE_SOURCE_SLOT: [4, 1, 2], V.VALUE_SOURCE_GENERATION: [14, 11, 12],
+                V.VALUE_SOURCE_QUERY_LENGTH: [3, 1, 0], V.VALUE_SOURCE_SAMPLING_DECISION: [1, 1, 0],
+                V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: [0, 9, 0], V.VALUE_SOURCE_OUTPUT_LIMIT: [7, 7, 7]}
+    for source, values in expected.items():
+        assert c.scalar(source).tolist() == values
+    assert c.page_counts.tolist() == [1, 1, 1] and c.prompt_in_round.tolist() == [3, 0, 0]
+    assert c.tokens.tolist() == [11, 12, 13, 99]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"prompt_tokens_in_round": 3}, "prompt_tokens_in_round out of range"),
+    ({"prompt_tokens_in_round": -1}, "prompt_tokens_in_round out of range"),
+    ({"tokens": (1, 2, 3), "prompt_tokens_in_round": 1}, "at most one pending token"),
+    ({"slot": -1}, "must be >= 0"),
+    ({"generation": -1}, "must be >= 0"),
+    ({"consumed": -1}, "must be >= 0"),
+    ({"tokens": (), "prompt_tokens_in_round": 0}, "consumes at least one token"),
+])
+def test_a_lane_breaking_a_rule_names_it(fields, message):
+    base = {"slot": 0, "generation": 1, "consumed": 0, "tokens": (5, 6), "prompt_tokens_in_round": 1,
+            "samples": True, "page_ids": (0,), "seed": 0, "sampling": SAMPLING, "output_limit": 4,
+            "eos_ids": ()}
+    LaneInput(**base)  # the valid lane
+    with pytest.raises(LaneOverflow, match=message):
+        LaneInput(**{**base, **fields})
+
+
 def test_packed_token_sources_share_a_destination():
     prompt = _write(_binding(V.VALUE_SOURCE_PROMPT_TOKENS, V.INDEXING_PACKED_TOKEN, 6, offset=1))
     # the pending row gets padding: the pending binding overwrites it, or (a device-owned pending

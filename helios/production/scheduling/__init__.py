@@ -1,14 +1,20 @@
 """The production scheduler (host side, no torch): continuous batching over the captured graphs.
 
 `catalog.py` picks graph variants, `plan.py` holds the plain data that crosses the seam (requests in,
-round plans out, lane outcomes back), `scheduler.py` forms cohorts and retires completions.
+round plans out, a round's outcomes back), `scheduler.py` forms cohorts and retires completions.
 """
 
 from __future__ import annotations
 
 from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
-from helios.production.scheduling.plan import LaneOutcome, RoundPlan, SchedulerConfig, SchedulerRequest
+from helios.production.scheduling.plan import (
+    LaneOutcome,
+    RoundOutcomes,
+    RoundPlan,
+    SchedulerConfig,
+    SchedulerRequest,
+)
 from helios.production.scheduling.scheduler import Scheduler
 
-__all__ = ["GraphCatalog", "GraphVariant", "LaneOutcome", "RoundPlan", "Scheduler", "SchedulerConfig",
-           "SchedulerRequest"]
+__all__ = ["GraphCatalog", "GraphVariant", "LaneOutcome", "RoundOutcomes", "RoundPlan", "Scheduler",
+           "SchedulerConfig", "SchedulerRequest"]

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from helios.errors import HeliosError
 from helios.production.page_cache import PageCache, PagesShort, PageTableUploads, SequencePages, pages_for
 from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
-from helios.production.scheduling.plan import LaneOutcome, RoundPlan, SchedulerConfig, SchedulerRequest
+from helios.production.scheduling.plan import RoundOutcomes, RoundPlan, SchedulerConfig, SchedulerRequest
 from helios.proto import contract_pb2
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, validate_round
 from helios.runtime.packing import LaneInput
@@ -283,7 +283,7 @@ class Scheduler:
         self._prefill_turn = operation == C.OPERATION_DECODE
         return self._submit(variant, cohort)
 
-    def complete(self, plan: RoundPlan, rows: Sequence[Completion]) -> list[LaneOutcome]:
+    def complete(self, plan: RoundPlan, rows: Sequence[Completion]) -> RoundOutcomes:
         """Validate `rows` (the plan's completion rows, lane order), then retire every lane.
         Raises a CompletionInvalid error, retiring nothing; the caller then calls `abort(plan)`."""
         if not self._outstanding or self._outstanding[0] is not plan:
@@ -304,8 +304,8 @@ class Scheduler:
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
         else:
             emitted, sampled_ids = [r.emitted for r in rows], [r.sampled_id for r in rows]
-        outcomes: list[LaneOutcome] = []
-        append = outcomes.append
+        outcomes = RoundOutcomes()
+        ids, tokens, counts = outcomes.request_ids, outcomes.tokens, outcomes.sampled  # appended in step
         page_tokens = self.config.page_tokens
         initialization = plan.operation == C.OPERATION_INITIALIZATION
         # The plan's requests in lane order, kept at submission (a request is forgotten only after the
@@ -332,8 +332,10 @@ class Scheduler:
                 pages.publish(s.known, consumed)  # type: ignore[union-attr]  # a page was filled: key it once
             if emits:
                 s.known.append(sampled_id)
-                sampled = s.sampled = s.sampled + 1
-                append(LaneOutcome(request_id, sampled_id, sampled))
+                ids.append(request_id)
+                tokens.append(sampled_id)
+                counts.append(s.sampled + 1)
+                s.sampled += 1
         self.counters.output_tokens += len(outcomes)
         return outcomes
 
