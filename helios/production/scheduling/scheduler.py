@@ -467,8 +467,21 @@ class Scheduler:
         initialization = operation == C.OPERATION_INITIALIZATION
         delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
         lane_of = self._lane
+        device_pending = self.catalog.device_pending
         for s, chunk in cohort:
-            lane = lane_of(s, chunk, initialization)
+            fields = s.lane_fields
+            if chunk == 1 and fields is not None and not initialization and s.request.grammar is None:
+                # A decode step (most lanes of most rounds): `_lane` for one token and no grammar, inline.
+                known = s.known
+                consumed = s.consumed + s.submitted
+                total = len(known) + s.unknown
+                samples = consumed + 1 == total
+                pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
+                lane = LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
+                                 (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
+                                 0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr]
+            else:
+                lane = lane_of(s, chunk, initialization)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):
