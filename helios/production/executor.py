@@ -12,7 +12,9 @@ Uploads. Rows addressed by physical request slot whose value is a function of th
 sampling parameters, prompt histogram, EOS ids, output limit, generation) are packed and uploaded
 only when what they depend on changes (`REQUEST_KEYS`), and while a slot's request is unchanged they
 are not even examined; a slot's page-table row uploads only the
-entries assigned since its last upload, and a new slot generation rewrites the row; everything else
+entries assigned since its last upload, and a new slot generation rewrites the row (rows whose lane
+carries the very page tuple last uploaded under the same generation are found by one array comparison
+and not visited); everything else
 (tokens, positions, per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
 staging is pinned host memory and every copy is asynchronous on the serving stream. The completion
 record comes back as columns (`CompletionRows`), validated by array comparisons.

@@ -15,7 +15,9 @@ the first completes. One worker thread owns the scheduler and the executor:
          -> scheduler.finish when the request ends (an output failure fails that request alone)
 
 A round's events (tokens, terminal events) reach each serving loop in one call
-(`EventStream.put_many`), in order per stream. Stops, observation and output parsing are the request's own `OutputFilter` (the one the reference
+(`EventStream.put_many`), in order per stream; the round's tokens are read from the scheduler's
+`RoundOutcomes` columns, and a request without a grammar or an output filter takes a short path (EOS
+check, its `TokenEvent` if observed, the output limit). Stops, observation and output parsing are the request's own `OutputFilter` (the one the reference
 worker uses). A request with string stops (`host_stop`) holds the scheduler to one outstanding round,
 so its next round is submitted only after its stop check. The ingress channel and the scheduler's
 pending deque each hold at most `queue_capacity` requests; a request outside the prepared capacities,

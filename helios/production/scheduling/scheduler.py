@@ -2,7 +2,7 @@
 
     scheduler.add(request)                        # into the pending deque (bounded)
     plan = scheduler.schedule()                   # a RoundPlan, or None when nothing may run now
-    outcomes = scheduler.complete(plan, rows)     # validate every row, then retire every lane
+    outcomes = scheduler.complete(plan, rows)     # validate every row, then retire every lane (RoundOutcomes)
 
 One rule for every request: a request *knows* tokens (its prompt, then each validated sample) and
 *consumes* them in rounds; a round gives a lane the next chunk of its unconsumed known tokens, and
@@ -34,6 +34,12 @@ Retirement. `complete` validates every row of the round (helios.runtime.completi
 round is the oldest outstanding one before any lane retires. A cancelled or ended request's lanes
 are suppressed (no token, no prefix publication) and its slot and pages return only at the fence of
 its last outstanding round.
+
+Per-lane cost (bench/host_round.py). A round's lanes are built and retired in one pass each: what a
+request's lanes carry unchanged (seed, sampling, output limit, EOS ids, prompt) is gathered once, a
+decode lane is built inline, the page table is asked for a delta only when the request's page count
+changed, the plan's requests are kept for retirement (no lookups by id), and the sampled tokens come
+back as `RoundOutcomes` columns rather than an object per token.
 """
 
 from __future__ import annotations
