@@ -23,6 +23,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.packing import LaneColumns, LaneInput
+from helios.runtime.rows import ColumnRows
 
 # The transport writes a submission's sequence into a 32-bit completion field: it counts modulo 2**31,
 # so a server that has run 2**31 rounds keeps numbering them (and a row is checked against the
@@ -90,13 +91,13 @@ _FIELDS = ("frame_index", "submission_sequence", "generation", "sampled_id", "em
            "draft_cursor", "model_reserved", "status")
 
 
-class CompletionRows(Sequence[Completion]):
+class CompletionRows(ColumnRows):
     """A round's completion rows as columns (one int64 array per `Completion` field, lane order): what
     an executor reads back in a few array operations. Indexing builds (and keeps) the row's
     `Completion`; `column(name)` and `values(name)` read a field without building rows. Equal to any
     sequence of equal `Completion`s."""
 
-    __slots__ = ("_columns", "_rows", "_values")
+    __slots__ = ("_columns", "_values")
 
     def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
         lengths = {len(columns[name]) for name in _FIELDS}
@@ -116,29 +117,11 @@ class CompletionRows(Sequence[Completion]):
             out = self._values[name] = self._columns[name].tolist()
         return out
 
-    def _all(self) -> list[Completion]:
-        if self._rows is None:
-            self._rows = [Completion(*row) for row in zip(*(self.values(n) for n in _FIELDS), strict=True)]
-        return self._rows
+    def _build_rows(self) -> list[Completion]:
+        return [Completion(*row) for row in zip(*(self.values(n) for n in _FIELDS), strict=True)]
 
     def __len__(self) -> int:
         return len(self._columns["status"])
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"CompletionRows({self._all()!r})"
 
 
 def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int,

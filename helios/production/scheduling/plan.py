@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from helios.errors import HeliosError
 from helios.runtime.interface import GrammarMatcher
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
+from helios.runtime.rows import ColumnRows
 
 
 class InvalidSchedulerConfig(HeliosError):
@@ -84,48 +84,29 @@ class LaneOutcome:
     sampled: int  # tokens the request has sampled, this one included
 
 
-class RoundOutcomes(Sequence[LaneOutcome]):
+class RoundOutcomes(ColumnRows):
     """A round's retired lanes that sampled, in lane order, as three columns (request ids, tokens, and
     each request's sampled count): the scheduler appends to them and the runtime reads them without a
     `LaneOutcome` per token. Indexing or iterating builds (and keeps) the `LaneOutcome`s; equal to any
     sequence of equal `LaneOutcome`s."""
 
-    __slots__ = ("_outcomes", "request_ids", "sampled", "tokens")
+    __slots__ = ("request_ids", "sampled", "tokens")
 
     def __init__(self) -> None:
         self.request_ids: list[str] = []
         self.tokens: list[int] = []
         self.sampled: list[int] = []
-        self._outcomes: list[LaneOutcome] | None = None
+        self._rows: list[LaneOutcome] | None = None
 
     def add(self, request_id: str, token: int, sampled: int) -> None:
-        if self._outcomes is not None:
+        if self._rows is not None:
             raise ValueError("round outcomes are complete once read")
         self.request_ids.append(request_id)
         self.tokens.append(token)
         self.sampled.append(sampled)
 
-    def _all(self) -> list[LaneOutcome]:
-        if self._outcomes is None:
-            self._outcomes = [LaneOutcome(*row) for row in zip(self.request_ids, self.tokens, self.sampled,
-                                                                strict=True)]
-        return self._outcomes
+    def _build_rows(self) -> list[LaneOutcome]:
+        return [LaneOutcome(*row) for row in zip(self.request_ids, self.tokens, self.sampled, strict=True)]
 
     def __len__(self) -> int:
         return len(self.tokens)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"RoundOutcomes({self._all()!r})"
