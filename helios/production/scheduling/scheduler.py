@@ -37,7 +37,7 @@ its last outstanding round.
 
 Per-lane cost (bench/host_round.py). A round's lanes are built and retired in one pass each: what a
 request's lanes carry unchanged (seed, sampling, output limit, EOS ids, prompt) is gathered once, a
-decode lane is built inline, the page table is asked for a delta only when the request's page count
+decode lane is built by the short `decode_lane` (sequence.py), the page table is asked for a delta only when the request's page count
 changed, the plan's requests are kept for retirement (no lookups by id), and the sampled tokens come
 back as `RoundOutcomes` columns rather than an object per token.
 """
@@ -53,12 +53,11 @@ from helios.errors import HeliosError
 from helios.production.page_cache import PageCache, PagesShort, PageTableUploads, SequencePages, pages_for
 from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
 from helios.production.scheduling.plan import RoundOutcomes, RoundPlan, SchedulerConfig, SchedulerRequest
+from helios.production.scheduling.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, validate_round
-from helios.runtime.packing import LaneInput
 
 C = contract_pb2
-DEVICE_PENDING = -1  # stands for a pending token the host does not know yet (device-owned, in flight)
 
 
 class QueueFull(HeliosError):
@@ -71,44 +70,6 @@ class UnknownRequest(HeliosError):
 
 class DuplicateRequest(HeliosError):
     """A request id the scheduler already holds."""
-
-
-@dataclass(eq=False, slots=True)
-class _Sequence:
-    request: SchedulerRequest
-    order: int  # arrival ticket: admission and preemption priority (lower is older)
-    known: list[int]
-    consumed: int = 0  # committed positions
-    submitted: int = 0  # positions in outstanding rounds
-    unknown: int = 0  # outstanding rounds that sample (their tokens are not known yet)
-    sampled: int = 0
-    slot: int | None = None
-    generation: int = 0
-    pages: SequencePages | None = None
-    initialized: bool = False
-    in_flight: int = 0
-    last_operation: int = 0
-    cancelled: bool = False
-    ended: bool = False
-    admitted: bool = False  # admitted at least once
-    admitted_known: int = 0  # tokens known at the latest (re)admission: the device has sampled none of them
-    reused_prompt_tokens: int = 0
-    eos_ids: tuple[int, ...] | None = None  # the lane's EOS ids (its own, else the core's), built once
-    # What every lane of the request carries unchanged (seed, sampling, output limit, EOS ids, prompt),
-    # gathered once: the same objects each round, so the executor compares them at no cost.
-    lane_fields: tuple | None = None
-    # The page-table row `uploads` last recorded for the request's slot (generation, entries): while
-    # both stand, a round uploads nothing and `uploads.delta` is not asked.
-    table_generation: int = -1
-    table_entries: int = -1
-
-    @property
-    def frontier(self) -> int:
-        return self.consumed + self.submitted
-
-    @property
-    def remaining(self) -> int:
-        return len(self.known) + self.unknown - self.frontier
 
 
 @dataclass(slots=True)
@@ -140,15 +101,15 @@ class Scheduler:
         self._framed = framed_executor  # the executor accepts a second submission before the first completes
         self._sequence = sequence_origin
         self._tickets = 0
-        self._pending: collections.deque[_Sequence] = collections.deque()  # new requests, bounded
-        self._readmit: list[_Sequence] = []  # preempted requests, by order (ahead of new ones)
-        self._running: list[_Sequence] = []  # holding a slot, by order
+        self._pending: collections.deque[SequenceState] = collections.deque()  # new requests, bounded
+        self._readmit: list[SequenceState] = []  # preempted requests, by order (ahead of new ones)
+        self._running: list[SequenceState] = []  # holding a slot, by order
         self._feedback = 0  # running requests that need completion feedback (string stops, grammars)
-        self._all: dict[str, _Sequence] = {}
+        self._all: dict[str, SequenceState] = {}
         self._free_slots = list(range(config.max_active - 1, -1, -1))
         self._slot_generations = [0] * config.max_active
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
-        self._cohorts: dict[int, list[_Sequence]] = {}  # outstanding plan sequence -> its lanes' requests
+        self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._released: list[str] = []  # cancelled requests whose resources came back
         self._prefill_turn = False
         self._next_frame = 0  # frames alternate by submission; rounds retire in submission order
@@ -178,7 +139,7 @@ class Scheduler:
         if len(self._pending) >= self.config.queue_capacity:
             raise QueueFull(f"the pending admission deque is full ({self.config.queue_capacity} requests)")
         self._tickets += 1
-        sequence = _Sequence(request, self._tickets, list(request.generation.prompt_token_ids))
+        sequence = SequenceState(request, self._tickets, list(request.generation.prompt_token_ids))
         self._all[request.request_id] = sequence
         self._pending.append(sequence)
 
@@ -369,15 +330,15 @@ class Scheduler:
     # ------------------------------------------------------------------------------------ internals
 
     @staticmethod
-    def _second_frame_ready(s: _Sequence, second_frame: bool) -> bool:
+    def _second_frame_ready(s: SequenceState, second_frame: bool) -> bool:
         """A request already in flight joins the second frame only as a decode lane whose previous
         round was a decode (its pending token on the device)."""
         return (second_frame and s.remaining == 1
                 and s.last_operation == C.OPERATION_DECODE
                 and s.sampled + s.unknown < s.request.generation.max_tokens)
 
-    def _cohort(self, operation: int, order: list[_Sequence]) -> list[tuple[_Sequence, int]]:
-        cohort: list[tuple[_Sequence, int]] = []  # its sequences are never preempted for a later lane
+    def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
+        cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
         lanes_limit = self.catalog.max_lanes(operation)
         page_tokens = self.config.page_tokens
         capacity = self.catalog.token_limits(operation)  # [k]: most tokens a round of k lanes holds
@@ -402,7 +363,7 @@ class Scheduler:
             tokens += chunk
         return cohort
 
-    def _reserve(self, s: _Sequence, tokens: int, keep: list[tuple[_Sequence, int]]) -> bool:
+    def _reserve(self, s: SequenceState, tokens: int, keep: list[tuple[SequenceState, int]]) -> bool:
         """Pages for positions [0, tokens) of `s`, preempting younger idle requests (not in the cohort
         being formed, `keep`) if needed."""
         assert s.pages is not None
@@ -428,7 +389,7 @@ class Scheduler:
                     checked = True
                 self._preempt(max(victims, key=lambda v: v.order))
 
-    def _preempt(self, s: _Sequence) -> None:
+    def _preempt(self, s: SequenceState) -> None:
         assert s.pages is not None and s.slot is not None
         s.pages.release()
         self._free_slot(s)
@@ -465,29 +426,20 @@ class Scheduler:
             s.admitted_known = len(s.known)
             self._run(s)
 
-    def _submit(self, variant: GraphVariant, cohort: list[tuple[_Sequence, int]]) -> RoundPlan:
+    def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]]) -> RoundPlan:
         self._sequence += 1
         lanes, updates, sequences = [], [], []
         constrained = 0
         operation = variant.operation
         initialization = operation == C.OPERATION_INITIALIZATION
         delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
-        lane_of = self._lane
         device_pending = self.catalog.device_pending
+        eos_ids = self.config.eos_ids
         for s, chunk in cohort:
-            fields = s.lane_fields
-            if chunk == 1 and fields is not None and not initialization and s.request.grammar is None:
-                # A decode step (most lanes of most rounds): `_lane` for one token and no grammar, inline.
-                known = s.known
-                consumed = s.consumed + s.submitted
-                total = len(known) + s.unknown
-                samples = consumed + 1 == total
-                pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
-                lane = LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
-                                 (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
-                                 0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr]
+            if chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
+                lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
-                lane = lane_of(s, chunk, initialization)
+                lane = build_lane(s, chunk, initialization, device_pending, eos_ids)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):
@@ -513,61 +465,21 @@ class Scheduler:
         self._cohorts[plan.sequence] = sequences
         return plan
 
-    def _lane(self, s: _Sequence, chunk: int, initialization: bool) -> LaneInput:
-        assert s.pages is not None and s.slot is not None
-        fields = s.lane_fields
-        if fields is None:  # once a request: the same objects every round
-            request = s.request.generation
-            s.eos_ids = tuple(request.eos_token_ids or self.config.eos_ids)
-            fields = s.lane_fields = (request.sampling.seed, request.sampling, request.max_tokens, s.eos_ids,
-                                      request.prompt_token_ids)
-        if initialization:
-            tokens: tuple[int, ...] = ()
-            consumed, prompt_in_round, samples = 0, 0, False
-        else:
-            known = s.known
-            consumed = s.consumed + s.submitted
-            end = consumed + chunk
-            if chunk == 1:  # a decode step (most lanes of most rounds)
-                tokens = (known[consumed],) if consumed < len(known) else (DEVICE_PENDING,)
-            else:
-                part = known[consumed:end]
-                tokens = tuple(part) + (DEVICE_PENDING,) * (chunk - len(part))
-            total = len(known) + s.unknown
-            samples = end == total
-            # The last known token is the pending one when it was sampled; earlier tokens (the prompt,
-            # or history re-fed after readmission) are host-fed as prompt tokens. A device-owned pending
-            # token is state of the admission that sampled it; one sampled before a readmission is
-            # re-fed by the host like the rest of the history.
-            ends_in_sample = (samples and total > len(fields[4])
-                              and not (end <= s.admitted_known and self.catalog.device_pending))
-            prompt_in_round = chunk - 1 if ends_in_sample else chunk
-        return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
-                         None if s.request.grammar is None else self._grammar_mask(s.request, samples))
-
-    @staticmethod
-    def _grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:
-        """A sampling lane of a constrained request carries its grammar's mask; the request's previous
-        token was delivered (and advanced the grammar) before this round: one outstanding round."""
-        if request.grammar is None or not samples:
-            return None
-        return tuple(request.grammar.mask())
-
-    def _run(self, s: _Sequence) -> None:
+    def _run(self, s: SequenceState) -> None:
         bisect.insort(self._running, s, key=lambda v: v.order)
         self._feedback += int(s.request.needs_feedback)
 
-    def _stop_running(self, s: _Sequence) -> None:
+    def _stop_running(self, s: SequenceState) -> None:
         self._running.remove(s)
         self._feedback -= int(s.request.needs_feedback)
 
-    def _free_slot(self, s: _Sequence) -> None:
+    def _free_slot(self, s: SequenceState) -> None:
         if s.slot is not None:
             self._free_slots.append(s.slot)
             self._free_slots.sort(reverse=True)
             s.slot = None
 
-    def _release(self, s: _Sequence) -> None:
+    def _release(self, s: SequenceState) -> None:
         """Return the request's slot and pages and forget it (the fence has passed)."""
         if s.pages is not None:
             s.pages.release()

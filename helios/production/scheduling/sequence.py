@@ -1,0 +1,120 @@
+"""A request inside the scheduler (host side, no torch): `SequenceState`, and the lane it
+contributes to a round (`build_lane`, and `decode_lane` for the one-token steps that make up most
+lanes of most rounds).
+
+A request *knows* tokens (its prompt, then each validated sample) and *consumes* them in rounds; a
+lane is the next chunk of its unconsumed known tokens, and it samples when the chunk reaches the last
+known token (scheduler.py's docstring has the whole rule). The last known token is the pending one
+when it was sampled; earlier tokens (the prompt, or history re-fed after readmission) are host-fed as
+prompt tokens. A device-owned pending token is state of the admission that sampled it: one sampled
+before a readmission is re-fed by the host like the rest of the history. A token sampled in a round
+still in flight is not known on the host yet: the lane carries `DEVICE_PENDING` in its place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helios.production.page_cache import SequencePages
+from helios.production.scheduling.plan import SchedulerRequest
+from helios.runtime.packing import LaneInput
+
+DEVICE_PENDING = -1  # stands for a pending token the host does not know yet (device-owned, in flight)
+
+
+@dataclass(eq=False, slots=True)
+class SequenceState:
+    """One request as the scheduler holds it: what it knows, what it consumed, where it lives."""
+
+    request: SchedulerRequest
+    order: int  # arrival ticket: admission and preemption priority (lower is older)
+    known: list[int]
+    consumed: int = 0  # committed positions
+    submitted: int = 0  # positions in outstanding rounds
+    unknown: int = 0  # outstanding rounds that sample (their tokens are not known yet)
+    sampled: int = 0
+    slot: int | None = None
+    generation: int = 0
+    pages: SequencePages | None = None
+    initialized: bool = False
+    in_flight: int = 0
+    last_operation: int = 0
+    cancelled: bool = False
+    ended: bool = False
+    admitted: bool = False  # admitted at least once
+    admitted_known: int = 0  # tokens known at the latest (re)admission: the device has sampled none of them
+    reused_prompt_tokens: int = 0
+    eos_ids: tuple[int, ...] | None = None  # the lane's EOS ids (its own, else the core's), built once
+    # What every lane of the request carries unchanged (seed, sampling, output limit, EOS ids, prompt),
+    # gathered once: the same objects each round, so the executor compares them at no cost.
+    lane_fields: tuple | None = None
+    # The page-table row `uploads` last recorded for the request's slot (generation, entries): while
+    # both stand, a round uploads nothing and `uploads.delta` is not asked.
+    table_generation: int = -1
+    table_entries: int = -1
+
+    @property
+    def frontier(self) -> int:
+        return self.consumed + self.submitted
+
+    @property
+    def remaining(self) -> int:
+        return len(self.known) + self.unknown - self.frontier
+
+
+def lane_fields(s: SequenceState, default_eos_ids: tuple[int, ...]) -> tuple:
+    """What every lane of the request carries unchanged, gathered once a request: the same objects
+    every round, so the executor compares them at no cost."""
+    fields = s.lane_fields
+    if fields is None:
+        request = s.request.generation
+        s.eos_ids = tuple(request.eos_token_ids or default_eos_ids)
+        fields = s.lane_fields = (request.sampling.seed, request.sampling, request.max_tokens, s.eos_ids,
+                                  request.prompt_token_ids)
+    return fields
+
+
+def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
+    """`build_lane` for one token of a request without a grammar whose lane fields are gathered."""
+    fields = s.lane_fields
+    known = s.known
+    consumed = s.consumed + s.submitted
+    total = len(known) + s.unknown
+    samples = consumed + 1 == total
+    pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
+    return LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
+                     (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
+                     0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr, misc]
+
+
+def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
+               default_eos_ids: tuple[int, ...]) -> LaneInput:
+    """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round)."""
+    assert s.pages is not None and s.slot is not None
+    fields = lane_fields(s, default_eos_ids)
+    if initialization:
+        tokens: tuple[int, ...] = ()
+        consumed, prompt_in_round, samples = 0, 0, False
+    else:
+        known = s.known
+        consumed = s.consumed + s.submitted
+        end = consumed + chunk
+        part = known[consumed:end]
+        tokens = tuple(part) + (DEVICE_PENDING,) * (chunk - len(part))
+        total = len(known) + s.unknown
+        samples = end == total
+        ends_in_sample = samples and total > len(fields[4]) and not (end <= s.admitted_known and device_pending)
+        prompt_in_round = chunk - 1 if ends_in_sample else chunk
+    return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
+                     grammar_mask(s.request, samples))
+
+
+def grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:
+    """A sampling lane of a constrained request carries its grammar's mask; the request's previous
+    token was delivered (and advanced the grammar) before this round: one outstanding round."""
+    if request.grammar is None or not samples:
+        return None
+    return tuple(request.grammar.mask())
+
+
+__all__ = ["DEVICE_PENDING", "SequenceState", "build_lane", "decode_lane", "grammar_mask", "lane_fields"]
