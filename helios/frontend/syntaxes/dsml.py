@@ -17,10 +17,7 @@ value that does not parse is kept as a string. "｜" is U+FF5C, as in the public
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
-from typing import Any
-
-from helios.frontend.syntaxes.tagged import TaggedToolParser, TagLayout
+from helios.frontend.syntaxes.tagged import ContractTaggedParser, TagLayout
 from helios.proto import contract_pb2
 
 _BAR = "\uff5c"
@@ -61,14 +58,7 @@ def dsml_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
     )
 
 
-class DsmlToolParser(TaggedToolParser):
+class DsmlToolParser(ContractTaggedParser):
     """TOOL_PARSER_DSML over one response's answer pieces."""
 
-    def __init__(
-        self,
-        syntax: contract_pb2.ToolSyntax,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        token_only: Set[str] = frozenset(),
-    ) -> None:
-        super().__init__(dsml_layout(syntax), tools=tools, token_only=token_only)
+    layout_of = staticmethod(dsml_layout)

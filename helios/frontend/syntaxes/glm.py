@@ -17,10 +17,7 @@ closer, which the parser accepts in both forms.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
-from typing import Any
-
-from helios.frontend.syntaxes.tagged import TaggedToolParser, TagLayout
+from helios.frontend.syntaxes.tagged import ContractTaggedParser, TagLayout
 from helios.proto import contract_pb2
 
 PUBLIC_SYNTAX = contract_pb2.ToolSyntax(
@@ -59,14 +56,7 @@ def glm_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
     )
 
 
-class GlmToolParser(TaggedToolParser):
+class GlmToolParser(ContractTaggedParser):
     """TOOL_PARSER_GLM over one response's answer pieces."""
 
-    def __init__(
-        self,
-        syntax: contract_pb2.ToolSyntax,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        token_only: Set[str] = frozenset(),
-    ) -> None:
-        super().__init__(glm_layout(syntax), tools=tools, token_only=token_only)
+    layout_of = staticmethod(glm_layout)

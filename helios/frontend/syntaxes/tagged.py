@@ -46,6 +46,7 @@ from helios.frontend.tool_calls import (
     convert_parameter,
     streams_as_string,
 )
+from helios.proto import contract_pb2
 
 
 class IncompleteToolSyntax(HeliosError):
@@ -337,3 +338,19 @@ class TaggedToolParser(BlockParserBase):
             except ValueError:
                 return text
         return convert_parameter(text, self._schemas.get(self._name, {}).get(self._key))
+
+
+class ContractTaggedParser(TaggedToolParser):
+    """A tag-engine parser built from the contract's `ToolSyntax` through the subclass's `layout_of`
+    (the GLM, DSML and XTML parsers differ only in their layouts)."""
+
+    layout_of: Callable[[contract_pb2.ToolSyntax], TagLayout]
+
+    def __init__(
+        self,
+        syntax: contract_pb2.ToolSyntax,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        token_only: Set[str] = frozenset(),
+    ) -> None:
+        super().__init__(type(self).layout_of(syntax), tools=tools, token_only=token_only)

@@ -21,13 +21,12 @@ inside a block, e.g. in a string value, stays the block's text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
-from typing import Any
+from collections.abc import Set
 
 from helios.frontend.detokenize import Piece
 from helios.frontend.reasoning import ANSWER, REASONING
 from helios.frontend.scan import find_first, held_suffix
-from helios.frontend.syntaxes.tagged import IncompleteToolSyntax, TaggedToolParser, TagLayout
+from helios.frontend.syntaxes.tagged import ContractTaggedParser, IncompleteToolSyntax, TagLayout
 from helios.proto import contract_pb2
 
 PUBLIC_SYNTAX = contract_pb2.ToolSyntax(
@@ -64,17 +63,10 @@ def xtml_layout(syntax: contract_pb2.ToolSyntax, *, name: str = "TOOL_PARSER_XTM
     )
 
 
-class XtmlToolParser(TaggedToolParser):
+class XtmlToolParser(ContractTaggedParser):
     """TOOL_PARSER_XTML over one response's answer pieces."""
 
-    def __init__(
-        self,
-        syntax: contract_pb2.ToolSyntax,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        token_only: Set[str] = frozenset(),
-    ) -> None:
-        super().__init__(xtml_layout(syntax), tools=tools, token_only=token_only)
+    layout_of = staticmethod(xtml_layout)
 
 
 Output = list[tuple[str, Piece]]
