@@ -227,11 +227,17 @@ class Responder:
                 if terminal is not None:
                     return
         finally:
-            if not stream.done:
-                self.state.counters.cancelled_by_client += 1
-                self.state.runtime.cancel(stream.request_id)
-            permit.release()
-            self.record(context, status, outcome, output_tokens)
+            self.close_stream(stream, permit, context, status, outcome, output_tokens)
+
+    def close_stream(self, stream: EventStream, permit: Permit, context: RequestContext, status: int, outcome: str,
+                     output_tokens: int) -> None:
+        """The end of a streamed response, however it ended: a stream the client dropped before its
+        terminal event cancels the request; the admission permit returns; the request is recorded."""
+        if not stream.done:
+            self.state.counters.cancelled_by_client += 1
+            self.state.runtime.cancel(stream.request_id)
+        permit.release()
+        self.record(context, status, outcome, output_tokens)
 
     async def stream_text(
         self, stream: EventStream, presenter: CompletionPresenter, permit: Permit, context: RequestContext
@@ -269,11 +275,7 @@ class Responder:
                 if terminal is not None:
                     return
         finally:
-            if not stream.done:
-                self.state.counters.cancelled_by_client += 1
-                self.state.runtime.cancel(stream.request_id)
-            permit.release()
-            self.record(context, status, outcome, output_tokens)
+            self.close_stream(stream, permit, context, status, outcome, output_tokens)
 
 
 def _sse_error(event: Failed | Rejected) -> tuple[str, int]:
