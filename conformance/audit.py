@@ -38,12 +38,12 @@ from conformance.draw import is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
 from helios.errors import HeliosError
+from helios.production.scheduling.sequence import DEVICE_PENDING
 from helios.proto import manifest_pb2
 from helios.runtime.completion import Completion, transport_sequence
 from helios.runtime.packing import LaneInput
 
 M = manifest_pb2
-DEVICE_PENDING = -1
 INTEGER_FIELDS = ("status", "generation", "emitted", "consumed_endpoint", "draft_cursor", "model_reserved")
 DTYPE_NAMES = {M.DTYPE_F32: "f32", M.DTYPE_BF16: "bf16", M.DTYPE_F16: "f16"}
 
