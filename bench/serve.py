@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf-requests", type=int, default=64, help="requests HF runs (0 skips it; default 64)")
     parser.add_argument("--concurrency", nargs="*", type=int, default=[1, 8, 32, 128])
     parser.add_argument("--page-tokens", type=int, default=16)
+    parser.add_argument("--pending-token", choices=["device", "host"], default="device",
+                        help="where the core keeps each lane's pending token (helios prepare --pending-token); "
+                             "device lets two rounds be in flight (default device)")
     parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run of every part")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
@@ -294,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         directory = make_checkpoint(shape, Path(tmp) / shape, device)
         options = PreparationOptions(dtype="bf16" if device == "cuda" else "fp32", page_tokens=args.page_tokens,
-                                     batch_capacities=batches, prefill_capacities=prefills, context_tokens=context)
+                                     batch_capacities=batches, prefill_capacities=prefills, context_tokens=context,
+                                     pending_token=args.pending_token)
         core = prepare_checkpoint(directory, options)
         results["prepare_s"] = time.perf_counter() - started
         started = time.perf_counter()
@@ -305,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{model.pages} pages", flush=True)
         timer = ReplayTimer(model)
         results["helios"] = throughput(model, workload, temperature=0.6)
-        print("helios", json.dumps(results["helios"]), flush=True)
+        executor = model.executor
+        results["frames"] = {"pending_token": args.pending_token,
+                             "peak_outstanding": getattr(executor, "peak_outstanding", 1),
+                             "submissions_while_outstanding": getattr(executor, "submissions_while_outstanding", 0)}
+        print("helios", json.dumps(results["helios"]), json.dumps(results["frames"]), flush=True)
         decode_graphs = {g.name for g in model.graphs.values() if g.operation == contract_pb2.OPERATION_DECODE}
         results["steady_decode"] = timer.steady_decode_busy(decode_graphs)
         print("steady decode", json.dumps(results["steady_decode"]), flush=True)
