@@ -2,7 +2,8 @@
 
 `GraphCapture.capture(plans)` runs each launch plan twice on a side stream (compiling every Triton
 kernel and letting cuBLAS pick its algorithms), then captures each plan as one `torch.cuda.CUDAGraph`
-into one shared memory pool: graphs never run concurrently (one stream, one submission at a time), so
+(a plan that samples twice: with the sampler's rank stage and without it, `plan.py`) into one shared
+memory pool: graphs never run concurrently (one stream, one submission at a time), so
 temporaries of one graph may reuse those of another. After startup only `replay` runs: no
 compilation, capture or device allocation happens while serving (tests/production/test_gpu_replay.py
 proves it with the allocator's counters and Triton's kernel caches).
@@ -31,25 +32,32 @@ class GraphCapture:
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        self.unfiltered: dict[str, torch.cuda.CUDAGraph] = {}  # sampling graphs without the rank stage
 
     def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 2) -> None:
+        forms = [(name, plan, True) for name, plan in plans.items()]
+        forms += [(name, plan, False) for name, plan in plans.items() if plan.rank_filters is not None]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            for plan in plans.values():
+            for _name, plan, filtered in forms:
                 for _ in range(warmup):
-                    plan.run()
+                    plan.run(rank_filters=filtered)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
-        for name, plan in plans.items():
+        for name, plan, filtered in forms:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                plan.run()
-            self.graphs[name] = graph
+                plan.run(rank_filters=filtered)
+            (self.graphs if filtered else self.unfiltered)[name] = graph
         torch.cuda.synchronize(self.device)
 
-    def replay(self, name: str) -> None:
+    def replay(self, name: str, *, rank_filters: bool = True) -> None:
+        """Replay graph `name`; `rank_filters=False` replays its form without the sampler's rank stage
+        (the same graph when it does not sample)."""
         graph = self.graphs.get(name)
         if graph is None:
             raise GraphNotCaptured(f"graph {name!r} was not captured at startup (captured: {sorted(self.graphs)})")
+        if not rank_filters:
+            graph = self.unfiltered.get(name, graph)
         graph.replay()

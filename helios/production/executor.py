@@ -335,10 +335,17 @@ class NativeExecutor:
         sequence = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
         if sequence is not None:
             self.buffers[sequence].fill_(transport_sequence(self.sequence))
+        filtered = self._rank_filtered()
         if self.capture is not None:
-            self.capture.replay(graph.name)
+            self.capture.replay(graph.name, rank_filters=filtered)
         else:
-            graph.plan.run()
+            graph.plan.run(rank_filters=filtered)
+
+    def _rank_filtered(self) -> bool:
+        """Whether a lane that samples this round filters by rank (top-k, top-p or min-p): otherwise
+        the round runs its graph's form without the sampler's rank stage (kernels/sampling.py)."""
+        columns = self._columns
+        return columns is None or any(lane.samples and lane.sampling.rank_filtered for lane in columns.lanes)
 
     def _read(self, lanes: Sequence[LaneInput]) -> CompletionRows:
         if self.device.type == "cuda":

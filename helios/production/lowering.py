@@ -164,7 +164,9 @@ def _sample(c: Context, op: ValidatedOperator):
     logits, seed, positions, parameters, histogram, mask = (c.t(n) for n in op.inputs)
     out = c.t(op.outputs[0])
     rows, vocab = logits.shape
-    sampler = c.arena.memo(("sampler", rows, vocab), lambda: sampling.Sampler(rows, vocab, c.device))
+    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)
+    sampler = c.arena.memo(("sampler", rows, vocab),
+                           lambda: sampling.Sampler(rows, vocab, c.device, rank_filters=switch))
     draw_index = int(op.attributes.get("draw_index", 0))
     return lambda: sampler(logits, seed, positions, parameters, histogram, mask, out, draw_index=draw_index)
 
@@ -353,4 +355,6 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     missing = sorted(set(OPERATORS) - set(LOWERINGS))
     if missing:
         raise LoweringError(f"operators without a production lowering: {missing}")
-    return LaunchPlan(program.graph, tuple(launches), bound, len(operators))
+    samples = any(launch.kernel == "sample" for launch in launches)
+    switch = arena.memo(("rank_filters",), sampling.RankFilters) if samples else None
+    return LaunchPlan(program.graph, tuple(launches), bound, len(operators), rank_filters=switch)

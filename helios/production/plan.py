@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from helios.production.kernels.sampling import RankFilters
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +39,29 @@ class LaunchPlan:
     launches: tuple[Launch, ...]
     tensors: Mapping[str, torch.Tensor]  # the weight and buffer tensors the plan binds, by tensor name
     operator_count: int  # operators in the program (each covered by exactly one launch)
+    # The device's rank-filter switch when the plan samples (kernels/sampling.py), else None: such a
+    # plan has two forms, with and without the rank stage, chosen per round by the executor.
+    rank_filters: RankFilters | None = None
 
     def __post_init__(self) -> None:
         covered = sorted(i for launch in self.launches for i in launch.operators)
         if covered != list(range(self.operator_count)):
             raise ValueError(f"plan {self.graph!r}: launches must cover each operator exactly once, got {covered}")
 
-    def run(self) -> None:
-        for launch in self.launches:
-            launch.run()
+    def run(self, *, rank_filters: bool = True) -> None:
+        """Every launch in order; `rank_filters=False` runs the sampling launches without the rank
+        stage (only for a round none of whose sampling lanes filters by rank)."""
+        switch = self.rank_filters
+        if switch is None or rank_filters:
+            for launch in self.launches:
+                launch.run()
+            return
+        switch.enabled = False
+        try:
+            for launch in self.launches:
+                launch.run()
+        finally:
+            switch.enabled = True
 
     @property
     def kernels(self) -> tuple[str, ...]:

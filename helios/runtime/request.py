@@ -50,6 +50,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def rank_filtered(self) -> bool:
+        """Whether a draw filters ids by rank (top-k, top-p or min-p); a greedy request never draws."""
+        return self.temperature > 0.0 and (self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0)
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:

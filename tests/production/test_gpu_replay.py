@@ -45,27 +45,31 @@ def test_a_thousand_rounds_allocate_compile_and_capture_nothing(tiny_checkpoint)
     model = NativeModel.load(prepare_checkpoint(tiny_checkpoint("qwen3"), OPTIONS),
                              LoadOptions(device="cuda", pages=64))
     graphs = {g.operation: g for g in sorted(model.graphs.values(), key=lambda g: g.batch_capacity)}  # largest
-    sampling_params = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=3)
+    filtered = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, seed=3)
+    plain = SamplingParams(temperature=0.7, seed=3)  # replays the graph's form without the rank stage
 
     def lane(slot: int, consumed: int, tokens: tuple[int, ...], prompt: int) -> LaneInput:
         return LaneInput(slot=slot, generation=1, consumed=consumed, tokens=tokens, prompt_tokens_in_round=prompt,
                          samples=True, page_ids=tuple(range(slot * 16, slot * 16 + 16)), seed=slot,
-                         sampling=sampling_params, output_limit=2000, eos_ids=(1,), prompt_token_ids=PROMPT)
+                         sampling=filtered if consumed % 3 else plain, output_limit=2000, eos_ids=(1,),
+                         prompt_token_ids=PROMPT)
 
     model.run_round(graphs[contract_pb2.OPERATION_PREFILL].name, [lane(0, 0, PROMPT, len(PROMPT))])
     decode = graphs[contract_pb2.OPERATION_DECODE].name
     for i in range(5):
         model.run_round(decode, [lane(s, 16 + i, (7,), 0) for s in range(4)])
     torch.cuda.synchronize()
-    before, compiled, captured = _counters(), compile_count(), dict(model.executor.capture.graphs)
-    assert compiled > 0 and len(captured) == len(model.graphs)
+    capture = model.executor.capture
+    before, compiled = _counters(), compile_count()
+    captured = (dict(capture.graphs), dict(capture.unfiltered))
+    assert compiled > 0 and len(captured[0]) == len(model.graphs) and decode in captured[1]
     for i in range(1000):
         rows = model.run_round(decode, [lane(s, 16 + i % 200, (7 + i % 50,), 0) for s in range(4)])
         assert all(0 <= row.sampled_id < model.contract.vocabulary.sampled_tokens for row in rows)
     torch.cuda.synchronize()
     assert _counters() == before
     assert compile_count() == compiled
-    assert model.executor.capture.graphs == captured
+    assert (capture.graphs, capture.unfiltered) == captured
 
 
 def test_greedy_bf16_tokens_agree_with_transformers(tiny_checkpoint):

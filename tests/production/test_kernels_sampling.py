@@ -53,6 +53,25 @@ def test_sample_matches_the_reference(draw_index):
     assert expected[3] == -1
 
 
+def test_without_the_rank_stage_rows_that_filter_nothing_draw_the_same():
+    """A round none of whose rows filters by rank (top-k 0, top-p 1, min-p 0) may skip the rank stage:
+    every row still draws the reference's token, greedy rows and rows the mask empties included."""
+    rng = np.random.default_rng()
+    logits, seed, positions, parameters, histogram, grammar_mask = _inputs(rng)
+    parameters[:, 1:4] = (1.0, 0.0, 0.0)
+    switch = sampling.RankFilters()
+    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_filters=switch)
+    out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
+    switch.enabled = False
+    sampler.order.fill_(-5)
+    sampler(tensor(logits, torch.float32), tensor(seed), tensor(positions), tensor(parameters, torch.float32),
+            tensor(histogram), tensor(grammar_mask), out, draw_index=1)
+    expected = ref.sample(logits, seed, positions, parameters, histogram, grammar_mask, draw_index=1)
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
+    assert (sampler.order == -5).all()  # the rank stage (sort, gather, scatter) did not run
+    assert expected[3] == -1 and (parameters[:, 0] > 0).any()
+
+
 def test_argmax_lowest_index_and_nan_never_wins():
     rng = np.random.default_rng()
     logits = rng.standard_normal((5, 1000)).astype(np.float32)

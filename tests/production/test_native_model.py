@@ -143,6 +143,33 @@ def _weights(native, program):
             if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
 
 
+def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(cores, monkeypatch):
+    """top-k, top-p or min-p on a lane that samples this round selects the graph's form with the
+    sampler's rank stage; greedy lanes, plain temperature and lanes that do not sample do not."""
+    import dataclasses
+
+    from helios.production.plan import LaunchPlan
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    graph = native.graphs["prefill_p16"]
+    assert graph.plan.rank_filters is not None
+    forms: list[bool] = []
+    run = LaunchPlan.run
+    monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_filters=True: (forms.append(rank_filters),
+                                                                               run(plan, rank_filters=rank_filters)))
+    plain = _lane(0, PROMPT[:16])
+    for sampling, samples, expected in [(SamplingParams(temperature=0.0, top_k=3), True, False),
+                                        (SamplingParams(temperature=0.8), True, False),
+                                        (SamplingParams(temperature=0.8, top_p=0.5), True, True),
+                                        (SamplingParams(temperature=0.8, top_k=4), True, True),
+                                        (SamplingParams(temperature=0.8, min_p=0.1), True, True),
+                                        (SamplingParams(temperature=0.8, top_k=4), False, False)]:
+        assert sampling.rank_filtered is (expected or not samples)
+        native.run_round("prefill_p16", [dataclasses.replace(plain, sampling=sampling, samples=samples)])
+        assert forms.pop() is expected
+        assert graph.plan.rank_filters.enabled  # the switch is set again after the round
+
+
 def test_request_rows_are_packed_again_when_their_request_changes(cores):
     """Rows packed once per request (seed, histogram, ...) follow a new request in the same slot,
     even one that reuses the slot's generation."""
@@ -245,6 +272,7 @@ def test_request_rows_follow_the_binding_that_packed_them(cores):
     executor = NativeExecutor({"decode_b1": graph, "per_round": per_round}, native.executor.buffers,
                               native.executor.completion, sampled_tokens=native.executor.sampled_tokens,
                               device=DEVICE, capture=None)
+    rows = executor.host_view[generation.destination]  # this executor's staging (its own on a GPU)
     executor._pack(graph, [lane])
     executor._pack(per_round, [lane])  # packed every round: slot 1's row holds the query length 1
     assert rows[1] == 1

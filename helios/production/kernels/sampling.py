@@ -11,7 +11,10 @@ wherever `exp` agrees:
      `e = exp(z - max)` (exactly 1 at the maximum) and `e` itself for min-p;
   2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`:
      one stable descending torch sort over static buffers, cumulative weights in int64, the top-p
-     threshold as one float64 product;
+     threshold as one float64 product. A round none of whose sampling lanes filters by rank
+     (`SamplingParams.rank_filtered`) skips this stage (`RankFilters`): with top-k 0, top-p 1 and
+     min-p 0 the stage only drops ids of weight 0, which no draw can pick, so the kept weights are
+     the weights and the draw is the same;
   3. `_block_sum_kernel` and `_draw_kernel` (Triton): per-block kept weights, then the Philox word
      `tl.randint(seed, ((position + 1) << 32) | draw_index)`, `target = (word * total) >> 32`
      (computed without overflow from the two 32-bit halves of the total) and the first id, in id
@@ -26,6 +29,17 @@ import triton
 import triton.language as tl
 
 WEIGHT_SCALE = float(2**24)
+
+
+class RankFilters:
+    """Whether the samplers of a device run the rank stage (2 above). One switch per device, read
+    when a sampler launches: the executor clears it for a round without rank-filtered lanes, and
+    on a GPU each sampling graph is captured once with it set and once cleared."""
+
+    __slots__ = ("enabled",)
+
+    def __init__(self) -> None:
+        self.enabled = True
 
 
 @triton.jit
@@ -155,8 +169,10 @@ def argmax(logits: torch.Tensor, out: torch.Tensor, *, block: int = 4096) -> Non
 class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
 
-    def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096) -> None:
+    def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
+                 rank_filters: RankFilters | None = None) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
+        self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
         self.blocks = triton.cdiv(vocab, self.block)
         self.blocks_pow2 = triton.next_power_of_2(self.blocks)
         self.block_max = torch.empty((rows, self.blocks), dtype=torch.float32, device=device)
@@ -187,6 +203,14 @@ class Sampler:
                              vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block)
         _weights_kernel[grid](parameters, self.z, self.e, self.weights, self.block_max, self.block_id, self.greedy,
                               vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2)
+        kept = self._rank_stage(parameters) if self.rank_filters.enabled else self.weights
+        _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
+        _draw_kernel[(rows,)](kept, self.block_sum, parameters, seed, positions, self.greedy, out, vocab,
+                              self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
+
+    def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
+        """Top-k, top-p and min-p in rank order; the kept weights in id order."""
+        vocab = self.vocab
         torch.sort(self.z, dim=1, descending=True, stable=True, out=(self.sorted_z, self.order))
         torch.gather(self.weights, 1, self.order, out=self.ordered)
         keep = self.keep
@@ -203,6 +227,4 @@ class Sampler:
         keep &= (self.sorted_e >= parameters[:, 3:4]) | (self.rank == 0)
         self.ordered.mul_(keep)
         self.kept.scatter_(1, self.order, self.ordered)
-        _block_sum_kernel[grid](self.kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
-        _draw_kernel[(rows,)](self.kept, self.block_sum, parameters, seed, positions, self.greedy, out, vocab,
-                              self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
+        return self.kept
