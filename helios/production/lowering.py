@@ -150,9 +150,10 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     scale = float(op.attributes["scale"])
     window = op.attributes.get("sliding_window")
     softcap = op.attributes.get("softcap")
+    tile = attention.choose_tile(rows, heads // kv_heads, cuda=c.device.type == "cuda")
     return lambda: attention.paged_attention(q, key_cache, value_cache, lanes, positions, table, out, scale=scale,
                                              sliding_window=window, softcap=softcap, splits=splits,
-                                             scratch=scratch)
+                                             scratch=scratch, tile=tile)
 
 
 def _last_row_gather(c: Context, op: ValidatedOperator):
@@ -239,16 +240,26 @@ def _fused_add_norm(c: Context, add: ValidatedOperator, rms: ValidatedOperator):
     return lambda: norm.norm(a, w, out, eps=eps, weight_offset=offset, residual=b, sum_out=total)
 
 
-def _fused_rotary_cache(c: Context, rot: ValidatedOperator, write: ValidatedOperator, keep_rotated: bool):
-    x, positions = c.t(rot.inputs[0]), c.t(rot.inputs[1])
-    cache, lanes, table = c.t(write.inputs[0]), c.t(write.inputs[2]), c.t(write.inputs[4])
+def _fused_rotary(c: Context, norm: ValidatedOperator | None, rot: ValidatedOperator,
+                  writes: Sequence[ValidatedOperator], keep_rotated: bool):
+    """One rotary launch: the head norm in its prologue (`norm`), the k cache write and the v cache
+    write (`writes`) after it; the rotated rows are stored only if `keep_rotated`."""
+    x, positions = c.t((norm or rot).inputs[0]), c.t(rot.inputs[1])
     out = c.t(rot.outputs[0]) if keep_rotated else None
     key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
     inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
     head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
+    extra: dict[str, object] = {}
+    if norm is not None:
+        extra.update(norm_weight=c.t(norm.inputs[1]), eps=float(norm.attributes["eps"]),
+                     weight_offset=float(norm.attributes.get("weight_offset", 0.0)))
+    if writes:
+        extra.update(cache=c.t(writes[0].inputs[0]), token_lane=c.t(writes[0].inputs[2]),
+                     page_table=c.t(writes[0].inputs[4]))
+    if len(writes) > 1:
+        extra.update(values=c.t(writes[1].inputs[1]), value_cache=c.t(writes[1].inputs[0]))
     return lambda: rotary.rotary_cache(x, positions, head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim,
-                                       attention_factor=factor, out=out, cache=cache, token_lane=lanes,
-                                       page_table=table)
+                                       attention_factor=factor, out=out, **extra)  # type: ignore[arg-type]
 
 
 def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
@@ -259,16 +270,70 @@ def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
     return readers
 
 
-def _fusion(operators: Sequence[ValidatedOperator], i: int, readers: Mapping[str, list[int]]) -> str | None:
+def _head_norm_deferrals(operators: Sequence[ValidatedOperator], readers: Mapping[str, list[int]],
+                         decls: Mapping[str, program_pb2.TensorDecl]) -> dict[int, int]:
+    """{rotary index: index of the head_rms_norm that runs in its prologue}.
+
+    A norm is deferred into a later rotary when its output is scratch read by that rotary alone (as
+    the rotated rows), both split rows into the same heads, and no operator in between writes the
+    norm's input, weight or output: then running it at the rotary's place changes nothing.
+    """
+    deferred: dict[int, int] = {}
+    for i, op in enumerate(operators):
+        if op.op != "head_rms_norm" or decls[op.outputs[0]].role != P.TENSOR_ROLE_SCRATCH:
+            continue
+        users = readers.get(op.outputs[0], [])
+        if len(users) != 1 or users[0] <= i:
+            continue
+        j = users[0]
+        rot = operators[j]
+        if rot.op != "rotary" or rot.inputs[0] != op.outputs[0] or rot.outputs[0] in op.inputs \
+                or int(rot.attributes["head_dim"]) != int(op.attributes["head_dim"]):
+            continue
+        touched = {*op.inputs, *op.outputs}
+        if not any(touched.intersection(operators[k].outputs) for k in range(i + 1, j)):
+            deferred[j] = i
+    return deferred
+
+
+def _cache_writes(c: Context, operators: Sequence[ValidatedOperator], i: int) -> int:
+    """How many paged_cache_writes right after the rotary at `i` join its launch: the write of its
+    rotated rows (1), then the write of unrotated values at the same slots of another plane (2)."""
+    rot = operators[i]
+    if i + 1 >= len(operators) or rot.inputs[0] == rot.outputs[0]:
+        return 0
+    first = operators[i + 1]
+    if first.op != "paged_cache_write" or first.inputs[1] != rot.outputs[0] or first.inputs[3] != rot.inputs[1]:
+        return 0
+    if i + 2 >= len(operators):
+        return 1
+    second = operators[i + 2]
+    values = second.inputs[1] if second.op == "paged_cache_write" else None
+    if values is None or second.inputs[2:] != first.inputs[2:] or second.inputs[0] == first.inputs[0] \
+            or values in (rot.outputs[0], first.inputs[0]) or rot.outputs[0] in second.inputs \
+            or c.t(second.inputs[0]).shape != c.t(first.inputs[0]).shape \
+            or list(c.decls[values].shape) != list(c.decls[rot.outputs[0]].shape):
+        return 1
+    return 2
+
+
+_WRITE_SUFFIX = ("", "+paged_cache_write", "+paged_cache_write*2")
+_WRITES = {suffix: n for n, suffix in enumerate(_WRITE_SUFFIX)}
+
+
+def _fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, readers: Mapping[str, list[int]],
+            deferred: Mapping[int, int]) -> str | None:
+    op = operators[i]
+    if op.op == "rotary":
+        writes = _cache_writes(c, operators, i)
+        name = ("head_rms_norm+" if i in deferred else "") + "rotary" + _WRITE_SUFFIX[writes]
+        return name if name != "rotary" else None
     if i + 1 >= len(operators):
         return None
-    op, nxt = operators[i], operators[i + 1]
+    nxt = operators[i + 1]
     if op.op == "add" and nxt.op == "rms_norm" and nxt.inputs[0] == op.outputs[0] \
             and op.outputs[0] not in nxt.outputs:
         return "add+rms_norm"
-    if op.op == "rotary" and nxt.op == "paged_cache_write" and nxt.inputs[1] == op.outputs[0] \
-            and nxt.inputs[3] == op.inputs[1] and op.inputs[0] != op.outputs[0]:
-        return "rotary+paged_cache_write"
     return None
 
 
@@ -301,7 +366,11 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     bound = dict(tensors)
     arena.reset()
     readers = _readers(operators)
-    last_read = {name: max(indices) for name, indices in readers.items()}
+    deferred = _head_norm_deferrals(operators, readers, decls) if fuse else {}
+    absorbed = set(deferred.values())
+    # a deferred norm reads its input where its rotary runs: its storage lives until then
+    runs_at = {norm: rot for rot, norm in deferred.items()}
+    last_read = {name: max(runs_at.get(r, r) for r in indices) for name, indices in readers.items()}
     context = Context(tensors, arena, device, where, linear_policy or default_policy(device), decls)
     launches: list[Launch] = []
 
@@ -328,9 +397,13 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
         op = operators[i]
         if op.op not in LOWERINGS:
             raise LoweringError(f"{where} operators[{i}]: operator {op.op!r} has no production lowering")
-        fused = _fusion(operators, i, readers) if fuse else None
+        if i in absorbed:  # a head norm that runs in the prologue of a later rotary launch
+            i += 1
+            continue
+        fused = _fusion(context, operators, i, readers, deferred) if fuse else None
         if fused is None and fuse:
             fused = linear_lowering.matmul_fusion(context, operators, i, readers)
+        covered = None
         if fused is not None and fused.startswith(("matmul*", linear_lowering.GATED)):
             group = tuple(operators[i:i + linear_lowering.fusion_size(fused)])
             bind_outputs(group, linear_lowering.unstored(group, fused))
@@ -339,19 +412,25 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             group = (op, operators[i + 1])
             bind_outputs(group, set())
             run = _fused_add_norm(context, *group)
-        elif fused == "rotary+paged_cache_write":
-            group = (op, operators[i + 1])
-            keep = any(r > i + 1 for r in readers.get(op.outputs[0], ()))
-            bind_outputs(group, set() if keep else {op.outputs[0]})
-            run = _fused_rotary_cache(context, *group, keep_rotated=keep)
+        elif fused is not None and "rotary" in fused.split("+"):
+            writes = tuple(operators[i + 1:i + 1 + _WRITES[fused.partition("rotary")[2]]])
+            norm_op = operators[deferred[i]] if i in deferred else None
+            group = (op, *writes)
+            covered = ((deferred[i],) if norm_op else ()) + tuple(range(i, i + len(group)))
+            rotated = op.outputs[0]
+            keep = not writes or decls[rotated].role != P.TENSOR_ROLE_SCRATCH \
+                or any(r not in covered for r in readers.get(rotated, ()))
+            bind_outputs(group, set() if keep else {rotated})
+            run = _fused_rotary(context, norm_op, op, writes, keep_rotated=keep)
+            group = ((norm_op,) if norm_op else ()) + group
         else:
             group = (op,)
             bind_outputs(group, set())
             run = LOWERINGS[op.op](context, op)
-        end = i + len(group) - 1
-        launches.append(Launch(fused or op.op, tuple(range(i, end + 1)), run))
-        release(end, group)
-        i = end + 1
+        covered = covered or tuple(range(i, i + len(group)))
+        launches.append(Launch(fused or op.op, covered, run))
+        release(max(covered), group)
+        i = max(covered) + 1
     missing = sorted(set(OPERATORS) - set(LOWERINGS))
     if missing:
         raise LoweringError(f"operators without a production lowering: {missing}")

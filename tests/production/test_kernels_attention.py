@@ -61,9 +61,11 @@ def test_rotary_fused_with_cache_write_and_plain_cache_write(rng):
     close(plain, ref.paged_cache_write(start.copy(), k, c.token_lane, c.positions, c.page_table), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("window,softcap,splits", [(None, None, 1), (7, None, 1), (None, 30.0, 1), (None, None, 4),
-                                                   (9, 20.0, 2)])
-def test_paged_attention_mixed_cohort(rng, window, softcap, splits):
+@pytest.mark.parametrize("window,softcap,splits,dot", [(None, None, 1, True), (7, None, 1, True),
+                                                       (None, 30.0, 1, True), (None, None, 4, True),
+                                                       (9, 20.0, 2, True), (None, None, 1, False),
+                                                       (7, 20.0, 4, False)])
+def test_paged_attention_mixed_cohort(rng, window, softcap, splits, dot):
     page_tokens, max_pages, kv_heads, group, head_dim = 8, 12, 2, 3, 32
     c = cohort(rng, lanes=4, history=[0, 40, 3, 71], queries=[5, 1, 9, 1], padding=2,
                page_tokens=page_tokens, max_pages=max_pages)
@@ -76,7 +78,8 @@ def test_paged_attention_mixed_cohort(rng, window, softcap, splits):
     scale = head_dim ** -0.5
     attention.paged_attention(tensor(q), tensor(key_cache), tensor(value_cache), tensor(c.token_lane),
                               tensor(c.positions), tensor(c.page_table), out, scale=scale, sliding_window=window,
-                              softcap=softcap, splits=splits, scratch=scratch, block_n=16)
+                              softcap=softcap, splits=splits, scratch=scratch,
+                              tile=attention.AttentionTile(block_n=16, num_warps=4 if dot else 2, dot=dot))
     expected = ref.paged_attention(q, key_cache, value_cache, c.token_lane, c.positions, c.page_table, scale=scale,
                                    sliding_window=window, softcap=softcap)
     close(out, expected, atol=3e-2 if DTYPE != torch.float32 else 2e-5)

@@ -16,6 +16,8 @@ Padding rows (token_lane < 0) give zeros.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -27,7 +29,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
                       heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
                       head_dim, DIM_BLOCK: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                      LOW_PRECISION_PV: tl.constexpr):
+                      LOW_PRECISION_PV: tl.constexpr, USE_DOT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -62,7 +64,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
         offsets = slot[:, None] * width + kv_head * head_dim + d[None, :]
         kv_mask = valid[:, None] & d_mask[None, :]
         k = tl.load(k_ptr + offsets, mask=kv_mask, other=0.0)
-        if LOW_PRECISION_PV:
+        if not USE_DOT:  # CUDA-core products: no padding of a small group to 16 rows
+            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2) * scale
+        elif LOW_PRECISION_PV:
             s = tl.dot(q, tl.trans(k)) * scale  # bf16/f16 products are exact in the FP32 accumulator
         else:
             s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
@@ -74,7 +78,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + offsets, mask=kv_mask, other=0.0)
-        if LOW_PRECISION_PV:
+        if not USE_DOT:
+            pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        elif LOW_PRECISION_PV:
             pv = tl.dot(p.to(v.dtype), v)
         else:
             pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
@@ -134,12 +140,41 @@ def choose_splits(rows: int, kv_heads: int, context: int, *, target_programs: in
     return splits
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionTile:
+    """How one attention launch walks the context: keys a program iteration, warps, pipeline stages,
+    and whether the products run on tensor cores (`tl.dot`, the query group padded to 16 rows) or on
+    CUDA cores (the group as it is)."""
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int | None = None  # None: Triton's default
+    dot: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"AttentionTile.block_n must be a power of two >= 16, got {self.block_n}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"AttentionTile.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.num_stages is not None and not 1 <= self.num_stages <= 6:
+            raise ValueError(f"AttentionTile.num_stages must be in 1..6, got {self.num_stages}")
+
+
+def choose_tile(rows: int, group: int, *, cuda: bool) -> AttentionTile:
+    """The tile of an attention launch over `rows` packed query rows of `group` query heads per kv
+    head (the CPU interpreter walks 64 keys at a time on tensor-core code, which it emulates)."""
+    del rows, group, cuda
+    return AttentionTile()
+
+
 def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, token_lane: torch.Tensor,
                     positions: torch.Tensor, page_table: torch.Tensor, out: torch.Tensor, *, scale: float,
                     sliding_window: int | None = None, softcap: float | None = None, splits: int = 1,
                     scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                    block_n: int = 64) -> None:
-    """Attention of each packed row of `q` over its lane's cached history (docs/operators.md)."""
+                    block_n: int = 64, tile: AttentionTile | None = None) -> None:
+    """Attention of each packed row of `q` over its lane's cached history (docs/operators.md).
+    `tile` (default: `block_n` keys, four warps, tensor cores) sets how a program walks the context."""
+    tile = tile or AttentionTile(block_n=block_n)
     rows = q.shape[0]
     _, page_tokens, kv_heads, head_dim = key_cache.shape
     heads = q.shape[1] // head_dim
@@ -151,9 +186,11 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
         q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s,
         heads, kv_heads, group, page_tokens, page_table.shape[1], float(scale),
         int(sliding_window or 0), float(softcap or 1.0),
-        head_dim, DIM_BLOCK=dim_block(head_dim), GROUP_BLOCK=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
+        head_dim, DIM_BLOCK=dim_block(head_dim),
+        GROUP_BLOCK=max(16 if tile.dot else 1, triton.next_power_of_2(group)), BLOCK_N=tile.block_n,
         SPLITS=splits, HAS_WINDOW=sliding_window is not None, HAS_SOFTCAP=softcap is not None,
-        LOW_PRECISION_PV=key_cache.dtype != torch.float32,
+        LOW_PRECISION_PV=key_cache.dtype != torch.float32, USE_DOT=tile.dot,
+        num_warps=tile.num_warps, **({} if tile.num_stages is None else {"num_stages": tile.num_stages}),
     )
     if splits > 1:
         _combine_kernel[(rows, heads)](out, acc, m, l_s, heads, head_dim, DIM_BLOCK=dim_block(head_dim),

@@ -15,7 +15,8 @@ wherever `exp` agrees:
      (`SamplingParams.rank_filtered`) skips this stage (`RankFilters`): with top-k 0, top-p 1 and
      min-p 0 the stage only drops ids of weight 0, which no draw can pick, so the kept weights are
      the weights and the draw is the same;
-  3. `_block_sum_kernel` and `_draw_kernel` (Triton): per-block kept weights, then the Philox word
+  3. `_block_sum_kernel` (the weights kernel itself when the rank stage is skipped) and `_draw_kernel`
+     (Triton): per-block kept weights, then the Philox word
      `tl.randint(seed, ((position + 1) << 32) | draw_index)`, `target = (word * total) >> 32`
      (computed without overflow from the two 32-bit halves of the total) and the first id, in id
      order, whose cumulative kept weight exceeds the target (found in the one block where the running
@@ -72,10 +73,12 @@ def _filter_kernel(logits_ptr, params_ptr, hist_ptr, mask_ptr, z_ptr, block_max_
 
 
 @triton.jit
-def _weights_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, block_id_ptr, greedy_ptr, vocab, blocks,
-                    BLOCK: tl.constexpr, BLOCKS: tl.constexpr):
+def _weights_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, block_id_ptr, greedy_ptr, block_sum_ptr,
+                    vocab, blocks, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, RANK_STAGE: tl.constexpr):
     # program (row, block): the row's maximum and greedy id from the block maxima, then temperature,
-    # e = exp(z - max) (exactly 1 at the maximum) and the fixed-point weights over one block
+    # e = exp(z - max) (exactly 1 at the maximum) and the fixed-point weights over one block; without
+    # the rank stage the weights are the kept weights, so the block's sum is stored here and z and e,
+    # which only the rank stage reads, are not
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     b = tl.arange(0, BLOCKS)
@@ -95,9 +98,12 @@ def _weights_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, block_id_ptr
     e = tl.where(z == top, 1.0, tl.exp(z - top))
     e = tl.where(z > float("-inf"), e, 0.0)
     weight = tl.floor(e * 16777216.0).to(tl.int64)
-    tl.store(z_ptr + row * vocab + ids, z, mask=inside)
-    tl.store(e_ptr + row * vocab + ids, e, mask=inside)
     tl.store(w_ptr + row * vocab + ids, weight, mask=inside)
+    if RANK_STAGE:
+        tl.store(z_ptr + row * vocab + ids, z, mask=inside)
+        tl.store(e_ptr + row * vocab + ids, e, mask=inside)
+    else:
+        tl.store(block_sum_ptr + row * blocks + block, tl.sum(tl.where(inside, weight, 0), axis=0))
 
 
 @triton.jit
@@ -201,10 +207,14 @@ class Sampler:
         grid = (rows, self.blocks)
         _filter_kernel[grid](logits, parameters, histogram, grammar_mask, self.z, self.block_max, self.block_id,
                              vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block)
+        rank_stage = self.rank_filters.enabled
         _weights_kernel[grid](parameters, self.z, self.e, self.weights, self.block_max, self.block_id, self.greedy,
-                              vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2)
-        kept = self._rank_stage(parameters) if self.rank_filters.enabled else self.weights
-        _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
+                              self.block_sum, vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2,
+                              RANK_STAGE=rank_stage)
+        kept = self.weights
+        if rank_stage:
+            kept = self._rank_stage(parameters)
+            _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
         _draw_kernel[(rows,)](kept, self.block_sum, parameters, seed, positions, self.greedy, out, vocab,
                               self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
 
