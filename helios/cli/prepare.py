@@ -59,11 +59,12 @@ def register(subparsers) -> None:
                         help="PREFILL token capacities; also the MIXED prefill chunks (default: 16,64,256)")
     parser.add_argument("--context-tokens", type=int, metavar="N",
                         help="largest prompt + output (default: min(max_position_embeddings, 4096))")
-    parser.add_argument("--pending-token", choices=("device", "host"), default="host",
+    parser.add_argument("--pending-token", choices=("device", "host"), default="device",
                         help="who holds each request's last sampled token between rounds: 'device' keeps it in "
                              "a state buffer the programs read and write, so decode rounds may keep two "
-                             "execution frames in flight; 'host' feeds it back every round, one frame "
-                             "(default: host)")
+                             "execution frames in flight (default); choose 'host' only for a runtime that "
+                             "must feed every token from the host (a PENDING_TOKEN binding, one frame, "
+                             "one round at a time)")
     parser.set_defaults(func=_prepare)
 
 

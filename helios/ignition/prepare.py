@@ -64,9 +64,9 @@ class PreparationOptions:
     batch_capacities: tuple[int, ...] = (1, 2, 4, 8)  # DECODE graphs; the largest is the slot count
     prefill_capacities: tuple[int, ...] = (16, 64, 256)  # PREFILL token capacities (and MIXED chunks)
     context_tokens: int | None = None  # default: min(max_position_embeddings, 4096)
-    # "host": a PENDING_TOKEN binding feeds each lane's last sampled id (one frame); "device": programs
-    # keep it in the `pending_tokens` STATE row and the transport declares two frames.
-    pending_token: str = "host"
+    # "device" (the default): programs keep each lane's last sampled id in the `pending_tokens` STATE
+    # row and the transport declares two frames; "host": a PENDING_TOKEN binding feeds it (one frame).
+    pending_token: str = "device"
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:

@@ -83,17 +83,22 @@ def test_dropped_stop_buffer_flush(conform_core, monkeypatch):
 
 
 def test_swapped_lane_order(conform_core, monkeypatch):
-    from helios.production.executor import NativeExecutor
+    from helios.production.frames import FramedExecutor
 
-    run_round = NativeExecutor.run_round
+    # The core keeps pending tokens on the device (two frames): the runtime submits and collects
+    # rounds, so the rows come back (already validated) through `collect`. The two requests start in
+    # different frames; they share a round once a decode lane joins its request's next round early,
+    # which takes a few output tokens.
+    assert conform_core.manifest.transport.frames == 2
+    collect = FramedExecutor.collect
 
-    def reversed_rows(self, graph_name, lanes):
-        rows = run_round(self, graph_name, lanes)
+    def reversed_rows(self, handle):
+        rows = collect(self, handle)
         return rows[::-1]
 
-    monkeypatch.setattr(NativeExecutor, "run_round", reversed_rows)
-    two = workload("pair", {"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0},
-                   {"prompt": [4, 5, 6, 7, 8], "max_tokens": 2, "temperature": 0})
+    monkeypatch.setattr(FramedExecutor, "collect", reversed_rows)
+    two = workload("pair", {"prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0},
+                   {"prompt": [4, 5, 6, 7, 8], "max_tokens": 4, "temperature": 0})
     report = run(conform_core, ("trace",), two)
     found = only_divergence(report, "trace")
     assert found.field == "lane_order", report.table()

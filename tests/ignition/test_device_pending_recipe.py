@@ -55,8 +55,8 @@ def test_every_text_program_reads_the_state_and_writes_the_sampled_token_back(pr
         assert ("where", ["endpoint", "pending_decided", "pending_tokens"], ["pending_tokens"]) in ops
 
 
-def test_host_pending_stays_the_default_and_other_owners_are_refused(tiny_checkpoint):
-    assert PreparationOptions().pending_token == "host"
+def test_device_pending_is_the_default_host_stays_available_and_other_owners_are_refused(tiny_checkpoint):
+    assert PreparationOptions().pending_token == "device"
     with pytest.raises(InvalidPreparationOptions, match="--pending-token"):
         PreparationOptions(pending_token="both")
     host = prepare_checkpoint(tiny_checkpoint("qwen3"), PreparationOptions(

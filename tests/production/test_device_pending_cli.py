@@ -1,4 +1,4 @@
-"""`helios prepare --pending-token device` through the command line: a two-frame core whose greedy
+"""`helios prepare` (device-owned pending tokens by default) through the command line: a two-frame core whose greedy
 tokens through `helios generate` (reference and production runtimes, CPU: Triton interpreted, which
 tests/production/conftest.py switches on before any kernel is imported) equal the host-fed core's."""
 
@@ -19,7 +19,8 @@ def test_helios_prepare_pending_token_device_end_to_end(tiny_checkpoint, tmp_pat
         core = tmp_path / f"{owner}.hcore"
         assert main(["prepare", str(tiny_checkpoint("qwen3")), "--out", str(core), "--publisher", "acme/tests",
                      "--key", str(key), "--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2",
-                     "--prefill-capacities", "8", "--context-tokens", "32", "--pending-token", owner]) == 0
+                     "--prefill-capacities", "8", "--context-tokens", "32"]
+                    + (["--pending-token", "host"] if owner == "host" else [])) == 0  # device: the default
         with open_core(core, trusted_keys=[f"{key}.pub"], accept="acme/tests") as opened:
             assert opened.manifest.transport.frames == (2 if owner == "device" else 1)
         for runtime in ("reference", "production") if owner == "device" else ("reference",):

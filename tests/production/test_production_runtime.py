@@ -5,6 +5,7 @@ reference engine's, under page pressure (preemption and readmission) and with pr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -461,7 +462,9 @@ def test_a_request_enqueued_as_the_worker_stops_still_ends(core):
 
 def test_a_refused_framed_submission_fails_its_round_not_the_worker(core):
     """An executor that takes submissions (submit_round/collect) and refuses one: that round's
-    requests fail, the worker goes on serving."""
+    requests fail, the worker goes on serving. The core keeps pending tokens on the device (two
+    frames), so the fake stamps each round's rows with the frame it was submitted in, as a transport
+    does (the reference engine's own rows say frame 0)."""
     greedy = SamplingParams(temperature=0.0)
     later = GenerationRequest(tuple(range(40, 50)), max_tokens=3, sampling=greedy, ignore_eos=True)
     expected = list(ReferenceEngine.load(core, pages=16).generate(later))
@@ -478,7 +481,7 @@ def test_a_refused_framed_submission_fails_its_round_not_the_worker(core):
             Framed.calls += 1
             if Framed.calls == 2:
                 raise RuntimeError("injected: submission refused")  # ...but hands back no handle
-            return rows
+            return [dataclasses.replace(row, frame_index=frame) for row in rows]
 
         def collect(self, handle):
             return handle

@@ -318,12 +318,12 @@ def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
 
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
-                 pending_token: str = "host"):
+                 pending_token: str = "device"):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
-    `pending_token` "host": a PENDING_TOKEN binding feeds each lane's last sampled id; "device": the
-    program reads it from the `pending_tokens` STATE row and writes every sampled id back there
-    (`device_pending_tokens`), so no host binding feeds it.
+    `pending_token` "device" (the default): the program reads each lane's last sampled id from the
+    `pending_tokens` STATE row and writes every sampled id back there (`device_pending_tokens`), so no
+    host binding feeds it; "host": a PENDING_TOKEN binding feeds it.
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
