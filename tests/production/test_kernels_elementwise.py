@@ -1,4 +1,5 @@
-"""Norm, activation and gather kernels against their reference operators, on fresh random inputs."""
+"""Norm, activation and gather kernels against their reference operators, on fresh random inputs; the
+rotary kernel with a head norm in its prologue and the k and v cache writes in one launch."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from helios.production.kernels import activation, gather, norm
+from helios.production.kernels import activation, gather, norm, rotary
 from helios.reference import operators as ref
-from tests.production.helpers import DEVICE, DTYPE, close, tensor, values
+from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor, values
 
 
 @pytest.fixture
@@ -62,3 +63,65 @@ def test_embedding_and_last_row_gather(rng):
     gathered_positions = torch.empty((5,), dtype=torch.int32, device=DEVICE)
     gather.last_row_gather(tensor(positions), tensor(lanes), gathered_positions)
     np.testing.assert_array_equal(gathered_positions.cpu().numpy(), ref.last_row_gather(positions, lanes, lanes=5))
+
+
+@pytest.mark.parametrize("rotary_dim,weight_offset", [(32, 0.0), (16, 1.0)])
+def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim, weight_offset):
+    """head_rms_norm -> rotary (q) and head_rms_norm -> rotary -> paged_cache_write plus the v write
+    (k, v), each one launch, against the reference operators and against the unfused launches."""
+    head_dim, heads, kv_heads, eps = 32, 4, 2, 1e-6
+    c = cohort(rng, lanes=3, history=[5, 0, 11], queries=[1, 5, 2], padding=2, page_tokens=4, max_pages=5)
+    rows = len(c.token_lane)
+    q = values(rng.standard_normal((rows, heads * head_dim)))
+    k, v = (values(rng.standard_normal((rows, kv_heads * head_dim))) for _ in range(2))
+    q_w, k_w = (values(rng.standard_normal(head_dim)) for _ in range(2))
+    key_start, value_start = (values(rng.standard_normal((c.pages, 4, kv_heads, head_dim))) for _ in range(2))
+    inv_freq, factor = ref.rope_frequencies(theta=10000.0, rotary_dim=rotary_dim)
+    rope = dict(head_dim=head_dim, inv_freq=torch.from_numpy(inv_freq).to(DEVICE), rotary_dim=rotary_dim,
+                attention_factor=factor)
+    lanes, positions, table = tensor(c.token_lane), tensor(c.positions), tensor(c.page_table)
+
+    def expected_rotated(x, w):
+        # the unfused norm stores its output in the activation dtype; rotary reads that back
+        normed = values(ref.head_rms_norm(x, w + np.float32(weight_offset), eps=eps, head_dim=head_dim))
+        return ref.rotary(normed, c.positions, theta=10000.0, head_dim=head_dim, rotary_dim=rotary_dim)
+
+    q_out = torch.empty((rows, heads * head_dim), dtype=DTYPE, device=DEVICE)
+    rotary.rotary_cache(tensor(q), positions, norm_weight=tensor(q_w), eps=eps, weight_offset=weight_offset,
+                        out=q_out, **rope)
+    tolerance = {} if DTYPE == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    close(q_out, expected_rotated(q, q_w), **({"atol": 1e-5, "rtol": 1e-5} | tolerance))
+    key_cache, value_cache = tensor(key_start), tensor(value_start)
+    rotary.rotary_cache(tensor(k), positions, norm_weight=tensor(k_w), eps=eps, weight_offset=weight_offset,
+                        cache=key_cache, token_lane=lanes, page_table=table, values=tensor(v),
+                        value_cache=value_cache, **rope)
+    rotated_k = values(expected_rotated(k, k_w))
+    close(key_cache, ref.paged_cache_write(key_start.copy(), rotated_k, c.token_lane, c.positions, c.page_table),
+          **({"atol": 1e-5, "rtol": 1e-5} | tolerance))
+    close(value_cache, ref.paged_cache_write(value_start.copy(), v, c.token_lane, c.positions, c.page_table),
+          atol=0, rtol=0)
+
+    # the unfused launches: norm kernel, rotary kernel, one cache write each
+    normed = torch.empty_like(q_out)
+    norm.norm(tensor(q), tensor(q_w), normed, eps=eps, weight_offset=weight_offset, width=head_dim)
+    unfused_q = torch.empty_like(q_out)
+    rotary.rotary_cache(normed, positions, out=unfused_q, **rope)
+    np.testing.assert_array_equal(numpy(q_out), numpy(unfused_q))
+    normed_k, rotated = (torch.empty((rows, kv_heads * head_dim), dtype=DTYPE, device=DEVICE) for _ in range(2))
+    norm.norm(tensor(k), tensor(k_w), normed_k, eps=eps, weight_offset=weight_offset, width=head_dim)
+    unfused_key, unfused_value = tensor(key_start), tensor(value_start)
+    rotary.rotary_cache(normed_k, positions, out=rotated, **rope)
+    rotary.rotary_cache(rotated, positions, head_dim=head_dim, cache=unfused_key, token_lane=lanes, page_table=table)
+    rotary.rotary_cache(tensor(v), positions, head_dim=head_dim, cache=unfused_value, token_lane=lanes,
+                        page_table=table)
+    np.testing.assert_array_equal(numpy(key_cache), numpy(unfused_key))
+    np.testing.assert_array_equal(numpy(value_cache), numpy(unfused_value))
+
+
+def test_values_need_a_cache_plane_of_the_keys_shape(rng):
+    x = tensor(values(rng.standard_normal((2, 32))))
+    cache = torch.zeros((3, 4, 1, 32), dtype=DTYPE, device=DEVICE)
+    lanes, positions, table = (tensor(np.zeros(n, np.int32)) for n in (2, 2, (1, 3)))
+    with pytest.raises(ValueError, match="value_cache shaped like cache"):
+        rotary.rotary_cache(x, positions, head_dim=32, cache=cache, token_lane=lanes, page_table=table, values=x,
+                            value_cache=torch.zeros((3, 4, 2, 16), dtype=DTYPE, device=DEVICE))

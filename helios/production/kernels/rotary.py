@@ -1,10 +1,15 @@
-"""Rotary embedding fused with the paged cache write (device side).
+"""Rotary embedding fused with the head RMS norm before it and the paged cache writes after it (device side).
 
-One kernel, three uses, chosen by constexpr flags:
+One kernel, chosen by constexpr flags, covers the attention prologue of a layer's q or k/v rows:
   - `rotary`: rotate each head of a row and store it (`out`);
   - `paged_cache_write`: store a row's `[kv_heads, head_dim]` into its lane's page slot;
-  - both at once: the rotated keys go straight into the cache (and to `out` only when the program
-    reads the rotated tensor again), saving a launch and a round trip through memory.
+  - rotary + cache write: the rotated keys go straight into the cache (and to `out` only when the
+    program reads the rotated tensor again), saving a launch and a round trip through memory;
+  - a head RMS norm in the prologue (`norm_weight`): each head is normalized first, exactly as the
+    unfused `head_rms_norm` launch computes it, and rounded to the input's dtype (the dtype the
+    unfused norm stores and rotary reads back) before it is rotated;
+  - a second cache plane (`values` into `value_cache`): the values of the same rows, unrotated, go
+    to the same slots of their own plane in the same launch (k and v cache writes as one launch).
 
 Layouts (docs/operators.md): rows `[P, heads * head_dim]`, cache plane `[pages, T, kv_heads, head_dim]`,
 the token at position p of lane l lives at `[page_table[l, p // T], p % T]`. The inverse frequencies
@@ -20,9 +25,11 @@ import triton.language as tl
 
 
 @triton.jit
-def _rotary_cache_kernel(x_ptr, positions_ptr, inv_freq_ptr, out_ptr, cache_ptr, lane_ptr, page_table_ptr,
-                         n_rows, heads, head_dim, rotary_dim, attention_factor, page_tokens, max_pages,
-                         ROTATE: tl.constexpr, WRITE_OUT: tl.constexpr, WRITE_CACHE: tl.constexpr,
+def _rotary_cache_kernel(x_ptr, positions_ptr, inv_freq_ptr, norm_weight_ptr, out_ptr, cache_ptr, values_ptr,
+                         value_cache_ptr, lane_ptr, page_table_ptr,
+                         n_rows, heads, head_dim, rotary_dim, attention_factor, eps, weight_offset, page_tokens,
+                         max_pages, NORM: tl.constexpr, ROTATE: tl.constexpr, WRITE_OUT: tl.constexpr,
+                         WRITE_CACHE: tl.constexpr, WRITE_VALUES: tl.constexpr,
                          ROWS: tl.constexpr, HEADS_BLOCK: tl.constexpr, DIM_BLOCK: tl.constexpr):
     # [ROWS, HEADS_BLOCK, DIM_BLOCK] elements: row r, head h, feature d
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -35,6 +42,11 @@ def _rotary_cache_kernel(x_ptr, positions_ptr, inv_freq_ptr, out_ptr, cache_ptr,
     base = x_ptr + rows * width + h * head_dim
     x = tl.load(base + d, mask=mask, other=0.0).to(tl.float32)
     positions = tl.load(positions_ptr + r, mask=row_mask, other=0)
+    if NORM:
+        # the unfused norm kernel's expression, then the rounding its store applies
+        root = tl.sqrt(tl.sum(x * x, axis=2)[:, :, None] / head_dim + eps)
+        w = tl.load(norm_weight_ptr + d, mask=d < head_dim, other=0.0).to(tl.float32)
+        x = (x / root * (w + weight_offset)).to(x_ptr.dtype.element_ty).to(tl.float32)
     if ROTATE:
         half = rotary_dim // 2
         i = tl.where(d < half, d, d - half)
@@ -44,6 +56,9 @@ def _rotary_cache_kernel(x_ptr, positions_ptr, inv_freq_ptr, out_ptr, cache_ptr,
         sin = tl.sin(angle) * attention_factor
         partner_d = tl.where(d < half, d + half, d - half)
         partner = tl.load(base + partner_d, mask=mask & (d < rotary_dim), other=0.0).to(tl.float32)
+        if NORM:
+            partner_w = tl.load(norm_weight_ptr + partner_d, mask=d < rotary_dim, other=0.0).to(tl.float32)
+            partner = (partner / root * (partner_w + weight_offset)).to(x_ptr.dtype.element_ty).to(tl.float32)
         rotated_half = tl.where(d < half, -partner, partner)
         x = tl.where(d < rotary_dim, x * cos + rotated_half * sin, x)
     if WRITE_OUT:
@@ -56,27 +71,45 @@ def _rotary_cache_kernel(x_ptr, positions_ptr, inv_freq_ptr, out_ptr, cache_ptr,
         slot = (page * page_tokens + positions % page_tokens)[:, None, None]
         tl.store(cache_ptr + slot * width + h * head_dim + d, x.to(cache_ptr.dtype.element_ty),
                  mask=mask & live[:, None, None])
+        if WRITE_VALUES:
+            v = tl.load(values_ptr + rows * width + h * head_dim + d, mask=mask & live[:, None, None], other=0.0)
+            tl.store(value_cache_ptr + slot * width + h * head_dim + d, v.to(value_cache_ptr.dtype.element_ty),
+                     mask=mask & live[:, None, None])
 
 
 def rotary_cache(x: torch.Tensor, positions: torch.Tensor, *, head_dim: int,
                  inv_freq: torch.Tensor | None = None, rotary_dim: int = 0, attention_factor: float = 1.0,
+                 norm_weight: torch.Tensor | None = None, eps: float = 0.0, weight_offset: float = 0.0,
                  out: torch.Tensor | None = None, cache: torch.Tensor | None = None,
-                 token_lane: torch.Tensor | None = None, page_table: torch.Tensor | None = None) -> None:
-    """Rotate `x` (when `inv_freq` is given) into `out` and/or write it into the cache plane `cache`."""
+                 token_lane: torch.Tensor | None = None, page_table: torch.Tensor | None = None,
+                 values: torch.Tensor | None = None, value_cache: torch.Tensor | None = None) -> None:
+    """Normalize each head of `x` (when `norm_weight` is given: `head_rms_norm` with `eps` and
+    `weight_offset`), rotate it (when `inv_freq` is given) into `out` and/or write it into the cache
+    plane `cache`; `values` (unrotated, `x`'s shape) go to the same slots of `value_cache`."""
     rows, width = x.shape
     heads = width // head_dim
+    norm = norm_weight is not None
     rotate = inv_freq is not None
     write_cache = cache is not None
+    write_values = values is not None
+    if write_values and (not write_cache or value_cache is None or values.shape != x.shape
+                         or value_cache.shape != cache.shape):
+        raise ValueError("rotary_cache: values need a cache write and a value_cache shaped like cache, "
+                         f"got values {tuple(values.shape)} for x {tuple(x.shape)}")
+    if norm and norm_weight.shape != (head_dim,):
+        raise ValueError(f"rotary_cache: norm_weight must have head_dim {head_dim} entries, "
+                         f"got {tuple(norm_weight.shape)}")
     page_tokens = cache.shape[1] if write_cache else 1
     max_pages = page_table.shape[1] if write_cache else 1
     heads_block, dim_block = triton.next_power_of_2(heads), triton.next_power_of_2(head_dim)
     # NOTE: one row a program on a GPU; a block of rows in the CPU interpreter (milliseconds a program).
     per_program = 1 if x.is_cuda else max(1, min(triton.next_power_of_2(rows), 16384 // (heads_block * dim_block)))
     _rotary_cache_kernel[(triton.cdiv(rows, per_program),)](
-        x, positions, inv_freq if rotate else x, out if out is not None else x,
-        cache if write_cache else x, token_lane if write_cache else positions,
-        page_table if write_cache else positions,
-        rows, heads, head_dim, rotary_dim, float(attention_factor), page_tokens, max_pages,
-        ROTATE=rotate, WRITE_OUT=out is not None, WRITE_CACHE=write_cache,
+        x, positions, inv_freq if rotate else x, norm_weight if norm else x, out if out is not None else x,
+        cache if write_cache else x, values if write_values else x, value_cache if write_values else x,
+        token_lane if write_cache else positions, page_table if write_cache else positions,
+        rows, heads, head_dim, rotary_dim, float(attention_factor), float(eps), float(weight_offset),
+        page_tokens, max_pages,
+        NORM=norm, ROTATE=rotate, WRITE_OUT=out is not None, WRITE_CACHE=write_cache, WRITE_VALUES=write_values,
         ROWS=per_program, HEADS_BLOCK=heads_block, DIM_BLOCK=dim_block,
     )
