@@ -67,11 +67,16 @@ def _floor_pow2(value: int) -> int:
 def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False) -> Blocks:
     """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`.
 
-    GPU: about two programs per SM of an H200 (132 SMs) where N allows (BLOCK_N 2..32), each
-    streaming 4,096 to 8,192 weight elements per iteration with long contiguous runs along K, and the
-    per-iteration product (BLOCK_M x BLOCK_N x BLOCK_K) held under 16K values. CPU: whole extents in
-    as few programs as possible (the interpreter pays per program iteration, not per element).
+    GPU: the tiles `bench/kernels.py` found fastest on an H200 for the Qwen3-0.6B layer's products
+    (BENCHMARKS.md, issue #6, tile sweep), inside a CUDA graph with L2 flushed: one row takes two
+    columns a program and K in 2,048-wide steps where 2,048 divides K (else 1,024) on two warps;
+    two to eight rows take four columns and 1,024-wide steps on four warps; nine to sixteen rows
+    (not measured) take two columns and 512-wide steps, which keeps a gated program within 255
+    registers without spilling. `gated` products read two weights a
+    program and take the same tile. CPU: whole extents in as few programs as possible (the
+    interpreter pays per program iteration, not per element).
     """
+    del gated  # measured: the gated launch is fastest on the plain product's tile
     if not 1 <= rows <= MAX_ROWS:
         raise LinearShapeError(f"a skinny product takes 1..{MAX_ROWS} rows, got {rows}")
     block_m = triton.next_power_of_2(rows)
@@ -79,24 +84,17 @@ def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = 
         block_k = min(triton.next_power_of_2(k), 4096)
         block_n = max(1, min(triton.next_power_of_2(columns), (1 << 20) // (block_m * block_k)))
         return Blocks(block_m, block_n, block_k, 4)
-    block_n = max(2, min(32, _floor_pow2(columns // 264)))
-    weights_per_iteration = 4096 if block_n <= 4 else 8192
-    block_k = min(triton.next_power_of_2(k), max(64, weights_per_iteration // block_n))
-    # two products per program when gated: keep the same register budget
-    budget = 8192 if gated else 16384
-    # many rows: fewer columns a program first (more programs), then shorter K runs
-    while block_m * block_n * block_k > budget and block_n > 2:
-        block_n //= 2
-    while block_m * block_n * block_k > budget and block_k > 128:
-        block_k //= 2
+    if block_m == 1:
+        block_n, block_k, num_warps = 2, (2048 if k % 2048 == 0 else 1024), 2
+    else:
+        block_n, block_k, num_warps = (4, 1024, 4) if block_m <= 8 else (2, 512, 4)
+    block_k = min(block_k, max(128, triton.next_power_of_2(k)))
     # a width dividing K drops the K masks (K = 3072: three 1024-wide steps, not 2048 and a masked one)
     divisor = block_k
     while k % divisor and divisor > 128:
         divisor //= 2
     if k % divisor == 0:
         block_k = divisor
-    # at most 64 product values a thread (256 threads hold 16K)
-    num_warps = 4 if block_m * block_n * block_k <= 8192 and block_n * block_k <= 2048 else 8
     return Blocks(block_m, block_n, block_k, num_warps)
 
 
