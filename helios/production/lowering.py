@@ -18,7 +18,9 @@ meaning:
     matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
                                                         =>  one GEMV storing act(g) * u into h
 
-Matrix products (matmul, logits, and the matmul fusions) are lowered in `linear_lowering.py`: Triton
+The rotary fusions (what may join a rotary launch, and when a head norm may run later, in its
+prologue) are in `rotary_lowering.py`. Matrix products (matmul, logits, and the matmul fusions) are
+lowered in `linear_lowering.py`: Triton
 GEMV kernels or torch (cuBLAS on a GPU) per product shape, as the `LinearPolicy` of `tuning.py`
 decides (timed on a GPU; torch on a CPU unless a test injects Triton). Every other operator is a
 Triton kernel except `add`, `mul`, `copy`, `gather`, `where` and `fill`, which are small torch calls
@@ -35,15 +37,15 @@ from dataclasses import dataclass
 import torch
 
 from helios.errors import HeliosError
-from helios.production import linear_lowering
+from helios.production import linear_lowering, rotary_lowering
 from helios.production.buffers import ScratchArena, torch_dtype
 from helios.production.kernels import activation, attention, gather, norm, rotary, sampling
 from helios.production.plan import Launch, LaunchPlan
+from helios.production.rotary_lowering import rope_tables
 from helios.production.tuning import LinearPolicy, default_policy
 from helios.program.registry import OPERATORS
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
-from helios.reference.operators import rope_frequencies
 
 P = program_pb2
 
@@ -113,14 +115,6 @@ def _gated_activation(c: Context, op: ValidatedOperator):
     gate, up, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     kind = str(op.attributes["activation"])
     return lambda: activation.gated_activation(gate, up, out, activation=kind)
-
-
-def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple[torch.Tensor, float]:
-    """(inv_freq [rotary_dim / 2] f32 on `device`, attention factor), computed as the reference does."""
-    scaling = {k: v for k, v in attributes.items() if k not in ("theta", "head_dim", "rotary_dim")}
-    inv_freq, factor = rope_frequencies(theta=float(attributes["theta"]), rotary_dim=int(attributes["rotary_dim"]),
-                                        **scaling)  # type: ignore[arg-type]
-    return torch.from_numpy(inv_freq.copy()).to(device), float(factor)
 
 
 def _rotary(c: Context, op: ValidatedOperator):
@@ -245,28 +239,6 @@ def _fused_add_norm(c: Context, add: ValidatedOperator, rms: ValidatedOperator):
     return lambda: norm.norm(a, w, out, eps=eps, weight_offset=offset, residual=b, sum_out=total)
 
 
-def _fused_rotary(c: Context, norm: ValidatedOperator | None, rot: ValidatedOperator,
-                  writes: Sequence[ValidatedOperator], keep_rotated: bool):
-    """One rotary launch: the head norm in its prologue (`norm`), the k cache write and the v cache
-    write (`writes`) after it; the rotated rows are stored only if `keep_rotated`."""
-    x, positions = c.t((norm or rot).inputs[0]), c.t(rot.inputs[1])
-    out = c.t(rot.outputs[0]) if keep_rotated else None
-    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
-    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
-    head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
-    extra: dict[str, object] = {}
-    if norm is not None:
-        extra.update(norm_weight=c.t(norm.inputs[1]), eps=float(norm.attributes["eps"]),
-                     weight_offset=float(norm.attributes.get("weight_offset", 0.0)))
-    if writes:
-        extra.update(cache=c.t(writes[0].inputs[0]), token_lane=c.t(writes[0].inputs[2]),
-                     page_table=c.t(writes[0].inputs[4]))
-    if len(writes) > 1:
-        extra.update(values=c.t(writes[1].inputs[1]), value_cache=c.t(writes[1].inputs[0]))
-    return lambda: rotary.rotary_cache(x, positions, head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim,
-                                       attention_factor=factor, out=out, **extra)  # type: ignore[arg-type]
-
-
 def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
     readers: dict[str, list[int]] = {}
     for index, op in enumerate(operators):
@@ -275,64 +247,11 @@ def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
     return readers
 
 
-def _head_norm_deferrals(operators: Sequence[ValidatedOperator], readers: Mapping[str, list[int]],
-                         decls: Mapping[str, program_pb2.TensorDecl]) -> dict[int, int]:
-    """{rotary index: index of the head_rms_norm that runs in its prologue}.
-
-    A norm is deferred into a later rotary when its output is scratch read by that rotary alone (as
-    the rotated rows), both split rows into the same heads, and no operator in between writes the
-    norm's input, weight or output: then running it at the rotary's place changes nothing.
-    """
-    deferred: dict[int, int] = {}
-    for i, op in enumerate(operators):
-        if op.op != "head_rms_norm" or decls[op.outputs[0]].role != P.TENSOR_ROLE_SCRATCH:
-            continue
-        users = readers.get(op.outputs[0], [])
-        if len(users) != 1 or users[0] <= i:
-            continue
-        j = users[0]
-        rot = operators[j]
-        if rot.op != "rotary" or rot.inputs[0] != op.outputs[0] or rot.outputs[0] in op.inputs \
-                or int(rot.attributes["head_dim"]) != int(op.attributes["head_dim"]):
-            continue
-        touched = {*op.inputs, *op.outputs}
-        if not any(touched.intersection(operators[k].outputs) for k in range(i + 1, j)):
-            deferred[j] = i
-    return deferred
-
-
-def _cache_writes(c: Context, operators: Sequence[ValidatedOperator], i: int) -> int:
-    """How many paged_cache_writes right after the rotary at `i` join its launch: the write of its
-    rotated rows (1), then the write of unrotated values at the same slots of another plane (2)."""
-    rot = operators[i]
-    if i + 1 >= len(operators) or rot.inputs[0] == rot.outputs[0]:
-        return 0
-    first = operators[i + 1]
-    if first.op != "paged_cache_write" or first.inputs[1] != rot.outputs[0] or first.inputs[3] != rot.inputs[1]:
-        return 0
-    if i + 2 >= len(operators):
-        return 1
-    second = operators[i + 2]
-    values = second.inputs[1] if second.op == "paged_cache_write" else None
-    if values is None or second.inputs[2:] != first.inputs[2:] or second.inputs[0] == first.inputs[0] \
-            or values in (rot.outputs[0], first.inputs[0]) or rot.outputs[0] in second.inputs \
-            or c.t(second.inputs[0]).shape != c.t(first.inputs[0]).shape \
-            or list(c.decls[values].shape) != list(c.decls[rot.outputs[0]].shape):
-        return 1
-    return 2
-
-
-_WRITE_SUFFIX = ("", "+paged_cache_write", "+paged_cache_write*2")
-_WRITES = {suffix: n for n, suffix in enumerate(_WRITE_SUFFIX)}
-
-
 def _fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, readers: Mapping[str, list[int]],
             deferred: Mapping[int, int]) -> str | None:
     op = operators[i]
     if op.op == "rotary":
-        writes = _cache_writes(c, operators, i)
-        name = ("head_rms_norm+" if i in deferred else "") + "rotary" + _WRITE_SUFFIX[writes]
-        return name if name != "rotary" else None
+        return rotary_lowering.rotary_fusion(c, operators, i, deferred)
     if i + 1 >= len(operators):
         return None
     nxt = operators[i + 1]
@@ -371,7 +290,7 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     bound = dict(tensors)
     arena.reset()
     readers = _readers(operators)
-    deferred = _head_norm_deferrals(operators, readers, decls) if fuse else {}
+    deferred = rotary_lowering.head_norm_deferrals(operators, readers, decls) if fuse else {}
     absorbed = set(deferred.values())
     # a deferred norm reads its input where its rotary runs: its storage lives until then
     runs_at = {norm: rot for rot, norm in deferred.items()}
@@ -418,15 +337,13 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             bind_outputs(group, set())
             run = _fused_add_norm(context, *group)
         elif fused is not None and "rotary" in fused.split("+"):
-            writes = tuple(operators[i + 1:i + 1 + _WRITES[fused.partition("rotary")[2]]])
-            norm_op = operators[deferred[i]] if i in deferred else None
+            norm_op, writes, covered = rotary_lowering.rotary_group(operators, i, fused, deferred)
             group = (op, *writes)
-            covered = ((deferred[i],) if norm_op else ()) + tuple(range(i, i + len(group)))
             rotated = op.outputs[0]
             keep = not writes or decls[rotated].role != P.TENSOR_ROLE_SCRATCH \
                 or any(r not in covered for r in readers.get(rotated, ()))
             bind_outputs(group, set() if keep else {rotated})
-            run = _fused_rotary(context, norm_op, op, writes, keep_rotated=keep)
+            run = rotary_lowering.lower_fused_rotary(context, norm_op, op, writes, keep_rotated=keep)
             group = ((norm_op,) if norm_op else ()) + group
         else:
             group = (op,)
