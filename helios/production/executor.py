@@ -17,7 +17,8 @@ carries the very page tuple last uploaded under the same generation are found by
 and not visited); everything else
 (tokens, positions, per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
 staging is pinned host memory and every copy is asynchronous on the serving stream. The completion
-record comes back as columns (`CompletionRows`), validated by array comparisons.
+record comes back as columns (`CompletionRows`), validated by array comparisons; reading it and the
+row checks are readback.py's (host side), and `CompletionInvalid` is re-exported here.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
+from helios.production.readback import CompletionInvalid, read_rows, validate_row, validate_rows
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import Completion, CompletionRows, transport_sequence
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
 
 V, M = contract_pb2, manifest_pb2
+
+__all__ = ["REQUEST_KEYS", "CompletionInvalid", "ExecutorGraph", "NativeExecutor"]
 
 # Physical-row sources whose row is a function of the lane's request, and what it depends on: such a
 # row is packed and uploaded again only when that changes. (NOTE: a key holds the very objects the
@@ -51,20 +54,6 @@ REQUEST_KEYS = {
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: (lane.generation, lane.output_limit),
     V.VALUE_SOURCE_CONSTANT: lambda lane: (),
 }  # page-table rows are incremental instead: `NativeExecutor._pack_page_table`
-
-
-# Completion fields in the order of `Completion`'s attributes, and those attributes.
-_FIELD_ORDER = (
-    M.COMPLETION_FIELD_FRAME_INDEX, M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, M.COMPLETION_FIELD_GENERATION,
-    M.COMPLETION_FIELD_SAMPLED_IDS, M.COMPLETION_FIELD_EMITTED, M.COMPLETION_FIELD_CONSUMED_ENDPOINT,
-    M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED, M.COMPLETION_FIELD_STATUS,
-)
-_FIELD_NAMES = ("frame_index", "submission_sequence", "generation", "sampled_id", "emitted", "consumed_endpoint",
-                "draft_cursor", "model_reserved", "status")
-
-
-class CompletionInvalid(HeliosError):
-    """A completion row disagrees with the round it answers (an execution failure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,17 +341,7 @@ class NativeExecutor:
             for field, host in self.readback.items():
                 host.copy_(self.buffers[self.completion[field]], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
-        slots = self._lane_columns(lanes).slots
-        columns = {}
-        for field, name in zip(_FIELD_ORDER, _FIELD_NAMES, strict=True):
-            host = self.readback.get(field)
-            if host is None:
-                value = -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
-                columns[name] = np.full(len(lanes), value, dtype=np.int64)
-                continue
-            array = host.numpy().reshape(host.shape[0], -1)
-            columns[name] = np.full(len(lanes), array[0, 0], dtype=np.int64) if array.shape[0] == 1 else array[slots, 0]
-        return CompletionRows(columns)
+        return read_rows(self.readback, self._lane_columns(lanes).slots, len(lanes))
 
     def _lane_columns(self, lanes: Sequence[LaneInput]) -> LaneColumns:
         """The columns packing built for this round's lanes (or new ones for other lanes)."""
@@ -370,44 +349,10 @@ class NativeExecutor:
         return columns if columns is not None and columns.lanes is lanes else LaneColumns(lanes)
 
     def _validate_all(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
-        """The checks of `validate` for a whole cohort at once (array comparisons over read-back
-        columns); the first failing lane is reported."""
-        if not isinstance(rows, CompletionRows):
-            rows = CompletionRows({name: np.array([getattr(r, name) for r in rows], dtype=np.int64)
-                                   for name in _FIELD_NAMES})
-        if lanes and len(rows) == len(lanes):
-            lane = self._lane_columns(lanes)
-            c = rows.column
-            endpoint = lane.scalar(V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT) + lane.lengths
-            emitted, sampled = c("emitted"), c("sampled_id")
-            ok = ((c("status") == 0) & (c("submission_sequence") == transport_sequence(self.sequence))
-                  & (c("generation") == lane.scalar(V.VALUE_SOURCE_GENERATION))
-                  & (emitted == lane.scalar(V.VALUE_SOURCE_SAMPLING_DECISION))
-                  & (c("consumed_endpoint") == endpoint) & (c("draft_cursor") == -1) & (c("model_reserved") == -1)
-                  & ((emitted == 0) | ((sampled >= 0) & (sampled < self.sampled_tokens))))
-            if ok.all():
-                return
-        for lane_input, row in zip(lanes, rows, strict=True):
-            self.validate(graph_name, lane_input, row)
+        """The checks of `validate` for a whole cohort at once (readback.py: `validate_rows`)."""
+        validate_rows(graph_name, lanes, rows, self._lane_columns, sequence=self.sequence,
+                      sampled_tokens=self.sampled_tokens)
 
     def validate(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
         """Reject a completion row that disagrees with the lane's round, before any token is accepted."""
-        where = f"graph {graph_name}, slot {lane.slot}"
-        expected_endpoint = lane.consumed + len(lane.tokens)
-        checks = (
-            (row.status == 0, f"status {row.status} (execution failed)"),
-            (row.submission_sequence == transport_sequence(self.sequence),
-             f"submission sequence {row.submission_sequence}, submitted {transport_sequence(self.sequence)}"),
-            (row.generation == lane.generation, f"generation echo {row.generation}, lane generation {lane.generation}"),
-            (row.emitted == int(lane.samples), f"emitted {row.emitted}, expected {int(lane.samples)}"),
-            (row.consumed_endpoint == expected_endpoint,
-             f"consumed endpoint {row.consumed_endpoint}, expected {expected_endpoint}"),
-            (row.draft_cursor == -1, f"draft cursor {row.draft_cursor}; a graph without one reports -1"),
-            (row.model_reserved == -1, f"reserved model field {row.model_reserved}, must be -1"),
-        )
-        for ok, message in checks:
-            if not ok:
-                raise CompletionInvalid(f"{where}: {message}")
-        if row.emitted and not 0 <= row.sampled_id < self.sampled_tokens:
-            raise CompletionInvalid(f"{where}: sampled id {row.sampled_id} outside the vocabulary "
-                                    f"[0, {self.sampled_tokens})")
+        validate_row(graph_name, lane, row, sequence=self.sequence, sampled_tokens=self.sampled_tokens)

@@ -14,38 +14,45 @@ the first completes. One worker thread owns the scheduler and the executor:
       -> per retired token: EOS / output filter (decoding, host stops) / output limit -> events
          -> scheduler.finish when the request ends (an output failure fails that request alone)
 
-A round's events (tokens, terminal events) reach each serving loop in one call
-(`EventStream.put_many`), in order per stream; the round's tokens are read from the scheduler's
-`RoundOutcomes` columns, and a request without a grammar or an output filter takes a short path (EOS
-check, its `TokenEvent` if observed, the output limit). Stops, observation and output parsing are the request's own `OutputFilter` (the one the reference
+This module owns intake, the worker loop (submission, collection, aborts, cancellation) and
+reporting; what happens to each retired token is `TokenDelivery`'s (delivery.py), a base of
+`ProductionRuntime`. The round's tokens are read from the scheduler's `RoundOutcomes` columns. Stops,
+observation and output parsing are the request's own `OutputFilter` (the one the reference
 worker uses). A request with string stops (`host_stop`) holds the scheduler to one outstanding round,
 so its next round is submitted only after its stop check. The ingress channel and the scheduler's
 pending deque each hold at most `queue_capacity` requests; a request outside the prepared capacities,
 or arriving at a full ingress channel, gets a `Rejected` event (HTTP 503). Temporary page shortages
 never reject: the scheduler waits, evicts and preempts.
+
+Loading a core onto this runtime (`load_native_model`, `load_production_runtime`,
+`ProductionTokenEngine`) is `loading.py`'s; this module re-exports those names.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from helios.errors import HeliosError
+from helios.production.delivery import RequestEntry, TokenDelivery
+from helios.production.loading import (
+    GenerationFailed,
+    GenerationRejected,
+    ProductionTokenEngine,
+    ProductionUnavailable,
+    load_native_model,
+    load_production_runtime,
+)
 from helios.production.page_cache import PageCache
 from helios.production.scheduling import (
     GraphCatalog,
-    LaneOutcome,
-    RoundOutcomes,
     RoundPlan,
     Scheduler,
     SchedulerConfig,
     SchedulerRequest,
 )
 from helios.runtime.completion import Completion
-from helios.runtime.events import Event, Failed, Finished, Rejected, Termination, TokenEvent
+from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
@@ -56,27 +63,16 @@ from helios.runtime.interface import (
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.packing import LaneInput
-from helios.runtime.request import GenerationRequest
+
+__all__ = ["GenerationFailed", "GenerationRejected", "ProductionRuntime", "ProductionTokenEngine",
+           "ProductionUnavailable", "RoundExecutor", "load_native_model", "load_production_runtime"]
 
 
 class RoundExecutor(Protocol):
     def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> Sequence[Completion]: ...
 
 
-@dataclass(slots=True, eq=False)
-class _Entry:
-    request: PreparedRequest
-    stream: EventStream
-    sampled: int = 0
-    # Read once at submission for the per-token fast path of `_deliver_round`:
-    plain: bool = False  # no grammar and no output filter: a token is at most a TokenEvent
-    ends_at: tuple[int, ...] = ()  # ids that end the request (EOS; empty when it ignores EOS)
-    observe: bool = False  # observe_tokens
-    timed: bool = False  # observe_timestamps
-    max_tokens: int = 0
-
-
-class ProductionRuntime(ThreadedModelRuntime):
+class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
     """Continuous batching over one executor; see the module docstring."""
 
     def __init__(self, executor: Any, limits: AdmissionLimits, scheduler: Scheduler, *,
@@ -86,8 +82,8 @@ class ProductionRuntime(ThreadedModelRuntime):
         self._framed = hasattr(executor, "submit_round") and hasattr(executor, "collect")
         self._scheduler = scheduler
         self._capacity = dict(capacity or {})
-        self._ingress: collections.deque[_Entry] = collections.deque()
-        self._entries: dict[str, _Entry] = {}
+        self._ingress: collections.deque[RequestEntry] = collections.deque()
+        self._entries: dict[str, RequestEntry] = {}
         self._cancels: set[str] = set()
         self._handles: dict[int, Any] = {}  # plan sequence -> executor handle (or rows, unframed)
         self._submitted = 0
@@ -161,7 +157,7 @@ class ProductionRuntime(ThreadedModelRuntime):
                 return
             generation = request.generation
             eos = () if generation.ignore_eos else tuple(generation.eos_token_ids or self._scheduler.config.eos_ids)
-            entry = _Entry(request, stream, plain=request.grammar is None and request.output_filter is None,
+            entry = RequestEntry(request, stream, plain=request.grammar is None and request.output_filter is None,
                            ends_at=eos, observe=request.observe_tokens, timed=request.observe_timestamps,
                            max_tokens=generation.max_tokens)
             self._entries[request.request_id] = entry
@@ -268,35 +264,6 @@ class ProductionRuntime(ThreadedModelRuntime):
         self._deliver_round(outcomes, entries, stamp)
         return True
 
-    def _deliver_round(self, outcomes: RoundOutcomes, entries: list[_Entry | None], stamp: int | None) -> None:
-        """Every retired token of one round (`entries[i]` is the runtime's entry for outcome i, None
-        when the request is gone); the round's events reach the serving loops together."""
-        outbox = self._outbox = []
-        try:
-            for entry, token, sampled in zip(entries, outcomes.tokens, outcomes.sampled, strict=True):
-                if entry is None:
-                    continue
-                if entry.plain and token not in entry.ends_at:
-                    # `_deliver` without a grammar or an output filter, for a token that is not EOS:
-                    # the event (if observed), then the output limit
-                    entry.sampled = sampled
-                    if entry.observe:
-                        outbox.append((entry.stream, TokenEvent(token, (), stamp if entry.timed else None)))
-                    if sampled >= entry.max_tokens:
-                        self._end(entry, Termination.LENGTH, ())
-                    continue
-                self._deliver(LaneOutcome(entry.request.request_id, token, sampled), entry, stamp)
-        finally:
-            outbox, self._outbox = self._outbox, None
-            EventStream.put_many(outbox)
-
-    def _put(self, stream: EventStream, event: Event) -> None:
-        """Deliver now, or with the round's events while a round is delivered (same order per stream)."""
-        if self._outbox is not None:
-            self._outbox.append((stream, event))
-        else:
-            stream.put(event)
-
     def _submit(self, plan: RoundPlan) -> None:
         if self._framed:
             self._handles[plan.sequence] = self._executor.submit_round(plan.graph, plan.lanes, plan.frame)
@@ -338,152 +305,3 @@ class ProductionRuntime(ThreadedModelRuntime):
             entry = self._entries.get(request_id)
             if entry is not None:
                 self._finish(entry, Termination.CANCELLED, (), reused=0)
-
-    def _deliver(self, outcome: LaneOutcome, entry: _Entry, stamp: int | None) -> None:
-        """One validated token: observe, check EOS, stops and the output limit, deliver. An output
-        failure (decoding, stop matching or the final flush) fails this request alone."""
-        entry.sampled = outcome.sampled
-        timestamp = stamp if entry.request.observe_timestamps else None
-        if entry.request.grammar is not None:  # after the clock, before stops and parsing
-            try:
-                entry.request.grammar.advance(outcome.token)
-            except Exception as error:  # the mask was not honoured: an execution fault of this request
-                self._end(entry, None, (), failure=f"model execution failed: {type(error).__name__}: {error}")
-                return
-        try:
-            ended = self._observe(entry, outcome.token, timestamp)
-        except Exception as error:  # output errors (HTTP 500) of this request only
-            self._end(entry, None, (), failure=f"output decoding failed: {type(error).__name__}: {error}")
-            return
-        if ended is not None:
-            self._end(entry, *ended)
-
-    def _observe(self, entry: _Entry, token: int, timestamp: int | None) -> tuple[Termination, tuple[object, ...]] | None:
-        """EOS, then the output filter (decoding, host stops), then the output limit: the termination
-        and the pieces still to flush, or None while the request goes on. A request naming no EOS
-        ids ends at the core's, as its lanes tell the device."""
-        request = entry.request
-        generation = request.generation
-        output = request.output_filter
-        eos = generation.eos_token_ids or self._scheduler.config.eos_ids
-        if token in eos and not generation.ignore_eos:
-            if request.observe_tokens:
-                self._put(entry.stream, TokenEvent(token, (), timestamp))
-            return Termination.EOS, tuple(output.finish()) if output is not None else ()
-        step = output.push(token) if output is not None else None
-        pieces = tuple(step.pieces) if step is not None else ()
-        if pieces or request.observe_tokens:
-            self._put(entry.stream, TokenEvent(token, pieces, timestamp))
-        if step is not None and step.stopped:
-            return Termination.STOP, ()
-        if entry.sampled >= generation.max_tokens:
-            return Termination.LENGTH, tuple(output.finish()) if output is not None else ()
-        return None
-
-    def _end(self, entry: _Entry, termination: Termination | None, pieces: tuple[object, ...], *,
-             failure: str | None = None) -> None:
-        request_id = entry.request.request_id
-        with self._lock:
-            reused = self._scheduler.reused_prompt_tokens(request_id)
-            self._scheduler.finish(request_id)
-            if failure is not None:
-                self._entries.pop(request_id, None)
-                self._failed += 1
-            else:
-                assert termination is not None
-                self._finish(entry, termination, pieces, reused=reused)
-        if failure is not None:
-            self._put(entry.stream, Failed(failure))
-
-    def _finish(self, entry: _Entry, termination: Termination, pieces: tuple[object, ...], *, reused: int) -> None:
-        """Under the lock: forget the request and deliver its terminal event."""
-        self._entries.pop(entry.request.request_id, None)
-        self._finished[termination.value] += 1
-        generation = entry.request.generation
-        self._put(entry.stream, Finished(termination=termination, pieces=pieces,
-                                  prompt_tokens=len(generation.prompt_token_ids), output_tokens=entry.sampled,
-                                  reused_prompt_tokens=reused))
-
-
-# ---------------------------------------------------------------------------------------- loading
-
-
-class ProductionUnavailable(HeliosError):
-    """The production runtime cannot load this core here; the message says why."""
-
-
-class GenerationRejected(HeliosError):
-    """The scheduler rejected a one-shot generation (outside the prepared capacities)."""
-
-
-class GenerationFailed(HeliosError):
-    """A one-shot generation failed in execution."""
-
-
-def load_native_model(core: Any, *, max_concurrency: int | None = None, device: str | None = None,
-                      pages: int | None = None, gpu_memory_fraction: float | None = None) -> Any:
-    """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
-    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores)."""
-    import os
-
-    import torch  # NOTE: the device half starts here; importing this module imports no torch
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels module defines its kernels
-    from helios.contract import StartupOptions
-    from helios.production.native_model import LoadOptions, NativeModel
-
-    startup = StartupOptions(max_concurrency=max_concurrency)
-    fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
-    return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
-
-
-def load_production_runtime(core: Any, limits: AdmissionLimits, **load: Any) -> ProductionRuntime:
-    """`helios serve --runtime production`: the core on the production executor, batched. What the
-    load left in memory is long-lived: it is moved out of the cyclic garbage collector's reach
-    (`gc.freeze`), whose full collections would otherwise walk it every few rounds (measured by
-    bench/host_round.py: 2 to 3 ms a round at 256 lanes on the 2-core development machine)."""
-    import atexit
-    import gc
-
-    model = load_native_model(core, max_concurrency=limits.max_active, **load)
-    gc.collect()
-    gc.freeze()
-    atexit.register(gc.unfreeze)  # at exit everything is collectable again (extension modules check)
-    return ProductionRuntime.for_native_model(model, limits)
-
-
-class ProductionTokenEngine:
-    """`generate(request) -> Iterator[int]` (sampled ids, EOS included) over the batching runtime:
-    what `helios generate --runtime production` runs."""
-
-    def __init__(self, make_runtime: Any) -> None:
-        self._make_runtime = make_runtime  # () -> a fresh, unstarted ProductionRuntime
-
-    @classmethod
-    def load(cls, core: Any, **load: Any) -> ProductionTokenEngine:
-        model = load_native_model(core, max_concurrency=1, **load)
-        return cls(lambda: ProductionRuntime.for_native_model(model, AdmissionLimits(max_active=1, queue_capacity=1)))
-
-    def generate(self, request: GenerationRequest, *, slot: int = 0) -> Iterator[int]:
-        runtime = self._make_runtime()
-
-        async def run() -> list[int]:
-            runtime.start()
-            try:
-                stream = runtime.submit(PreparedRequest("generate", request, observe_tokens=True))
-                tokens = []
-                async for event in stream:
-                    if isinstance(event, TokenEvent):
-                        tokens.append(event.token_id)
-                    elif isinstance(event, Rejected):
-                        raise GenerationRejected(f"the request was rejected: {event.reason}")
-                    elif isinstance(event, Failed):
-                        raise GenerationFailed(event.message)
-                return tokens
-            finally:
-                runtime.shutdown()
-
-        return iter(asyncio.run(run()))

@@ -1,7 +1,9 @@
 """The production scheduler (host side, no torch): continuous batching over the captured graphs.
 
 `catalog.py` picks graph variants, `plan.py` holds the plain data that crosses the seam (requests in,
-round plans out, a round's outcomes back), `scheduler.py` forms cohorts and retires completions.
+round plans out, a round's outcomes back), `sequence.py` a request's state and the lane it
+contributes, `residency.py` intake, slots, pages and preemption, and `scheduler.py` forms cohorts,
+submits rounds and retires completions.
 """
 
 from __future__ import annotations

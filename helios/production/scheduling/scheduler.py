@@ -24,11 +24,10 @@ take a second submission, every generating graph keeps its pending token on the 
 active request needs completion feedback (string stops, grammars): otherwise one. A lane joins the
 second frame while in the first only as a decode lane after a decode round (no phase change).
 
-Pages. A lane's pages must cover its chunk before it is submitted. When pages run short the scheduler
-evicts unreferenced cached pages (page_cache.py), then preempts the most recently admitted request
-that is not in flight (its pages return, its published prefix stays cached) and readmits it later
-ahead of new requests; the oldest request can always proceed, so a request that fits the cache alone
-never fails for a temporary shortage.
+Pages. A lane's pages must cover its chunk before it is submitted; where they run short, cached
+pages are evicted and younger idle requests preempted. Intake, admission, slots, pages, preemption
+and release are `RequestResidency`'s (residency.py), the base class this module's `Scheduler`
+extends with rounds: cohorts, graph choice, frames, submission and retirement.
 
 Retirement. `complete` validates every row of the round (helios.runtime.completion) and that the
 round is the oldest outstanding one before any lane retires. A cancelled or ended request's lanes
@@ -44,146 +43,48 @@ back as `RoundOutcomes` columns rather than an object per token.
 
 from __future__ import annotations
 
-import bisect
 import collections
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from helios.errors import HeliosError
-from helios.production.page_cache import PageCache, PagesShort, PageTableUploads, SequencePages, pages_for
+from helios.production.page_cache import PageCache, PageTableUploads
 from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
-from helios.production.scheduling.plan import RoundOutcomes, RoundPlan, SchedulerConfig, SchedulerRequest
+from helios.production.scheduling.plan import RoundOutcomes, RoundPlan, SchedulerConfig
+from helios.production.scheduling.residency import (
+    DuplicateRequest,
+    QueueFull,
+    RequestResidency,
+    SchedulerCounters,
+    UnknownRequest,
+)
 from helios.production.scheduling.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, validate_round
 
 C = contract_pb2
 
-
-class QueueFull(HeliosError):
-    """The pending admission deque holds queue_capacity requests already."""
+__all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Scheduler", "SchedulerCounters", "UnknownRequest"]
 
 
-class UnknownRequest(HeliosError):
-    """A request id the scheduler does not hold."""
-
-
-class DuplicateRequest(HeliosError):
-    """A request id the scheduler already holds."""
-
-
-@dataclass(slots=True)
-class SchedulerCounters:
-    started: int = 0  # first admissions
-    readmissions: int = 0
-    preemptions: int = 0
-    launches: dict[str, int] = field(default_factory=dict)  # operation name -> rounds completed
-    prefix_lookups: int = 0
-    reused_tokens: int = 0  # positions served by the prefix cache, readmissions included
-    mixed_grammar_decode_steps: int = 0
-    constrained_max_inflight: int = 0
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-
-
-class Scheduler:
-    """Continuous batching over a graph catalog and a page cache; see the module docstring."""
+class Scheduler(RequestResidency):
+    """Continuous batching over a graph catalog and a page cache; see the module docstring. Intake,
+    slots and pages are `RequestResidency`'s (residency.py)."""
 
     def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
                  framed_executor: bool = False, sequence_origin: int = 0) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
-        self.config = config
+        super().__init__(config, cache)
         self.catalog = catalog
-        self.cache = cache
         self.uploads = PageTableUploads()
-        self.counters = SchedulerCounters()
         self._framed = framed_executor  # the executor accepts a second submission before the first completes
         self._sequence = sequence_origin
-        self._tickets = 0
-        self._pending: collections.deque[SequenceState] = collections.deque()  # new requests, bounded
-        self._readmit: list[SequenceState] = []  # preempted requests, by order (ahead of new ones)
-        self._running: list[SequenceState] = []  # holding a slot, by order
-        self._feedback = 0  # running requests that need completion feedback (string stops, grammars)
-        self._all: dict[str, SequenceState] = {}
-        self._free_slots = list(range(config.max_active - 1, -1, -1))
-        self._slot_generations = [0] * config.max_active
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
-        self._released: list[str] = []  # cancelled requests whose resources came back
         self._prefill_turn = False
         self._next_frame = 0  # frames alternate by submission; rounds retire in submission order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
 
-    # ------------------------------------------------------------------------------------ intake
-
-    def admission_check(self, request: SchedulerRequest) -> str | None:
-        """Why this request can never run on this core and cache, or None."""
-        prompt = request.generation.prompt_token_ids
-        generation = request.generation
-        if len(prompt) + generation.max_tokens > self.config.context_tokens:
-            return (f"prompt ({len(prompt)} tokens) plus max_tokens ({generation.max_tokens}) exceeds the served "
-                    f"context of {self.config.context_tokens} tokens")
-        if any(t >= self.config.input_tokens for t in prompt):
-            return f"a prompt token is outside the input vocabulary of {self.config.input_tokens}"
-        # The last sampled token is never consumed: positions [0, prompt + max_tokens - 1) need pages.
-        need = pages_for(len(prompt) + generation.max_tokens - 1, self.config.page_tokens)
-        if need > self.cache.pages:
-            return f"the request needs {need} cache pages; the cache holds {self.cache.pages}"
-        return None
-
-    def add(self, request: SchedulerRequest) -> None:
-        """Queue a request for admission (check `admission_check` first)."""
-        if request.request_id in self._all:
-            raise DuplicateRequest(f"request {request.request_id!r} is already scheduled")
-        if len(self._pending) >= self.config.queue_capacity:
-            raise QueueFull(f"the pending admission deque is full ({self.config.queue_capacity} requests)")
-        self._tickets += 1
-        sequence = SequenceState(request, self._tickets, list(request.generation.prompt_token_ids))
-        self._all[request.request_id] = sequence
-        self._pending.append(sequence)
-
-    def cancel(self, request_id: str) -> None:
-        """Suppress the request's output; its slot and pages return at the fence of its last
-        outstanding round (then it is listed by `released`)."""
-        s = self._all.get(request_id)
-        if s is None or s.cancelled:
-            return
-        s.cancelled = True
-        if s.in_flight == 0:
-            self._release(s)
-
-    def finish(self, request_id: str) -> None:
-        """The runtime ended the request (EOS, stop, output limit, failure): stop scheduling it."""
-        s = self._all.get(request_id)
-        if s is None:
-            raise UnknownRequest(f"request {request_id!r} is not scheduled")
-        s.ended = True
-        if s.in_flight == 0:
-            self._release(s)
-
-    def released(self) -> list[str]:
-        """Cancelled requests whose resources have come back since the last call."""
-        out, self._released = self._released, []
-        return out
-
-    def holds(self, request_id: str) -> bool:
-        """The scheduler still knows the request (queued, running, or waiting for its last fence)."""
-        return request_id in self._all
-
-    def reused_prompt_tokens(self, request_id: str) -> int:
-        s = self._all.get(request_id)
-        return 0 if s is None else s.reused_prompt_tokens
-
     # ------------------------------------------------------------------------------------ state
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending) + len(self._readmit)
-
-    @property
-    def active(self) -> int:
-        return len(self._running)
 
     @property
     def outstanding(self) -> int:
@@ -363,69 +264,6 @@ class Scheduler:
             tokens += chunk
         return cohort
 
-    def _reserve(self, s: SequenceState, tokens: int, keep: list[tuple[SequenceState, int]]) -> bool:
-        """Pages for positions [0, tokens) of `s`, preempting younger idle requests (not in the cohort
-        being formed, `keep`) if needed."""
-        assert s.pages is not None
-        if tokens <= len(s.pages.pages) * self.config.page_tokens:
-            return True  # the pages held already cover the chunk (every decode step but one a page)
-        checked = False
-        members: set[int] | None = None  # id() of keep's sequences, built only when pages run short
-        while True:
-            try:
-                s.pages.reserve(tokens)
-                return True
-            except PagesShort:
-                if members is None:
-                    members = {id(v) for v, _ in keep}
-                victims = [v for v in self._running if v.order > s.order and v.in_flight == 0
-                           and id(v) not in members and v is not s]
-                if not victims:
-                    return False
-                if not checked:  # preempting them all must make room, else none is preempted for nothing
-                    room = self.cache.available + self.cache.freed_by(v.pages.pages for v in victims if v.pages)
-                    if room < s.pages.shortfall(tokens):
-                        return False
-                    checked = True
-                self._preempt(max(victims, key=lambda v: v.order))
-
-    def _preempt(self, s: SequenceState) -> None:
-        assert s.pages is not None and s.slot is not None
-        s.pages.release()
-        self._free_slot(s)
-        s.pages, s.consumed, s.submitted, s.unknown, s.initialized = None, 0, 0, 0, False
-        self._stop_running(s)
-        bisect.insort(self._readmit, s, key=lambda v: v.order)
-        self.counters.preemptions += 1
-
-    def _admit(self) -> None:
-        while self._free_slots and (self._readmit or self._pending):
-            s = self._readmit[0] if self._readmit else self._pending[0]
-            match = self.cache.lookup(s.known, limit=len(s.known) - 1)
-            pages = SequencePages(self.cache, match)
-            # Room for the whole known history, plus a page of growth for each running request.
-            need = pages.shortfall(len(s.known) + 1)
-            headroom = len(self._running)
-            if self._running and need + headroom > self.cache.available:
-                pages.release()
-                return
-            if self._readmit and self._readmit[0] is s:
-                self._readmit.pop(0)
-                self.counters.readmissions += 1
-            else:
-                self._pending.popleft()
-                self.counters.started += 1
-                self.counters.prompt_tokens += len(s.request.generation.prompt_token_ids)
-                s.reused_prompt_tokens = min(match.tokens, len(s.request.generation.prompt_token_ids))
-            self.counters.prefix_lookups += 1
-            self.counters.reused_tokens += match.tokens
-            s.slot = self._free_slots.pop()
-            self._slot_generations[s.slot] += 1
-            s.generation = self._slot_generations[s.slot]
-            s.pages, s.consumed, s.initialized, s.admitted = pages, match.tokens, False, True
-            s.admitted_known = len(s.known)
-            self._run(s)
-
     def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]]) -> RoundPlan:
         self._sequence += 1
         lanes, updates, sequences = [], [], []
@@ -464,33 +302,3 @@ class Scheduler:
         self._outstanding.append(plan)
         self._cohorts[plan.sequence] = sequences
         return plan
-
-    def _run(self, s: SequenceState) -> None:
-        bisect.insort(self._running, s, key=lambda v: v.order)
-        self._feedback += int(s.request.needs_feedback)
-
-    def _stop_running(self, s: SequenceState) -> None:
-        self._running.remove(s)
-        self._feedback -= int(s.request.needs_feedback)
-
-    def _free_slot(self, s: SequenceState) -> None:
-        if s.slot is not None:
-            self._free_slots.append(s.slot)
-            self._free_slots.sort(reverse=True)
-            s.slot = None
-
-    def _release(self, s: SequenceState) -> None:
-        """Return the request's slot and pages and forget it (the fence has passed)."""
-        if s.pages is not None:
-            s.pages.release()
-            s.pages = None
-        self._free_slot(s)
-        if s in self._running:
-            self._stop_running(s)
-        if s in self._readmit:
-            self._readmit.remove(s)
-        if s in self._pending:
-            self._pending.remove(s)
-        self._all.pop(s.request.request_id, None)
-        if s.cancelled:
-            self._released.append(s.request.request_id)
