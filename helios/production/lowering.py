@@ -336,15 +336,12 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             group = (op, operators[i + 1])
             bind_outputs(group, set())
             run = _fused_add_norm(context, *group)
-        elif fused is not None and "rotary" in fused.split("+"):
-            norm_op, writes, covered = rotary_lowering.rotary_group(operators, i, fused, deferred)
-            group = (op, *writes)
-            rotated = op.outputs[0]
-            keep = not writes or decls[rotated].role != P.TENSOR_ROLE_SCRATCH \
-                or any(r not in covered for r in readers.get(rotated, ()))
-            bind_outputs(group, set() if keep else {rotated})
-            run = rotary_lowering.lower_fused_rotary(context, norm_op, op, writes, keep_rotated=keep)
-            group = ((norm_op,) if norm_op else ()) + group
+        elif fused is not None and rotary_lowering.is_rotary_fusion(fused):
+            sides, covered = rotary_lowering.rotary_group(operators, i, fused, deferred)
+            group = tuple(o for side in sides for o in side.operators)
+            skip = rotary_lowering.unstored(sides, covered, readers, decls)
+            bind_outputs(group, skip)
+            run = rotary_lowering.lower_rotary_fusion(context, sides, skip)
         else:
             group = (op,)
             bind_outputs(group, set())

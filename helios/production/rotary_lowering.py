@@ -1,12 +1,12 @@
-"""Rotary in the lowering (device side): the rope tables, and the fusions around a `rotary` operator.
+"""Rotary in the lowering (device side): the rope tables, and the fusions around `rotary` operators.
 
 A layer's attention prologue in the recipes' order is
 
     head_rms_norm(q) -> qn ; head_rms_norm(k) -> kn ; rotary(qn) -> qr ; rotary(kn) -> kr ;
     paged_cache_write(key_cache, kr, ...) ; paged_cache_write(value_cache, v, ...)
 
-(the head norms only where the model has them: Qwen3). Each rotary becomes one launch of
-`kernels/rotary.py` that also covers
+(the head norms only where the model has them: Qwen3). A rotary's launch (`kernels/rotary.py`) also
+covers, as a side of it:
 
   - the head norm that feeds it (`head_norm_deferrals`): taken when the norm's output is scratch
     read by that rotary alone, both split rows into the same heads, and nothing between the two
@@ -14,15 +14,19 @@ A layer's attention prologue in the recipes' order is
     nothing; the kernel rounds the normalized rows to their dtype, as the unfused norm stores them;
   - the cache write of its rotated rows right after it, and then the cache write of another tensor
     (v) at the same slots (same token_lane, positions and page table) into another plane of the
-    same shape (`cache_writes`).
+    same shape (`_cache_writes`).
 
-The fusions key on operator patterns and readers only, never on a model: a Qwen3 layer's prologue is
-2 launches (q; k with v) instead of 6 operators, a Llama or Mistral layer's 2 (q; k with v) instead of 4.
+Two rotaries in a row with one rope and the same positions (q, then k with its writes) are one
+launch of two sides when neither side reads what the other writes (`rotary_pair`). The launch is
+named by its sides, e.g. "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2". The
+fusions key on operator patterns and readers only, never on a model: a layer's prologue (6 operators
+on Qwen3, 4 on Llama or Mistral) is one launch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,28 +49,6 @@ def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple
     inv_freq, factor = rope_frequencies(theta=float(attributes["theta"]), rotary_dim=int(attributes["rotary_dim"]),
                                         **scaling)  # type: ignore[arg-type]
     return torch.from_numpy(inv_freq.copy()).to(device), float(factor)
-
-
-def lower_fused_rotary(c: Context, norm: ValidatedOperator | None, rot: ValidatedOperator,
-                       writes: Sequence[ValidatedOperator], keep_rotated: bool):
-    """One rotary launch: the head norm in its prologue (`norm`), the k cache write and the v cache
-    write (`writes`) after it; the rotated rows are stored only if `keep_rotated`."""
-    x, positions = c.t((norm or rot).inputs[0]), c.t(rot.inputs[1])
-    out = c.t(rot.outputs[0]) if keep_rotated else None
-    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
-    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
-    head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
-    extra: dict[str, object] = {}
-    if norm is not None:
-        extra.update(norm_weight=c.t(norm.inputs[1]), eps=float(norm.attributes["eps"]),
-                     weight_offset=float(norm.attributes.get("weight_offset", 0.0)))
-    if writes:
-        extra.update(cache=c.t(writes[0].inputs[0]), token_lane=c.t(writes[0].inputs[2]),
-                     page_table=c.t(writes[0].inputs[4]))
-    if len(writes) > 1:
-        extra.update(values=c.t(writes[1].inputs[1]), value_cache=c.t(writes[1].inputs[0]))
-    return lambda: rotary.rotary_cache(x, positions, head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim,
-                                       attention_factor=factor, out=out, **extra)  # type: ignore[arg-type]
 
 
 def head_norm_deferrals(operators: Sequence[ValidatedOperator], readers: Mapping[str, list[int]],
@@ -116,17 +98,112 @@ def _cache_writes(c: Context, operators: Sequence[ValidatedOperator], i: int) ->
     return 2
 
 
+def _side_name(c: Context, operators: Sequence[ValidatedOperator], i: int, deferred: Mapping[int, int]) -> str:
+    return ("head_rms_norm+" if i in deferred else "") + "rotary" + WRITE_SUFFIXES[_cache_writes(c, operators, i)]
+
+
+@dataclass(frozen=True, slots=True)
+class RotarySide:
+    """One tensor's share of a rotary launch: the head norm run in its prologue, the rotary, the
+    cache writes (its rotated rows, then v) after it."""
+
+    norm: ValidatedOperator | None
+    rot: ValidatedOperator
+    writes: tuple[ValidatedOperator, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.writes) > 2:
+            raise ValueError(f"a rotary side takes at most two cache writes, got {len(self.writes)}")
+
+    @property
+    def operators(self) -> tuple[ValidatedOperator, ...]:
+        return ((self.norm,) if self.norm is not None else ()) + (self.rot, *self.writes)
+
+
+def _pairs(c: Context, operators: Sequence[ValidatedOperator], i: int, deferred: Mapping[int, int]) -> bool:
+    """Whether the rotaries at i and i + 1 (and what joins each) can be one launch of two sides."""
+    if i + 1 >= len(operators) or operators[i + 1].op != "rotary":
+        return False
+    first, second = operators[i], operators[i + 1]
+    if first.inputs[1] != second.inputs[1] or dict(first.attributes) != dict(second.attributes) \
+            or c.decls[first.inputs[0]].shape[0] != c.decls[second.inputs[0]].shape[0]:
+        return False
+    sides = [_side(operators, k, _cache_writes(c, operators, k), deferred) for k in (i, i + 1)]
+    reads = [{n for op in side.operators for n in op.inputs} for side in sides]
+    writes = [{n for op in side.operators for n in op.outputs} for side in sides]
+    return not (writes[0] & reads[1] or writes[1] & reads[0] or writes[0] & writes[1])
+
+
+def _side(operators: Sequence[ValidatedOperator], i: int, writes: int, deferred: Mapping[int, int]) -> RotarySide:
+    return RotarySide(operators[deferred[i]] if i in deferred else None, operators[i],
+                      tuple(operators[i + 1:i + 1 + writes]))
+
+
+def is_rotary_fusion(name: str) -> bool:
+    return "rotary" in name.replace(" & ", "+").split("+")
+
+
 def rotary_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, deferred: Mapping[int, int]) -> str | None:
     """The launch name of the rotary at `i` with what joins it, or None when nothing does."""
-    name = ("head_rms_norm+" if i in deferred else "") + "rotary" + WRITE_SUFFIXES[_cache_writes(c, operators, i)]
+    name = _side_name(c, operators, i, deferred)
+    if _pairs(c, operators, i, deferred):
+        return f"{name} & {_side_name(c, operators, i + 1, deferred)}"
     return None if name == "rotary" else name
 
 
 def rotary_group(operators: Sequence[ValidatedOperator], i: int, fused: str, deferred: Mapping[int, int]
-                 ) -> tuple[ValidatedOperator | None, tuple[ValidatedOperator, ...], tuple[int, ...]]:
-    """(the deferred head norm or None, the cache writes, the operator indices covered) of the
-    launch `fused` (a `rotary_fusion` name) of the rotary at `i`."""
-    writes = tuple(operators[i + 1:i + 1 + WRITE_SUFFIXES.index(fused.partition("rotary")[2])])
-    norm = operators[deferred[i]] if i in deferred else None
-    covered = ((deferred[i],) if norm is not None else ()) + tuple(range(i, i + 1 + len(writes)))
-    return norm, writes, covered
+                 ) -> tuple[tuple[RotarySide, ...], tuple[int, ...]]:
+    """(the sides, the operator indices covered) of the launch `fused` (a `rotary_fusion` name) of
+    the rotary at `i`."""
+    sides = tuple(_side(operators, i + k, WRITE_SUFFIXES.index(name.partition("rotary")[2]), deferred)
+                  for k, name in enumerate(fused.split(" & ")))
+    covered = tuple(deferred[side_at] for side_at in range(i, i + len(sides)) if side_at in deferred)
+    return sides, covered + tuple(range(i, i + len(sides) + len(sides[-1].writes)))
+
+
+def unstored(sides: Sequence[RotarySide], covered: Sequence[int], readers: Mapping[str, list[int]],
+             decls: Mapping[str, program_pb2.TensorDecl]) -> set[str]:
+    """Outputs the launch never stores: each deferred norm's output, and the rotated rows of a side
+    that writes them to the cache when they are scratch that nothing outside the launch reads."""
+    skip = {side.norm.outputs[0] for side in sides if side.norm is not None}
+    for side in sides:
+        rotated = side.rot.outputs[0]
+        if side.writes and decls[rotated].role == P.TENSOR_ROLE_SCRATCH \
+                and all(r in covered for r in readers.get(rotated, ())):
+            skip.add(rotated)
+    return skip
+
+
+def lower_rotary_fusion(c: Context, sides: Sequence[RotarySide], skip: set[str]):
+    """The launch of one or two rotary sides whose outputs (but `skip`) are bound."""
+    rot = sides[0].rot
+    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
+    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
+    head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
+    parts = [_side_tensors(c, side, skip) for side in sides]
+    positions = c.t(rot.inputs[1])
+    rope = dict(head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim, attention_factor=factor)
+    if len(parts) == 1:
+        x, norm, out, extra = parts[0]
+        return lambda: rotary.rotary_cache(x, positions, norm=norm, out=out, **rope, **extra)
+    (q, q_norm, q_out, _), (k, k_norm, k_out, extra) = parts
+    return lambda: rotary.rotary_pair(q, q_out, k, positions, q_norm=q_norm, k_norm=k_norm, k_out=k_out,
+                                      **rope, **extra)
+
+
+def _side_tensors(c: Context, side: RotarySide, skip: set[str]):
+    """(rows, head norm, rotated output or None, cache-write keywords) of one side."""
+    x = c.t((side.norm or side.rot).inputs[0])
+    norm = None
+    if side.norm is not None:
+        attributes = side.norm.attributes
+        norm = rotary.HeadNorm(c.t(side.norm.inputs[1]), float(attributes["eps"]),
+                               float(attributes.get("weight_offset", 0.0)))
+    out = None if side.rot.outputs[0] in skip else c.t(side.rot.outputs[0])
+    extra: dict[str, torch.Tensor] = {}
+    if side.writes:
+        first = side.writes[0]
+        extra.update(cache=c.t(first.inputs[0]), token_lane=c.t(first.inputs[2]), page_table=c.t(first.inputs[4]))
+    if len(side.writes) > 1:
+        extra.update(values=c.t(side.writes[1].inputs[1]), value_cache=c.t(side.writes[1].inputs[0]))
+    return x, norm, out, extra

@@ -65,10 +65,15 @@ def test_embedding_and_last_row_gather(rng):
     np.testing.assert_array_equal(gathered_positions.cpu().numpy(), ref.last_row_gather(positions, lanes, lanes=5))
 
 
+def _plane(start: np.ndarray) -> torch.Tensor:
+    """A cache plane of its own (`tensor` may share the array's memory on a CPU)."""
+    return tensor(start).clone()
+
+
 @pytest.mark.parametrize("rotary_dim,weight_offset", [(32, 0.0), (16, 1.0)])
 def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim, weight_offset):
     """head_rms_norm -> rotary (q) and head_rms_norm -> rotary -> paged_cache_write plus the v write
-    (k, v), each one launch, against the reference operators and against the unfused launches."""
+    (k, v), each one launch and both as one, against the reference operators and the unfused launches."""
     head_dim, heads, kv_heads, eps = 32, 4, 2, 1e-6
     c = cohort(rng, lanes=3, history=[5, 0, 11], queries=[1, 5, 2], padding=2, page_tokens=4, max_pages=5)
     rows = len(c.token_lane)
@@ -87,14 +92,13 @@ def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim
         return ref.rotary(normed, c.positions, theta=10000.0, head_dim=head_dim, rotary_dim=rotary_dim)
 
     q_out = torch.empty((rows, heads * head_dim), dtype=DTYPE, device=DEVICE)
-    rotary.rotary_cache(tensor(q), positions, norm_weight=tensor(q_w), eps=eps, weight_offset=weight_offset,
-                        out=q_out, **rope)
+    q_norm, k_norm = (rotary.HeadNorm(tensor(w), eps, weight_offset) for w in (q_w, k_w))
+    rotary.rotary_cache(tensor(q), positions, norm=q_norm, out=q_out, **rope)
     tolerance = {} if DTYPE == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
     close(q_out, expected_rotated(q, q_w), **({"atol": 1e-5, "rtol": 1e-5} | tolerance))
-    key_cache, value_cache = tensor(key_start), tensor(value_start)
-    rotary.rotary_cache(tensor(k), positions, norm_weight=tensor(k_w), eps=eps, weight_offset=weight_offset,
-                        cache=key_cache, token_lane=lanes, page_table=table, values=tensor(v),
-                        value_cache=value_cache, **rope)
+    key_cache, value_cache = _plane(key_start), _plane(value_start)
+    rotary.rotary_cache(tensor(k), positions, norm=k_norm, cache=key_cache, token_lane=lanes, page_table=table,
+                        values=tensor(v), value_cache=value_cache, **rope)
     rotated_k = values(expected_rotated(k, k_w))
     close(key_cache, ref.paged_cache_write(key_start.copy(), rotated_k, c.token_lane, c.positions, c.page_table),
           **({"atol": 1e-5, "rtol": 1e-5} | tolerance))
@@ -109,13 +113,44 @@ def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim
     np.testing.assert_array_equal(numpy(q_out), numpy(unfused_q))
     normed_k, rotated = (torch.empty((rows, kv_heads * head_dim), dtype=DTYPE, device=DEVICE) for _ in range(2))
     norm.norm(tensor(k), tensor(k_w), normed_k, eps=eps, weight_offset=weight_offset, width=head_dim)
-    unfused_key, unfused_value = tensor(key_start), tensor(value_start)
+    unfused_key, unfused_value = _plane(key_start), _plane(value_start)
     rotary.rotary_cache(normed_k, positions, out=rotated, **rope)
     rotary.rotary_cache(rotated, positions, head_dim=head_dim, cache=unfused_key, token_lane=lanes, page_table=table)
     rotary.rotary_cache(tensor(v), positions, head_dim=head_dim, cache=unfused_value, token_lane=lanes,
                         page_table=table)
     np.testing.assert_array_equal(numpy(key_cache), numpy(unfused_key))
     np.testing.assert_array_equal(numpy(value_cache), numpy(unfused_value))
+
+    # q and k (with both cache writes) as one launch of two sides: what the two launches above store
+    pair_q, pair_key, pair_value = torch.empty_like(q_out), _plane(key_start), _plane(value_start)
+    rotary.rotary_pair(tensor(q), pair_q, tensor(k), positions, q_norm=q_norm, k_norm=k_norm, cache=pair_key,
+                       token_lane=lanes, page_table=table, values=tensor(v), value_cache=pair_value, **rope)
+    for fused, single in ((pair_q, q_out), (pair_key, key_cache), (pair_value, value_cache)):
+        np.testing.assert_array_equal(numpy(fused), numpy(single))
+
+
+def test_rotary_pair_without_norms_keeps_the_rotated_keys(rng):
+    """Llama's prologue: q and k rotate, k also into the cache (and into k_out, read again), v beside it."""
+    head_dim = 16
+    c = cohort(rng, lanes=2, history=[3, 9], queries=[2, 1], padding=1, page_tokens=4, max_pages=4)
+    rows = len(c.token_lane)
+    q, k, v = (values(rng.standard_normal((rows, heads * head_dim))) for heads in (6, 2, 2))
+    start = values(rng.standard_normal((c.pages, 4, 2, head_dim)))
+    inv_freq, factor = ref.rope_frequencies(theta=10000.0, rotary_dim=head_dim)
+    q_out, k_out = torch.empty((rows, 6 * head_dim), dtype=DTYPE, device=DEVICE), torch.empty_like(tensor(k))
+    key_cache, value_cache = _plane(start), _plane(start)
+    rotary.rotary_pair(tensor(q), q_out, tensor(k), tensor(c.positions), head_dim=head_dim,
+                       inv_freq=torch.from_numpy(inv_freq).to(DEVICE), rotary_dim=head_dim, attention_factor=factor,
+                       k_out=k_out, cache=key_cache, token_lane=tensor(c.token_lane), page_table=tensor(c.page_table),
+                       values=tensor(v), value_cache=value_cache)
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if DTYPE == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    rope = dict(theta=10000.0, head_dim=head_dim, rotary_dim=head_dim)
+    close(q_out, ref.rotary(q, c.positions, **rope), **tolerance)
+    rotated_k = ref.rotary(k, c.positions, **rope)
+    close(k_out, rotated_k, **tolerance)
+    close(key_cache, ref.paged_cache_write(start.copy(), values(rotated_k), c.token_lane, c.positions, c.page_table),
+          **tolerance)
+    close(value_cache, ref.paged_cache_write(start.copy(), v, c.token_lane, c.positions, c.page_table), atol=0, rtol=0)
 
 
 def test_values_need_a_cache_plane_of_the_keys_shape(rng):

@@ -1,7 +1,8 @@
 """The attention-prologue fusions of the lowering (fp32 on CPU, Triton in the interpreter): a head norm
 read only by its rotary runs in the rotary launch's prologue, the k and v cache writes share the k
-rotary's launch; fused and unfused plans leave identical buffers, on small programs (against the
-reference interpreter too) and on tiny qwen3 (q/k head norms), llama and mistral cores (none)."""
+rotary's launch, q's and k's rotaries are one launch; fused and unfused plans leave identical buffers,
+on small programs (against the reference interpreter too) and on tiny qwen3 (q/k head norms), llama
+and mistral cores (none)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.production.helpers import DEVICE, GPU, PAGES, PROMPT, cohort
 
 Q_NORM_ROPE = "head_rms_norm+rotary"
 K_NORM_ROPE_KV = "head_rms_norm+rotary+paged_cache_write*2"
+QK = f"{Q_NORM_ROPE} & {K_NORM_ROPE_KV}"  # q and k (with v) as one launch of two sides
 PROLOGUE = ("head_rms_norm", "rotary", "paged_cache_write")
 # fused and unfused launches round identically; on a GPU (bf16) reductions may order differently
 SAME = dict(rtol=2e-2, atol=2e-2) if GPU else dict(rtol=0, atol=0)
@@ -76,6 +78,7 @@ def _prologue(rng, variant: str):
     table = state("page_table", c.page_table, "i32")
     out = state("out", np.zeros((rows, heads * head_dim), np.float32))
     rope = dict(theta=10000.0, head_dim=head_dim, rotary_dim=head_dim if variant != "partial" else head_dim // 2)
+    k_rope = rope | ({"theta": 500000.0} if variant == "ropes_differ" else {})
 
     q_normed = b.head_rms_norm(q, q_w, eps=1e-6, head_dim=head_dim, name="q_normed")
     k_normed = b.head_rms_norm(k, k_w, eps=1e-6, head_dim=head_dim, name="k_normed")
@@ -86,7 +89,7 @@ def _prologue(rng, variant: str):
     if variant == "v_first":
         b.paged_cache_write(value_cache, v, lanes, pos, table)
     q_rot = b.rotary(q_normed, pos, name="q_rot", **rope)
-    k_rot = b.rotary(k_normed, pos, name="k_rot", **rope)
+    k_rot = b.rotary(k_normed, pos, name="k_rot", **k_rope)
     b.paged_cache_write(key_cache, k_rot, lanes, pos, table)
     if variant != "v_first":
         b.paged_cache_write(value_cache, v, lanes, pos, table)
@@ -98,12 +101,14 @@ def _prologue(rng, variant: str):
 
 
 @pytest.mark.parametrize("variant,kernels", [
-    ("plain", (Q_NORM_ROPE, K_NORM_ROPE_KV, "paged_attention")),
-    ("partial", (Q_NORM_ROPE, K_NORM_ROPE_KV, "paged_attention")),
-    ("q_norm_read_twice", ("head_rms_norm", "copy", "rotary", K_NORM_ROPE_KV, "paged_attention")),
-    ("q_overwritten", ("head_rms_norm", "copy", "rotary", K_NORM_ROPE_KV, "paged_attention")),
-    ("v_first", ("paged_cache_write", Q_NORM_ROPE, "head_rms_norm+rotary+paged_cache_write", "paged_attention")),
-    ("k_rot_read_again", (Q_NORM_ROPE, K_NORM_ROPE_KV, "copy", "paged_attention")),
+    ("plain", (QK, "paged_attention")),
+    ("partial", (QK, "paged_attention")),
+    ("q_norm_read_twice", ("head_rms_norm", "copy", f"rotary & {K_NORM_ROPE_KV}", "paged_attention")),
+    ("q_overwritten", ("head_rms_norm", "copy", f"rotary & {K_NORM_ROPE_KV}", "paged_attention")),
+    ("v_first", ("paged_cache_write", f"{Q_NORM_ROPE} & head_rms_norm+rotary+paged_cache_write",
+                 "paged_attention")),
+    ("k_rot_read_again", (QK, "copy", "paged_attention")),
+    ("ropes_differ", (Q_NORM_ROPE, K_NORM_ROPE_KV, "paged_attention")),
 ])
 def test_prologue_fusions_equal_the_unfused_plan_and_the_reference(rng, variant, kernels):
     program, operators, values = _prologue(rng, variant)
@@ -161,16 +166,14 @@ def test_fused_and_unfused_core_rounds_leave_identical_buffers(cores, rng, famil
         _assert_same(fused, unfused)
         layers = sum(1 for op in operators if op.op == "paged_attention")
         kernels = fused_plan.kernels
-        if family == "qwen3":
-            assert kernels.count(Q_NORM_ROPE) == kernels.count(K_NORM_ROPE_KV) == layers
-        else:  # no head norms: q rotates alone, k rotates into the cache with v written beside it
-            assert kernels.count("rotary") == kernels.count("rotary+paged_cache_write*2") == layers
-        assert not {"head_rms_norm", "paged_cache_write", "rotary+paged_cache_write"} & set(kernels)
+        # one launch a layer: q, and k into the cache with v written beside it (norms first on qwen3)
+        assert kernels.count(QK if family == "qwen3" else "rotary & rotary+paged_cache_write*2") == layers
+        assert not {"head_rms_norm", "rotary", "paged_cache_write"} & set(kernels)
 
 
-def test_a_qwen3_decode_layer_launches_two_prologue_kernels_instead_of_five(cores):
+def test_a_qwen3_decode_layer_launches_one_prologue_kernel_instead_of_five(cores):
     """Before: head norm q, head norm k, rotary q, rotary+cache write k, cache write v (5 launches);
-    now one launch for q and one for k and v: three fewer a layer."""
+    now one launch covers all six operators: four fewer a layer."""
     core = cores("qwen3")
     program, operators = _program(core, "decode_b1")
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
@@ -180,13 +183,10 @@ def test_a_qwen3_decode_layer_launches_two_prologue_kernels_instead_of_five(core
     unfused = lower_program(program, operators, weights=weights, buffers=native.executor.buffers,
                             arena=ScratchArena(DEVICE), device=DEVICE, fuse=False)
     layers = sum(1 for op in operators if op.op == "paged_attention")
-    prologue = [launch for launch in plan.launches if operators[launch.operators[0]].op in PROLOGUE
-                or launch.kernel in (Q_NORM_ROPE, K_NORM_ROPE_KV)]
-    assert len(prologue) == 2 * layers
-    assert sum(len(launch.operators) for launch in prologue) == 6 * layers  # every prologue operator covered
+    prologue = [launch for launch in plan.launches if any(operators[i].op in PROLOGUE for i in launch.operators)]
+    assert [launch.kernel for launch in prologue] == [QK] * layers
     for launch in prologue:
-        assert [operators[i].op for i in launch.operators] == (
-            ["head_rms_norm", "rotary"] if launch.kernel == Q_NORM_ROPE
-            else ["head_rms_norm", "rotary", "paged_cache_write", "paged_cache_write"])
+        assert sorted(operators[i].op for i in launch.operators) == sorted(
+            ["head_rms_norm", "head_rms_norm", "rotary", "rotary", "paged_cache_write", "paged_cache_write"])
     # unfused: 6 prologue launches a layer and every add apart from its rms_norm
-    assert len(unfused.launches) - len(plan.launches) == 4 * layers + plan.kernels.count("add+rms_norm")
+    assert len(unfused.launches) - len(plan.launches) == 5 * layers + plan.kernels.count("add+rms_norm")
