@@ -9,7 +9,7 @@ import torch
 
 from helios.production.kernels import activation, gather, norm, rotary
 from helios.reference import operators as ref
-from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor, values
+from tests.production.helpers import DEVICE, DTYPE, GPU, close, cohort, numpy, tensor, values
 
 
 @pytest.fixture
@@ -65,6 +65,13 @@ def test_embedding_and_last_row_gather(rng):
     np.testing.assert_array_equal(gathered_positions.cpu().numpy(), ref.last_row_gather(positions, lanes, lanes=5))
 
 
+def _same(fused: torch.Tensor, unfused: torch.Tensor) -> None:
+    """Fused and unfused launches round alike: bit for bit in the interpreter; on a GPU (bf16) their
+    FP32 sums of squares may add in another order, moving a rounding by one step."""
+    tolerance = 2e-2 if GPU else 0.0
+    np.testing.assert_allclose(numpy(fused), numpy(unfused), rtol=tolerance, atol=tolerance)
+
+
 def _plane(start: np.ndarray) -> torch.Tensor:
     """A cache plane of its own (`tensor` may share the array's memory on a CPU)."""
     return tensor(start).clone()
@@ -110,7 +117,7 @@ def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim
     norm.norm(tensor(q), tensor(q_w), normed, eps=eps, weight_offset=weight_offset, width=head_dim)
     unfused_q = torch.empty_like(q_out)
     rotary.rotary_cache(normed, positions, out=unfused_q, **rope)
-    np.testing.assert_array_equal(numpy(q_out), numpy(unfused_q))
+    _same(q_out, unfused_q)
     normed_k, rotated = (torch.empty((rows, kv_heads * head_dim), dtype=DTYPE, device=DEVICE) for _ in range(2))
     norm.norm(tensor(k), tensor(k_w), normed_k, eps=eps, weight_offset=weight_offset, width=head_dim)
     unfused_key, unfused_value = _plane(key_start), _plane(value_start)
@@ -118,15 +125,15 @@ def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim
     rotary.rotary_cache(rotated, positions, head_dim=head_dim, cache=unfused_key, token_lane=lanes, page_table=table)
     rotary.rotary_cache(tensor(v), positions, head_dim=head_dim, cache=unfused_value, token_lane=lanes,
                         page_table=table)
-    np.testing.assert_array_equal(numpy(key_cache), numpy(unfused_key))
-    np.testing.assert_array_equal(numpy(value_cache), numpy(unfused_value))
+    _same(key_cache, unfused_key)
+    _same(value_cache, unfused_value)
 
     # q and k (with both cache writes) as one launch of two sides: what the two launches above store
     pair_q, pair_key, pair_value = torch.empty_like(q_out), _plane(key_start), _plane(value_start)
     rotary.rotary_pair(tensor(q), pair_q, tensor(k), positions, q_norm=q_norm, k_norm=k_norm, cache=pair_key,
                        token_lane=lanes, page_table=table, values=tensor(v), value_cache=pair_value, **rope)
     for fused, single in ((pair_q, q_out), (pair_key, key_cache), (pair_value, value_cache)):
-        np.testing.assert_array_equal(numpy(fused), numpy(single))
+        _same(fused, single)
 
 
 def test_rotary_pair_without_norms_keeps_the_rotated_keys(rng):
