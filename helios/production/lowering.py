@@ -9,10 +9,13 @@ meaning:
     rotary(x, pos) -> r ; paged_cache_write(c, r, ...)  =>  one kernel rotating into the cache
                                                              (and into r only if r is read again)
       [; paged_cache_write(cv, v, ...) at the same slots]    (v into its plane in the same launch)
-    head_rms_norm(x, w) -> n ... rotary(n, pos) -> r    =>  the norm in the rotary kernel's prologue
+    head_rms_norm(x, w) -> n ... rotary(n, pos) -> r   =>  the norm in the rotary kernel's prologue
                                                              (n read by that rotary alone; the norm
                                                              runs where the rotary runs, so nothing in
                                                              between may write x, w or n)
+    rotary(q, pos) -> qr ; rotary(k, pos) -> kr [; ...] =>  one launch of two sides (one rope, the
+                                                             same positions, neither side reading
+                                                             what the other writes)
     matmul(x, Wa) -> a ; matmul(x, Wb) -> b [; matmul(x, Wc) -> c]
                                                         =>  one multi-output GEMV (q/k/v)
     matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
