@@ -72,12 +72,12 @@ class ReplayTimer:
             capture = model.executor.capture
             replay = capture.replay
 
-            def timed(name: str) -> None:
+            def timed(name: str, **form) -> None:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 host = time.perf_counter()
                 start.record()
-                replay(name)
+                replay(name, **form)
                 end.record()
                 self.rounds.append((name, host, start, end))
 

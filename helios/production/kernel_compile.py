@@ -4,7 +4,8 @@ Triton compiles a kernel specialization the first time a launch needs it, on the
 run one by one, the first eager pass of every plan compiled each specialization in turn.
 `compile_plans` compiles them all at once instead, in three steps:
 
-  discover  each plan runs once with Triton's `jit_cache_hook` answering "handled": a Triton launch
+  discover  each plan runs once (a sampling plan once in each form, with and without the sampler's
+            rank stage) with Triton's `jit_cache_hook` answering "handled": a Triton launch
             that would compile records its JIT function and specialization and launches nothing;
             the plan's torch calls run on the plan's tensors (what they compute is never used);
   prefill   worker processes forked from this one (they inherit every JIT function, no import
@@ -93,6 +94,8 @@ def discover(plans: Iterable[LaunchPlan]) -> list[Specialization]:
     try:
         for plan in plans:
             plan.run()
+            if plan.rank_filters is not None:  # a sampling plan's second form (captured too)
+                plan.run(rank_filters=False)
     finally:
         knobs.runtime.jit_cache_hook = previous
     return list(found.values())

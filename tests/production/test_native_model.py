@@ -154,9 +154,15 @@ def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(c
     graph = native.graphs["prefill_p16"]
     assert graph.plan.rank_filters is not None
     forms: list[bool] = []
-    run = LaunchPlan.run
-    monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_filters=True: (forms.append(rank_filters),
-                                                                               run(plan, rank_filters=rank_filters)))
+    capture = native.executor.capture
+    if capture is not None:  # a GPU replays the captured form
+        replay = capture.replay
+        monkeypatch.setattr(capture, "replay", lambda name, *, rank_filters=True: (
+            forms.append(rank_filters), replay(name, rank_filters=rank_filters)))
+    else:  # a CPU runs the plan
+        run = LaunchPlan.run
+        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_filters=True: (
+            forms.append(rank_filters), run(plan, rank_filters=rank_filters)))
     plain = _lane(0, PROMPT[:16])
     for sampling, samples, expected in [(SamplingParams(temperature=0.0, top_k=3), True, False),
                                         (SamplingParams(temperature=0.8), True, False),
