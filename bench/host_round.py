@@ -156,8 +156,10 @@ def build_model(lanes: int, prompt: int, max_tokens: int):
     batches = tuple(sorted({1, 64, lanes}))
     with tempfile.TemporaryDirectory() as tmp:
         directory = make_checkpoint("tiny", Path(tmp) / "tiny", "cpu")
+        # A host-fed core (one frame): StubDevice answers the unframed seam (`_execute(graph)`, frame 0).
         options = PreparationOptions(dtype="fp32", page_tokens=16, batch_capacities=batches,
-                                     prefill_capacities=(max(prompt, 16),), context_tokens=context)
+                                     prefill_capacities=(max(prompt, 16),), context_tokens=context,
+                                     pending_token="host")
         core = prepare_checkpoint(directory, options)
         pages = lanes * (context // 16) + 16
         return load_native_model(core, device="cpu", max_concurrency=lanes, pages=pages)
