@@ -20,7 +20,7 @@ Two rotaries in a row with one rope and the same positions (q, then k with its w
 launch of two sides when neither side reads what the other writes (`rotary_pair`). The launch is
 named by its sides, e.g. "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2". The
 fusions key on operator patterns and readers only, never on a model: a layer's prologue (6 operators
-on Qwen3, 4 on Llama or Mistral) is one launch.
+with q and k head norms, 4 without) is one launch.
 """
 
 from __future__ import annotations
