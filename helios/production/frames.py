@@ -22,32 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.executor import ExecutorGraph, NativeExecutor
-from helios.proto import manifest_pb2
+from helios.production.readback import read_rows
 from helios.runtime.completion import CompletionRows, validate_round
 from helios.runtime.packing import LaneColumns, LaneInput
 
-M = manifest_pb2
 FRAMES = 2
-
-# Completion fields and the `Completion` attribute each fills (fields a core omits read as a graph
-# without them reports: -1 for the draft cursor and the reserved field, 0 otherwise).
-_FIELDS = (
-    (M.COMPLETION_FIELD_FRAME_INDEX, "frame_index"),
-    (M.COMPLETION_FIELD_SUBMISSION_SEQUENCE, "submission_sequence"),
-    (M.COMPLETION_FIELD_GENERATION, "generation"),
-    (M.COMPLETION_FIELD_SAMPLED_IDS, "sampled_id"),
-    (M.COMPLETION_FIELD_EMITTED, "emitted"),
-    (M.COMPLETION_FIELD_CONSUMED_ENDPOINT, "consumed_endpoint"),
-    (M.COMPLETION_FIELD_DRAFT_CURSOR, "draft_cursor"),
-    (M.COMPLETION_FIELD_MODEL_RESERVED, "model_reserved"),
-    (M.COMPLETION_FIELD_STATUS, "status"),
-)
 
 
 class FrameBusy(HeliosError):
@@ -143,22 +127,7 @@ class FramedExecutor(NativeExecutor):
         self._outstanding.pop(0)
         if handle.done is not None:
             handle.done.synchronize()
-        rows = self._rows(self.frame_readback[handle.frame], handle.columns)
+        rows = read_rows(self.frame_readback[handle.frame], handle.columns.slots, len(handle.columns.lanes))
         validate_round(handle.graph, handle.lanes, rows, sequence=handle.sequence,
                        sampled_tokens=self.sampled_tokens, page_tokens=self.page_tokens, frame=handle.frame)
         return rows
-
-    @staticmethod
-    def _rows(readback: Mapping[int, torch.Tensor], columns: LaneColumns) -> CompletionRows:
-        slots = columns.slots
-        count = len(columns.lanes)
-        out = {}
-        for field, name in _FIELDS:
-            host = readback.get(field)
-            if host is None:
-                value = -1 if field in (M.COMPLETION_FIELD_DRAFT_CURSOR, M.COMPLETION_FIELD_MODEL_RESERVED) else 0
-                out[name] = np.full(count, value, dtype=np.int64)
-                continue
-            array = host.numpy().reshape(host.shape[0], -1)
-            out[name] = np.full(count, array[0, 0], dtype=np.int64) if array.shape[0] == 1 else array[slots, 0]
-        return CompletionRows(out)
