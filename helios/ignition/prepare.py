@@ -196,8 +196,13 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     accesses = _state_accesses(histories)
 
     graphs: list[tuple[str, int, int, int, program_pb2.Program, tuple, list[str]]] = []
-    init_program, init_bindings = llama_family.initialization_program(geometry, decl, graph="initialization")
-    graphs.append(("initialization", C.OPERATION_INITIALIZATION, 1, 1, init_program, init_bindings, []))
+    # INITIALIZATION at every batch capacity: a burst of admissions initializes in one round. The
+    # program is the same at each capacity (it writes every slot's completion row); only its graph
+    # name and declared capacity differ. The one-lane variant keeps the name "initialization".
+    for batch in sorted({1, *options.batch_capacities}):
+        name = "initialization" if batch == 1 else f"initialization_b{batch}"
+        init_program, init_bindings = llama_family.initialization_program(geometry, decl, graph=name)
+        graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_program, init_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
     variants += [(f"decode_b{b}", C.OPERATION_DECODE, b, b) for b in options.batch_capacities]
     if geometry.slots > 1:

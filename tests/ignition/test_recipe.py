@@ -92,7 +92,8 @@ def test_preparation_emits_a_valid_contract(tiny_checkpoint):
     assert contract.version == 3 and contract.served_id == "tiny-mistral"
     operations = sorted((g.operation, g.capacity.batch_capacity, g.capacity.packed_token_capacity)
                         for g in prepared.contract.model.graphs)
-    assert operations == [(C.OPERATION_INITIALIZATION, 1, 1), (C.OPERATION_PREFILL, 1, 8), (C.OPERATION_DECODE, 1, 1),
+    assert operations == [(C.OPERATION_INITIALIZATION, 1, 1), (C.OPERATION_INITIALIZATION, 2, 2),
+                          (C.OPERATION_PREFILL, 1, 8), (C.OPERATION_DECODE, 1, 1),
                           (C.OPERATION_DECODE, 2, 2), (C.OPERATION_MIXED, 2, 9)]
     histories = prepared.contract.model.cache.histories
     assert [h.kind for h in histories] == [C.HISTORY_KIND_SLIDING_WINDOW] * 2 and histories[0].window_tokens == 8
@@ -114,7 +115,10 @@ def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint, pend
     programs = {}
     for handle in prepared.manifest.graphs:
         programs[handle.name] = program_pb2.Program.FromString(prepared.read(handle.program_resources[0]))
-    text = [name for name in programs if name != "initialization"]
+    initialization = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_INITIALIZATION}
+    assert initialization == {"initialization", "initialization_b2"}  # one a batch capacity, the same operators
+    assert len({tuple(op.op for op in programs[name].operators) for name in initialization}) == 1
+    text = [name for name in programs if name not in initialization]
     sequences = {tuple(op.op for op in programs[name].operators) for name in text}
     assert len(sequences) == 1
     (sequence,) = sequences

@@ -34,8 +34,10 @@ INIT, PREFILL, DECODE, MIXED = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL,
                                 C.OPERATION_MIXED)
 
 
-def catalog(*, mixed: bool = True, device_pending: bool = False) -> GraphCatalog:
-    variants = [GraphVariant("initialization", INIT, 1, 1, device_pending)]
+def catalog(*, mixed: bool = True, device_pending: bool = False, init_batches: tuple[int, ...] = (1,)
+            ) -> GraphCatalog:
+    variants = [GraphVariant("initialization" if b == 1 else f"initialization_b{b}", INIT, b, b, device_pending)
+                for b in init_batches]
     variants += [GraphVariant(f"prefill_p{p}", PREFILL, 1, p, device_pending) for p in (8, 16)]
     variants += [GraphVariant(f"decode_b{b}", DECODE, b, b, device_pending) for b in (1, 2, 4)]
     if mixed:
@@ -44,11 +46,12 @@ def catalog(*, mixed: bool = True, device_pending: bool = False) -> GraphCatalog
 
 
 def scheduler(*, pages: int = 64, mixed: bool = True, device_pending: bool = False, frames: int = 1,
-              framed: bool = False, max_active: int = 4, queue_capacity: int = 8) -> Scheduler:
+              framed: bool = False, max_active: int = 4, queue_capacity: int = 8,
+              init_batches: tuple[int, ...] = (1,)) -> Scheduler:
     config = SchedulerConfig(max_active=max_active, queue_capacity=queue_capacity, page_tokens=4,
                              context_tokens=64, input_tokens=300, sampled_tokens=300, eos_ids=(299,), frames=frames)
-    return Scheduler(config, catalog(mixed=mixed, device_pending=device_pending), PageCache(pages, 4, "test"),
-                     framed_executor=framed)
+    return Scheduler(config, catalog(mixed=mixed, device_pending=device_pending, init_batches=init_batches),
+                     PageCache(pages, 4, "test"), framed_executor=framed)
 
 
 def request(name: str, prompt: int, max_tokens: int = 8, first: int = 1, **flags) -> SchedulerRequest:
@@ -84,6 +87,23 @@ def test_a_new_request_initializes_then_prefills_in_the_smallest_fitting_graph()
     decode = s.schedule()
     assert decode.graph == "decode_b1" and decode.lanes[0].tokens == (42,)
     assert decode.lanes[0].prompt_tokens_in_round == 0 and decode.lanes[0].consumed == 5
+
+
+def test_admissions_initialize_together_in_the_smallest_initialization_graph_that_holds_them():
+    s = scheduler(init_batches=(1, 2, 4), max_active=4)
+    for name in "abc":
+        s.add(request(name, 3))
+    init = s.schedule()  # three admissions, one round: the 4-lane variant holds them
+    assert init.operation == INIT and init.graph == "initialization_b4" and init.request_ids == ("a", "b", "c")
+    assert all(lane.tokens == () and not lane.samples for lane in init.lanes)
+    assert len({lane.slot for lane in init.lanes}) == 3
+    assert run(s, init) == []
+    prefill = s.schedule()  # then all three prefill in one MIXED round
+    assert prefill.operation == MIXED and prefill.request_ids == ("a", "b", "c")
+    run(s, prefill)
+    s.add(request("d", 3))
+    late = s.schedule()  # a later admission initializes before the decode round, alone
+    assert late.graph == "initialization" and late.request_ids == ("d",)
 
 
 def test_a_long_prompt_is_chunked_into_the_prepared_capacities():

@@ -16,8 +16,8 @@ readmission after preemption are all this rule; only the chunk length differs.
 Cohorts. Lanes with one token left are decode lanes, the rest prefill lanes. Where a MIXED graph
 exists, one round holds every decode lane and then prefill chunks up to its token capacity; without
 one, DECODE and PREFILL rounds alternate while both kinds wait. Each round runs the smallest variant
-of its operation that holds its lanes and tokens (catalog.py). A newly admitted request first runs
-its INITIALIZATION round.
+of its operation that holds its lanes and tokens (catalog.py). Newly admitted requests first run
+their INITIALIZATION round, as many together as the largest INITIALIZATION variant holds.
 
 Frames. Two rounds may be outstanding only when the transport declares two frames, the executor can
 take a second submission, every generating graph keeps its pending token on the device, and no
@@ -83,6 +83,7 @@ class Scheduler(RequestResidency):
         self._prefill_turn = False
         self._next_frame = 0  # frames alternate by submission; rounds retire in submission order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
+        self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
 
     # ------------------------------------------------------------------------------------ state
 
@@ -117,11 +118,14 @@ class Scheduler(RequestResidency):
         if len(self._outstanding) >= limit:  # an admission may have brought feedback needs
             return None
         second_frame = len(self._outstanding) == 1 and limit == 2
-        decode, prefill = [], []
-        for s in self._running:  # one pass: the first request still to initialize goes first, alone
+        decode, prefill, initialize = [], [], []
+        init_lanes = self._init_lanes
+        for s in self._running:  # one pass: requests still to initialize go first, together
             if not s.initialized:
-                if s.in_flight == 0 and not (s.cancelled or s.ended):
-                    return self._submit(self._init, [(s, 0)])
+                if s.in_flight == 0 and not (s.cancelled or s.ended) and len(initialize) < init_lanes:
+                    initialize.append((s, 0))
+                continue
+            if initialize:
                 continue
             if s.cancelled or s.ended:
                 continue
@@ -129,6 +133,9 @@ class Scheduler(RequestResidency):
             if remaining < 1 or (s.in_flight and not self._second_frame_ready(s, second_frame)):
                 continue
             (decode if remaining == 1 else prefill).append(s)
+        if initialize:
+            variant = self.catalog.smallest(C.OPERATION_INITIALIZATION, lanes=len(initialize), tokens=0)
+            return self._submit(variant or self._init, initialize)
         mixed = self.catalog.has(C.OPERATION_MIXED)
         if decode and prefill and mixed:
             operation, order = C.OPERATION_MIXED, decode + prefill
