@@ -1,7 +1,8 @@
 """Level 1, operators (device side: imports torch): every operator, reference against production.
 
 For each operator of the registry (and each fusion production performs: add+rms_norm,
-rotary+paged_cache_write) and each cohort of `cases/operators.json`, one small program is built with
+rotary+paged_cache_write, and a layer's attention prologue as one launch, with and without q/k head
+norms) and each cohort of `cases/operators.json`, one small program is built with
 the program builder over fresh random inputs, then executed twice: by the reference interpreter
 (NumPy) and by the production lowering (Triton kernels and torch; under `TRITON_INTERPRET=1` on a
 CPU). Every output is compared: integers exactly, floats within the dtype's tolerance
@@ -27,7 +28,9 @@ from helios.program.types import DTYPES_BY_NAME
 from helios.program.validate import validate_program
 from helios.reference.interpreter import execute, round_to_dtype
 
-FUSIONS = ("add+rms_norm", "rotary+paged_cache_write")
+QK_PROLOGUE = "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2"  # Qwen3-style layer
+PLAIN_PROLOGUE = "rotary & rotary+paged_cache_write*2"  # without head norms
+FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOGUE)
 INTEGER = ("i32", "i64")
 
 
@@ -122,6 +125,8 @@ def case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Buil
         yield "last_row_gather", cohort.name, cohort, _last_row_gather
         yield "add+rms_norm", cohort.name, cohort, _add_rms_norm
         yield "rotary+paged_cache_write", cohort.name, cohort, _rotary_cache
+        yield QK_PROLOGUE, cohort.name, cohort, _prologue(head_norms=True)
+        yield PLAIN_PROLOGUE, cohort.name, cohort, _prologue(head_norms=False)
         for window in cases.windows:
             suffix = "full" if window is None else f"window{window}"
             yield "paged_attention", f"{cohort.name}/{suffix}", cohort, _attention(window, None)
@@ -250,6 +255,32 @@ def _rotary_cache(p, rng, cohort, g, cases):
     x = p.input("x", _normal(rng, len(lanes), g["kv_heads"] * g["head_dim"]))
     rotated = p.builder.rotary(x, pos, name="rotated", **_rope(g))
     p.builder.paged_cache_write(cache, rotated, p.input("token_lane", lanes, "i32"), pos, table)
+
+
+def _prologue(*, head_norms: bool) -> Builder:
+    """q and k (optionally head-normed) rotated, k and v written to their cache planes: one launch."""
+    def build(p, rng, cohort, g, cases):
+        lanes, positions = _rows(cohort)
+        rows, head_dim = len(lanes), g["head_dim"]
+        key_cache, table = _cache(p, rng, g, len(cohort.history), "key_cache", random=True)
+        value_cache = p.input("value_cache", _normal(rng, *p.values[key_cache].shape))
+        p.outputs += [key_cache, value_cache]
+        pos = p.input("positions", positions, "i32")
+        q = p.input("q", _normal(rng, rows, g["heads"] * head_dim))
+        k = p.input("k", _normal(rng, rows, g["kv_heads"] * head_dim))
+        v = p.input("v", _normal(rng, rows, g["kv_heads"] * head_dim))
+        if head_norms:
+            q = p.builder.head_rms_norm(q, p.input("q_norm", _normal(rng, head_dim)), eps=1e-6, head_dim=head_dim,
+                                        name="q_normed")
+            k = p.builder.head_rms_norm(k, p.input("k_norm", _normal(rng, head_dim)), eps=1e-6, head_dim=head_dim,
+                                        name="k_normed")
+        q_rot = p.output("q_rot", (rows, g["heads"] * head_dim))
+        p.builder.rotary(q, pos, into=q_rot, **_rope(g))
+        k_rot = p.builder.rotary(k, pos, name="k_rot", **_rope(g))
+        lane = p.input("token_lane", lanes, "i32")
+        p.builder.paged_cache_write(key_cache, k_rot, lane, pos, table)
+        p.builder.paged_cache_write(value_cache, v, lane, pos, table)
+    return build
 
 
 def _add_rms_norm(p, rng, cohort, g, cases):
