@@ -67,8 +67,9 @@ def _floor_pow2(value: int) -> int:
 def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False) -> Blocks:
     """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`.
 
-    GPU: the tiles `bench/kernels.py` found fastest on an H200 for the Qwen3-0.6B layer's products
-    (BENCHMARKS.md, issue #6, tile sweep), inside a CUDA graph with L2 flushed: one row takes two
+    GPU: one rule from the tiles `bench/kernels.py` timed on an H200 for the Qwen3-0.6B layer's
+    products (BENCHMARKS.md, issue #6, tile sweep; inside a CUDA graph with L2 flushed; the rule's
+    tile is the fastest or within 3% of it where the sweep kept it): one row takes two
     columns a program and K in 2,048-wide steps where 2,048 divides K (else 1,024) on two warps;
     two to eight rows take four columns and 1,024-wide steps on four warps; nine to sixteen rows
     (not measured) take two columns and 512-wide steps, which keeps a gated program within 255
