@@ -60,10 +60,6 @@ class Blocks:
             raise LinearShapeError(f"Blocks.block_m is {self.block_m}; the kernel takes at most {MAX_ROWS} rows")
 
 
-def _floor_pow2(value: int) -> int:
-    return 1 << (max(1, value).bit_length() - 1)
-
-
 def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False) -> Blocks:
     """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`.
 
