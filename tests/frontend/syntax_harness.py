@@ -86,6 +86,12 @@ def check(result: ParsedOutput, reasoning, content, calls) -> None:
     assert [c.id for c in result.tool_calls] == [f"call_{i}" for i in range(len(calls))]
 
 
+def check_whole_and_per_character(frontend, text: str, reasoning, content, calls) -> None:
+    """`check` of `text` run as one piece, then as one piece a character."""
+    check(run(frontend, [Piece(text)])[0], reasoning, content, calls)
+    check(run(frontend, [Piece(c) for c in text])[0], reasoning, content, calls)
+
+
 @st.composite
 def splittings(draw, pieces: list[Piece]) -> list[Piece]:
     """The same pieces with every text piece cut at random points (marker pieces stay whole); some

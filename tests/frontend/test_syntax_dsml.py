@@ -16,6 +16,7 @@ from tests.frontend.syntax_harness import (
     TYPED_ARGUMENTS,
     assert_streaming_equal,
     check,
+    check_whole_and_per_character,
     run,
     splittings,
     text_pieces,
@@ -91,8 +92,7 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_public_format_cases(name: str) -> None:
     text, reasoning, content, calls = CASES[name]
-    check(run(FRONTEND, [Piece(text)])[0], reasoning, content, calls)
-    check(run(FRONTEND, [Piece(c) for c in text])[0], reasoning, content, calls)
+    check_whole_and_per_character(FRONTEND, text, reasoning, content, calls)
 
 
 def test_markers_split_across_deltas() -> None:

@@ -17,6 +17,7 @@ from tests.frontend.syntax_harness import (
     TYPED_ARGUMENTS,
     assert_streaming_equal,
     check,
+    check_whole_and_per_character,
     run,
     splittings,
     text_pieces,
@@ -88,8 +89,7 @@ CASES = {
 def test_frame_cases(name: str) -> None:
     text, reasoning, content, calls = CASES[name]
     check(run(FRONTEND, text_pieces(text, CONTROLS), token_only=TOKEN_ONLY)[0], reasoning, content, calls)
-    check(run(FRONTEND, [Piece(text)])[0], reasoning, content, calls)  # controls matched as text
-    check(run(FRONTEND, [Piece(c) for c in text])[0], reasoning, content, calls)
+    check_whole_and_per_character(FRONTEND, text, reasoning, content, calls)  # controls matched as text
 
 
 def test_header_controls_count_only_as_tokens() -> None:

@@ -17,6 +17,7 @@ from tests.frontend.syntax_harness import (
     TYPED_ARGUMENTS,
     assert_streaming_equal,
     check,
+    check_whole_and_per_character,
     run,
     splittings,
     text_pieces,
@@ -72,8 +73,7 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_format_cases(name: str) -> None:
     text, reasoning, content, calls = CASES[name]
-    check(run(FRONTEND, [Piece(text)])[0], reasoning, content, calls)
-    check(run(FRONTEND, [Piece(c) for c in text])[0], reasoning, content, calls)
+    check_whole_and_per_character(FRONTEND, text, reasoning, content, calls)
 
 
 def test_reasoning_open_from_the_prompt() -> None:
