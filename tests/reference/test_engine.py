@@ -108,29 +108,31 @@ def test_a_completion_that_disagrees_with_its_round_is_rejected(core):
         engine.validate_round("initialization", [lane], [dataclasses.replace(row, submission_sequence=0)])
 
 
+def greedy_lane(slot: int, consumed: int, tokens: tuple[int, ...], prompt_in_round: int,
+                pages: tuple[int, ...]) -> LaneInput:
+    """A greedy lane of generation 1 that samples this round (the MIXED-round tests' lanes)."""
+    return LaneInput(slot=slot, generation=1, consumed=consumed, tokens=tokens,
+                     prompt_tokens_in_round=prompt_in_round, samples=True, page_ids=pages, seed=0,
+                     sampling=SamplingParams(temperature=0.0), output_limit=4, eos_ids=())
+
+
 def test_mixed_round_equals_separate_prefill_and_decode(core):
     """Lane A (slot 0) decodes while lane B (slot 1) prefills, in one MIXED program; each lane's
     logits equal those of running it alone."""
     mixed = [g.name for g in core.contract.model.graphs if g.operation == contract_pb2.OPERATION_MIXED]
     assert mixed, "the recipe declares MIXED graphs"
-    greedy = SamplingParams(temperature=0.0)
-
-    def lane(slot, consumed, tokens, prompt_in_round, pages):
-        return LaneInput(slot=slot, generation=1, consumed=consumed, tokens=tokens,
-                         prompt_tokens_in_round=prompt_in_round, samples=True, page_ids=pages, seed=0,
-                         sampling=greedy, output_limit=4, eos_ids=())
 
     a_prompt, b_prompt = PROMPT[:6], PROMPT[4:]
     alone = ReferenceEngine.load(core, keep=("logits",))
-    (a_first,) = alone.run_round("prefill_p8", [lane(0, 0, a_prompt, 6, (0, 1))])
-    alone.run_round("decode_b1", [lane(0, 6, (a_first.sampled_id,), 0, (0, 1))])
+    (a_first,) = alone.run_round("prefill_p8", [greedy_lane(0, 0, a_prompt, 6, (0, 1))])
+    alone.run_round("decode_b1", [greedy_lane(0, 6, (a_first.sampled_id,), 0, (0, 1))])
     a_decode_logits = alone.kept[-1]["logits"][0]
-    alone.run_round("prefill_p8", [lane(1, 0, b_prompt, 7, (2, 3))])
+    alone.run_round("prefill_p8", [greedy_lane(1, 0, b_prompt, 7, (2, 3))])
     b_prefill_logits = alone.kept[-1]["logits"][1]
 
     together = ReferenceEngine.load(core, keep=("logits",))
-    together.run_round("prefill_p8", [lane(0, 0, a_prompt, 6, (0, 1))])
-    together.run_round(mixed[0], [lane(0, 6, (a_first.sampled_id,), 0, (0, 1)), lane(1, 0, b_prompt, 7, (2, 3))])
+    together.run_round("prefill_p8", [greedy_lane(0, 0, a_prompt, 6, (0, 1))])
+    together.run_round(mixed[0], [greedy_lane(0, 6, (a_first.sampled_id,), 0, (0, 1)), greedy_lane(1, 0, b_prompt, 7, (2, 3))])
     logits = together.kept[-1]["logits"]
     np.testing.assert_allclose(logits[0], a_decode_logits, rtol=0, atol=1e-5)
     np.testing.assert_allclose(logits[1], b_prefill_logits, rtol=0, atol=1e-5)
