@@ -52,7 +52,8 @@ def test_a_mixed_round_reads_the_decode_lane_from_state_and_prompt_rows_from_the
         (first,) = engine.run_round("prefill_p8", [greedy_lane(0, 0, a_prompt, 6, (0, 1))])
         # The device core is told a stale token: its pending row must come from the state, not the host.
         a_token = first.sampled_id if core is cores[0] else (first.sampled_id + 1) % 7
-        rows = engine.run_round(mixed, [greedy_lane(0, 6, (a_token,), 0, (0, 1)), greedy_lane(1, 0, b_prompt, 7, (2, 3))])
+        rows = engine.run_round(mixed, [greedy_lane(0, 6, (a_token,), 0, (0, 1)),
+                                        greedy_lane(1, 0, b_prompt, 7, (2, 3))])
         sampled.append([r.sampled_id for r in rows])
         if core is cores[1]:
             np.testing.assert_array_equal(engine.buffers["pending_tokens"], sampled[-1])

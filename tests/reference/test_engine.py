@@ -132,7 +132,8 @@ def test_mixed_round_equals_separate_prefill_and_decode(core):
 
     together = ReferenceEngine.load(core, keep=("logits",))
     together.run_round("prefill_p8", [greedy_lane(0, 0, a_prompt, 6, (0, 1))])
-    together.run_round(mixed[0], [greedy_lane(0, 6, (a_first.sampled_id,), 0, (0, 1)), greedy_lane(1, 0, b_prompt, 7, (2, 3))])
+    together.run_round(mixed[0], [greedy_lane(0, 6, (a_first.sampled_id,), 0, (0, 1)),
+                                  greedy_lane(1, 0, b_prompt, 7, (2, 3))])
     logits = together.kept[-1]["logits"]
     np.testing.assert_allclose(logits[0], a_decode_logits, rtol=0, atol=1e-5)
     np.testing.assert_allclose(logits[1], b_prefill_logits, rtol=0, atol=1e-5)
