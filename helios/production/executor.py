@@ -149,6 +149,7 @@ class NativeExecutor:
         # identity, per-slot flags): rows whose remembered key was checked while the slot's request
         # stayed the same, so `_row_key` would give the same answer and the row is skipped unexamined.
         self._requests: dict[int, tuple] = {}
+        self._rank_filtering: set[int] = set()  # slots whose noted request filters by rank (top-k/p, min-p)
         self._columns: LaneColumns | None = None  # the lanes of the round packed last, as columns
         self._confirmed: dict[str, tuple[int, np.ndarray]] = {}
         identities: dict[ResolvedBinding, int] = {}
@@ -261,6 +262,10 @@ class NativeExecutor:
             if requests.get(lane.slot) != request:
                 requests[lane.slot] = request
                 moved.append(lane.slot)
+                if lane.sampling.rank_filtered:
+                    self._rank_filtering.add(lane.slot)
+                else:
+                    self._rank_filtering.discard(lane.slot)
         if moved:
             for _, flags in self._confirmed.values():
                 flags[moved] = False
@@ -334,7 +339,11 @@ class NativeExecutor:
         """Whether a lane that samples this round filters by rank (top-k, top-p or min-p): otherwise
         the round runs its graph's form without the sampler's rank stage (kernels/sampling.py)."""
         columns = self._columns
-        return columns is None or any(lane.samples and lane.sampling.rank_filtered for lane in columns.lanes)
+        if columns is None:
+            return True
+        if not self._rank_filtering:  # no slot's request filters by rank: nothing to look at per lane
+            return False
+        return any(lane.samples and lane.sampling.rank_filtered for lane in columns.lanes)
 
     def _read(self, lanes: Sequence[LaneInput]) -> CompletionRows:
         if self.device.type == "cuda":
