@@ -52,17 +52,15 @@ class LaunchPlan:
     def run(self, *, rank_filters: bool = True) -> None:
         """Every launch in order; `rank_filters=False` runs the sampling launches without the rank
         stage (only for a round none of whose sampling lanes filters by rank)."""
-        switch = self.rank_filters
-        if switch is None or rank_filters:
-            for launch in self.launches:
-                launch.run()
-            return
-        switch.enabled = False
+        switch = self.rank_filters if not rank_filters else None
+        if switch is not None:
+            switch.enabled = False
         try:
             for launch in self.launches:
                 launch.run()
         finally:
-            switch.enabled = True
+            if switch is not None:
+                switch.enabled = True
 
     @property
     def kernels(self) -> tuple[str, ...]:

@@ -177,10 +177,10 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
                     positions: torch.Tensor, page_table: torch.Tensor, out: torch.Tensor, *, scale: float,
                     sliding_window: int | None = None, softcap: float | None = None, splits: int = 1,
                     scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                    block_n: int = 64, tile: AttentionTile | None = None) -> None:
+                    tile: AttentionTile | None = None) -> None:
     """Attention of each packed row of `q` over its lane's cached history (docs/operators.md).
-    `tile` (default: `block_n` keys, four warps, tensor cores) sets how a program walks the context."""
-    tile = tile or AttentionTile(block_n=block_n)
+    `tile` (default: 64 keys, four warps, tensor cores) sets how a program walks the context."""
+    tile = tile or AttentionTile()
     rows = q.shape[0]
     _, page_tokens, kv_heads, head_dim = key_cache.shape
     heads = q.shape[1] // head_dim
