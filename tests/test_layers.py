@@ -10,6 +10,7 @@ when that is a module).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,10 +84,11 @@ def _resolved(name: str, known: set[str]) -> Iterator[str]:
         yield name
 
 
-def graph() -> dict[str, set[str]]:
+@functools.cache
+def graph() -> dict[str, frozenset[str]]:
     found = modules()
     known = set(found)
-    return {name: set(imports(path, name, known)) - {name} for name, path in found.items()}
+    return {name: frozenset(imports(path, name, known)) - {name} for name, path in found.items()}
 
 
 def _under(module: str, package: str) -> bool:
@@ -101,7 +103,7 @@ def test_forbidden_arrow(importer: str, imported: str, why: str) -> None:
     assert not offenders, f"{importer} -> {imported} is forbidden ({why}):\n" + "\n".join(offenders)
 
 
-def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+def strongly_connected(edges: dict[str, frozenset[str]] | dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's components of more than one module (iterative: no recursion limit)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
