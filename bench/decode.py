@@ -108,8 +108,15 @@ def copy_bandwidth(device) -> float:
 def decode_rate(model, batch: int, context: int, steps: int) -> dict:
     """Tokens per second of `steps` decode rounds of `batch` lanes at `context` tokens of history."""
     from helios.proto import contract_pb2
+    from helios.runtime.completion import validate_round
     from helios.runtime.packing import LaneInput
     from helios.runtime.request import SamplingParams
+    from helios.runtime.rounds import RoundPlan
+
+    def validate(plan, rows) -> None:  # what Scheduler.complete checks before any lane retires
+        validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
+                       sampled_tokens=model.contract.vocabulary.sampled_tokens, page_tokens=page_tokens,
+                       frame=plan.frame)
 
     graphs = [g for g in model.graphs.values()
               if g.operation == contract_pb2.OPERATION_DECODE and g.batch_capacity >= batch]
@@ -126,27 +133,35 @@ def decode_rate(model, batch: int, context: int, steps: int) -> dict:
                 for i in range(batch)]
 
     cohorts = [lanes(s) for s in range(steps)]
+    executor = model.executor
     for _ in range(3):
-        model.run_round(graph.name, cohorts[0])
+        model.run_round(graph.name, cohorts[0])  # rewrites every lane's page-table row once
+
+    def plan(cohort, frame):  # as the scheduler plans a steady decode round: no page grew
+        return RoundPlan(executor.sequence + 1, frame, graph.name, graph.operation, tuple(cohort),
+                         tuple(f"r{i}" for i in range(len(cohort))), (), 0, 1)
+
     # One round at a time: pack, upload, replay, wait, read back and validate, then the next.
     start = time.perf_counter()
     for cohort in cohorts:
-        model.run_round(graph.name, cohort)
+        one = plan(cohort, 0)
+        executor.submit(one)
+        validate(one, executor.collect(one))
     one_frame = time.perf_counter() - start
     seconds = one_frame
-    executor = model.executor
-    framed = hasattr(executor, "submit_round")
+    framed = executor.frames == 2
     if framed:
         # As the scheduler runs a core whose pending tokens stay on the device: round N+1 is packed
         # and submitted while round N runs, then round N is collected (read back and validated).
         start = time.perf_counter()
         previous = None
         for i, cohort in enumerate(cohorts):
-            handle = executor.submit_round(graph.name, cohort, i % 2)
+            current = plan(cohort, i % 2)
+            executor.submit(current)
             if previous is not None:
-                executor.collect(previous)
-            previous = handle
-        executor.collect(previous)
+                validate(previous, executor.collect(previous))
+            previous = current
+        validate(previous, executor.collect(previous))
         seconds = time.perf_counter() - start
     result = {"graph": graph.name, "batch": batch, "steps": steps, "seconds": seconds, "frames": 2 if framed else 1,
               "step_ms": 1e3 * seconds / steps, "one_frame_step_ms": 1e3 * one_frame / steps,

@@ -6,9 +6,9 @@
 
 What runs. A tiny Qwen3-shaped core (2 layers, hidden 64, vocabulary 512), prepared in memory with
 page 16 tokens and DECODE graphs of 1, 64 and 256 lanes, loaded with the production executor
-(`NativeModel`) on the CPU, driven by the real `ProductionRuntime` and its batching scheduler: one
-`_step` of the runtime's worker is one round (schedule -> submit -> pack into staging -> upload ->
-execute -> read back -> validate -> retire -> deliver token events).
+(`NativeModel`) on the CPU, driven by the real `BatchingRuntime` and its batching scheduler: one
+`_step` of the runtime's worker is one round (schedule -> submit: page-table updates and packing
+into staging -> upload -> execute -> collect: read back -> validate -> retire -> deliver token events).
 
 DEVICE STUB (this bench only). The executor's `_execute` (CUDA-graph replay, or the eager plan on a
 CPU) is replaced by `StubDevice.execute`, which writes the completion record a correct device would
@@ -29,10 +29,10 @@ overhead, about a microsecond a call, inflates the parts a little, so they need 
 
 Breakdown columns (milliseconds per round, mean over the measured rounds):
   schedule   Scheduler.schedule (admission, cohort, pages, LaneInputs, the round plan)
-  pack       filling the graph's bindings into host staging (NativeExecutor packing, incremental rows)
+  pack       the plan's page-table updates and the graph's bindings into host staging (NativeExecutor)
   upload     staging -> device copies (no copies on a CPU: the bookkeeping only)
-  read-back  completion record -> Completion rows
-  validate   the executor's and the scheduler's completion checks
+  read-back  NativeExecutor.collect: completion record -> CompletionRows
+  validate   the one completion check (helios.runtime.completion.validate_round, from Scheduler.complete)
   retire     Scheduler.complete without validation (lanes retire, prefixes publish, outcomes)
   events     the runtime's delivery of the round's tokens (EOS / output limit / TokenEvents to the streams)
   other      the rest of the runtime step (locks, cancellation, bookkeeping)
@@ -83,26 +83,26 @@ class StubDevice:
         self.M = M
         pack = executor._pack
 
-        def remember(graph, lanes):  # the stub needs the lanes it answers
+        def remember(graph, lanes, page_table_updates=None):  # the stub needs the lanes it answers
             self.lanes = lanes
-            pack(graph, lanes)
+            pack(graph, lanes, page_table_updates)
 
         executor._pack = remember
         executor._execute = self.execute
 
-    def execute(self, graph) -> None:
+    def execute(self, graph, frame, sequence) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
-        self._write()
+        self._write(frame, sequence)
         self.seconds += time.perf_counter() - start
         self.cpu_seconds += time.thread_time() - cpu
 
-    def _write(self) -> None:
+    def _write(self, frame: int, sequence: int) -> None:
         np, M, lanes = self.np, self.M, self.lanes
         slots = np.fromiter((lane.slot for lane in lanes), dtype=np.int64, count=len(lanes))
         endpoint = np.fromiter((lane.consumed + len(lane.tokens) for lane in lanes), dtype=np.int64, count=len(lanes))
         values = {
-            M.COMPLETION_FIELD_FRAME_INDEX: 0,
-            M.COMPLETION_FIELD_SUBMISSION_SEQUENCE: self.transport_sequence(self.executor.sequence),
+            M.COMPLETION_FIELD_FRAME_INDEX: frame,
+            M.COMPLETION_FIELD_SUBMISSION_SEQUENCE: self.transport_sequence(sequence),
             M.COMPLETION_FIELD_STATUS: 0,
             M.COMPLETION_FIELD_GENERATION: np.fromiter((lane.generation for lane in lanes), dtype=np.int64,
                                                        count=len(lanes)),
@@ -150,13 +150,13 @@ def build_model(lanes: int, prompt: int, max_tokens: int):
     from decode import make_checkpoint
 
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
-    from helios.production.runtime import load_native_model
+    from helios.production.loading import load_native_model
 
     context = 16 * (-(-(prompt + max_tokens + 16) // 16))
     batches = tuple(sorted({1, 64, lanes}))
     with tempfile.TemporaryDirectory() as tmp:
         directory = make_checkpoint("tiny", Path(tmp) / "tiny", "cpu")
-        # A host-fed core (one frame): StubDevice answers the unframed seam (`_execute(graph)`, frame 0).
+        # A host-fed core (one frame): StubDevice answers each round in frame 0 (`_execute`).
         options = PreparationOptions(dtype="fp32", page_tokens=16, batch_capacities=batches,
                                      prefill_capacities=(max(prompt, 16),), context_tokens=context,
                                      pending_token="host")
@@ -166,15 +166,16 @@ def build_model(lanes: int, prompt: int, max_tokens: int):
 
 
 def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dict:
-    from helios.production.runtime import ProductionRuntime
+    from helios.production.loading import runtime_for
     from helios.runtime.interface import EventStream, PreparedRequest
     from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
     from helios.runtime.request import GenerationRequest, SamplingParams
 
     executor = model.executor
     stub = StubDevice(executor)
     limits = AdmissionLimits(max_active=lanes, queue_capacity=lanes)
-    runtime = ProductionRuntime.for_native_model(model, limits)
+    runtime = runtime_for(model, RuntimeOptions(limits))
     scheduler = runtime.scheduler
     loop = asyncio.new_event_loop()
     max_tokens = model.contract.context_tokens - prompt - 1
@@ -244,15 +245,14 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dic
     cpu_median = 1e3 * statistics.median(cpu_rounds)
     # Pass 2: the same rounds with timers around each part (their overhead inflates the parts a little).
     timers = Timers()
-    from helios.production.scheduling import scheduler as scheduler_module
+    from helios.runtime import completion
 
     timers.wrap(scheduler, "schedule", "schedule")
     timers.wrap(executor, "_pack", "pack")
     timers.wrap(executor, "_upload", "upload")
     timers.wrap(executor, "_execute", "device (stub)")
-    timers.wrap(executor, "_read", "read-back")
-    timers.wrap(executor, "_validate_all", "validate")
-    timers.wrap(scheduler_module, "validate_round", "validate")
+    timers.wrap(executor, "collect", "read-back")
+    timers.wrap(completion, "validate_round", "validate")
     timers.wrap(scheduler, "complete", "retire")
     timers.wrap(runtime, "_deliver_round" if hasattr(runtime, "_deliver_round") else "_deliver", "events")
     timers.wrap(runtime, "_step", "other")
@@ -278,7 +278,7 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Host milliseconds per steady decode round of ProductionRuntime over the production executor "
+        description="Host milliseconds per steady decode round of BatchingRuntime over the production executor "
                     "on a CPU, with the device replay replaced by a stub that writes correct completions (see the "
                     "module docstring for every column).")
     parser.add_argument("--lanes", type=int, nargs="+", default=[64, 256],
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     for lanes in args.lanes:
         started = time.perf_counter()
         model = build_model(lanes, args.prompt, args.max_tokens)
-        if not args.no_freeze:  # what load_production_runtime does after loading (helios serve)
+        if not args.no_freeze:  # what the production factory does after loading for helios serve (freeze_heap)
             gc.collect()
             gc.freeze()
             atexit.register(gc.unfreeze)

@@ -7,7 +7,7 @@ measured in the same run on the same GPU.
 Parts, in order:
   1. throughput: nano-vllm's workload (256 requests, `random.seed(0)`, prompt ids uniform in [0, 10000],
      prompt and output lengths uniform in [100, 1024], temperature 0.6, EOS ignored: 133,966 output
-     tokens) submitted at once to `ProductionRuntime`; total output tokens per second of wall time;
+     tokens) submitted at once to `BatchingRuntime`; total output tokens per second of wall time;
   2. roofline: the same workload's time if every decode step read the weights plus the live cache of
      every resident request at the device's copy bandwidth (2 GiB device-to-device copy, best of 20),
      all requests resident from the start; the ratio is achieved / roofline tokens per second;
@@ -124,16 +124,17 @@ def roofline(model, workload, bandwidth: float, untied: int) -> dict:
 
 
 def throughput(model, workload, *, temperature: float) -> dict:
-    """Every request submitted at once to a ProductionRuntime; output tokens per second of wall time."""
-    from helios.production.runtime import ProductionRuntime
+    """Every request submitted at once to a BatchingRuntime; output tokens per second of wall time."""
+    from helios.production.loading import runtime_for
     from helios.runtime.events import Finished, TokenEvent
     from helios.runtime.interface import PreparedRequest
     from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
     from helios.runtime.request import GenerationRequest, SamplingParams
 
     slots = model.contract.max_concurrency
     limits = AdmissionLimits(max_active=slots, queue_capacity=max(len(workload), 1))
-    runtime = ProductionRuntime.for_native_model(model, limits)
+    runtime = runtime_for(model, RuntimeOptions(limits))
     requests = [PreparedRequest(f"r{i}", GenerationRequest(tuple(prompt), max_tokens=n, ignore_eos=True,
                                                            sampling=SamplingParams(temperature=temperature, seed=i)))
                 for i, (prompt, n) in enumerate(workload)]
@@ -199,12 +200,13 @@ def http_latency(core, model, concurrencies: list[int], *, prompt_chars: int, ma
 
     from helios.frontend.bootstrap import Bootstrap
     from helios.frontend.preparation import Preparer
-    from helios.production.runtime import ProductionRuntime
+    from helios.production.loading import runtime_for
     from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
     from helios.server.app import ServerState, create_app
 
     slots = model.contract.max_concurrency
-    runtime = ProductionRuntime.for_native_model(model, AdmissionLimits(max_active=slots, queue_capacity=256))
+    runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=slots, queue_capacity=256)))
     preparer = Preparer(Bootstrap.from_core(core), served_id=model.contract.served_id,
                         context_tokens=model.contract.context_tokens)
     with socket.socket() as sock:
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     from decode import copy_bandwidth, make_checkpoint, untied_embedding_bytes
 
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
-    from helios.production.runtime import load_native_model
+    from helios.production.loading import load_native_model
     from helios.proto import contract_pb2
 
     if args.tiny:

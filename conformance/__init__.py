@@ -14,5 +14,5 @@ Modules, one concept each:
   trace      the submission trace: TraceRecorder (an executor seam), the JSON-lines file format
   audit      level 2: the reference replays a trace and compares every field
   e2e        level 3: a workload through both full runtimes, compared per request
-  runner     conform(), the production side (NativeModel + ProductionRuntime, traced), audit_file()
+  runner     conform(), the production side (NativeModel + the batching engine, traced), audit_file()
 """

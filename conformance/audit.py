@@ -37,8 +37,8 @@ import numpy as np
 from conformance.draw import is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
+from helios.engine.sequence import DEVICE_PENDING
 from helios.errors import HeliosError
-from helios.production.scheduling.sequence import DEVICE_PENDING
 from helios.proto import manifest_pb2
 from helios.runtime.completion import Completion, transport_sequence
 from helios.runtime.packing import LaneInput

@@ -1,8 +1,9 @@
 """Level 3, end to end (host side): one workload through both full runtimes, compared per request.
 
-Each runtime schedules on its own: the reference `WorkerRuntime` over the sequential
-`ReferenceEngine` (every context fully reserved, no prefix cache), and production's
-`ProductionRuntime` (continuous batching, page cache, prefix reuse, preemption) over its executor.
+Each runtime schedules on its own: the reference runtime (`helios.reference.load_runtime`: the
+`SequentialRuntime` over the sequential `ReferenceEngine`, every context fully reserved, no prefix
+cache), and production's `BatchingRuntime` (continuous batching, page cache, prefix reuse,
+preemption) over its executor.
 Both receive the same prepared requests (the server's parsing and preparation of each body, token
 observation on) and run them concurrently. Per request, in this order, the first difference is the
 request's divergence:
@@ -119,20 +120,14 @@ def prepare_requests(core: Any, workload: Workload, copies: int = 2) -> list[lis
 
 
 def reference_runtime(core: Any, workload: Workload) -> ModelRuntime:
-    """The reference WorkerRuntime over a ReferenceEngine with every slot's context reserved."""
-    from helios.reference.cache import pages_for
-    from helios.reference.engine import AdmissionRejected, ReferenceEngine
+    """The reference runtime (its own factory, as the commands build it) with the workload's slots."""
+    from helios.reference import load_runtime
     from helios.runtime.limits import AdmissionLimits
-    from helios.runtime.worker import WorkerRuntime
+    from helios.runtime.options import RuntimeOptions
 
-    serving = core.contract
-    active = min(workload.max_active, serving.max_concurrency)
-    pages = active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)
-    return WorkerRuntime(ReferenceEngine.load(core, pages=pages),
-                         AdmissionLimits(max_active=active, queue_capacity=max(len(workload.requests), 1)),
-                         context_tokens=serving.context_tokens, vocab_size=serving.model.vocabulary.sampled_tokens,
-                         input_vocab_size=serving.model.input_vocabulary.input_tokens or None,
-                         capacity={"pages": pages}, rejections=(AdmissionRejected,))
+    active = min(workload.max_active, core.contract.max_concurrency)
+    limits = AdmissionLimits(max_active=active, queue_capacity=max(len(workload.requests), 1))
+    return load_runtime(core, RuntimeOptions(limits))
 
 
 TieCheck = Callable[[GenerationRequest, Sequence[int], int, int], tuple[bool, float | None]]

@@ -34,6 +34,8 @@ from conformance.report import LEVELS, CaseResult, LevelResult, Report
 from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
 from conformance.workload import OPERATOR_CASES, WORKLOADS, Workload, load_operator_cases, load_workloads
 from helios.errors import HeliosError
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.options import RuntimeOptions
 
 
 class ConformanceSetupError(HeliosError):
@@ -56,13 +58,12 @@ def select_device(device: str | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Production:
-    """How production runs a workload: NativeModel on `device`, ProductionRuntime over it."""
+    """How production runs a workload: NativeModel on `device`, the batching engine over it, traced."""
 
     device: str = "cpu"
 
     def runtime(self, core: Any, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
         from helios.production.native_model import LoadOptions, NativeModel
-        from helios.runtime.limits import AdmissionLimits
 
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages))
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
@@ -70,24 +71,14 @@ class Production:
         return traced_runtime(core, model, limits, sink), header_for(core.contract, model.pages)
 
 
-def traced_runtime(core: Any, model: Any, limits: Any, sink: Any) -> Any:
-    """A ProductionRuntime over a loaded NativeModel whose every submission goes to `sink`."""
-    from helios.production.runtime import ProductionRuntime
+def traced_runtime(core: Any, model: Any, limits: AdmissionLimits, sink: Any) -> Any:
+    """The production runtime over a loaded NativeModel whose every submission goes to `sink`."""
+    from helios.production.loading import runtime_for
 
-    recorder = recorder_for(model.executor, core.contract, core.manifest, sink)
-    return ProductionRuntime.for_executor(recorder, model.contract, limits, pages=model.pages,
-                                          graph_names=model.graphs, sequence_origin=model.executor.sequence)
+    def wrap(executor: Any, pages: int) -> Any:
+        return recorder_for(executor, core.contract, core.manifest, sink)
 
-
-def traced_production_runtime(core: Any, limits: Any, path: str | Path, **load: Any) -> Any:
-    """`helios serve --runtime production --trace FILE`: the served runtime, recording every
-    submission to FILE (audit it with `helios conform MODEL --audit FILE`)."""
-    from helios.production.runtime import load_native_model
-
-    model = load_native_model(core, max_concurrency=limits.max_active, **load)
-    writer = TraceWriter(path)
-    writer.header(header_for(core.contract, model.pages))
-    return traced_runtime(core, model, limits, writer)
+    return runtime_for(model, RuntimeOptions(limits, wrap_executor=wrap))
 
 
 @dataclass(frozen=True, slots=True)

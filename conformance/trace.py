@@ -1,15 +1,17 @@
 """The submission trace (host side, NumPy only): what production ran, round by round, in a compact file.
 
-    recorder = TraceRecorder(executor, manifest, header, sink=TraceWriter(path))   # wraps run_round
-    runtime = ProductionRuntime.for_executor(recorder, ...)                        # serves as usual
+    recorder = recorder_for(executor, serving, manifest, sink=TraceWriter(path))   # wraps the executor
+    runtime = BatchingRuntime.for_executor(recorder, ...)                           # serves as usual
     for record in read_trace(path): ...
 
-`TraceRecorder` has the executor seam (`run_round(graph_name, lanes) -> rows`) and forwards every
-round to the executor it wraps; after the round it records the graph, the cohort (each lane's
+`TraceRecorder` has the executor seam (`submit(plan)`, `collect(plan) -> rows`) and forwards every
+round to the executor it wraps; it records the graph, the frame, the cohort (each lane's
 `LaneInput`), the transport values the round actually ran with (the addressed rows of every
-destination the graph binds, read back from the executor's buffers) and the completion rows the
-host received. When the executor rejects its own completion (it raises), the rows are read from the
-completion buffers instead and the error is recorded; the error is then re-raised unchanged.
+destination the graph binds, read back from the executor's buffers right after the submission), the
+submission sequence, and the completion rows the host received (unvalidated: the scheduler validates
+them after the recorder). When the executor fails a round as it is collected (it raises), the rows
+are read from the frame's read-back (or the completion buffers) instead and the error is recorded;
+the error is then re-raised unchanged.
 
 File format: JSON lines. The first line is the header (`format`, `version`, the core's served id and
 cache identity, physical pages, request slots); each further line is one round:
@@ -38,6 +40,7 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import Completion, completion_rows
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import SamplingParams
+from helios.runtime.rounds import RoundPlan
 
 FORMAT = "helios-trace"
 VERSION = 1
@@ -201,14 +204,13 @@ def to_numpy(value: Any) -> np.ndarray:
 
 def read_rows(buffers: Mapping[str, Any], completion: Mapping[int, str], lanes: Sequence[LaneInput]) -> list[Completion]:
     """Each lane's completion row read straight from the completion buffers (row = the lane's slot)."""
-    arrays = {field: to_numpy(buffers[name]).reshape(to_numpy(buffers[name]).shape[0], -1)
-              for field, name in completion.items()}
-
-    return completion_rows(arrays, lanes)
+    return list(completion_rows({field: to_numpy(buffers[name]) for field, name in completion.items()}, lanes))
 
 
 class TraceRecorder:
-    """An executor seam that records every round of the executor it wraps (see the module docstring).
+    """An executor (the seam of `helios.runtime.rounds`) that records every round of the executor it
+    wraps (see the module docstring): the transport is read when a round is submitted (the next
+    submission may repack it), the rows when it is collected.
 
     `buffers` defaults to `executor.buffers` (name -> array or tensor: both runtimes keep them so);
     `sink` is anything with `round(record)` (a TraceWriter, or a list's `append` via `TraceList`)."""
@@ -216,27 +218,37 @@ class TraceRecorder:
     def __init__(self, executor: Any, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
                  sink: Any, *, buffers: Mapping[str, Any] | None = None) -> None:
         self.executor = executor
+        self.frames = executor.frames
         self.sink = sink
         self.buffers = buffers if buffers is not None else executor.buffers
         self.completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         self.packings = {g.name: GraphPacking.resolve(g, manifest, physical_rows=serving.max_concurrency)
                          for g in serving.model.graphs}
         self.rounds = 0
+        self._submitted: dict[int, dict] = {}  # plan sequence -> the transport it was submitted with
 
-    @property
-    def sequence(self) -> int:
-        """The wrapped executor's submission sequence (ProductionRuntime reads it as its origin)."""
-        return int(getattr(self.executor, "sequence", 0))
+    def submit(self, plan: RoundPlan) -> None:
+        self.executor.submit(plan)
+        self._submitted[plan.sequence] = self._transport(plan.graph, plan.lanes)
 
-    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> Sequence[Completion]:
+    def collect(self, plan: RoundPlan) -> Sequence[Completion]:
+        transport = self._submitted.pop(plan.sequence)
         error: BaseException | None = None
         try:
-            rows = list(self.executor.run_round(graph_name, lanes))
-        except Exception as raised:  # the executor rejected its own completion: record what it wrote
+            rows = list(self.executor.collect(plan))
+        except Exception as raised:  # the executor failed the round: record what it wrote
             error = raised
-            rows = read_rows(self.buffers, self.completion, lanes)
-        # NOTE: run_round is the unframed seam: every round is submitted in frame 0.
-        self._record(graph_name, 0, lanes, self._transport(graph_name, lanes), self._sequence(), rows, error)
+            # NOTE: a later submission may have rewritten the completion buffers: an executor that
+            # reads each frame back on its own (`frame_readback`) holds this round's record.
+            readback = getattr(self.executor, "frame_readback", None)
+            if readback is not None:
+                own = readback[plan.frame]
+                rows = read_rows({str(f): t for f, t in own.items()}, {f: str(f) for f in own}, plan.lanes)
+            else:
+                rows = read_rows(self.buffers, self.completion, plan.lanes)
+        self.rounds += 1
+        self.sink.round(RoundRecord(self.rounds, plan.graph, plan.frame, tuple(plan.lanes), transport, tuple(rows),
+                                    plan.sequence, None if error is None else f"{type(error).__name__}: {error}"))
         if error is not None:
             raise error
         return rows
@@ -251,59 +263,11 @@ class TraceRecorder:
                 transport[name] = (rows_addressed, values[list(rows_addressed)])
         return transport
 
-    def _sequence(self) -> int | None:
-        sequence = getattr(self.executor, "sequence", None)
-        return None if sequence is None else int(sequence)
-
-    def _record(self, graph_name: str, frame: int, lanes: Sequence[LaneInput], transport: dict,
-                sequence: int | None, rows: Sequence[Completion], error: BaseException | None) -> None:
-        self.rounds += 1
-        self.sink.round(RoundRecord(self.rounds, graph_name, frame, tuple(lanes), transport, tuple(rows), sequence,
-                                    None if error is None else f"{type(error).__name__}: {error}"))
-
-
-class FramedTraceRecorder(TraceRecorder):
-    """A recorder for an executor that takes a second submission before the first completes
-    (`submit_round(graph, lanes, frame) -> handle`, `collect(handle) -> rows`): the transport is read
-    when a round is submitted (the next submission may repack it), the rows when it is collected."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._submitted: dict[int, tuple[str, int, tuple[LaneInput, ...], dict, int | None]] = {}
-
-    def submit_round(self, graph_name: str, lanes: Sequence[LaneInput], frame: int) -> Any:
-        handle = self.executor.submit_round(graph_name, lanes, frame)
-        self._submitted[id(handle)] = (graph_name, frame, tuple(lanes), self._transport(graph_name, lanes),
-                                       self._sequence())
-        return handle
-
-    def collect(self, handle: Any) -> Sequence[Completion]:
-        graph_name, frame, lanes, transport, sequence = self._submitted.pop(id(handle))
-        error: BaseException | None = None
-        try:
-            rows = list(self.executor.collect(handle))
-        except Exception as raised:
-            error = raised
-            # NOTE: a later submission may have rewritten the completion buffers: an executor that
-            # reads each frame back on its own (FramedExecutor.frame_readback) holds this round's record.
-            readback = getattr(self.executor, "frame_readback", None)
-            if readback is not None:
-                own = readback[frame]
-                rows = read_rows({str(f): t for f, t in own.items()}, {f: str(f) for f in own}, lanes)
-            else:
-                rows = read_rows(self.buffers, self.completion, lanes)
-        self._record(graph_name, frame, lanes, transport, sequence, rows, error)
-        if error is not None:
-            raise error
-        return rows
-
 
 def recorder_for(executor: Any, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
                  sink: Any, *, buffers: Mapping[str, Any] | None = None) -> TraceRecorder:
-    """A recorder with the same seam as `executor`: framed when it takes two submissions."""
-    framed = hasattr(executor, "submit_round") and hasattr(executor, "collect")
-    cls = FramedTraceRecorder if framed else TraceRecorder
-    return cls(executor, serving, manifest, sink, buffers=buffers)
+    """A recorder around `executor`."""
+    return TraceRecorder(executor, serving, manifest, sink, buffers=buffers)
 
 
 class TraceList:

@@ -2,9 +2,9 @@
 
 An arrow `A -> B` is forbidden when a module of package A imports (anywhere in the file, deferred
 imports and `TYPE_CHECKING` blocks included) a module of package B. No import circle may exist among
-the modules of `helios/`: a module's import of a package counts as an import of that package's
-`__init__`, and of the submodule when it names one (`from helios.x import y` imports `helios.x.y`
-when that is a module).
+the modules of `helios/`. `from helios.x import y` imports the module `helios.x.y` when that is a
+module, else `helios.x` (its `__init__`); `import helios.x.y` imports `helios.x.y`. (A package's
+`__init__` runs before any of its submodules in Python; that is no circle, so it is not an edge.)
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ def imports(path: Path, name: str, known: set[str]) -> Iterator[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            yield from _resolved(base, known)
             for alias in node.names:
                 if f"{base}.{alias.name}" in known:
                     yield f"{base}.{alias.name}"
+                else:
+                    yield from _resolved(base, known)
 
 
 def _resolved(name: str, known: set[str]) -> Iterator[str]:
@@ -161,4 +162,6 @@ def test_the_reader_sees_deferred_and_relative_imports(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from .sibling import thing\n    import helios.core.frame\n")
     known = {"pkg.sibling", "pkg.sibling.thing", "helios.core", "helios.core.frame"}
-    assert set(imports(source, "pkg.m", known)) == {"pkg.sibling", "pkg.sibling.thing", "helios.core.frame"}
+    assert set(imports(source, "pkg.m", known)) == {"pkg.sibling.thing", "helios.core.frame"}
+    source.write_text("from .sibling import name, thing\n")
+    assert set(imports(source, "pkg.m", known)) == {"pkg.sibling", "pkg.sibling.thing"}

@@ -319,7 +319,7 @@ def _runtime_report(args) -> dict:
     """`helios inspect --runtime`: the verified core loaded on the production runtime, its geometry."""
     from helios.core import open_core
     from helios.production.inspection import runtime_report
-    from helios.production.runtime import load_native_model
+    from helios.production.loading import load_native_model
 
     with open_core(args.core, trusted_keys=args.trust, accept=args.accept) as core:
         model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,

@@ -79,9 +79,12 @@ def _sampling(args, defaults):
 
 
 def _generate(args) -> int:
+    from helios.cli.compose import load_runtime
     from helios.core import open_core
+    from helios.engine.oneshot import generate_tokens
     from helios.frontend.bootstrap import Bootstrap
-    from helios.reference.engine import ReferenceEngine
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
     from helios.runtime.request import GenerationRequest
 
     try:
@@ -90,7 +93,7 @@ def _generate(args) -> int:
         raise CoreUnreadable(f"{args.core}: cannot read: {error.strerror}") from None
     with core_context as core:
         bootstrap = Bootstrap.from_core(core)
-        engine = ReferenceEngine.load(core) if args.runtime == "reference" else _production(core)
+        runtime = load_runtime(core, args.runtime, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1)))
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         prompt_ids = bootstrap.encode(text)
@@ -100,7 +103,7 @@ def _generate(args) -> int:
         eos = tuple(bootstrap.eos_token_ids)
         request = GenerationRequest(tuple(prompt_ids), max_tokens=max_tokens, sampling=_sampling(args, defaults.sampling),
                                     eos_token_ids=eos)
-        token_ids = list(engine.generate(request))
+        token_ids = generate_tokens(runtime, request)
     finish_reason = "stop" if token_ids and token_ids[-1] in eos else "length"
     visible = token_ids[:-1] if finish_reason == "stop" else token_ids
     output = bootstrap.decode(visible)
@@ -110,9 +113,3 @@ def _generate(args) -> int:
     else:
         print(output)
     return 0
-
-
-def _production(core):
-    from helios.production.runtime import ProductionTokenEngine
-
-    return ProductionTokenEngine.load(core)

@@ -57,21 +57,22 @@ def register(subparsers) -> None:
 def _serve(args) -> int:
     from pathlib import Path
 
-    from helios.server.serve import ServeOptions, serve
+    from helios.cli.compose import ServeOptions, load_state
+    from helios.server.serve import serve
 
-    serve(
-        ServeOptions(
-            core=Path(args.core),
-            accept=args.accept,
-            trust=tuple(args.trust),
-            host=args.host,
-            port=args.port,
-            runtime=args.runtime,
-            max_active=args.max_active,
-            queue_capacity=args.queue_capacity,
-            frontend_workers=args.frontend_workers,
-            trace=None if args.trace is None else Path(args.trace),
-            gpu_memory_fraction=args.gpu_memory_fraction,
-        )
+    options = ServeOptions(
+        core=Path(args.core),
+        accept=args.accept,
+        trust=tuple(args.trust),
+        host=args.host,
+        port=args.port,
+        runtime=args.runtime,
+        max_active=args.max_active,
+        queue_capacity=args.queue_capacity,
+        frontend_workers=args.frontend_workers,
+        trace=None if args.trace is None else Path(args.trace),
+        gpu_memory_fraction=args.gpu_memory_fraction,
     )
+    state, core = load_state(options)
+    serve(state, host=options.host, port=options.port, runtime=options.runtime, on_shutdown=core.close)
     return 0

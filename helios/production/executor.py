@@ -1,45 +1,62 @@
-"""The production executor (device side): one graph over a cohort in, completion rows out.
+"""The production executor (device side): round plans over static device buffers, in one or two
+execution frames (the executor seam of `helios.runtime.rounds`).
 
-    rows = executor.run_round(graph_name, lanes)     # lanes: helios.runtime.packing.LaneInput
+    executor.submit(plan)          # apply page-table updates, pack, upload, launch; returns at once on a GPU
+    rows = executor.collect(plan)  # wait for that round, read its frame's completion record back
 
-It is the same seam as `ReferenceEngine.run_round`, so a scheduler (or the reference engine's own
-sequential loop) and the trace audit can drive either runtime. A round is: pack the graph's value
-bindings with the shared packer into host staging, upload what changed, write the transport-owned
-completion fields (frame index, submission sequence), replay the graph's CUDA graph (or run its plan
-eagerly on a CPU), read the completion record back and validate every lane's row before returning it.
+A round is: apply the plan's page-table updates and pack the graph's value bindings with the shared
+packer into host staging, upload what changed, write the transport-owned completion fields (frame
+index, the plan's submission sequence), replay the graph's CUDA graph (or run its plan eagerly on a
+CPU) and enqueue the copy of the completion record into the frame's read-back. `collect` returns the
+rows as read (`CompletionRows` columns): the scheduler validates them, once.
+
+Frames. With two frames (a transport declaring two, generating graphs keeping the pending token on
+the device) the host packs round N+1 while the device runs round N. One stream orders the device
+work: round N+1's uploads follow round N's graph, and its graph rewrites the completion record only
+after round N's read-back copy was enqueued. What two frames add is on the host: one completion
+read-back per frame (pinned on a GPU, copied asynchronously and fenced by an event; a copy on a CPU,
+where rounds run synchronously at submission), and staging that is never repacked before the
+previous round's uploads have run (an event recorded after each round's uploads).
 
 Uploads. Rows addressed by physical request slot whose value is a function of the request (seed,
 sampling parameters, prompt histogram, EOS ids, output limit, generation) are packed and uploaded
 only when what they depend on changes (`REQUEST_KEYS`), and while a slot's request is unchanged they
-are not even examined; a slot's page-table row uploads only the
-entries assigned since its last upload, and a new slot generation rewrites the row (rows whose lane
-carries the very page tuple last uploaded under the same generation are found by one array comparison
-and not visited); everything else
-(tokens, positions, per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the
-staging is pinned host memory and every copy is asynchronous on the serving stream. The completion
-record comes back as columns (`CompletionRows`), validated by array comparisons; reading it and the
-row checks are readback.py's (host side), and `CompletionInvalid` is re-exported here.
+are not even examined. Page-table rows are written from the plan's `PageTableUpdate`s alone (the
+entries assigned since the slot's last upload, or the whole row for a new slot generation), into
+every page-table destination with its binding's page offset. Everything else (tokens, positions,
+per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the staging
+is pinned host memory and every copy is asynchronous on the serving stream.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
-from helios.production.readback import CompletionInvalid, read_rows, validate_row, validate_rows
 from helios.proto import contract_pb2, manifest_pb2
-from helios.runtime.completion import Completion, CompletionRows, transport_sequence
+from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
+from helios.runtime.rounds import PageTableUpdate, RoundPlan, full_rows, single_round
 
 V, M = contract_pb2, manifest_pb2
 
-__all__ = ["REQUEST_KEYS", "CompletionInvalid", "ExecutorGraph", "NativeExecutor"]
+__all__ = ["REQUEST_KEYS", "ExecutorGraph", "FrameBusy", "FrameOrderViolated", "NativeExecutor"]
+
+
+class FrameBusy(HeliosError):
+    """A round was submitted into a frame whose previous round has not been collected, or outside the
+    executor's frames."""
+
+
+class FrameOrderViolated(HeliosError):
+    """A round was collected out of submission order, twice, or without being submitted."""
 
 # Physical-row sources whose row is a function of the lane's request, and what it depends on: such a
 # row is packed and uploaded again only when that changes. (NOTE: a key holds the very objects the
@@ -53,7 +70,7 @@ REQUEST_KEYS = {
     V.VALUE_SOURCE_PROMPT_HISTOGRAM: lambda lane: (lane.generation, lane.prompt_token_ids),
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: (lane.generation, lane.output_limit),
     V.VALUE_SOURCE_CONSTANT: lambda lane: (),
-}  # page-table rows are incremental instead: `NativeExecutor._pack_page_table`
+}  # page-table rows are incremental instead: the plan's `PageTableUpdate`s
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,55 +91,35 @@ def _row_key(binding: ResolvedBinding, lane: LaneInput) -> tuple | None:
     return None if key is None else (binding.source, *key(lane))
 
 
+@dataclass(frozen=True, slots=True)
+class _Submitted:
+    """A frame's submitted, uncollected round."""
+
+    plan: RoundPlan
+    slots: np.ndarray  # the lanes' request slots: the completion rows to read, lane order
+    done: Any  # torch.cuda.Event recorded after the read-back copy, or None on a CPU
+
+
 def _page_table_rows(binding: ResolvedBinding) -> bool:
     """A page table addressed by physical request slot: uploaded entry by entry as pages are assigned."""
     return binding.source == V.VALUE_SOURCE_PAGE_TABLE and binding.indexing == V.INDEXING_PHYSICAL_REQUEST_ROW
 
 
-class _PageRows:
-    """One destination's page-table rows as the device holds them: per slot (binding identity, slot
-    generation, page ids), and the same three as slot-indexed arrays (the page ids by `id()`), so a round
-    finds the rows it leaves unchanged with array comparisons. The held tuples stay referenced here, so
-    an equal `id()` is the very tuple that was uploaded."""
-
-    __slots__ = ("generations", "held", "identities", "ids")
-
-    def __init__(self, slots: int) -> None:
-        self.held: dict[int, tuple[int, int, tuple[int, ...]]] = {}
-        self.ids = np.zeros(slots, dtype=np.uint64)
-        self.generations = np.full(slots, -1, dtype=np.int64)
-        self.identities = np.full(slots, -1, dtype=np.int64)
-
-    def hold(self, slot: int, identity: int, generation: int, pages: tuple[int, ...]) -> None:
-        self.held[slot] = (identity, generation, pages)
-        self.ids[slot], self.generations[slot], self.identities[slot] = id(pages), generation, identity
-
-    def changed(self, identity: int, columns: LaneColumns, page_ids: np.ndarray) -> np.ndarray:
-        """Indices of the lanes whose row may differ from the device's (the rest are current)."""
-        slots = columns.slots
-        if slots.size and (slots.min() < 0 or slots.max() >= self.ids.shape[0]):
-            return np.arange(slots.size)  # examined lane by lane, which reports the bad slot
-        same = ((self.ids[slots] == page_ids) & (self.identities[slots] == identity)
-                & (self.generations[slots] == columns.scalar(V.VALUE_SOURCE_GENERATION)))
-        return np.flatnonzero(~same)
-
-
-_PAGE_IDS = operator.attrgetter("page_ids")
-
-
 class NativeExecutor:
-    """Runs rounds over static device buffers; see the module docstring."""
+    """Runs round plans over static device buffers in `frames` execution frames; see the module docstring."""
 
     def __init__(self, graphs: Mapping[str, ExecutorGraph], buffers: Mapping[str, torch.Tensor],
-                 completion: Mapping[int, str], *, sampled_tokens: int, device: torch.device,
+                 completion: Mapping[int, str], *, frames: int = 1, device: torch.device,
                  capture: GraphCapture | None) -> None:
+        if frames not in (1, 2):
+            raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
         self.buffers = dict(buffers)
         self.completion = dict(completion)  # CompletionField -> buffer name
-        self.sampled_tokens = sampled_tokens
+        self.frames = frames
         self.device = device
         self.capture = capture
-        self.sequence = 0
+        self.sequence = 0  # the last submitted plan's sequence
         pinned = device.type == "cuda"
         destinations = {b.destination for g in self.graphs.values() for b in g.packing.bindings}
         # Host staging of every transport destination: pinned on a GPU, the buffer itself on a CPU.
@@ -132,18 +129,31 @@ class NativeExecutor:
             self.staging[name] = (torch.empty(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=True)
                                   if pinned else device_buffer)
         self.host_view: dict[str, np.ndarray] = {n: t.numpy() for n, t in self.staging.items()}
-        self.readback: dict[int, torch.Tensor] = {
-            field: (torch.empty(self.buffers[name].shape, dtype=self.buffers[name].dtype, pin_memory=True)
-                    if pinned else self.buffers[name])
-            for field, name in self.completion.items()
-        }
+        # frame -> completion field -> host read-back of the round submitted in that frame (pinned on a
+        # GPU; one frame on a CPU reads the completion buffers themselves, since rounds run at submit).
+        self.frame_readback: list[dict[int, torch.Tensor]] = [
+            {f: (self.buffers[name] if frames == 1 and not pinned else
+                 torch.empty(self.buffers[name].shape, dtype=self.buffers[name].dtype, pin_memory=pinned))
+             for f, name in self.completion.items()} for _ in range(frames)]
+        self._in_flight: list[_Submitted | None] = [None] * frames  # frame -> its submitted, uncollected plan
+        self._uploaded: torch.cuda.Event | None = None  # after the last round's uploads (GPU): staging is free
+        self.peak_outstanding = 0  # the most rounds ever outstanding at once (right after a submission)
+        self.submissions_while_outstanding = 0  # rounds submitted while another was still outstanding
+        # Page-table destinations written only through physical request rows (every graph's binding of
+        # them a PAGE_TABLE row): the plan's updates are applied to each, with each binding's offset.
+        # A destination some binding also writes otherwise is packed whole from the lanes every round.
+        tables: dict[str, set[ResolvedBinding]] = {}
+        other: set[str] = set()
+        for graph in self.graphs.values():
+            for binding in graph.packing.bindings:
+                (tables.setdefault(binding.destination, set()).add(binding) if _page_table_rows(binding)
+                 else other.add(binding.destination))
+        self._page_tables = {name: tuple(bindings) for name, bindings in tables.items() if name not in other}
+        self.page_entries_uploaded = 0  # page-table entries written to the device (incremental uploads)
         # destination -> slot -> (binding, what the row was packed from): rows packed once per request.
         # A row is valid for the binding (source, offset, padding, extents) that wrote it; equal bindings
         # of different graphs share one identity, so switching graphs repacks nothing.
         self._row_keys: dict[str, dict[int, tuple]] = {}
-        # destination -> slot -> (binding, slot generation, page ids on the device): page-table rows,
-        # extended by the newly assigned entries only; a new generation (or another binding) rewrites it.
-        self._page_rows: dict[str, _PageRows] = {}
         # The fast path over `_row_keys`: slot -> what the lane's request rows depend on (slot generation,
         # seed, sampling, EOS ids, prompt, output limit) as last packed; and destination -> (binding
         # identity, per-slot flags): rows whose remembered key was checked while the slot's request
@@ -157,36 +167,120 @@ class NativeExecutor:
                              for g in self.graphs.values() for b in g.packing.bindings}
         self._orders = {name: tuple(sorted(g.packing.bindings, key=lambda b: b.source == V.VALUE_SOURCE_PENDING_TOKEN))
                         for name, g in self.graphs.items()}
-        self.page_entries_uploaded = 0  # page-table entries written to the device (incremental uploads)
         for graph in self.graphs.values():
             graph.packing.initialize(self.host_view)
         for name in destinations:
             self._upload(name)
 
-    # ------------------------------------------------------------------------------------------ round
+    @property
+    def outstanding(self) -> int:
+        """Plans submitted and not yet collected."""
+        return sum(entry is not None for entry in self._in_flight)
+
+    # ------------------------------------------------------------------------------------------ rounds
+
+    def submit(self, plan: RoundPlan) -> None:
+        """Apply `plan`'s page-table updates, pack its lanes, upload, launch its graph in its frame and
+        enqueue the frame's read-back; no wait for the device except for the previous round's uploads
+        out of the shared staging."""
+        frame = plan.frame
+        if frame not in range(self.frames):
+            raise FrameBusy(f"graph {plan.graph}: frame {frame} outside the executor's {self.frames} frames")
+        if self._in_flight[frame] is not None:
+            raise FrameBusy(f"graph {plan.graph}: frame {frame} still holds an uncollected round "
+                            f"({self.outstanding} outstanding)")
+        graph = self.graphs.get(plan.graph)
+        if graph is None:
+            raise GraphNotCaptured(f"graph {plan.graph!r} is not loaded (loaded: {sorted(self.graphs)})")
+        self.sequence = plan.sequence
+        gpu = self.device.type == "cuda"
+        if self._uploaded is not None:
+            self._uploaded.synchronize()  # the previous round's copies have left the staging
+        self._pack(graph, plan.lanes, plan.page_table_updates)
+        if gpu:
+            self._uploaded = torch.cuda.Event()
+            self._uploaded.record(torch.cuda.current_stream(self.device))
+        self._execute(graph, frame, plan.sequence)
+        readback = self.frame_readback[frame]
+        for field, host in readback.items():
+            device_buffer = self.buffers[self.completion[field]]
+            if host is not device_buffer:
+                host.copy_(device_buffer, non_blocking=gpu)
+        done = None
+        if gpu:
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+        if self.outstanding:
+            self.submissions_while_outstanding += 1
+        self._in_flight[frame] = _Submitted(plan, self._lane_columns(plan.lanes).slots, done)
+        self.peak_outstanding = max(self.peak_outstanding, self.outstanding)
+
+    def collect(self, plan: RoundPlan) -> CompletionRows:
+        """Wait for `plan` (the oldest outstanding round) and read its frame's completion record back,
+        one row per lane in lane order (unvalidated: the scheduler validates)."""
+        entry = self._in_flight[plan.frame] if plan.frame in range(self.frames) else None
+        if entry is None or entry.plan is not plan:
+            raise FrameOrderViolated(f"graph {plan.graph}: round {plan.sequence} was not submitted in frame "
+                                     f"{plan.frame}, or was collected already")
+        if any(other is not None and other.plan.sequence < plan.sequence for other in self._in_flight):
+            raise FrameOrderViolated(f"graph {plan.graph}: round {plan.sequence} collected before an older round")
+        self._in_flight[plan.frame] = None
+        if entry.done is not None:
+            entry.done.synchronize()
+        host = {field: tensor.numpy() for field, tensor in self.frame_readback[plan.frame].items()}
+        return read_completion(host, entry.slots, len(plan.lanes))
 
     def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> CompletionRows:
-        # The transport numbers every submission, one that fails before the graph runs included, so the
-        # next rounds' completions still answer the sequence a scheduler numbered them with.
-        self.sequence += 1
+        """One round outside a scheduler (tests, benches): a plan that rewrites every lane's page-table
+        row, submitted in frame 0 and collected; its rows are unvalidated, like `collect`'s."""
+        if self.outstanding:
+            raise FrameBusy(f"graph {graph_name}: a single round while {self.outstanding} rounds are outstanding")
         graph = self.graphs.get(graph_name)
         if graph is None:
             raise GraphNotCaptured(f"graph {graph_name!r} is not loaded (loaded: {sorted(self.graphs)})")
-        self._pack(graph, lanes)
-        self._execute(graph)
-        rows = self._read(lanes)
-        self._validate_all(graph_name, lanes, rows)
-        return rows
+        plan = single_round(graph_name, graph.operation, lanes, sequence=self.sequence + 1)
+        self.submit(plan)
+        return self.collect(plan)
 
-    def _pack(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
+    # ------------------------------------------------------------------------------------------ packing
+
+    def _pack(self, graph: ExecutorGraph, lanes: Sequence[LaneInput],
+              page_table_updates: Sequence[PageTableUpdate] | None = None) -> None:
+        """Stage one round: the page-table updates (None: rewrite each lane's whole row), then every
+        other binding of the graph."""
         try:
+            self._apply_updates(full_rows(lanes) if page_table_updates is None else page_table_updates)
             self._pack_bindings(graph, lanes)
         except BaseException:
             # Rows this call wrote may be staged but not uploaded: remember none, repack them next time.
             self._row_keys.clear()
-            self._page_rows.clear()
             self._confirmed.clear()
             raise
+
+    def _apply_updates(self, updates: Sequence[PageTableUpdate]) -> None:
+        """Write each update into every page-table destination (each binding adds its own offset), and
+        upload the entries written; a whole-row update (start 0) pads the rest of the row."""
+        if not updates:
+            return
+        for destination, bindings in self._page_tables.items():
+            view = self.host_view[destination]
+            view = view.reshape(view.shape[0], -1)
+            for binding in bindings:
+                width = view.shape[1]
+                for update in updates:
+                    end = update.start + len(update.entries)
+                    if end > width:
+                        raise LaneOverflow(f"{destination}: {end} page ids exceed the row width {width}")
+                    if not 0 <= update.slot < view.shape[0]:
+                        raise LaneOverflow(f"{destination}: slot {update.slot} outside {view.shape[0]} rows")
+                    row = view[update.slot]
+                    row[update.start:end] = np.asarray(update.entries, dtype=np.int64) + binding.offset
+                    if update.start == 0:
+                        row[end:] = binding.padding
+                        self._upload(destination, update.slot)
+                    elif end > update.start:
+                        self._upload(destination, update.slot, slice(update.start, end))
+        self.page_entries_uploaded += sum(len(update.entries) for update in updates)
 
     def _pack_bindings(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:
         packing = graph.packing
@@ -204,12 +298,10 @@ class NativeExecutor:
                 # rows this write covered no longer hold what a physical-row binding packed there
                 self._forget(destination)
                 continue
+            if destination in self._page_tables:
+                continue  # incremental: the plan's page-table updates (`_apply_updates`)
             identity = self._binding_ids[id(binding)]
-            if _page_table_rows(binding):
-                self._pack_page_table(binding, identity, host, lanes, columns)
-                continue
             held = self._row_keys.setdefault(destination, {})
-            self._page_rows.pop(destination, None)
             if binding.source not in REQUEST_KEYS:  # a per-round value: every lane's row, every round
                 binding.write(host, lanes, columns)
                 if held:  # whatever was remembered for these rows is gone
@@ -272,43 +364,7 @@ class NativeExecutor:
 
     def _forget(self, destination: str) -> None:
         self._row_keys.pop(destination, None)
-        self._page_rows.pop(destination, None)
         self._confirmed.pop(destination, None)
-
-    def _pack_page_table(self, binding: ResolvedBinding, identity: int, host: np.ndarray,
-                         lanes: Sequence[LaneInput], columns: LaneColumns) -> None:
-        """Upload only the page-table entries assigned since the slot's last upload under the same
-        generation (pages of a request only grow); a new generation rewrites the slot's whole row."""
-        destination = binding.destination
-        rows = self._page_rows.get(destination)
-        if rows is None:
-            rows = self._page_rows[destination] = _PageRows(host.shape[0])
-        self._row_keys.pop(destination, None)
-        self._confirmed.pop(destination, None)
-        view = host.reshape(host.shape[0], -1)
-        ids = np.fromiter(map(id, map(_PAGE_IDS, lanes)), dtype=np.uint64, count=len(lanes))
-        for i in rows.changed(identity, columns, ids).tolist():
-            lane = lanes[i]
-            pages = lane.page_ids
-            held = rows.held.get(lane.slot)
-            if held is not None and held[0] == identity and held[1] == lane.generation:
-                known = held[2]
-                if pages == known:
-                    continue  # nothing new: the device row is current
-                start = len(known)
-                if len(pages) > start and pages[:start] == known:
-                    if len(pages) > view.shape[1]:
-                        raise LaneOverflow(f"{destination}: {len(pages)} page ids exceed the row width "
-                                           f"{view.shape[1]}")
-                    view[lane.slot, start:len(pages)] = np.asarray(pages[start:], dtype=np.int64) + binding.offset
-                    rows.hold(lane.slot, identity, lane.generation, pages)
-                    self.page_entries_uploaded += len(pages) - start
-                    self._upload(destination, lane.slot, slice(start, len(pages)))
-                    continue
-            binding.write(host, [lane])  # a new request in the slot: its whole row, padding included
-            rows.hold(lane.slot, identity, lane.generation, pages)
-            self.page_entries_uploaded += len(pages)
-            self._upload(destination, lane.slot)
 
     def _upload(self, name: str, row: int | None = None, columns: slice | None = None) -> None:
         """Copy staging to the device: the whole buffer, one physical row, or a slice of that row."""
@@ -321,14 +377,14 @@ class NativeExecutor:
         else:
             self.buffers[name][row, columns].copy_(self.staging[name][row, columns], non_blocking=True)
 
-    def _execute(self, graph: ExecutorGraph, frame: int = 0) -> None:
+    def _execute(self, graph: ExecutorGraph, frame: int, sequence: int) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.
         index = self.completion.get(M.COMPLETION_FIELD_FRAME_INDEX)
         if index is not None:
             self.buffers[index].fill_(frame)
-        sequence = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
-        if sequence is not None:
-            self.buffers[sequence].fill_(transport_sequence(self.sequence))
+        written = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
+        if written is not None:
+            self.buffers[written].fill_(transport_sequence(sequence))
         filtered = self._rank_filtered()
         if self.capture is not None:
             self.capture.replay(graph.name, rank_filters=filtered)
@@ -339,29 +395,11 @@ class NativeExecutor:
         """Whether a lane that samples this round filters by rank (top-k, top-p or min-p): otherwise
         the round runs its graph's form without the sampler's rank stage (kernels/sampling.py)."""
         columns = self._columns
-        if columns is None:
-            return True
         if not self._rank_filtering:  # no slot's request filters by rank: nothing to look at per lane
             return False
         return any(lane.samples and lane.sampling.rank_filtered for lane in columns.lanes)
-
-    def _read(self, lanes: Sequence[LaneInput]) -> CompletionRows:
-        if self.device.type == "cuda":
-            for field, host in self.readback.items():
-                host.copy_(self.buffers[self.completion[field]], non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()
-        return read_rows(self.readback, self._lane_columns(lanes).slots, len(lanes))
 
     def _lane_columns(self, lanes: Sequence[LaneInput]) -> LaneColumns:
         """The columns packing built for this round's lanes (or new ones for other lanes)."""
         columns = self._columns
         return columns if columns is not None and columns.lanes is lanes else LaneColumns(lanes)
-
-    def _validate_all(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
-        """The checks of `validate` for a whole cohort at once (readback.py: `validate_rows`)."""
-        validate_rows(graph_name, lanes, rows, self._lane_columns, sequence=self.sequence,
-                      sampled_tokens=self.sampled_tokens)
-
-    def validate(self, graph_name: str, lane: LaneInput, row: Completion) -> None:
-        """Reject a completion row that disagrees with the lane's round, before any token is accepted."""
-        validate_row(graph_name, lane, row, sequence=self.sequence, sampled_tokens=self.sampled_tokens)

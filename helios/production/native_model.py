@@ -16,8 +16,8 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need; never more pages than max_concurrency full contexts;
   graphs   re-bind the plans to the final cache planes and capture one CUDA graph per selected
-           (operation, capacity) variant (on a CPU the plans stay eager); the executor is a
-           `FramedExecutor` (frames.py) when the transport declares two frames.
+           (operation, capacity) variant (on a CPU the plans stay eager); the executor holds two
+           execution frames when the transport declares two (executor.py).
 
 NOTE: the cache is sized before capture because a CUDA graph records buffer addresses; the memory
 the graphs hold is what the kernels phase measured, so "after graphs are loaded" holds in substance.
@@ -39,7 +39,6 @@ from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture
 from helios.production.executor import ExecutorGraph, NativeExecutor
-from helios.production.frames import FramedExecutor
 from helios.production.kernel_compile import compile_plans
 from helios.production.lowering import lower_program
 from helios.production.plan import LaunchPlan
@@ -117,7 +116,7 @@ class NativeModel:
         self.max_concurrency = max_concurrency  # request slots of the load-time selection
 
     def run_round(self, graph_name: str, lanes: list[LaneInput]):
-        """One round of one graph over a cohort: the executor seam (see executor.py)."""
+        """One round of one graph over a cohort, outside a scheduler (executor.py: `run_round`)."""
         return self.executor.run_round(graph_name, lanes)
 
     @property
@@ -190,14 +189,9 @@ class NativeModel:
                                           item.handle.packed_token_capacity, plans[name], packings[name])
                       for name, item in programs.items()}
             completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
-            if manifest.transport.frames >= 2:  # two frames: a round may be submitted before the last completes
-                executor: NativeExecutor = FramedExecutor(
-                    graphs, buffers, completion, sampled_tokens=contract.vocabulary.sampled_tokens,
-                    page_tokens=contract.cache.page_tokens, device=device, capture=capture)
-            else:
-                executor = NativeExecutor(graphs, buffers, completion,
-                                          sampled_tokens=contract.vocabulary.sampled_tokens, device=device,
-                                          capture=capture)
+            # two frames: a round may be submitted before the last completes
+            executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
+                                      device=device, capture=capture)
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)
         del loaded.graphs[:]

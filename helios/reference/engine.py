@@ -5,94 +5,58 @@
 
 Owns running one request at a time through a core's captured programs exactly as its contract
 declares: INITIALIZATION at admission, PREFILL chunks (each in the smallest token capacity that
-holds it), then one-token DECODE rounds. Every round packs the graph's value bindings with the shared
-packer (`helios.runtime.packing`), executes the program with the reference interpreter, and
-validates the completion record with the shared rules of `helios.runtime.completion` (status,
-submission sequence, generation echo, emitted count, consumed endpoint, sampled id within the
-vocabulary, no draft cursor, reserved field -1) before a token is accepted.
+holds it), then one-token DECODE rounds. Every round is one plan on the `ReferenceExecutor`
+(executor.py: pack with the shared packer, interpret the program) whose completion rows are checked
+by the one validator, `helios.runtime.completion.validate_round` (status, submission sequence,
+generation echo, emitted count, consumed endpoint, sampled id within the vocabulary, no draft
+cursor, reserved field -1), before a token is accepted.
 
-Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages at load (default:
-enough for one request's whole context). Admission reserves a request's pages before its first id;
-closing or dropping its stream cancels it and returns them. Lanes are addressed by physical request
-slot: a lane's completion row is its slot's row. Requests in distinct slots may interleave (a
-worker pulling one token from each in turn); every round still runs one lane alone.
+Cache planes get `pages` pages at load (default: enough for one request's whole context). Admission
+reserves a request's pages before its first id; closing or dropping its stream cancels it and
+returns them. Lanes are addressed by physical request slot: a lane's completion row is its slot's
+row. Requests in distinct slots may interleave (a worker pulling one token from each in turn); every
+round still runs one lane alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
+from helios.contract import PreparedContract
 from helios.errors import HeliosError
-from helios.program.validate import ValidatedOperator, validate_program
-from helios.proto import contract_pb2, manifest_pb2, program_pb2
+from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
-from helios.reference.interpreter import bf16_to_f32, execute
-from helios.reference.operators import NUMPY_DTYPES
-from helios.runtime.completion import (
-    Completion,
-    CompletionInvalid,
-    completion_rows,
-    transport_sequence,
-    validate_round,
-)
-from helios.runtime.packing import GraphPacking, LaneInput
+from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
+from helios.runtime.completion import Completion, CompletionInvalid, validate_round
+from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
+from helios.runtime.rounds import single_round
 
 C, M = contract_pb2, manifest_pb2
-F = M  # completion field enum namespace
 
 __all__ = ["AdmissionRejected", "Completion", "CompletionInvalid", "EngineLoadError", "ReferenceEngine"]
-
-
-class EngineLoadError(HeliosError):
-    """The core cannot be executed by the reference engine (a missing graph, program or weight)."""
 
 
 class AdmissionRejected(HeliosError):
     """The request lies outside the core's prepared capacities or vocabulary."""
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedGraph:
-    name: str
-    operation: int
-    batch_capacity: int
-    packed_token_capacity: int
-    program: program_pb2.Program
-    operators: tuple[ValidatedOperator, ...]
-    packing: GraphPacking
-
-
-def _decode_contract(contract: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest) -> Any:
-    from helios.contract import PreparedContract
-
-    return PreparedContract.decode(contract, manifest)
-
-
 class ReferenceEngine:
     """Runs requests sequentially over a core's programs with NumPy."""
 
     def __init__(self, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
-                 prepared: Any, graphs: Mapping[str, LoadedGraph], weights: Mapping[str, np.ndarray],
-                 buffers: dict[str, np.ndarray], pages: int, keep: Sequence[str]) -> None:
+                 prepared: PreparedContract, executor: ReferenceExecutor) -> None:
         self.serving = serving
         self.manifest = manifest
         self.contract = prepared  # the PreparedContract
-        self.graphs = dict(graphs)
-        self.weights = weights
-        self.buffers = buffers
-        self.allocator = PageAllocator(pages)
-        self.keep = tuple(keep)
-        self.kept: list[dict[str, np.ndarray]] = []  # per round of the last request: copies of `keep` tensors
-        self.kept_graphs: list[str] = []  # the graph of each kept round
+        self.executor = executor
+        self.graphs = executor.graphs
+        self.buffers = executor.buffers
+        self.allocator = PageAllocator(executor.pages)
         self._generations = [0] * serving.max_concurrency
         self._active_slots: set[int] = set()
         self._sequence = 0
-        self._completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         self._by_operation: dict[int, list[LoadedGraph]] = {}
         for graph in self.graphs.values():
             self._by_operation.setdefault(graph.operation, []).append(graph)
@@ -102,6 +66,15 @@ class ReferenceEngine:
         for group in self._by_operation.values():
             group.sort(key=lambda g: (g.packed_token_capacity, g.batch_capacity))
 
+    @property
+    def kept(self) -> list[dict]:
+        """Per round of the last request: copies of the `keep` tensors (the executor's)."""
+        return self.executor.kept
+
+    @property
+    def kept_graphs(self) -> list[str]:
+        return self.executor.kept_graphs
+
     # ------------------------------------------------------------------------------------------ load
 
     @classmethod
@@ -109,66 +82,26 @@ class ReferenceEngine:
         """Load `core` (anything with `.contract`, `.manifest` and `.read(id)`); `keep` names program
         tensors (e.g. "logits") whose values are copied into `kept` after every round."""
         serving, manifest = core.contract, core.manifest
-        prepared = _decode_contract(serving, manifest)
-        if manifest.ranks != 1:
-            raise EngineLoadError(f"the reference engine runs one rank; the core has {manifest.ranks}")
-        buffer_descriptors = {b.name: b for b in manifest.buffers}
-        page_tokens = serving.model.cache.page_tokens
+        prepared = PreparedContract.decode(serving, manifest)
         if pages is None:
-            pages = pages_for(serving.context_tokens, page_tokens)
-        if pages < 1:
-            raise EngineLoadError(f"pages must be >= 1, got {pages}")
-        contracts = {g.name: g for g in serving.model.graphs}
-        graphs: dict[str, LoadedGraph] = {}
-        weights: dict[str, np.ndarray] = {}
-        for handle in manifest.graphs:
-            program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
-            if program.graph != handle.name:
-                raise EngineLoadError(f"program {handle.program_resources[0]!r} belongs to {program.graph!r}, "
-                                      f"not {handle.name!r}")
-            operators = tuple(validate_program(program, buffer_descriptors))
-            for decl in program.tensors:
-                if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
-                    weights[decl.resource] = _load_weight(core, decl)
-            packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
-            graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
-                                              handle.packed_token_capacity, program, operators, packing)
-        buffers = {}
-        for b in manifest.buffers:
-            shape = [int(e) for e in b.shape]
-            if b.role == M.BUFFER_ROLE_CACHE:
-                shape[0] = pages
-            buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
-        for graph in graphs.values():
-            graph.packing.initialize(buffers)
-        return cls(serving, manifest, prepared, graphs, weights, buffers, pages, keep)
+            pages = pages_for(serving.context_tokens, serving.model.cache.page_tokens)
+        return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep))
 
     # ------------------------------------------------------------------------------------------ rounds
 
-    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> list[Completion]:
-        """Pack `lanes` into `graph_name`, execute it, and return each lane's completion row."""
+    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> Sequence[Completion]:
+        """One round of `lanes` in `graph_name` on the executor, its rows validated."""
         # The transport numbers every submission, one that fails before the program runs included, so
-        # the next rounds' completions still answer the sequence a scheduler numbered them with.
+        # the next rounds' completions still answer the sequence they were numbered with.
         self._sequence += 1
-        graph = self.graphs[graph_name]
-        graph.packing.pack(lanes, self.buffers)
-        frame = self._field(F.COMPLETION_FIELD_FRAME_INDEX)
-        sequence = self._field(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
-        # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.
-        frame[...] = 0
-        sequence[...] = transport_sequence(self._sequence)
-        tensors: dict[str, np.ndarray] = dict(self.buffers)
-        tensors.update(self.weights)
-        env = execute(graph.program, tensors, graph.operators)
-        if self.keep:
-            self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
-            self.kept_graphs.append(graph_name)
-        rows = completion_rows({field: self._field(field) for field in self._completion}, lanes)
-        self.validate_round(graph_name, lanes, rows)
+        graph = self.graphs.get(graph_name)
+        if graph is None:
+            raise EngineLoadError(f"graph {graph_name!r} is not loaded (loaded: {sorted(self.graphs)})")
+        plan = single_round(graph_name, graph.operation, lanes, sequence=self._sequence)
+        self.executor.submit(plan)
+        rows = self.executor.collect(plan)
+        self.validate_round(graph_name, plan.lanes, rows)
         return rows
-
-    def _field(self, field: int) -> np.ndarray:
-        return self.buffers[self._completion[field]]
 
     def validate_round(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
         """Reject completion rows that disagree with the round they answer, before any token is accepted
@@ -222,8 +155,8 @@ class ReferenceEngine:
         pages = self.allocator.allocate(pages_for(reach, self.serving.model.cache.page_tokens))
         self._active_slots.add(slot)
         self._generations[slot] += 1
-        self.kept.clear()
-        self.kept_graphs.clear()
+        self.executor.kept.clear()
+        self.executor.kept_graphs.clear()
 
         def release() -> None:
             self.allocator.release(pages)
@@ -298,19 +231,3 @@ class _Generation(Iterator[int]):
 
     def __del__(self) -> None:
         self.close()
-
-
-def _load_weight(core: Any, decl: program_pb2.TensorDecl) -> np.ndarray:
-    data = core.read(decl.resource)
-    shape = tuple(int(e) for e in decl.shape)
-    count = int(np.prod(shape, dtype=np.int64))
-    if decl.dtype == M.DTYPE_BF16:
-        raw = np.frombuffer(data, dtype="<u2")
-        values = bf16_to_f32(raw)
-    elif decl.dtype in (M.DTYPE_F32, M.DTYPE_F16):
-        values = np.frombuffer(data, dtype="<f4" if decl.dtype == M.DTYPE_F32 else "<f2")
-    else:
-        raise EngineLoadError(f"weight {decl.resource!r} has a non-float dtype {decl.dtype}")
-    if values.size != count:
-        raise EngineLoadError(f"weight {decl.resource!r} holds {values.size} values, its tensor declares {count}")
-    return values.reshape(shape)

@@ -233,34 +233,37 @@ def _columns_valid(lanes: Sequence[LaneInput], rows: CompletionRows, written: in
     return bool(ok.all()) and len(np.unique(slots)) == n
 
 
+# Completion fields in the order of `Completion`'s attributes.
+FIELD_ORDER = (
+    manifest_pb2.COMPLETION_FIELD_FRAME_INDEX, manifest_pb2.COMPLETION_FIELD_SUBMISSION_SEQUENCE,
+    manifest_pb2.COMPLETION_FIELD_GENERATION, manifest_pb2.COMPLETION_FIELD_SAMPLED_IDS,
+    manifest_pb2.COMPLETION_FIELD_EMITTED, manifest_pb2.COMPLETION_FIELD_CONSUMED_ENDPOINT,
+    manifest_pb2.COMPLETION_FIELD_DRAFT_CURSOR, manifest_pb2.COMPLETION_FIELD_MODEL_RESERVED,
+    manifest_pb2.COMPLETION_FIELD_STATUS,
+)
 # Fields a graph without a draft cursor (or a layout without the field) reports as -1.
 _MINUS_ONE_FIELDS = (manifest_pb2.COMPLETION_FIELD_DRAFT_CURSOR, manifest_pb2.COMPLETION_FIELD_MODEL_RESERVED)
 
 
-def completion_rows(arrays: Mapping[int, np.ndarray], lanes: Sequence[LaneInput]) -> list[Completion]:
-    """Each lane's row of a completion record held on the host.
+def read_completion(arrays: Mapping[int, np.ndarray], slots: Sequence[int] | np.ndarray, count: int) -> CompletionRows:
+    """The rows of `count` lanes in request slots `slots` from a completion record held on the host.
 
     `arrays` maps a CompletionField to its buffer: the first axis is the physical request slot, or
-    one row for per-submission fields (frame index, submission sequence, status); a lane reads row
-    `lane.slot`, column 0. A field the layout lacks reads 0 (-1 for the draft cursor and the
-    reserved model field)."""
-    flat = {field: np.asarray(array).reshape(np.shape(array)[0], -1) for field, array in arrays.items()}
-
-    def at(field: int, slot: int) -> int:
-        array = flat.get(field)
+    one row for per-submission fields (frame index, submission sequence, status); a lane reads its
+    slot's row, column 0. A field the layout lacks reads as a graph without it reports (-1 for the
+    draft cursor and the reserved model field, 0 otherwise). The rows are as read: unvalidated."""
+    slots = np.asarray(slots, dtype=np.int64)
+    columns = {}
+    for field, name in zip(FIELD_ORDER, _FIELDS, strict=True):
+        array = arrays.get(field)
         if array is None:
-            return -1 if field in _MINUS_ONE_FIELDS else 0
-        return int(array[0 if array.shape[0] == 1 else slot, 0])
+            columns[name] = np.full(count, -1 if field in _MINUS_ONE_FIELDS else 0, dtype=np.int64)
+            continue
+        flat = np.asarray(array).reshape(np.shape(array)[0], -1)
+        columns[name] = np.full(count, flat[0, 0], dtype=np.int64) if flat.shape[0] == 1 else flat[slots, 0]
+    return CompletionRows(columns)
 
-    F = manifest_pb2
-    return [Completion(
-        frame_index=at(F.COMPLETION_FIELD_FRAME_INDEX, lane.slot),
-        submission_sequence=at(F.COMPLETION_FIELD_SUBMISSION_SEQUENCE, lane.slot),
-        generation=at(F.COMPLETION_FIELD_GENERATION, lane.slot),
-        sampled_id=at(F.COMPLETION_FIELD_SAMPLED_IDS, lane.slot),
-        emitted=at(F.COMPLETION_FIELD_EMITTED, lane.slot),
-        consumed_endpoint=at(F.COMPLETION_FIELD_CONSUMED_ENDPOINT, lane.slot),
-        draft_cursor=at(F.COMPLETION_FIELD_DRAFT_CURSOR, lane.slot),
-        model_reserved=at(F.COMPLETION_FIELD_MODEL_RESERVED, lane.slot),
-        status=at(F.COMPLETION_FIELD_STATUS, lane.slot),
-    ) for lane in lanes]
+
+def completion_rows(arrays: Mapping[int, np.ndarray], lanes: Sequence[LaneInput]) -> CompletionRows:
+    """Each lane's row of a completion record held on the host (`read_completion` at the lanes' slots)."""
+    return read_completion(arrays, [lane.slot for lane in lanes], len(lanes))

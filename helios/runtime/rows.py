@@ -1,6 +1,6 @@
 """Row sequences kept as columns (host side): `ColumnRows`, the base of a round's results that are
 stored column by column and turned into row objects only when someone reads them as rows
-(`helios.runtime.completion.CompletionRows`, `helios.production.scheduling.plan.RoundOutcomes`)."""
+(`helios.runtime.completion.CompletionRows`, `helios.engine.outcomes.RoundOutcomes`)."""
 
 from __future__ import annotations
 

@@ -57,8 +57,8 @@ def test_serve_trace_records_what_production_served(signed_core, tmp_path, capsy
     """`helios serve --runtime production --trace FILE` serves through the recorder; the file then
     audits clean with `helios conform --audit FILE`."""
     from conformance.e2e import drive, prepare_requests
+    from helios.cli.compose import ServeOptions, load_state
     from helios.errors import HeliosError
-    from helios.server.serve import ServeOptions, load_state
     from tests.conformance.helpers import workload
 
     core_path, public = signed_core
@@ -84,8 +84,8 @@ def test_audit_compares_sequences_as_the_transport_wrote_them(signed_core, tmp_p
     compares them with the wrapped value, not the raw count."""
     import json
 
+    from helios.cli.compose import ServeOptions, load_state
     from helios.runtime.completion import SEQUENCE_MODULUS
-    from helios.server.serve import ServeOptions, load_state
     from tests.conformance.helpers import workload
 
     core_path, public = signed_core

@@ -4,7 +4,6 @@ and page pressure (production preempts), traced and compared end to end."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from conformance.report import LEVELS
@@ -92,38 +91,28 @@ def test_a_trace_file_round_trips_and_audits(conform_core, tmp_path):
 
 
 def test_a_framed_executor_is_recorded_through_its_own_seam(conform_core):
-    """An executor taking a second submission keeps that seam under the recorder (the runtime must
-    see the same executor it serves with); the trace then audits as any other."""
+    """An executor holding two frames keeps them under the recorder (the runtime must see the same
+    executor it serves with); the trace then audits as any other."""
     from conformance.audit import audit_trace
     from conformance.e2e import drive, prepare_requests
-    from conformance.trace import FramedTraceRecorder, header_for, recorder_for
-    from helios.production.runtime import ProductionRuntime
-    from helios.reference.engine import ReferenceEngine
+    from conformance.trace import header_for, recorder_for
+    from helios.contract import PreparedContract
+    from helios.engine.worker import BatchingRuntime
+    from helios.reference.executor import ReferenceExecutor
     from helios.runtime.limits import AdmissionLimits
-
-    class Framed:  # submission runs at once; the handle is the rows
-        def __init__(self, engine):
-            self.engine, self.buffers, self.frames = engine, engine.buffers, []
-
-        def submit_round(self, graph_name, lanes, frame):
-            self.frames.append(frame)
-            # the transport writes the frame a round was submitted in (the reference engine's rows say 0)
-            return [dataclasses.replace(row, frame_index=frame) for row in self.engine.run_round(graph_name, lanes)]
-
-        def collect(self, handle):
-            return handle
 
     small = workload("framed", {"prompt": [4, 4, 2], "max_tokens": 3, "temperature": 0.6, "seed": 5},
                      {"prompt": [1, 9, 9, 6, 1], "max_tokens": 2, "temperature": 0})
-    engine = ReferenceEngine.load(conform_core, pages=16)
-    executor = Framed(engine)
+    executor = ReferenceExecutor.load(conform_core, pages=16, frames=2)  # submission runs at once
     sink = TraceList()
     recorder = recorder_for(executor, conform_core.contract, conform_core.manifest, sink)
-    assert isinstance(recorder, FramedTraceRecorder)
-    runtime = ProductionRuntime.for_executor(recorder, engine.contract, AdmissionLimits(max_active=2), pages=16)
+    assert recorder.frames == 2
+    contract = PreparedContract.decode(conform_core.contract, conform_core.manifest)
+    runtime = BatchingRuntime.for_executor(recorder, contract, AdmissionLimits(max_active=2), pages=16)
     (requests,) = prepare_requests(conform_core, small, copies=1)
     assert all(r.outcome == "finished" for r in drive(runtime, requests))
-    assert set(executor.frames) == {0, 1} and len(sink.records) == len(executor.frames)  # two frames in use
+    assert {record.frame for record in sink.records} == {0, 1}  # two frames in use
+    assert all(row.frame_index == record.frame for record in sink.records for row in record.rows)
     header = header_for(conform_core.contract, 16)
     assert audit_trace(conform_core, header, sink.records, case="framed").verdict == "pass"
 

@@ -36,7 +36,7 @@ def device_core(tiny_checkpoint):
 
 
 def _executor(runtime):
-    return runtime._executor.executor  # the FramedExecutor under the trace recorder
+    return runtime._executor.executor  # the two-frame NativeExecutor under the trace recorder
 
 
 def test_trace_and_e2e_pass_with_two_frames_in_flight(device_core):

@@ -21,8 +21,8 @@ def test_off_by_one_page_table_length(conform_core, monkeypatch):
 
     pack = NativeExecutor._pack
 
-    def short_rows(self, graph, lanes):
-        pack(self, graph, lanes)
+    def short_rows(self, graph, lanes, page_table_updates=None):
+        pack(self, graph, lanes, page_table_updates)
         for binding in graph.packing.bindings:
             if binding.source == V.VALUE_SOURCE_PAGE_TABLE:
                 host = self.host_view[binding.destination]
@@ -57,7 +57,7 @@ def test_stale_slot_generation(conform_core, monkeypatch):
 
 
 def test_dropped_stop_buffer_flush(conform_core, monkeypatch):
-    from helios.production.runtime import ProductionRuntime
+    from helios.engine.worker import BatchingRuntime
     from helios.reference.engine import ReferenceEngine
     from helios.runtime.request import GenerationRequest, SamplingParams
 
@@ -69,12 +69,12 @@ def test_dropped_stop_buffer_flush(conform_core, monkeypatch):
     # output limit's flush releases it.
     body = {"prompt": list(prompt), "max_tokens": 3, "temperature": 0, "ignore_eos": True,
             "stop_token_sequences": [[tokens[-1], spare]]}
-    end = ProductionRuntime._end
+    end = BatchingRuntime._end
 
     def drop_flush(self, entry, termination, pieces, *, failure=None):
         return end(self, entry, termination, (), failure=failure)
 
-    monkeypatch.setattr(ProductionRuntime, "_end", drop_flush)
+    monkeypatch.setattr(BatchingRuntime, "_end", drop_flush)
     report = run(conform_core, ("trace", "e2e"), workload("flush", body))
     assert report.level("trace").divergences == (), report.table()  # the executor is innocent
     found = only_divergence(report, "e2e")
@@ -83,20 +83,20 @@ def test_dropped_stop_buffer_flush(conform_core, monkeypatch):
 
 
 def test_swapped_lane_order(conform_core, monkeypatch):
-    from helios.production.frames import FramedExecutor
+    from helios.production.executor import NativeExecutor
 
     # The core keeps pending tokens on the device (two frames): the runtime submits and collects
-    # rounds, so the rows come back (already validated) through `collect`. The two requests start in
+    # rounds, so the rows come back through `collect` (the scheduler validates them after it). The two requests start in
     # different frames; they share a round once a decode lane joins its request's next round early,
     # which takes a few output tokens.
     assert conform_core.manifest.transport.frames == 2
-    collect = FramedExecutor.collect
+    collect = NativeExecutor.collect
 
-    def reversed_rows(self, handle):
-        rows = collect(self, handle)
+    def reversed_rows(self, plan):
+        rows = collect(self, plan)
         return rows[::-1]
 
-    monkeypatch.setattr(FramedExecutor, "collect", reversed_rows)
+    monkeypatch.setattr(NativeExecutor, "collect", reversed_rows)
     two = workload("pair", {"prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0},
                    {"prompt": [4, 5, 6, 7, 8], "max_tokens": 4, "temperature": 0})
     report = run(conform_core, ("trace",), two)

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from helios.engine.sequential import SequentialRuntime
 from helios.frontend.bootstrap import Bootstrap
 from helios.frontend.openai_request import parse_chat_request
 from helios.frontend.pipeline import OutputAccumulator, OutputPipeline
@@ -29,7 +30,6 @@ from helios.runtime.events import Failed, Finished, Rejected, Termination, Token
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest, SamplingParams
-from helios.runtime.worker import WorkerRuntime
 
 SCHEMA = {
     "type": "object",
@@ -58,7 +58,7 @@ def served(tiny_checkpoint):
     return engine, preparer, contract
 
 
-async def _run(runtime: WorkerRuntime, request: PreparedRequest, pipeline: OutputPipeline):
+async def _run(runtime: SequentialRuntime, request: PreparedRequest, pipeline: OutputPipeline):
     accumulator = OutputAccumulator()
     tokens: list[int] = []
     async for event in runtime.submit(request):
@@ -74,8 +74,8 @@ async def _run(runtime: WorkerRuntime, request: PreparedRequest, pipeline: Outpu
     raise AssertionError("no terminal event")
 
 
-def _runtime(engine, contract) -> WorkerRuntime:
-    return WorkerRuntime(engine, AdmissionLimits(max_active=1, queue_capacity=4), context_tokens=contract.context_tokens,
+def _runtime(engine, contract) -> SequentialRuntime:
+    return SequentialRuntime(engine, AdmissionLimits(max_active=1, queue_capacity=4), context_tokens=contract.context_tokens,
                          vocab_size=contract.model.vocabulary.sampled_tokens, rejections=(AdmissionRejected,))  # fmt: skip
 
 

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
+from helios.engine.worker import BatchingRuntime
 from helios.frontend.bootstrap import Bootstrap
 from helios.frontend.openai_request import parse_chat_request
 from helios.frontend.pipeline import OutputAccumulator
 from helios.frontend.preparation import Preparer
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
-from helios.production.runtime import ProductionRuntime
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.limits import AdmissionLimits
@@ -34,7 +34,7 @@ def core(tiny_checkpoint):
 def test_constrained_and_unconstrained_requests_share_rounds(core) -> None:
     contract = core.contract
     engine = ReferenceEngine.load(core, pages=64)
-    runtime = ProductionRuntime.for_executor(engine, engine.contract, AdmissionLimits(max_active=4, queue_capacity=8),
+    runtime = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=8),
                                              pages=64)  # fmt: skip
     vocabulary = contract.model.vocabulary
     preparer = Preparer(Bootstrap.from_core(core), served_id=contract.served_id, context_tokens=contract.context_tokens,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
 
+from helios.engine.sequential import SequentialRuntime
 from helios.runtime.events import Failed, Finished, Termination
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
-from helios.runtime.worker import WorkerRuntime
 
 EOS = 9
 
@@ -64,7 +64,7 @@ class MaskedEngine:
 
 def run(engine, requests: list[PreparedRequest]):
     async def main():
-        runtime = WorkerRuntime(engine, AdmissionLimits(max_active=2, queue_capacity=4), context_tokens=64, vocab_size=32)
+        runtime = SequentialRuntime(engine, AdmissionLimits(max_active=2, queue_capacity=4), context_tokens=64, vocab_size=32)
         before = runtime.metrics()
         runtime.start()
         try:

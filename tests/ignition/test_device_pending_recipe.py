@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from helios.contract import PreparedContract
+from helios.engine.catalog import GraphCatalog
 from helios.ignition.prepare import InvalidPreparationOptions, PreparationOptions, prepare_checkpoint
-from helios.production.scheduling.catalog import GraphCatalog
 from helios.proto import contract_pb2, core_pb2, manifest_pb2, program_pb2
 
 C, M = contract_pb2, manifest_pb2

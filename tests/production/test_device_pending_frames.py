@@ -1,5 +1,5 @@
 """A device-owned pending token served by the production runtime (CPU, fp32, Triton interpreted):
-`FramedExecutor` keeps two rounds in flight where the specification allows it, the tokens equal the
+the executor keeps two rounds in flight where the specification allows it, the tokens equal the
 sequential reference engine's over the host-fed core of the same checkpoint, and a request that needs
 completion feedback (a string stop, a grammar) holds the runtime to one outstanding round."""
 
@@ -11,15 +11,17 @@ import dataclasses
 import pytest
 
 from helios.ignition.prepare import prepare_checkpoint
-from helios.production.frames import FrameBusy, FramedExecutor, FrameOrderViolated
+from helios.production.executor import FrameBusy, FrameOrderViolated
+from helios.production.loading import runtime_for
 from helios.production.native_model import LoadOptions, NativeModel
-from helios.production.runtime import ProductionRuntime
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.events import Finished, TokenEvent
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
+from helios.runtime.options import RuntimeOptions
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest, SamplingParams
+from helios.runtime.rounds import single_round
 from tests.production.helpers import DEVICE, GPU, PAGES, TINY_OPTIONS
 
 pytestmark = pytest.mark.skipif(GPU, reason="fp32 token equality is a CPU test; the GPU runs bf16")
@@ -61,7 +63,7 @@ def setup(tiny_checkpoint):
 
 
 def serve(model, requests: list[PreparedRequest]) -> list[tuple[list[int], object]]:
-    runtime = ProductionRuntime.for_native_model(model, AdmissionLimits(max_active=2, queue_capacity=8))
+    runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=8)))
 
     async def collect(stream):
         tokens = []
@@ -90,7 +92,7 @@ def _prepared(i: int, request: GenerationRequest, **extra) -> PreparedRequest:
 def test_two_frames_are_in_flight_and_tokens_equal_the_reference(setup):
     model, expected = setup
     executor = model.executor
-    assert isinstance(executor, FramedExecutor)
+    assert executor.frames == 2
     executor.peak_outstanding = executor.submissions_while_outstanding = 0
     results = serve(model, [_prepared(i, r) for i, r in enumerate(REQUESTS)])
     assert [tokens for tokens, _ in results] == expected
@@ -122,19 +124,23 @@ def test_frames_are_collected_in_order_and_never_reused_while_outstanding(setup)
     executor = model.executor
     sampling = SamplingParams(temperature=0.0)
 
-    def init(slot: int) -> list[LaneInput]:
-        return [LaneInput(slot=slot, generation=9, consumed=0, tokens=(), prompt_tokens_in_round=0, samples=False,
-                          page_ids=(slot,), seed=0, sampling=sampling, output_limit=1, eos_ids=())]
+    def init(slot: int, sequence: int, frame: int):
+        lanes = [LaneInput(slot=slot, generation=9, consumed=0, tokens=(), prompt_tokens_in_round=0, samples=False,
+                           page_ids=(slot,), seed=0, sampling=sampling, output_limit=1, eos_ids=())]
+        return single_round("initialization", 0, lanes, sequence=sequence, frame=frame)
 
+    origin = executor.sequence
     with pytest.raises(FrameBusy, match="frame 2 outside"):
-        executor.submit_round("initialization", init(0), 2)
-    first = executor.submit_round("initialization", init(0), 0)
+        executor.submit(init(0, origin + 1, 2))
+    first = init(0, origin + 1, 0)
+    executor.submit(first)
     with pytest.raises(FrameBusy, match="frame 0 still holds"):
-        executor.submit_round("initialization", init(1), 0)
-    second = executor.submit_round("initialization", init(1), 1)
+        executor.submit(init(1, origin + 2, 0))
+    second = init(1, origin + 2, 1)
+    executor.submit(second)
     with pytest.raises(FrameBusy):
-        executor.run_round("initialization", init(1))
-    with pytest.raises(FrameOrderViolated, match="out of submission order"):
+        executor.run_round("initialization", first.lanes)
+    with pytest.raises(FrameOrderViolated, match="before an older round"):
         executor.collect(second)
     rows = [executor.collect(first), executor.collect(second)]
     assert [(r[0].frame_index, r[0].generation) for r in rows] == [(0, 9), (1, 9)]
@@ -142,23 +148,33 @@ def test_frames_are_collected_in_order_and_never_reused_while_outstanding(setup)
     assert executor.outstanding == 0
 
 
-def test_a_rejected_framed_round_is_traced_with_its_own_frame_record(setup):
-    """The trace recorder reads a rejected round's rows from its frame's read-back (a later
-    submission may already have rewritten the completion buffers)."""
-    from conformance.trace import FramedTraceRecorder, TraceList
+def test_a_framed_round_is_traced_with_its_own_frame_record(setup):
+    """The trace recorder records each round's rows as its frame's read-back holds them (a later
+    submission has already rewritten the completion buffers), a failed status included, which the
+    one validator then rejects."""
+    from conformance.trace import TraceList, TraceRecorder
     from helios.proto import manifest_pb2
-    from helios.runtime.completion import CompletionInvalid
+    from helios.runtime.completion import CompletionInvalid, validate_round
 
     model, _ = setup
     sink = TraceList()
-    recorder = FramedTraceRecorder(model.executor, model.serving, model.manifests[0], sink)
-    lanes = [LaneInput(slot=1, generation=4, consumed=0, tokens=(), prompt_tokens_in_round=0, samples=False,
-                       page_ids=(1,), seed=0, sampling=SamplingParams(), output_limit=1, eos_ids=())]
-    handle = recorder.submit_round("initialization", lanes, 1)
+    recorder = TraceRecorder(model.executor, model.serving, model.manifests[0], sink)
+    origin = model.executor.sequence
+    plans = []
+    for frame, slot in ((0, 0), (1, 1)):
+        lanes = [LaneInput(slot=slot, generation=4 + frame, consumed=0, tokens=(), prompt_tokens_in_round=0,
+                           samples=False, page_ids=(slot,), seed=0, sampling=SamplingParams(), output_limit=1,
+                           eos_ids=())]
+        plans.append(single_round("initialization", 0, lanes, sequence=origin + 1 + frame, frame=frame))
+        recorder.submit(plans[-1])
     model.executor.frame_readback[1][manifest_pb2.COMPLETION_FIELD_STATUS].fill_(3)  # an execution failure
+    first, second = (recorder.collect(plan) for plan in plans)
+    assert [record.frame for record in sink.records] == [0, 1]
+    assert (first[0].status, first[0].frame_index, first[0].generation) == (0, 0, 4)
+    assert (second[0].status, second[0].frame_index, second[0].generation) == (3, 1, 5)
+    assert sink.records[1].rows == tuple(second) and sink.records[1].sequence == origin + 2
     with pytest.raises(CompletionInvalid, match="status 3"):
-        recorder.collect(handle)
-    (record,) = sink.records
-    assert record.frame == 1 and record.error is not None
-    assert (record.rows[0].status, record.rows[0].frame_index, record.rows[0].generation) == (3, 1, 4)
+        validate_round("initialization", plans[1].lanes, second, sequence=plans[1].sequence,
+                       sampled_tokens=model.contract.vocabulary.sampled_tokens,
+                       page_tokens=model.contract.cache.page_tokens, frame=1)
     assert model.executor.outstanding == 0

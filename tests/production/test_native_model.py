@@ -107,16 +107,19 @@ def test_fused_and_unfused_plans_compute_the_same_round(cores):
 
 
 def test_a_completion_that_disagrees_with_its_round_is_rejected(cores):
-    from helios.production.executor import CompletionInvalid
+    """The executor hands back its rows as read; the one validator rejects one that disagrees."""
+    from helios.runtime.completion import CompletionInvalid, validate_round
 
     native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
     executor = native.executor
     lanes = [_lane(0, PROMPT[:16])]
-    executor.run_round("prefill_p16", lanes)
-    rows = executor._read(lanes)
+    rows = executor.run_round("prefill_p16", lanes)
+    checks = {"sequence": executor.sequence, "sampled_tokens": native.contract.vocabulary.sampled_tokens,
+              "page_tokens": native.contract.cache.page_tokens, "frame": 0}
+    validate_round("prefill_p16", lanes, rows, **checks)  # the row as read is the round's
     bad = type(rows[0])(**{**{f: getattr(rows[0], f) for f in rows[0].__dataclass_fields__}, "generation": 99})
     with pytest.raises(CompletionInvalid, match="generation echo 99"):
-        executor._validate_all("prefill_p16", lanes, [bad])
+        validate_round("prefill_p16", lanes, [bad], **checks)
 
 
 def _lane(slot: int, tokens: tuple[int, ...]):
@@ -207,12 +210,14 @@ def test_a_submission_that_fails_to_pack_still_takes_its_sequence(cores):
     assert executor.sequence == before + 2 and row.submission_sequence == before + 2
 
 
-def test_page_table_rows_upload_only_newly_assigned_entries(cores):
-    """A slot's page-table row is written whole for a new request (generation), then only the entries
-    assigned since; a new generation, or other pages under a reused generation, rewrite it."""
+def test_page_table_rows_upload_only_the_plans_updates(cores):
+    """A slot's page-table row is written from the plan's updates alone: a whole-row update (a new
+    slot generation) writes and uploads the row, padding included; an update from entry k writes and
+    uploads the entries from k; a round without updates uploads no page-table entry."""
     import dataclasses
 
     from helios.proto import contract_pb2
+    from helios.runtime.rounds import PageTableUpdate
 
     native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
     executor, graph = native.executor, native.graphs["prefill_p16"]
@@ -220,22 +225,21 @@ def test_page_table_rows_upload_only_newly_assigned_entries(cores):
     uploads = []
     executor._upload = lambda name, row=None, columns=None: uploads.append((name, row, columns))
 
-    def pack(lane):
+    def pack(lane, *updates):
         uploads.clear()
-        executor._pack(graph, [lane])
+        executor._pack(graph, [lane], updates)
         return [(row, columns) for name, row, columns in uploads if name == table], executor.host_view[table][1]
 
     first = dataclasses.replace(_lane(1, PROMPT[:4]), page_ids=(3, 4))
-    sent, row = pack(first)
+    sent, row = pack(first, PageTableUpdate(1, 0, (3, 4)))
     assert sent == [(1, None)] and list(row[:3]) == [3, 4, 0]
     sent, _ = pack(first)
-    assert sent == []  # unchanged: nothing uploaded
-    sent, row = pack(dataclasses.replace(first, page_ids=(3, 4, 9)))
+    assert sent == []  # no update: nothing uploaded
+    sent, row = pack(dataclasses.replace(first, page_ids=(3, 4, 9)), PageTableUpdate(1, 2, (9,)))
     assert sent == [(1, slice(2, 3))] and list(row[:4]) == [3, 4, 9, 0]  # the new entry alone
-    sent, row = pack(dataclasses.replace(first, generation=2, page_ids=(7,)))
-    assert sent == [(1, None)] and list(row[:3]) == [7, 0, 0]  # a new generation: the whole row
-    sent, row = pack(dataclasses.replace(first, generation=2, page_ids=(8, 5)))
-    assert sent == [(1, None)] and list(row[:3]) == [8, 5, 0]  # other pages: never a stale prefix
+    sent, row = pack(dataclasses.replace(first, generation=2, page_ids=(7,)), PageTableUpdate(1, 0, (7,)))
+    assert sent == [(1, None)] and list(row[:4]) == [7, 0, 0, 0]  # a new generation: the whole row
+    assert executor.page_entries_uploaded == 4
 
 
 def test_request_rows_follow_the_binding_that_packed_them(cores):
@@ -258,8 +262,7 @@ def test_request_rows_follow_the_binding_that_packed_them(cores):
     by_row = variant("by_row", dataclasses.replace(generation, indexing=contract_pb2.INDEXING_SUBMISSION_ROW,
                                                    rows=1, padding=-7))
     executor = NativeExecutor({"decode_b1": graph, "shifted": shifted, "by_row": by_row}, native.executor.buffers,
-                              native.executor.completion, sampled_tokens=native.executor.sampled_tokens,
-                              device=DEVICE, capture=None)
+                              native.executor.completion, device=DEVICE, capture=None)
     rows = executor.host_view[generation.destination]
     lane = dataclasses.replace(_lane(1, (5,)), generation=3)
     executor._pack(graph, [lane])
@@ -276,8 +279,7 @@ def test_request_rows_follow_the_binding_that_packed_them(cores):
     assert rows[0] == 4
     per_round = variant("per_round", dataclasses.replace(generation, source=contract_pb2.VALUE_SOURCE_QUERY_LENGTH))
     executor = NativeExecutor({"decode_b1": graph, "per_round": per_round}, native.executor.buffers,
-                              native.executor.completion, sampled_tokens=native.executor.sampled_tokens,
-                              device=DEVICE, capture=None)
+                              native.executor.completion, device=DEVICE, capture=None)
     rows = executor.host_view[generation.destination]  # this executor's staging (its own on a GPU)
     executor._pack(graph, [lane])
     executor._pack(per_round, [lane])  # packed every round: slot 1's row holds the query length 1

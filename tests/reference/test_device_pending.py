@@ -83,12 +83,12 @@ def test_a_pending_row_never_reads_a_stale_prompt_row_of_an_earlier_round(cores)
 
 
 def test_the_batching_runtime_over_the_reference_engine_matches_sequential_tokens_under_preemption(cores):
-    """ProductionRuntime driving the reference engine's unframed run_round over a device core: one
+    """BatchingRuntime driving the reference engine's unframed run_round over a device core: one
     frame, every round in frame 0; page pressure preempts and readmits (a readmitted request's
     device-owned token is re-fed by the host with its history); tokens equal the host-fed core's."""
     import asyncio
 
-    from helios.production.runtime import ProductionRuntime
+    from helios.engine.worker import BatchingRuntime
     from helios.runtime.events import Finished, TokenEvent
     from helios.runtime.interface import PreparedRequest
     from helios.runtime.limits import AdmissionLimits
@@ -101,7 +101,7 @@ def test_the_batching_runtime_over_the_reference_engine_matches_sequential_token
     expected = [list(reference.generate(r)) for r in requests]
     pages = 7  # two requests growing to 19 and 18 positions (5 pages each) cannot both hold theirs
     engine = ReferenceEngine.load(device, pages=pages)
-    runtime = ProductionRuntime.for_executor(engine, engine.contract, AdmissionLimits(max_active=2, queue_capacity=8),
+    runtime = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=2, queue_capacity=8),
                                              pages=pages)
 
     async def main():

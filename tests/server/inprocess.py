@@ -1,4 +1,4 @@
-"""An in-process server for host tests: the real app and WorkerRuntime over a scripted engine and the
+"""An in-process server for host tests: the real app and SequentialRuntime over a scripted engine and the
 tiny frontend, served by uvicorn on a free loopback port in a thread."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from helios.engine.sequential import SequentialRuntime
 from helios.frontend.preparation import Preparer
 from helios.runtime.limits import AdmissionLimits
-from helios.runtime.worker import WorkerRuntime
 from helios.server.app import ServerState, create_app
 from tests.frontend import tinyfront
 
@@ -31,7 +31,7 @@ def free_port() -> int:
 def serving(engine, *, limits=AdmissionLimits(max_active=2, queue_capacity=2), context_tokens=2048,
             rejections=()) -> Iterator[tuple[str, ServerState]]:  # fmt: skip
     bootstrap = tinyfront.make_bootstrap()
-    runtime = WorkerRuntime(
+    runtime = SequentialRuntime(
         engine, limits, context_tokens=context_tokens, vocab_size=bootstrap.vocab_size, rejections=rejections
     )
     preparer = Preparer(bootstrap, served_id=SERVED_ID, aliases=ALIASES, context_tokens=context_tokens)

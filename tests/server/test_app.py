@@ -331,14 +331,14 @@ def test_finished_response_keeps_its_permit_until_read() -> None:
     admission permit stays held until the response has been delivered."""
     import asyncio
 
+    from helios.engine.sequential import SequentialRuntime
     from helios.frontend.preparation import Preparer
-    from helios.runtime.worker import WorkerRuntime
     from helios.server.app import ServerState, create_app
     from tests.frontend import tinyfront as tf
 
     engine = ScriptedEngine(ids("Hello world again and again") + [EOS])
     bootstrap = tf.make_bootstrap()
-    runtime = WorkerRuntime(engine, AdmissionLimits(), context_tokens=2048, vocab_size=bootstrap.vocab_size)
+    runtime = SequentialRuntime(engine, AdmissionLimits(), context_tokens=2048, vocab_size=bootstrap.vocab_size)
     state = ServerState(
         runtime=runtime, preparer=Preparer(bootstrap, served_id=SERVED_ID, context_tokens=2048)
     )
@@ -405,14 +405,14 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
     connection is dropped and its request cancelled."""
     import uvicorn
 
+    from helios.engine.sequential import SequentialRuntime
     from helios.frontend.preparation import Preparer
-    from helios.runtime.worker import WorkerRuntime
     from helios.server.app import ServerState, create_app
     from tests.server.inprocess import free_port
 
     engine = ScriptedEngine([5] * 5000 + [EOS], delay_s=0.005)
     bootstrap = tinyfront.make_bootstrap()
-    runtime = WorkerRuntime(engine, AdmissionLimits(), context_tokens=8192, vocab_size=bootstrap.vocab_size)
+    runtime = SequentialRuntime(engine, AdmissionLimits(), context_tokens=8192, vocab_size=bootstrap.vocab_size)
     state = ServerState(
         runtime=runtime, preparer=Preparer(bootstrap, served_id=SERVED_ID, context_tokens=8192)
     )

@@ -274,10 +274,10 @@ def test_interleaved_requests_equal_sequential_ones(prepared_core) -> None:
     """The worker interleaves requests in distinct slots: greedy outputs equal those of one at a time."""
     import asyncio
 
+    from helios.cli.compose import ServeOptions, load_state
     from helios.runtime.events import Finished, TokenEvent
     from helios.runtime.interface import PreparedRequest
     from helios.runtime.request import GenerationRequest, SamplingParams
-    from helios.server.serve import ServeOptions, load_state
 
     _, _, key, core = prepared_core
     prompts = [tuple(range(40, 52)), tuple(range(60, 65))]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from helios.cli.compose import ServeOptions
 from helios.errors import HeliosError
-from helios.server.serve import ServeOptions
 
 
 def test_gpu_memory_fraction_needs_the_production_runtime_and_a_share():
@@ -23,8 +23,8 @@ def test_gpu_memory_fraction_needs_the_production_runtime_and_a_share():
 
 def test_gpu_memory_fraction_reaches_the_production_loader(tiny_checkpoint, tmp_path, monkeypatch):
     from helios.cli import main
-    from helios.production import runtime as production
-    from helios.server.serve import load_state
+    from helios.cli.compose import load_state
+    from helios.production import loading as production
 
     key, core = tmp_path / "k.key", tmp_path / "m.hcore"
     assert main(["keys", "new", "--out", str(key)]) == 0
@@ -32,14 +32,14 @@ def test_gpu_memory_fraction_reaches_the_production_loader(tiny_checkpoint, tmp_
                  "--key", str(key), "--dtype", "fp32", "--batch-capacities", "1", "--prefill-capacities", "8"]) == 0
     seen = {}
 
-    real = production.load_production_runtime
+    real = production.load_native_model
 
-    def loader(opened, limits, **load):
-        seen.update(load)
-        return real(opened, limits, device="cpu")
+    def loader(opened, **load):
+        seen.update({k: v for k, v in load.items() if v is not None})
+        return real(opened, **{**load, "device": "cpu"})
 
-    monkeypatch.setattr(production, "load_production_runtime", loader)
+    monkeypatch.setattr(production, "load_native_model", loader)
     _, opened = load_state(ServeOptions(core=core, accept="acme/tests", trust=(f"{key}.pub",), runtime="production",
                                         gpu_memory_fraction=0.4))
     opened.close()
-    assert seen == {"gpu_memory_fraction": 0.4}
+    assert seen == {"max_concurrency": 1, "gpu_memory_fraction": 0.4}

@@ -1,4 +1,4 @@
-"""WorkerRuntime: termination semantics, stops through the output filter, observation, admission,
+"""SequentialRuntime: termination semantics, stops through the output filter, observation, admission,
 cancellation and failures, over a scripted engine."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
+from helios.engine.sequential import SequentialRuntime
 from helios.frontend.detokenize import join_text
 from helios.frontend.stops import OutputFilter, StopSpec
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
-from helios.runtime.worker import WorkerRuntime
 from tests.frontend import tinyfront
 from tests.runtime.scripted import ScriptedEngine, ShortOfPages
 
@@ -53,7 +53,7 @@ def run_requests(
     rejections=(),
 ):
     async def main():
-        runtime = WorkerRuntime(engine, limits, context_tokens=context, vocab_size=VOCAB, rejections=rejections)
+        runtime = SequentialRuntime(engine, limits, context_tokens=context, vocab_size=VOCAB, rejections=rejections)
         runtime.start()
         try:
             streams = [runtime.submit(r) for r in requests]
@@ -220,7 +220,7 @@ def test_engine_rejection_waits_while_others_run_else_rejects() -> None:
 
 
 def test_health_follows_the_lifecycle() -> None:
-    runtime = WorkerRuntime(ScriptedEngine([EOS]), AdmissionLimits(), context_tokens=64, vocab_size=VOCAB)
+    runtime = SequentialRuntime(ScriptedEngine([EOS]), AdmissionLimits(), context_tokens=64, vocab_size=VOCAB)
     assert runtime.health().status == "starting"
     runtime.start()
     assert runtime.health().ok
@@ -239,7 +239,7 @@ def test_a_request_naming_no_eos_ids_ends_at_the_cores() -> None:
                               OutputFilter(TOKENIZER, StopSpec()))
 
     async def main():
-        runtime = WorkerRuntime(ScriptedEngine([*ids("ab"), EOS]), AdmissionLimits(max_active=1, queue_capacity=1),
+        runtime = SequentialRuntime(ScriptedEngine([*ids("ab"), EOS]), AdmissionLimits(max_active=1, queue_capacity=1),
                                 context_tokens=4096, vocab_size=VOCAB, eos_token_ids=(EOS,))
         runtime.start()
         try:

@@ -7,18 +7,11 @@ import dataclasses
 
 import pytest
 
-from helios.production.page_cache import PageCache
-from helios.production.scheduling import (
-    GraphCatalog,
-    GraphVariant,
-    LaneOutcome,
-    RoundOutcomes,
-    RoundPlan,
-    Scheduler,
-    SchedulerConfig,
-    SchedulerRequest,
-)
-from helios.production.scheduling.scheduler import QueueFull
+from helios.engine.catalog import GraphCatalog, GraphVariant
+from helios.engine.config import SchedulerConfig, SchedulerRequest
+from helios.engine.outcomes import LaneOutcome, RoundOutcomes
+from helios.engine.page_cache import PageCache
+from helios.engine.scheduler import QueueFull, Scheduler
 from helios.proto import contract_pb2
 from helios.runtime.completion import (
     AcceptedCountInvalid,
@@ -28,6 +21,7 @@ from helios.runtime.completion import (
     SubmissionOrderViolated,
 )
 from helios.runtime.request import GenerationRequest
+from helios.runtime.rounds import RoundPlan
 
 C = contract_pb2
 INIT, PREFILL, DECODE, MIXED = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE,
@@ -48,10 +42,12 @@ def catalog(*, mixed: bool = True, device_pending: bool = False, init_batches: t
 def scheduler(*, pages: int = 64, mixed: bool = True, device_pending: bool = False, frames: int = 1,
               framed: bool = False, max_active: int = 4, queue_capacity: int = 8,
               init_batches: tuple[int, ...] = (1,)) -> Scheduler:
+    # `frames`: the transport's; `framed`: the executor holds two (rounds in flight: the fewer of both)
     config = SchedulerConfig(max_active=max_active, queue_capacity=queue_capacity, page_tokens=4,
-                             context_tokens=64, input_tokens=300, sampled_tokens=300, eos_ids=(299,), frames=frames)
+                             context_tokens=64, input_tokens=300, sampled_tokens=300, eos_ids=(299,),
+                             frames=frames if framed else 1)
     return Scheduler(config, catalog(mixed=mixed, device_pending=device_pending, init_batches=init_batches),
-                     PageCache(pages, 4, "test"), framed_executor=framed)
+                     PageCache(pages, 4, "test"))
 
 
 def request(name: str, prompt: int, max_tokens: int = 8, first: int = 1, **flags) -> SchedulerRequest:
@@ -356,7 +352,7 @@ def test_page_table_updates_carry_only_new_entries():
     s = scheduler(mixed=False)
     s.add(request("a", 3, max_tokens=10))
     init = s.schedule()
-    assert init.page_table_updates == ()  # no page yet
+    assert init.page_table_updates == ((0, 0, ()),)  # a new slot generation rewrites its row: no page yet
     run(s, init)
     prefill = s.schedule()
     assert prefill.page_table_updates == ((0, 0, (0,)),)
@@ -372,7 +368,7 @@ def test_the_host_half_imports_neither_torch_nor_triton():
     import subprocess
     import sys
 
-    code = ("import sys, helios.production.runtime, helios.production.scheduling, helios.production.page_cache, "
+    code = ("import sys, helios.engine.worker, helios.engine.scheduler, helios.engine.page_cache, "
             "helios.runtime.completion; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

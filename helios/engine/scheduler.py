@@ -19,8 +19,8 @@ one, DECODE and PREFILL rounds alternate while both kinds wait. Each round runs 
 of its operation that holds its lanes and tokens (catalog.py). Newly admitted requests first run
 their INITIALIZATION round, as many together as the largest INITIALIZATION variant holds.
 
-Frames. Two rounds may be outstanding only when the transport declares two frames, the executor can
-take a second submission, every generating graph keeps its pending token on the device, and no
+Frames. Two rounds may be outstanding only when the transport declares two frames and the executor
+holds two (`config.frames`), every generating graph keeps its pending token on the device, and no
 active request needs completion feedback (string stops, grammars): otherwise one. A lane joins the
 second frame while in the first only as a decode lane after a decode round (no phase change).
 
@@ -29,15 +29,21 @@ pages are evicted and younger idle requests preempted. Intake, admission, slots,
 and release are `RequestResidency`'s (residency.py), the base class this module's `Scheduler`
 extends with rounds: cohorts, graph choice, frames, submission and retirement.
 
-Retirement. `complete` validates every row of the round (helios.runtime.completion) and that the
-round is the oldest outstanding one before any lane retires. A cancelled or ended request's lanes
+Page tables. The plan carries each slot's page-table delta (`PageTableUpdate`: the entries assigned
+since its last upload, or its whole row for a new slot generation); the executor applies it. A
+round that fails makes the scheduler forget what its updates would have uploaded: the slot's next
+round rewrites its whole row.
+
+Retirement. `complete` validates every row of the round (`helios.runtime.completion.validate_round`,
+the one validation a completion row gets) and that the round is the oldest outstanding one before
+any lane retires. A cancelled or ended request's lanes
 are suppressed (no token, no prefix publication) and its slot and pages return only at the fence of
 its last outstanding round.
 
 Per-lane cost (bench/host_round.py). A round's lanes are built and retired in one pass each: what a
 request's lanes carry unchanged (seed, sampling, output limit, EOS ids, prompt) is gathered once, a
-decode lane is built by the short `decode_lane` (sequence.py), the page table is asked for a delta only when the request's page count
-changed, the plan's requests are kept for retirement (no lookups by id), and the sampled tokens come
+decode lane is built by the short `decode_lane` (sequence.py), the page table is asked for a delta
+only when the request's page count changed, the plan's requests are kept for retirement (no lookups by id), and the sampled tokens come
 back as `RoundOutcomes` columns rather than an object per token.
 """
 
@@ -46,19 +52,22 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from helios.production.page_cache import PageCache, PageTableUploads
-from helios.production.scheduling.catalog import GraphCatalog, GraphVariant
-from helios.production.scheduling.plan import RoundOutcomes, RoundPlan, SchedulerConfig
-from helios.production.scheduling.residency import (
+from helios.engine.catalog import GraphCatalog, GraphVariant
+from helios.engine.config import SchedulerConfig
+from helios.engine.outcomes import RoundOutcomes
+from helios.engine.page_cache import PageCache, PageTableUploads
+from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
     RequestResidency,
     SchedulerCounters,
     UnknownRequest,
 )
-from helios.production.scheduling.sequence import SequenceState, build_lane, decode_lane
+from helios.engine.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
-from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, validate_round
+from helios.runtime import completion
+from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
+from helios.runtime.rounds import PageTableUpdate, RoundPlan
 
 C = contract_pb2
 
@@ -69,15 +78,13 @@ class Scheduler(RequestResidency):
     """Continuous batching over a graph catalog and a page cache; see the module docstring. Intake,
     slots and pages are `RequestResidency`'s (residency.py)."""
 
-    def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
-                 framed_executor: bool = False, sequence_origin: int = 0) -> None:
+    def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
         super().__init__(config, cache)
         self.catalog = catalog
         self.uploads = PageTableUploads()
-        self._framed = framed_executor  # the executor accepts a second submission before the first completes
-        self._sequence = sequence_origin
+        self._sequence = 0  # the last submission's sequence number
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._prefill_turn = False
@@ -101,7 +108,7 @@ class Scheduler(RequestResidency):
 
     def max_inflight(self) -> int:
         """Rounds that may be outstanding now: 2 only where the specification allows it."""
-        if self.config.frames < 2 or not self._framed or not self.catalog.device_pending:
+        if self.config.frames < 2 or not self.catalog.device_pending:
             return 1
         if self._feedback:
             return 1
@@ -165,9 +172,9 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
-        validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
-                       sampled_tokens=self.config.sampled_tokens, page_tokens=self.config.page_tokens,
-                       frame=plan.frame)
+        completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
+                                  sampled_tokens=self.config.sampled_tokens, page_tokens=self.config.page_tokens,
+                                  frame=plan.frame)
         self._outstanding.popleft()
         name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
         self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
@@ -221,10 +228,13 @@ class Scheduler(RequestResidency):
             self._outstanding.remove(plan)
         self._cohorts.pop(plan.sequence, None)
         failed = []
+        for update in plan.page_table_updates:  # the device may not hold them: the slot's next round rewrites its row
+            self.uploads.forget(update.slot)
         for lane, request_id in zip(plan.lanes, plan.request_ids, strict=True):
             s = self._all.get(request_id)
             if s is None:
                 continue
+            s.table_generation = s.table_entries = -1
             s.in_flight -= 1
             s.submitted -= len(lane.tokens)
             s.unknown -= int(lane.samples)
@@ -290,8 +300,8 @@ class Scheduler(RequestResidency):
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):
                 start, entries = delta(lane.slot, lane.generation, lane.page_ids)
                 s.table_generation, s.table_entries = lane.generation, len(lane.page_ids)
-                if entries:
-                    updates.append((lane.slot, start, entries))
+                if entries or start == 0:
+                    updates.append(PageTableUpdate(lane.slot, start, entries))
             if s.request.constrained:
                 constrained += 1
             s.in_flight += 1

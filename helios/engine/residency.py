@@ -24,10 +24,10 @@ import bisect
 import collections
 from dataclasses import dataclass, field
 
+from helios.engine.config import SchedulerConfig, SchedulerRequest
+from helios.engine.page_cache import PageCache, PagesShort, SequencePages, pages_for
+from helios.engine.sequence import SequenceState
 from helios.errors import HeliosError
-from helios.production.page_cache import PageCache, PagesShort, SequencePages, pages_for
-from helios.production.scheduling.plan import SchedulerConfig, SchedulerRequest
-from helios.production.scheduling.sequence import SequenceState
 
 
 class QueueFull(HeliosError):

@@ -1,20 +1,20 @@
-"""ProductionRuntime end to end on CPU: the batching scheduler drives the reference engine's
-`run_round` (fp32) over a tiny prepared core, and every request's tokens equal the sequential
+"""BatchingRuntime end to end on CPU: the batching scheduler drives the reference executor (fp32)
+over a tiny prepared core, and every request's tokens equal the sequential
 reference engine's, under page pressure (preemption and readmission) and with prefix reuse."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 from dataclasses import dataclass
 
 import pytest
 
+from helios.engine.config import SchedulerRequest
+from helios.engine.worker import BatchingRuntime
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
-from helios.production.runtime import ProductionRuntime
-from helios.production.scheduling import SchedulerRequest
 from helios.reference.engine import ReferenceEngine
+from helios.reference.executor import ReferenceExecutor
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
@@ -32,7 +32,7 @@ def core(tiny_checkpoint):
 def runtime(core, *, pages: int, max_active: int = 4, queue_capacity: int = 16, prefix_reuse: bool = True):
     engine = ReferenceEngine.load(core, pages=pages)
     limits = AdmissionLimits(max_active=max_active, queue_capacity=queue_capacity)
-    return ProductionRuntime.for_executor(engine, engine.contract, limits, pages=pages, prefix_reuse=prefix_reuse)
+    return BatchingRuntime.for_executor(engine.executor, engine.contract, limits, pages=pages, prefix_reuse=prefix_reuse)
 
 
 @dataclass
@@ -55,7 +55,7 @@ async def _collect(stream) -> Result:
     raise AssertionError("the stream ended without a terminal event")
 
 
-def serve(rt: ProductionRuntime, requests: list[PreparedRequest], *, then=None) -> list[Result]:
+def serve(rt: BatchingRuntime, requests: list[PreparedRequest], *, then=None) -> list[Result]:
     async def main():
         rt.start()
         try:
@@ -204,10 +204,16 @@ def test_eos_ends_a_request_and_requests_outside_the_capacities_are_rejected(cor
 def test_a_full_ingress_channel_rejects_and_an_executor_failure_fails_the_round(core):
     rt = runtime(core, pages=16, queue_capacity=1)
 
-    def broken(graph_name, lanes):
-        raise RuntimeError("device lost")
+    class Broken:
+        frames = 1
 
-    rt._executor = type("Broken", (), {"run_round": staticmethod(broken)})()
+        def submit(self, plan):
+            raise RuntimeError("device lost")
+
+        def collect(self, plan):
+            raise AssertionError("nothing was submitted")
+
+    rt._executor = Broken()
     request = GenerationRequest((1, 2, 3), max_tokens=2)
 
     async def main():
@@ -225,50 +231,8 @@ def test_a_full_ingress_channel_rejects_and_an_executor_failure_fails_the_round(
     assert rt.metrics().requests_failed == 1
 
 
-@pytest.mark.slow
-def test_helios_generate_production_equals_reference(tiny_checkpoint, tmp_path, capsys):
-    """`helios generate --runtime production` (the production executor; interpreted on a CPU) prints
-    what `--runtime reference` prints."""
-    import json
-
-    from helios.cli import main
-
-    key = tmp_path / "publisher.key"
-    assert main(["keys", "new", "--out", str(key)]) == 0
-    core = tmp_path / "model.hcore"
-    assert main(["prepare", str(tiny_checkpoint("qwen3")), "--out", str(core), "--publisher", "acme/tests",
-                 "--key", str(key), "--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2",
-                 "--prefill-capacities", "8,16", "--context-tokens", "64"]) == 0
-    capsys.readouterr()
-    outputs = {}
-    for name in ("reference", "production"):
-        assert main(["generate", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub", "--prompt", "fox",
-                     "--max-tokens", "3", "--temperature", "0", "--json", "--runtime", name]) == 0
-        outputs[name] = json.loads(capsys.readouterr().out)
-    assert outputs["production"] == outputs["reference"]
-
-
-@pytest.mark.slow
-def test_the_production_executor_under_the_batching_scheduler(core):
-    """The production executor (Triton kernels, interpreted on a CPU) under page pressure."""
-    from helios.production.runtime import load_native_model
-
-    # Both reach 12 positions (3 pages) in a 5-page cache; the younger takes its third page first, so
-    # the older one preempts it when it needs its own third page; the younger is readmitted.
-    greedy = SamplingParams(temperature=0.0)
-    requests = [GenerationRequest(tuple(range(3)), max_tokens=10, sampling=greedy, ignore_eos=True),
-                GenerationRequest(tuple(range(20, 26)), max_tokens=7, sampling=greedy, ignore_eos=True)]
-    reference = ReferenceEngine.load(core, pages=16)
-    expected = [list(reference.generate(r)) for r in requests]
-    model = load_native_model(core, pages=5)
-    rt = ProductionRuntime.for_native_model(model, AdmissionLimits(max_active=2, queue_capacity=4))
-    results = serve(rt, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
-    assert [r.tokens for r in results] == expected
-    assert rt.scheduler.counters.preemptions >= 1
-
-
 def test_the_http_server_serves_through_the_production_runtime(core):
-    """The server's app over ProductionRuntime (reference executor): chat JSON and SSE, a string stop
+    """The server's app over BatchingRuntime (reference executor): chat JSON and SSE, a string stop
     (the host-stop barrier), 503 for a scheduler rejection, the cache gauges on /metrics."""
     import threading
     import time
@@ -338,6 +302,10 @@ class _PackFailsOnce:
     def __init__(self, packing) -> None:
         self._packing = packing
         self.failed = False
+
+    @property
+    def bindings(self):
+        return self._packing.bindings
 
     def pack(self, lanes, buffers) -> None:
         if not self.failed:
@@ -421,8 +389,13 @@ def test_token_timestamps_are_read_right_after_the_round_completes(core):
     engine = rt._executor
 
     class Executor:
-        def run_round(self, graph_name, lanes):
-            rows = engine.run_round(graph_name, lanes)
+        frames = engine.frames
+
+        def submit(self, plan):
+            engine.submit(plan)
+
+        def collect(self, plan):
+            rows = engine.collect(plan)
             log.append("round")
             return rows
 
@@ -461,32 +434,28 @@ def test_a_request_enqueued_as_the_worker_stops_still_ends(core):
 
 
 def test_a_refused_framed_submission_fails_its_round_not_the_worker(core):
-    """An executor that takes submissions (submit_round/collect) and refuses one: that round's
-    requests fail, the worker goes on serving. The core keeps pending tokens on the device (two
-    frames), so the fake stamps each round's rows with the frame it was submitted in, as a transport
-    does (the reference engine's own rows say frame 0)."""
+    """An executor that holds two frames and refuses one submission: that round's requests fail, the
+    worker goes on serving. The core keeps pending tokens on the device (two frames)."""
     greedy = SamplingParams(temperature=0.0)
     later = GenerationRequest(tuple(range(40, 50)), max_tokens=3, sampling=greedy, ignore_eos=True)
     expected = list(ReferenceEngine.load(core, pages=16).generate(later))
     engine = ReferenceEngine.load(core, pages=16)
+    executor = ReferenceExecutor.load(core, pages=16, frames=2)
 
     class Framed:
+        frames = 2
         calls = 0
 
-        def run_round(self, graph_name, lanes):
-            return engine.run_round(graph_name, lanes)
-
-        def submit_round(self, graph_name, lanes, frame):
-            rows = engine.run_round(graph_name, lanes)  # the transport numbered and ran it...
+        def submit(self, plan):
             Framed.calls += 1
             if Framed.calls == 2:
-                raise RuntimeError("injected: submission refused")  # ...but hands back no handle
-            return [dataclasses.replace(row, frame_index=frame) for row in rows]
+                raise RuntimeError("injected: submission refused")
+            executor.submit(plan)
 
-        def collect(self, handle):
-            return handle
+        def collect(self, plan):
+            return executor.collect(plan)
 
-    rt = ProductionRuntime.for_executor(Framed(), engine.contract, AdmissionLimits(max_active=1, queue_capacity=4),
+    rt = BatchingRuntime.for_executor(Framed(), engine.contract, AdmissionLimits(max_active=1, queue_capacity=4),
                                        pages=16)
 
     async def main():
@@ -511,12 +480,11 @@ def test_submission_sequences_keep_counting_past_the_32_bit_completion_field(cor
     request = GenerationRequest(tuple(range(40, 50)), max_tokens=4, sampling=greedy, ignore_eos=True)
     expected = list(ReferenceEngine.load(core, pages=16).generate(request))
     engine = ReferenceEngine.load(core, pages=16)
-    engine._sequence = 2**31 - 3  # the rounds of this request cross 2**31
-    rt = ProductionRuntime.for_executor(engine, engine.contract, AdmissionLimits(max_active=2), pages=16,
-                                       sequence_origin=engine._sequence)
+    rt = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=2), pages=16)
+    rt.scheduler._sequence = 2**31 - 3  # the rounds of this request cross 2**31
     (result,) = serve(rt, [PreparedRequest("a", request, observe_tokens=True)])
     assert isinstance(result.terminal, Finished), result.terminal
-    assert result.tokens == expected and engine._sequence > 2**31
+    assert result.tokens == expected and engine.executor.sequence > 2**31
 
 
 def test_an_id_the_scheduler_still_holds_is_a_duplicate(core):

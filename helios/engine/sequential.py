@@ -1,20 +1,19 @@
-"""The model worker (host side): a `ModelRuntime` over any engine that turns a `GenerationRequest`
-into a stream of sampled token ids.
+"""The sequential model worker (host side): a `ModelRuntime` over any engine that turns a
+`GenerationRequest` into a stream of sampled token ids (the reference runtime's worker).
 
 Owns: `TokenEngine` (the engine seam: `generate(request) -> Iterator[int]`, EOS included; closing
-the iterator cancels and releases its resources) and `WorkerRuntime`.
+the iterator cancels and releases its resources) and `SequentialRuntime`.
 
 One worker thread owns the engine. Each loop it moves submitted requests into the pending deque
 (at most `queue_capacity`), starts pending requests while fewer than `max_active` generate, then
 runs one round: one token from every active request, in admission order. After each token it
 
-    validates the id -> reads the observation clock (timed requests only) -> EOS / output filter
-    (decoding and host stops) / output limit -> delivers the events
+    checks the id lies in the vocabulary -> reads the observation clock (timed requests only)
+      -> `RequestProgress.accept` (grammar, EOS, output filter, output limit: progress.py) -> events
 
-(`RequestProgress.accept`) before that request's next round is submitted: the host-stop barrier
-(width one, one outstanding round) holds for every request. A batching engine (one graph launch per
-cohort) replaces the round's per-request `next()` with one cohort submission and keeps everything
-after it: `RequestProgress`, the events, slots and the pending deque.
+before that request's next round is submitted: the host-stop barrier (width one, one outstanding
+round) holds for every request. The batching worker (worker.py) keeps the same per-token rules
+(`RequestProgress`) over one cohort submission per round.
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from helios.runtime.events import Failed, Rejected, Termination
+from helios.engine.progress import GrammarViolated, RequestProgress
+from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
@@ -34,7 +34,6 @@ from helios.runtime.interface import (
     ThreadedModelRuntime,
 )
 from helios.runtime.limits import AdmissionLimits
-from helios.runtime.progress import InvalidSampledId, RequestProgress
 from helios.runtime.request import GenerationRequest
 
 
@@ -76,7 +75,7 @@ def _mixed(constrained_lanes: list[bool]) -> bool:
     return any(constrained_lanes) and not all(constrained_lanes)
 
 
-class WorkerRuntime(ThreadedModelRuntime):
+class SequentialRuntime(ThreadedModelRuntime):
     """The reference runtime's worker, and the shape every runtime's worker keeps."""
 
     def __init__(
@@ -142,8 +141,7 @@ class WorkerRuntime(ThreadedModelRuntime):
         with self._lock:
             if request.request_id in self._known:
                 raise DuplicateRequestId(f"request id {request.request_id!r} is already submitted")
-            entry = _Active(request, stream, RequestProgress(request, stream, self.clock, self._vocab_size,
-                                                             self._eos_token_ids))
+            entry = _Active(request, stream, RequestProgress(request, stream, self._eos_token_ids))
             self._known[request.request_id] = entry
             self._ingress.append(entry)
             self._counters.submitted += 1
@@ -248,18 +246,19 @@ class WorkerRuntime(ThreadedModelRuntime):
         return True
 
     def _round(self, entry: _Active) -> None:
-        """One round of one request: a token, validated, observed, filtered, delivered."""
+        """One round of one request: a token, checked, observed, filtered, delivered."""
         if entry.cancelled:
             self._release(entry)
             self._finish(entry, Termination.CANCELLED)
             return
         assert entry.tokens is not None
-        operation = "prefill" if entry.progress.sampled == 0 else "decode"
+        progress = entry.progress
+        operation = "prefill" if progress.sampled == 0 else "decode"
         try:
             token = next(entry.tokens)
         except StopIteration:
             # the engine ends a generation early only when the context is full: an output limit
-            ended: Termination | None = entry.progress.limit()
+            ended: tuple[Termination, tuple[object, ...]] | None = (Termination.LENGTH, progress.flush())
         except Exception as error:  # any engine failure is this request's execution failure
             self._fail(entry, f"model execution failed: {type(error).__name__}: {error}")
             return
@@ -273,17 +272,22 @@ class WorkerRuntime(ThreadedModelRuntime):
                     self._counters.constrained_max_inflight = max(self._counters.constrained_max_inflight, 1)
                 if operation == "decode" and _mixed([entry.request.grammar is not None]):
                     self._counters.mixed_grammar_decode_steps += 1
+            if not isinstance(token, int) or not 0 <= token < self._vocab_size:
+                self._fail(entry, f"the engine sampled id {token!r}, outside the vocabulary of {self._vocab_size}")
+                return
+            # NOTE: read right after the id is checked, before stops and parsing; never for unobserved requests
+            timestamp = self.clock.now_ns() if progress.timed else None
             try:
-                ended = entry.progress.accept(token)
-            except InvalidSampledId as error:
-                self._fail(entry, str(error))
+                ended = progress.accept(token, timestamp, _put)
+            except GrammarViolated as error:  # the mask was not honoured: an execution fault of this request
+                self._fail(entry, f"model execution failed: {error}")
                 return
             except Exception as error:  # decoding failures are output errors (HTTP 500)
                 self._fail(entry, f"output decoding failed: {type(error).__name__}: {error}")
                 return
         if ended is not None:
             self._release(entry)
-            self._finish(entry, ended)
+            self._finish(entry, *ended)
 
     def _release(self, entry: _Active) -> None:
         """Close the engine's generation: it frees the request's slot and pages."""
@@ -298,20 +302,24 @@ class WorkerRuntime(ThreadedModelRuntime):
                 self._free_slots.append(entry.slot)
             entry.slot = None
 
-    def _finish(self, entry: _Active, termination: Termination) -> None:
+    def _finish(self, entry: _Active, termination: Termination, pieces: tuple[object, ...] = ()) -> None:
         with self._lock:
             self._forget(entry)
             self._counters.finished[termination.value] += 1
-        entry.progress.finish(termination)
+        entry.stream.put(entry.progress.finished(termination, pieces))
 
     def _fail(self, entry: _Active, message: str) -> None:
         self._release(entry)
         with self._lock:
             self._forget(entry)
             self._counters.failed += 1
-        entry.progress.fail(message)
+        entry.stream.put(Failed(message))
 
     def _forget(self, entry: _Active) -> None:
         if entry in self._active:
             self._active.remove(entry)
         self._known.pop(entry.request.request_id, None)
+
+
+def _put(stream: EventStream, event: Event) -> None:
+    stream.put(event)

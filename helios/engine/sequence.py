@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helios.production.page_cache import SequencePages
-from helios.production.scheduling.plan import SchedulerRequest
+from helios.engine.config import SchedulerRequest
+from helios.engine.page_cache import SequencePages
 from helios.runtime.packing import LaneInput
 
 DEVICE_PENDING = -1  # stands for a pending token the host does not know yet (device-owned, in flight)

@@ -1,57 +1,41 @@
-"""ProductionRuntime (host side, no torch): the `ModelRuntime` that drives the batching scheduler and
-an executor.
+"""The batching worker (host side, no torch): `BatchingRuntime`, the `ModelRuntime` that drives the
+batching scheduler and an executor.
 
-    runtime = ProductionRuntime.for_executor(executor, contract, limits, pages=pages)
-    runtime = ProductionRuntime.for_native_model(model, limits)          # the production executor
+    runtime = BatchingRuntime.for_executor(executor, contract, limits, pages=pages)
 
-The executor is anything with the executor seam `run_round(graph_name, lanes) -> rows` (the
-production executor, or the reference engine's `run_round`), optionally also `submit_round(graph_name,
-lanes, frame) -> handle` and `collect(handle) -> rows`, which lets a second round be submitted before
-the first completes. One worker thread owns the scheduler and the executor:
+The executor is anything with the executor seam of `helios.runtime.rounds` (`submit(plan)`,
+`collect(plan) -> rows`, `frames`): the production executor, the reference executor, or a trace
+recorder wrapping either. One worker thread owns the scheduler and the executor; the hot loop is
 
-    ingress -> scheduler.add -> scheduler.schedule -> executor -> scheduler.complete (validation)
+    plan = scheduler.schedule(); executor.submit(plan)          # up to `frames` plans in flight
+    rows = executor.collect(scheduler.oldest())
+    outcomes = scheduler.complete(plan, rows)                    # the one validation of the rows
       -> observation clock (once, when the round retired a timed request's token)
-      -> per retired token: EOS / output filter (decoding, host stops) / output limit -> events
+      -> per retired token: RequestProgress (grammar, EOS, output filter, output limit) -> events
          -> scheduler.finish when the request ends (an output failure fails that request alone)
 
 This module owns intake, the worker loop (submission, collection, aborts, cancellation) and
 reporting; what happens to each retired token is `TokenDelivery`'s (delivery.py), a base of
-`ProductionRuntime`. The round's tokens are read from the scheduler's `RoundOutcomes` columns. Stops,
-observation and output parsing are the request's own `OutputFilter` (the one the reference
-worker uses). A request with string stops (`host_stop`) holds the scheduler to one outstanding round,
-so its next round is submitted only after its stop check. The ingress channel and the scheduler's
-pending deque each hold at most `queue_capacity` requests; a request outside the prepared capacities,
-or arriving at a full ingress channel, gets a `Rejected` event (HTTP 503). Temporary page shortages
-never reject: the scheduler waits, evicts and preempts.
-
-Loading a core onto this runtime (`load_native_model`, `load_production_runtime`,
-`ProductionTokenEngine`) is `loading.py`'s; this module re-exports those names.
+`BatchingRuntime`. The scheduler's outstanding plans are the one queue of rounds in flight. A request
+with string stops (`host_stop`) or a grammar holds the scheduler to one outstanding round, so its next
+round is submitted only after its stop check. The ingress channel and the scheduler's pending deque
+each hold at most `queue_capacity` requests; a request outside the prepared capacities, or arriving
+at a full ingress channel, gets a `Rejected` event (HTTP 503). Temporary page shortages never
+reject: the scheduler waits, evicts and preempts.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable
 
-from helios.production.delivery import RequestEntry, TokenDelivery
-from helios.production.loading import (
-    GenerationFailed,
-    GenerationRejected,
-    ProductionTokenEngine,
-    ProductionUnavailable,
-    load_native_model,
-    load_production_runtime,
-)
-from helios.production.page_cache import PageCache
-from helios.production.scheduling import (
-    GraphCatalog,
-    RoundPlan,
-    Scheduler,
-    SchedulerConfig,
-    SchedulerRequest,
-)
-from helios.runtime.completion import Completion
+from helios.contract import PreparedContract
+from helios.engine.catalog import GraphCatalog
+from helios.engine.config import SchedulerConfig, SchedulerRequest
+from helios.engine.delivery import TokenDelivery
+from helios.engine.page_cache import PageCache
+from helios.engine.progress import RequestProgress
+from helios.engine.scheduler import Scheduler
 from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
@@ -62,30 +46,23 @@ from helios.runtime.interface import (
     ThreadedModelRuntime,
 )
 from helios.runtime.limits import AdmissionLimits
-from helios.runtime.packing import LaneInput
+from helios.runtime.rounds import Executor, RoundPlan
 
-__all__ = ["GenerationFailed", "GenerationRejected", "ProductionRuntime", "ProductionTokenEngine",
-           "ProductionUnavailable", "RoundExecutor", "load_native_model", "load_production_runtime"]
-
-
-class RoundExecutor(Protocol):
-    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> Sequence[Completion]: ...
+__all__ = ["BatchingRuntime"]
 
 
-class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
+class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     """Continuous batching over one executor; see the module docstring."""
 
-    def __init__(self, executor: Any, limits: AdmissionLimits, scheduler: Scheduler, *,
+    def __init__(self, executor: Executor, limits: AdmissionLimits, scheduler: Scheduler, *,
                  capacity: dict[str, int] | None = None) -> None:
-        super().__init__(limits, worker_name="helios-production-worker")
+        super().__init__(limits, worker_name="helios-model-worker")
         self._executor = executor
-        self._framed = hasattr(executor, "submit_round") and hasattr(executor, "collect")
         self._scheduler = scheduler
         self._capacity = dict(capacity or {})
-        self._ingress: collections.deque[RequestEntry] = collections.deque()
-        self._entries: dict[str, RequestEntry] = {}
+        self._ingress: collections.deque[RequestProgress] = collections.deque()
+        self._entries: dict[str, RequestProgress] = {}
         self._cancels: set[str] = set()
-        self._handles: dict[int, Any] = {}  # plan sequence -> executor handle (or rows, unframed)
         self._submitted = 0
         self._rejected = 0
         self._failed = 0
@@ -95,33 +72,24 @@ class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
     # ------------------------------------------------------------------------------------ building
 
     @classmethod
-    def for_executor(cls, executor: Any, contract: Any, limits: AdmissionLimits, *, pages: int,
-                     graph_names: Iterable[str] | None = None, prefix_reuse: bool = True,
-                     sequence_origin: int = 0) -> ProductionRuntime:
+    def for_executor(cls, executor: Executor, contract: PreparedContract, limits: AdmissionLimits, *, pages: int,
+                     graph_names: Iterable[str] | None = None, prefix_reuse: bool = True) -> BatchingRuntime:
         """A runtime over `executor` for a `PreparedContract`; `pages` is the executor's physical cache
         page count, `graph_names` the graphs the executor loaded (default: every graph)."""
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
-        framed = hasattr(executor, "submit_round") and hasattr(executor, "collect")
         config = SchedulerConfig(
             max_active=min(limits.max_active, contract.max_concurrency), queue_capacity=max(limits.queue_capacity, 1),
             page_tokens=contract.cache.page_tokens, context_tokens=contract.context_tokens,
             input_tokens=contract.input_vocabulary.input_tokens or contract.vocabulary.sampled_tokens,
             sampled_tokens=contract.vocabulary.sampled_tokens, eos_ids=tuple(contract.frontend.eos_token_ids),
-            # an executor without submit_round/collect runs every round in frame 0
-            frames=min(max(contract.manifest.frames, 1), 2) if framed else 1)
+            # rounds in flight: the transport's frames, as many as the executor holds
+            frames=max(min(contract.manifest.frames, executor.frames, 2), 1))
         cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
-        scheduler = Scheduler(config, catalog, cache, framed_executor=framed, sequence_origin=sequence_origin)
+        scheduler = Scheduler(config, catalog, cache)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
         return cls(executor, limits, scheduler, capacity=capacity)
-
-    @classmethod
-    def for_native_model(cls, model: Any, limits: AdmissionLimits, *, prefix_reuse: bool = True) -> ProductionRuntime:
-        """A runtime over a loaded `helios.production.native_model.NativeModel`."""
-        executor = model.executor
-        return cls.for_executor(executor, model.contract, limits, pages=model.pages, graph_names=model.graphs,
-                                prefix_reuse=prefix_reuse, sequence_origin=executor.sequence)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -155,11 +123,7 @@ class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
                 self._rejected += 1
                 stream.put_nowait(Rejected(f"the model worker is {self._status}"))
                 return
-            generation = request.generation
-            eos = () if generation.ignore_eos else tuple(generation.eos_token_ids or self._scheduler.config.eos_ids)
-            entry = RequestEntry(request, stream, plain=request.grammar is None and request.output_filter is None,
-                           ends_at=eos, observe=request.observe_tokens, timed=request.observe_timestamps,
-                           max_tokens=generation.max_tokens)
+            entry = RequestProgress(request, stream, self._scheduler.config.eos_ids)
             self._entries[request.request_id] = entry
             self._ingress.append(entry)
             self._submitted += 1
@@ -236,7 +200,7 @@ class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
             while (plan := scheduler.schedule()) is not None:
                 submitted.append(plan)
                 try:
-                    self._submit(plan)
+                    self._executor.submit(plan)
                 except Exception as error:  # the executor refused the submission: that round failed
                     self._abort(plan, f"model execution failed: {type(error).__name__}: {error}")
             if not scheduler.outstanding:
@@ -245,7 +209,7 @@ class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
                 return True
         oldest = self._oldest()
         try:
-            rows = self._collect(oldest)
+            rows = self._executor.collect(oldest)
         except Exception as error:  # the executor failed this round
             self._abort(oldest, f"model execution failed: {type(error).__name__}: {error}")
             return True
@@ -264,23 +228,11 @@ class ProductionRuntime(TokenDelivery, ThreadedModelRuntime):
         self._deliver_round(outcomes, entries, stamp)
         return True
 
-    def _submit(self, plan: RoundPlan) -> None:
-        if self._framed:
-            self._handles[plan.sequence] = self._executor.submit_round(plan.graph, plan.lanes, plan.frame)
-        else:
-            self._handles[plan.sequence] = plan  # run when collected: the executor is synchronous
-
     def _oldest(self) -> RoundPlan:
         with self._lock:
             plan = self._scheduler.oldest()
         assert plan is not None
         return plan
-
-    def _collect(self, plan: RoundPlan) -> Sequence[Completion]:
-        handle = self._handles.pop(plan.sequence)
-        if self._framed:
-            return self._executor.collect(handle)
-        return self._executor.run_round(plan.graph, plan.lanes)  # the plan's tuple: its columns are shared
 
     def _abort(self, plan: RoundPlan, message: str) -> None:
         with self._lock:

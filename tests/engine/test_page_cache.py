@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helios.production.page_cache import (
+from helios.engine.page_cache import (
     PageCache,
     PageNotHeld,
     PagesShort,

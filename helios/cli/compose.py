@@ -1,0 +1,113 @@
+"""The composition root (host side): the one place that picks a runtime and builds what serves.
+
+Owns: `load_runtime` (a core becomes the selected runtime through that runtime's own factory,
+`helios.reference.load_runtime` or `helios.production.load_runtime`), `ServeOptions` and
+`load_state` (open and authorize the core, Bootstrap, the runtime with resolved admission limits,
+and, with `--trace`, the conformance trace recorder injected around the production executor).
+Startup fails, with one HeliosError, on anything inconsistent. `helios.server` serves whatever
+state it is given and imports neither runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helios.errors import HeliosError
+from helios.frontend.bootstrap import Bootstrap
+from helios.frontend.preparation import Preparer
+from helios.runtime.interface import ModelRuntime
+from helios.runtime.limits import resolve_limits
+from helios.runtime.options import ExecutorWrapper, RuntimeOptions
+from helios.server.app import ServerState
+
+RUNTIMES = ("reference", "production")
+
+
+class RuntimeUnavailable(HeliosError):
+    """The selected runtime cannot serve on this machine or in this build."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    core: Path
+    accept: str
+    trust: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    runtime: str = "reference"
+    max_active: int | None = None
+    queue_capacity: int | None = None
+    frontend_workers: int | None = None
+    trace: Path | None = None  # production: record every submission to this file (conformance trace)
+    gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise RuntimeUnavailable(f"--runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.trace is not None and self.runtime != "production":
+            raise RuntimeUnavailable("--trace records the production runtime's submissions; add --runtime production")
+        if self.gpu_memory_fraction is not None:
+            if self.runtime != "production":
+                raise RuntimeUnavailable("--gpu-memory-fraction sizes the production runtime's cache; "
+                                         "add --runtime production")
+            if not 0.0 < self.gpu_memory_fraction <= 1.0:
+                raise RuntimeUnavailable(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
+        if not 0 <= self.port < 65536:
+            raise RuntimeUnavailable(f"--port must lie in [0, 65535], got {self.port}")
+
+
+def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
+    """Open the core and build everything the app serves. Returns the state and the open core."""
+    from helios.core import open_core
+
+    core = open_core(options.core, trusted_keys=list(options.trust), accept=options.accept)
+    contract = core.contract
+    bootstrap = Bootstrap.from_core(core)
+    limits = resolve_limits(
+        contract.defaults,
+        max_active=options.max_active,
+        queue_capacity=options.queue_capacity,
+        frontend_workers=options.frontend_workers,
+        max_concurrency=contract.max_concurrency or None,
+    )
+    preparer = Preparer(
+        bootstrap,
+        served_id=contract.served_id,
+        aliases=tuple(contract.aliases),
+        context_tokens=contract.context_tokens,
+        sampled_tokens=contract.model.vocabulary.sampled_tokens,
+        mask_words=contract.model.vocabulary.mask_words,
+    )
+    runtime_options = RuntimeOptions(
+        limits,
+        gpu_memory_fraction=options.gpu_memory_fraction,
+        freeze_heap=options.runtime == "production",
+        wrap_executor=None if options.trace is None else trace_recorder(core, options.trace),
+    )
+    return ServerState(runtime=load_runtime(core, options.runtime, runtime_options), preparer=preparer), core
+
+
+def load_runtime(core: Any, runtime: str, options: RuntimeOptions) -> ModelRuntime:
+    """`core` on the runtime named `runtime` ("reference" or "production"), built by its factory."""
+    if runtime == "reference":
+        from helios.reference import load_runtime as load
+    elif runtime == "production":
+        from helios.production import load_runtime as load
+    else:
+        raise RuntimeUnavailable(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    return load(core, options)
+
+
+def trace_recorder(core: Any, path: Path) -> ExecutorWrapper:
+    """`--trace FILE`: wrap the served executor in the conformance trace recorder, which writes every
+    submission to FILE (audit it with `helios conform MODEL --audit FILE`)."""
+    from conformance.trace import TraceWriter, header_for, recorder_for
+
+    def wrap(executor: Any, pages: int) -> Any:
+        writer = TraceWriter(path)
+        writer.header(header_for(core.contract, pages))
+        return recorder_for(executor, core.contract, core.manifest, writer)
+
+    return wrap

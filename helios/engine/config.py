@@ -1,0 +1,48 @@
+"""What the scheduler is given (host side): its limits, fixed once (`SchedulerConfig`), and each
+request as the runtime hands it over (`SchedulerRequest`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helios.errors import HeliosError
+from helios.runtime.interface import GrammarMatcher
+from helios.runtime.request import GenerationRequest
+
+
+class InvalidSchedulerConfig(HeliosError):
+    """A scheduler limit is out of range; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_active: int  # request slots the scheduler fills (<= the graphs' request slots)
+    queue_capacity: int  # the pending admission deque bound
+    page_tokens: int  # tokens per page (CacheContract.page_tokens)
+    context_tokens: int  # the served context: prompt + output limit must fit
+    input_tokens: int  # prompt ids lie in [0, input_tokens)
+    sampled_tokens: int  # sampled ids lie in [0, sampled_tokens)
+    eos_ids: tuple[int, ...] = ()  # the core's EOS ids (a request without its own uses these)
+    frames: int = 1  # rounds that may be in flight: the transport's frames, at most what the executor holds (1 or 2)
+
+    def __post_init__(self) -> None:
+        for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):
+            if getattr(self, name) < 1:
+                raise InvalidSchedulerConfig(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.queue_capacity < 0:
+            raise InvalidSchedulerConfig(f"queue_capacity must be >= 0, got {self.queue_capacity}")
+        if self.frames not in (1, 2):
+            raise InvalidSchedulerConfig(f"frames must be 1 or 2, got {self.frames}")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerRequest:
+    request_id: str
+    generation: GenerationRequest
+    host_stop: bool = False  # string stops: the host-stop barrier (one outstanding round while active)
+    constrained: bool = False  # a grammar masks its sampling: completion feedback before its next round
+    grammar: GrammarMatcher | None = None  # the constrained request's grammar: each sampling round's mask
+
+    @property
+    def needs_feedback(self) -> bool:
+        return self.host_stop or self.constrained

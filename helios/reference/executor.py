@@ -1,0 +1,191 @@
+"""The reference executor (host side, NumPy only): round plans over a core's programs, interpreted.
+
+    executor = ReferenceExecutor.load(core, pages=16)
+    executor.submit(plan)                  # pack, run the program (now: the reference is synchronous)
+    rows = executor.collect(plan)          # that round's completion rows, as read (unvalidated)
+
+It implements the executor seam of `helios.runtime.rounds`, so the batching engine, the sequential
+reference engine (engine.py) and the trace audit drive it like the production executor. A round is
+the plainest reading of the contract: pack every value binding of the graph from the lanes with the
+shared packer (`helios.runtime.packing`), write the transport-owned completion fields (frame index,
+the plan's submission sequence), execute the program with the reference interpreter, read the
+completion record. The plan's page-table updates are applied to the executor's own record of each
+slot's row and checked against the lane's page ids (`PageTableMismatch`): the reference packs the
+whole row from the lane, and a delta that would leave the device holding another row is an error
+here rather than a silent difference.
+
+Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages. `keep` names
+program tensors (e.g. "logits") copied into `kept` after every round (conformance reads the draws).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from helios.errors import HeliosError
+from helios.program.validate import ValidatedOperator, validate_program
+from helios.proto import contract_pb2, manifest_pb2, program_pb2
+from helios.reference.interpreter import bf16_to_f32, execute
+from helios.reference.operators import NUMPY_DTYPES
+from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
+from helios.runtime.packing import GraphPacking
+from helios.runtime.rounds import RoundPlan
+
+C, M = contract_pb2, manifest_pb2
+
+__all__ = ["EngineLoadError", "LoadedGraph", "PageTableMismatch", "ReferenceExecutor"]
+
+
+class EngineLoadError(HeliosError):
+    """The core cannot be executed by the reference runtime (a missing graph, program or weight)."""
+
+
+class PageTableMismatch(HeliosError):
+    """A plan's page-table updates do not produce the page ids its lane carries (a scheduler fault)."""
+
+
+class FrameBusy(HeliosError):
+    """A plan was submitted into an occupied frame, or collected without being submitted."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedGraph:
+    name: str
+    operation: int
+    batch_capacity: int
+    packed_token_capacity: int
+    program: program_pb2.Program
+    operators: tuple[ValidatedOperator, ...]
+    packing: GraphPacking
+    page_table: bool  # binds a PAGE_TABLE source by physical request row (updated by the plan)
+
+
+class ReferenceExecutor:
+    """Runs round plans with NumPy; see the module docstring."""
+
+    def __init__(self, graphs: Mapping[str, LoadedGraph], weights: Mapping[str, np.ndarray],
+                 buffers: dict[str, np.ndarray], completion: Mapping[int, str], *, pages: int,
+                 keep: Sequence[str] = (), frames: int = 1) -> None:
+        if frames not in (1, 2):
+            raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
+        self.graphs = dict(graphs)
+        self.weights = weights
+        self.buffers = buffers
+        self.completion = dict(completion)  # CompletionField -> buffer name
+        self.pages = pages
+        self.keep = tuple(keep)
+        self.kept: list[dict[str, np.ndarray]] = []  # per round: copies of the `keep` tensors
+        self.kept_graphs: list[str] = []  # the graph of each kept round
+        self.frames = frames
+        self.sequence = 0  # the last submitted plan's sequence
+        self._rows: list[tuple[RoundPlan, CompletionRows] | None] = [None] * frames  # frame -> its round
+        self._page_rows: dict[int, tuple[int, ...]] = {}  # slot -> the page-table row the updates built
+
+    @classmethod
+    def load(cls, core: Any, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
+        """Load `core`'s programs and weights; cache planes get `pages` pages."""
+        serving, manifest = core.contract, core.manifest
+        if manifest.ranks != 1:
+            raise EngineLoadError(f"the reference runtime runs one rank; the core has {manifest.ranks}")
+        if pages < 1:
+            raise EngineLoadError(f"pages must be >= 1, got {pages}")
+        buffer_descriptors = {b.name: b for b in manifest.buffers}
+        contracts = {g.name: g for g in serving.model.graphs}
+        graphs: dict[str, LoadedGraph] = {}
+        weights: dict[str, np.ndarray] = {}
+        for handle in manifest.graphs:
+            program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+            if program.graph != handle.name:
+                raise EngineLoadError(f"program {handle.program_resources[0]!r} belongs to {program.graph!r}, "
+                                      f"not {handle.name!r}")
+            operators = tuple(validate_program(program, buffer_descriptors))
+            for decl in program.tensors:
+                if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                    weights[decl.resource] = _load_weight(core, decl)
+            packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
+            page_table = any(b.source == C.VALUE_SOURCE_PAGE_TABLE and b.indexing == C.INDEXING_PHYSICAL_REQUEST_ROW
+                             for b in packing.bindings)
+            graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
+                                              handle.packed_token_capacity, program, operators, packing, page_table)
+        buffers = {}
+        for b in manifest.buffers:
+            shape = [int(e) for e in b.shape]
+            if b.role == M.BUFFER_ROLE_CACHE:
+                shape[0] = pages
+            buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
+        for graph in graphs.values():
+            graph.packing.initialize(buffers)
+        completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
+        return cls(graphs, weights, buffers, completion, pages=pages, keep=keep, frames=frames)
+
+    # ------------------------------------------------------------------------------------------ rounds
+
+    def submit(self, plan: RoundPlan) -> None:
+        """Run `plan` now (see the module docstring); its rows wait in its frame for `collect`."""
+        if plan.frame not in range(self.frames) or self._rows[plan.frame] is not None:
+            raise FrameBusy(f"graph {plan.graph}: frame {plan.frame} is outside the executor's {self.frames} "
+                            "frames or holds an uncollected round")
+        graph = self.graphs.get(plan.graph)
+        if graph is None:
+            raise EngineLoadError(f"graph {plan.graph!r} is not loaded (loaded: {sorted(self.graphs)})")
+        self.sequence = plan.sequence
+        if graph.page_table:
+            self._apply_updates(plan)
+        graph.packing.pack(plan.lanes, self.buffers)
+        # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.
+        self._field(M.COMPLETION_FIELD_FRAME_INDEX)[...] = plan.frame
+        self._field(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)[...] = transport_sequence(plan.sequence)
+        tensors: dict[str, np.ndarray] = dict(self.buffers)
+        tensors.update(self.weights)
+        env = execute(graph.program, tensors, graph.operators)
+        if self.keep:
+            self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
+            self.kept_graphs.append(plan.graph)
+        arrays = {field: np.array(self._field(field)) for field in self.completion}  # a copy: the frame's own
+        self._rows[plan.frame] = (plan, read_completion(arrays, [lane.slot for lane in plan.lanes], len(plan.lanes)))
+
+    def collect(self, plan: RoundPlan) -> CompletionRows:
+        """The rows `submit` read for `plan` (unvalidated: the caller validates)."""
+        held = self._rows[plan.frame] if plan.frame in range(self.frames) else None
+        if held is None or held[0] is not plan:
+            raise FrameBusy(f"graph {plan.graph}: round {plan.sequence} was not submitted in frame {plan.frame}")
+        self._rows[plan.frame] = None
+        return held[1]
+
+    def _field(self, field: int) -> np.ndarray:
+        return self.buffers[self.completion[field]]
+
+    def _apply_updates(self, plan: RoundPlan) -> None:
+        """Each slot's page-table row as the updates build it must be the lane's page ids."""
+        rows = self._page_rows
+        for update in plan.page_table_updates:
+            held = rows.get(update.slot, ())
+            if update.start and update.start != len(held):
+                raise PageTableMismatch(f"graph {plan.graph}, slot {update.slot}: an update from entry {update.start} "
+                                        f"while the row holds {len(held)} entries")
+            rows[update.slot] = (held if update.start else ()) + tuple(update.entries)
+        for lane in plan.lanes:
+            if rows.get(lane.slot) != tuple(lane.page_ids):
+                raise PageTableMismatch(f"graph {plan.graph}, slot {lane.slot}: the updates leave the row "
+                                        f"{list(rows.get(lane.slot, ()))}, the lane holds {list(lane.page_ids)}")
+
+
+def _load_weight(core: Any, decl: program_pb2.TensorDecl) -> np.ndarray:
+    data = core.read(decl.resource)
+    shape = tuple(int(e) for e in decl.shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    if decl.dtype == M.DTYPE_BF16:
+        raw = np.frombuffer(data, dtype="<u2")
+        values = bf16_to_f32(raw)
+    elif decl.dtype in (M.DTYPE_F32, M.DTYPE_F16):
+        values = np.frombuffer(data, dtype="<f4" if decl.dtype == M.DTYPE_F32 else "<f2")
+    else:
+        raise EngineLoadError(f"weight {decl.resource!r} has a non-float dtype {decl.dtype}")
+    if values.size != count:
+        raise EngineLoadError(f"weight {decl.resource!r} holds {values.size} values, its tensor declares {count}")
+    return values.reshape(shape)
+

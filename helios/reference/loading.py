@@ -1,0 +1,45 @@
+"""The reference runtime's factory (host side, NumPy only): a core becomes a `ModelRuntime`.
+
+    runtime = load_runtime(core, RuntimeOptions(limits))   # helios serve / generate --runtime reference
+
+The sequential worker (`helios.engine.sequential.SequentialRuntime`) over a `ReferenceEngine` whose
+cache gives every slot its full context (unless `pages` says otherwise): page shortages then only
+come from the core's own limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helios.engine.sequential import SequentialRuntime
+from helios.reference.cache import pages_for
+from helios.reference.engine import AdmissionRejected, ReferenceEngine
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions
+
+_PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memory-fraction"),
+                    ("wrap_executor", "--trace"))
+
+
+def load_runtime(core: Any, options: RuntimeOptions) -> SequentialRuntime:
+    """The reference runtime for `core` (see the module docstring)."""
+    for field, flag in _PRODUCTION_ONLY:
+        if getattr(options, field) is not None:
+            raise InvalidRuntimeOptions(f"{flag} is an option of the production runtime; add --runtime production")
+    serving = core.contract
+    limits = options.limits
+    pages = options.pages or limits.max_active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)
+    engine = ReferenceEngine.load(core, pages=pages)
+    return SequentialRuntime(
+        engine,
+        limits,
+        context_tokens=serving.context_tokens,
+        vocab_size=serving.model.vocabulary.sampled_tokens,
+        input_vocab_size=serving.model.input_vocabulary.input_tokens or None,
+        capacity={"pages": pages, "max_concurrency": serving.max_concurrency},
+        available=lambda: {"pages": engine.allocator.free},
+        rejections=(AdmissionRejected,),
+        eos_token_ids=tuple(serving.model.frontend.eos_token_ids),
+    )
+
+
+__all__ = ["load_runtime"]
