@@ -201,7 +201,8 @@ def http_latency(core, model, concurrencies: list[int], *, prompt_chars: int, ma
     from helios.frontend.preparation import Preparer
     from helios.production.runtime import ProductionRuntime
     from helios.runtime.limits import AdmissionLimits
-    from helios.server.app import ServerState, create_app
+    from helios.server.app import create_app
+    from helios.server.state import ServerState
 
     slots = model.contract.max_concurrency
     runtime = ProductionRuntime.for_native_model(model, AdmissionLimits(max_active=slots, queue_capacity=256))

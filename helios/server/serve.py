@@ -18,7 +18,8 @@ from helios.frontend.bootstrap import Bootstrap
 from helios.frontend.preparation import Preparer
 from helios.runtime.limits import resolve_limits
 from helios.runtime.worker import WorkerRuntime
-from helios.server.app import ServerState, create_app
+from helios.server.app import create_app
+from helios.server.state import ServerState
 
 SHUTDOWN_DRAIN_S = 5
 RUNTIMES = ("reference", "production")
