@@ -203,7 +203,8 @@ def http_latency(core, model, concurrencies: list[int], *, prompt_chars: int, ma
     from helios.production.loading import runtime_for
     from helios.runtime.limits import AdmissionLimits
     from helios.runtime.options import RuntimeOptions
-    from helios.server.app import ServerState, create_app
+    from helios.server.app import create_app
+    from helios.server.state import ServerState
 
     slots = model.contract.max_concurrency
     runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=slots, queue_capacity=256)))

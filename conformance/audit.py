@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from conformance.draw import is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
+from helios.core.source import CoreSource
 from helios.engine.sequence import DEVICE_PENDING
 from helios.errors import HeliosError
 from helios.proto import manifest_pb2
@@ -61,7 +61,7 @@ def _row_values(array: np.ndarray, rows: tuple[int, ...]) -> np.ndarray:
 
 
 class _Replay:
-    def __init__(self, core: Any, header: TraceHeader, case: str, dtype: str) -> None:
+    def __init__(self, core: CoreSource, header: TraceHeader, case: str, dtype: str) -> None:
         from helios.reference.engine import ReferenceEngine
 
         serving = core.contract
@@ -189,7 +189,7 @@ class _Replay:
         return None
 
 
-def audit_trace(core: Any, header: TraceHeader, records: Iterable[RoundRecord], *, case: str,
+def audit_trace(core: CoreSource, header: TraceHeader, records: Iterable[RoundRecord], *, case: str,
                 dtype: str | None = None) -> CaseResult:
     """Replay `records` on the reference and return the case's verdict (see the module docstring)."""
     replay = _Replay(core, header, case, dtype or core_dtype(core.manifest))

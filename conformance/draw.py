@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from conformance.tolerance import tolerance
+from helios.core.source import CoreSource
 from helios.proto import program_pb2
 from helios.reference.philox import randint, sampling_offset
 from helios.reference.sampling import TEMPERATURE, sample_row
@@ -120,7 +120,7 @@ class SamplingSite:
                           position=int(positions.reshape(-1)[row]), draw_index=self.draw_index)
 
 
-def sampling_site(core: Any) -> SamplingSite | None:
+def sampling_site(core: CoreSource) -> SamplingSite | None:
     """The first `sample` or `argmax` operator of the core's programs (every generating graph of one
     recipe draws the same way), or None."""
     for handle in core.manifest.graphs:

@@ -20,7 +20,7 @@ from helios.frontend.preparation import Preparer
 from helios.runtime.interface import ModelRuntime
 from helios.runtime.limits import resolve_limits
 from helios.runtime.options import ExecutorWrapper, RuntimeOptions
-from helios.server.app import ServerState
+from helios.server.state import ServerState
 
 RUNTIMES = ("reference", "production")
 

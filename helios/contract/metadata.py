@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from helios.contract import errors as e
-
-if TYPE_CHECKING:
-    from helios.contract.prepared import PreparedContract
+import helios.contract.errors as e
+from helios.contract.translated import TranslatedContract
 
 
-def serving_metadata(c: PreparedContract) -> Iterator[e.ContractError]:
+def serving_metadata(c: TranslatedContract) -> Iterator[e.ContractError]:
     yield from _identity(c)
     yield from _defaults(c)
 
 
-def _identity(c: PreparedContract) -> Iterator[e.ContractError]:
+def _identity(c: TranslatedContract) -> Iterator[e.ContractError]:
     """The served identifier, its aliases and the cache identity name something: clients address the
     model by them, and equal cache identities share cached prefixes."""
     if not c.served_id:
@@ -45,7 +42,7 @@ _SAMPLING_RANGES = {
 }
 
 
-def _defaults(c: PreparedContract) -> Iterator[e.ContractError]:
+def _defaults(c: TranslatedContract) -> Iterator[e.ContractError]:
     """Core defaults fill a request's missing settings, so each must be a value a request could give:
     an out-of-range default would fail every request that leaves the setting out."""
     sampling = c.defaults.sampling

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helios.contract import errors as e
+import helios.contract.errors as e
 from helios.contract.enums import COPIED_TOKEN_SOURCES, Operation
 from helios.contract.model import Graph
 

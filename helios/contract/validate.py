@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from helios.contract import errors as e
+import helios.contract.errors as e
 from helios.contract.enums import (
     DTYPE_NBYTES,
     LENGTH_SOURCES,
@@ -30,10 +29,8 @@ from helios.contract.enums import (
 )
 from helios.contract.metadata import serving_metadata
 from helios.contract.model import Buffer, Graph, StateView
+from helios.contract.translated import TranslatedContract
 from helios.contract.variants import missing_variants
-
-if TYPE_CHECKING:
-    from helios.contract.prepared import PreparedContract
 
 SUPPORTED_VERSIONS = (1, 2, 3)
 CONFIDENCE_BUFFER = "proposal_confidence"
@@ -55,7 +52,7 @@ def _enum_problem(path: str, value, kind, what: str) -> e.ContractError | None:
     return None
 
 
-def problems(c: PreparedContract) -> Iterator[e.ContractError]:
+def problems(c: TranslatedContract) -> Iterator[e.ContractError]:
     if c.version not in SUPPORTED_VERSIONS:
         yield e.UnsupportedContractVersion(
             "model.version", f"contract version {c.version} is not supported (supported: 1, 2, 3)")
@@ -75,7 +72,7 @@ def problems(c: PreparedContract) -> Iterator[e.ContractError]:
 # ----------------------------------------------------------------------------- serving metadata
 
 
-def _geometry(c: PreparedContract) -> Iterator[e.ContractError]:
+def _geometry(c: TranslatedContract) -> Iterator[e.ContractError]:
     v = c.vocabulary
     if v.sampled_tokens == 0:
         yield e.InvalidGeometry("model.vocabulary.sampled_tokens", "the sampled range is empty")
@@ -111,7 +108,7 @@ def _geometry(c: PreparedContract) -> Iterator[e.ContractError]:
 # ----------------------------------------------------------------------------- manifest
 
 
-def _manifest(c: PreparedContract) -> Iterator[e.ContractError]:
+def _manifest(c: TranslatedContract) -> Iterator[e.ContractError]:
     m = c.manifest
     if m.ranks == 0:
         yield e.InvalidGeometry("manifest.ranks", "at least one rank is required")
@@ -149,7 +146,7 @@ def _manifest(c: PreparedContract) -> Iterator[e.ContractError]:
             yield e.InvalidCompletionLayout("manifest.completion", f"the record lacks {field.name}")
 
 
-def _catalog(c: PreparedContract) -> Iterator[e.ContractError]:
+def _catalog(c: TranslatedContract) -> Iterator[e.ContractError]:
     """Missing graph variants and inconsistent contracts fail startup."""
     names = [g.name for g in c.graphs]
     handle_names = [h.name for h in c.manifest.graphs]
@@ -181,7 +178,7 @@ def _catalog(c: PreparedContract) -> Iterator[e.ContractError]:
 # ----------------------------------------------------------------------------- cache
 
 
-def _cache(c: PreparedContract) -> Iterator[e.ContractError]:
+def _cache(c: TranslatedContract) -> Iterator[e.ContractError]:
     cache = c.cache
     if cache.page_tokens == 0:
         yield e.InvalidGeometry("model.cache.page_tokens", "a page must represent at least one token")
@@ -215,7 +212,7 @@ def _cache(c: PreparedContract) -> Iterator[e.ContractError]:
 # ----------------------------------------------------------------------------- graphs
 
 
-def _graph(c: PreparedContract, path: str, g: Graph) -> Iterator[e.ContractError]:
+def _graph(c: TranslatedContract, path: str, g: Graph) -> Iterator[e.ContractError]:
     if (p := _enum_problem(f"{path}.operation", g.operation, Operation, "operation")) is not None:
         yield p
     handle = next((h for h in c.manifest.graphs if h.name == g.name), None)
@@ -269,7 +266,7 @@ def _name(op) -> str:
     return op.name if isinstance(op, Operation) else str(op)
 
 
-def _state_view(c: PreparedContract, path: str, view: StateView) -> Iterator[e.ContractError]:
+def _state_view(c: TranslatedContract, path: str, view: StateView) -> Iterator[e.ContractError]:
     b = c.manifest.buffer(view.buffer)
     if b is None or b.role not in _PERSISTENT_ROLES:
         yield e.UnknownBuffer(f"{path}.buffer", f"{view.buffer!r} is not a registered persistent buffer")
@@ -323,7 +320,7 @@ def _speculative(path: str, g: Graph) -> Iterator[e.ContractError]:
                                         f"{s.draft_tokens}")
 
 
-def _confidence_storage(c: PreparedContract) -> Iterator[e.ContractError]:
+def _confidence_storage(c: TranslatedContract) -> Iterator[e.ContractError]:
     """proposal_confidence: contiguous FP32 [2, request_slots, draft_capacity] covering every width."""
     widths = [(i, g.speculative) for i, g in enumerate(c.graphs)
               if g.speculative is not None and g.speculative.confidence_width > 0]
@@ -351,7 +348,7 @@ def _dtype_name(d) -> str:
     return d.name if isinstance(d, DType) else str(d)
 
 
-def _tuned(c: PreparedContract, path: str, g: Graph) -> Iterator[e.ContractError]:
+def _tuned(c: TranslatedContract, path: str, g: Graph) -> Iterator[e.ContractError]:
     """Tuned buffers match their descriptor exactly and overlap no input, writable state or cache."""
     if g.tuned_bindings and c.version < 3:
         yield e.FieldNotInVersion(f"{path}.tuned_bindings", f"tuned bindings arrive in version 3, not {c.version}")
@@ -380,7 +377,7 @@ def _role(r) -> str:
 # ----------------------------------------------------------------------------- frontend
 
 
-def _frontend(c: PreparedContract) -> Iterator[e.ContractError]:
+def _frontend(c: TranslatedContract) -> Iterator[e.ContractError]:
     f = c.frontend
     checks = (("tool_parser", f.tool_parser, ToolParser, "tool parser"),
               ("reasoning_parser", f.reasoning_parser, ReasoningParser, "reasoning parser"),

@@ -8,19 +8,16 @@ the other rules.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from helios.contract import errors as e
+import helios.contract.errors as e
 from helios.contract.enums import Operation
-
-if TYPE_CHECKING:
-    from helios.contract.prepared import PreparedContract
+from helios.contract.translated import TranslatedContract
 
 _PROMPT_OPERATIONS = (Operation.PREFILL, Operation.MIXED)
 _GENERATION_OPERATIONS = (Operation.DECODE, Operation.SPECULATIVE, Operation.MIXED)
 
 
-def missing_variants(c: PreparedContract) -> Iterator[e.ContractError]:
+def missing_variants(c: TranslatedContract) -> Iterator[e.ContractError]:
     """Missing graph variants fail startup: the serving metadata's extents each have their graphs.
 
     A core consumes prompts (a PREFILL or MIXED graph) and generates (a DECODE, SPECULATIVE or MIXED

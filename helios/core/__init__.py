@@ -62,11 +62,12 @@ from helios.core.keys import (
 from helios.core.migrate import migrate_core
 from helios.core.reader import Core, open_core
 from helios.core.relocate import relocate_core
+from helios.core.source import CoreSource, ResourceEntry
 from helios.core.writer import ResourceInput, StoredResource, write_core, write_stored_core
 
 __all__ = [
     "CHUNK_NBYTES", "FORMATS", "MAX_WINDOW_NBYTES", "PROTECTION_KEY_ENV",
-    "Core", "ResourceInput", "StoredResource", "authorize", "write_stored_core", "format_inspection", "generate_keypair", "generate_protection_key",
+    "Core", "CoreSource", "ResourceEntry", "ResourceInput", "StoredResource", "authorize", "write_stored_core", "format_inspection", "generate_keypair", "generate_protection_key",
     "inspect_core", "load_private_key", "load_protection_key", "load_public_key", "load_trusted_keys",
     "migrate_core", "open_core", "relocate_core", "write_core",
     "BadMagic", "BodyMalformed", "BodyTooLarge", "BufferSizeMismatch", "BytesAfterFinalChunk",

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer
 
 from helios.errors import HeliosError
 from helios.frontend.template import ChatTemplate
 from helios.proto import contract_pb2, core_pb2
+
+if TYPE_CHECKING:  # names for annotations only: importing the frontend does not load helios.core
+    from helios.core.source import CoreSource, ResourceEntry
 
 _SUPPORTED_TOOL_PARSERS = (
     contract_pb2.TOOL_PARSER_NONE, contract_pb2.TOOL_PARSER_QWEN_CODER, contract_pb2.TOOL_PARSER_GLM,
@@ -72,7 +75,7 @@ class Bootstrap:
     # -- loading ---------------------------------------------------------------------------------
 
     @classmethod
-    def from_core(cls, core: Any) -> Bootstrap:
+    def from_core(cls, core: CoreSource) -> Bootstrap:
         """Load from an opened core (`helios.core.open_core`): validate its prepared contract, then
         take the contract's frontend settings and defaults and its one tokenizer and one chat
         template resource."""
@@ -210,7 +213,7 @@ def initial_reasoning_open(prompt: str, frontend: contract_pb2.FrontendContract)
     return opened > closed
 
 
-def _read_single(core: Any, kind: int, what: str) -> str:
+def _read_single(core: CoreSource, kind: int, what: str) -> str:
     ids = [r.id for r in _core_resources(core) if r.kind == kind]
     if len(ids) != 1:
         raise MissingFrontendResource(f"the core must carry exactly one {what} resource, found {len(ids)}")
@@ -221,7 +224,7 @@ def _read_single(core: Any, kind: int, what: str) -> str:
         raise MissingFrontendResource(f"{what} resource {ids[0]!r} is not UTF-8: {error}") from None
 
 
-def _core_resources(core: Any) -> Sequence[Any]:
+def _core_resources(core: CoreSource) -> list[ResourceEntry]:
     """The ExecutableResource entries of an opened core."""
     resources = getattr(core, "resources", None)
     if resources is None:

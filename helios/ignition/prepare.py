@@ -8,7 +8,8 @@
 Owns the order of preparation (read, choose the recipe, build every program, declare the contract
 and the resources; weights convert when their bytes are first needed) and its determinism: the same inputs give byte-identical outputs. Sealing
 into a signed core is `helios.ignition.seal`. A `PreparedCore` also serves as an unsigned in-memory
-core (`.contract`, `.manifest`, `.resources`, `.read(id)`), which tests and the reference engine use.
+core (a `helios.core.CoreSource`: `.contract`, `.manifest`, `.resources`, `.read(id)`), which tests and
+the reference engine use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The FastAPI app (host side): routes, HTTP admission, preparation slots, status codes, SSE.
 
-Owns: `ServerState` (what the routes share) and `create_app`; `responses.Responder` turns events
-into the JSON body or SSE stream. Status codes, as the specification
+Owns: `create_app`, the routes on a `state.ServerState` (what they share); `responses.Responder` turns
+events into the JSON body or SSE stream. Status codes, as the specification
 sets them: 429 when HTTP admission is full; 400 for invalid requests (an OpenAI-style error body
 whose `param` names the field; FastAPI's default 422 is never used); 503 for a scheduler admission
 rejection of a non-stream request; 500 for execution failures; after SSE headers, one terminal
@@ -15,9 +15,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -28,29 +26,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from helios.errors import HeliosError
 from helios.frontend.openai_request import parse_chat_request, parse_completion_request
-from helios.frontend.preparation import Preparer
 from helios.frontend.presentation import ChatPresenter, CompletionPresenter, Timing
-from helios.runtime.interface import ModelRuntime
-from helios.server.admission import HttpAdmission
-from helios.server.metrics import HeliosCollector, ServerCounters, build_registry
+from helios.server.metrics import HeliosCollector, build_registry
 from helios.server.responses import RequestContext, Responder, error_response
+from helios.server.state import ServerState
 
 log = logging.getLogger("helios.server")
-
-
-@dataclass(slots=True)
-class ServerState:
-    runtime: ModelRuntime
-    preparer: Preparer
-    admission: HttpAdmission = field(init=False)
-    counters: ServerCounters = field(default_factory=ServerCounters)
-    executor: ThreadPoolExecutor = field(init=False)
-    preparation_slots: asyncio.Semaphore | None = None  # created on the serving loop
-
-    def __post_init__(self) -> None:
-        limits = self.runtime.limits
-        self.admission = HttpAdmission(limits.http_capacity)
-        self.executor = ThreadPoolExecutor(limits.frontend_workers, thread_name_prefix="helios-frontend")
 
 
 def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = None) -> FastAPI:

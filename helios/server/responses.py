@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -31,9 +31,7 @@ from helios.frontend.presentation import (
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import EventStream
 from helios.server.admission import Permit
-
-if TYPE_CHECKING:
-    from helios.server.app import ServerState
+from helios.server.state import ServerState
 
 log = logging.getLogger("helios.server")
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from helios.server.app import ServerState, create_app
+from helios.server.app import create_app
+from helios.server.state import ServerState
 
 SHUTDOWN_DRAIN_S = 5
 

@@ -242,7 +242,8 @@ def test_the_http_server_serves_through_the_production_runtime(core):
 
     from helios.frontend.bootstrap import Bootstrap
     from helios.frontend.preparation import Preparer
-    from helios.server.app import ServerState, create_app
+    from helios.server.app import create_app
+    from helios.server.state import ServerState
 
     def free_port() -> int:
         import socket

@@ -14,7 +14,8 @@ import uvicorn
 from helios.engine.sequential import SequentialRuntime
 from helios.frontend.preparation import Preparer
 from helios.runtime.limits import AdmissionLimits
-from helios.server.app import ServerState, create_app
+from helios.server.app import create_app
+from helios.server.state import ServerState
 from tests.frontend import tinyfront
 
 SERVED_ID = "tiny-chat"

@@ -333,7 +333,8 @@ def test_finished_response_keeps_its_permit_until_read() -> None:
 
     from helios.engine.sequential import SequentialRuntime
     from helios.frontend.preparation import Preparer
-    from helios.server.app import ServerState, create_app
+    from helios.server.app import create_app
+    from helios.server.state import ServerState
     from tests.frontend import tinyfront as tf
 
     engine = ScriptedEngine(ids("Hello world again and again") + [EOS])
@@ -407,7 +408,8 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
 
     from helios.engine.sequential import SequentialRuntime
     from helios.frontend.preparation import Preparer
-    from helios.server.app import ServerState, create_app
+    from helios.server.app import create_app
+    from helios.server.state import ServerState
     from tests.server.inprocess import free_port
 
     engine = ScriptedEngine([5] * 5000 + [EOS], delay_s=0.005)
