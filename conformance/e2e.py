@@ -33,6 +33,7 @@ import numpy as np
 from conformance.draw import is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
 from conformance.workload import Workload
+from helios.core.source import CoreSource
 from helios.runtime.events import Failed, Finished, Rejected, TokenEvent
 from helios.runtime.interface import ModelRuntime, PreparedRequest
 from helios.runtime.request import GenerationRequest
@@ -94,7 +95,7 @@ def drive(runtime: ModelRuntime, requests: Sequence[PreparedRequest], *,
     return asyncio.run(main())
 
 
-def prepare_requests(core: Any, workload: Workload, copies: int = 2) -> list[list[PreparedRequest]]:
+def prepare_requests(core: CoreSource, workload: Workload, copies: int = 2) -> list[list[PreparedRequest]]:
     """`copies` independent preparations of every request (each runtime needs its own stateful
     output filter), with token observation on and one shared generation (one seed) per request."""
     from helios.frontend.bootstrap import Bootstrap
@@ -119,7 +120,7 @@ def prepare_requests(core: Any, workload: Workload, copies: int = 2) -> list[lis
     return out
 
 
-def reference_runtime(core: Any, workload: Workload) -> ModelRuntime:
+def reference_runtime(core: CoreSource, workload: Workload) -> ModelRuntime:
     """The reference runtime (its own factory, as the commands build it) with the workload's slots."""
     from helios.reference import load_runtime
     from helios.runtime.limits import AdmissionLimits
@@ -133,7 +134,7 @@ def reference_runtime(core: Any, workload: Workload) -> ModelRuntime:
 TieCheck = Callable[[GenerationRequest, Sequence[int], int, int], tuple[bool, float | None]]
 
 
-def reference_tie_check(core: Any, dtype: str) -> TieCheck:
+def reference_tie_check(core: CoreSource, dtype: str) -> TieCheck:
     """(tie, margin) for ids that first differ after `prefix`: the reference's draw of the next
     position, given the prompt and the common prefix (slot 0 of a fresh sequential engine)."""
     from helios.reference.engine import ReferenceEngine

@@ -33,6 +33,7 @@ from conformance.e2e import (
 from conformance.report import LEVELS, CaseResult, LevelResult, Report
 from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
 from conformance.workload import OPERATOR_CASES, WORKLOADS, Workload, load_operator_cases, load_workloads
+from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.options import RuntimeOptions
@@ -62,7 +63,7 @@ class Production:
 
     device: str = "cpu"
 
-    def runtime(self, core: Any, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
+    def runtime(self, core: CoreSource, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
         from helios.production.native_model import LoadOptions, NativeModel
 
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages))
@@ -71,7 +72,7 @@ class Production:
         return traced_runtime(core, model, limits, sink), header_for(core.contract, model.pages)
 
 
-def traced_runtime(core: Any, model: Any, limits: AdmissionLimits, sink: Any) -> Any:
+def traced_runtime(core: CoreSource, model: Any, limits: AdmissionLimits, sink: Any) -> Any:
     """The production runtime over a loaded NativeModel whose every submission goes to `sink`."""
     from helios.production.loading import runtime_for
 
@@ -107,7 +108,7 @@ def _workloads(options: ConformOptions) -> tuple[Workload, ...]:
     return load_workloads(options.workloads, options.workload_names or None)
 
 
-def conform(core: Any, options: ConformOptions | None = None) -> Report:
+def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
     """Run the selected levels on `core` (anything with `.contract`, `.manifest`, `.read(id)`)."""
     options = options or ConformOptions()
     levels = [level for level in LEVELS if level in options.levels]
@@ -156,7 +157,7 @@ def write_trace(path: Path, header: TraceHeader, records: Sequence[Any]) -> None
         writer.close()
 
 
-def audit_file(core: Any, path: str | Path) -> Report:
+def audit_file(core: CoreSource, path: str | Path) -> Report:
     """Audit a recorded trace file (e.g. from a serving run) on the reference: one trace case."""
     header, records = read_trace(path)
     case = audit_trace(core, header, records, case=Path(path).name)

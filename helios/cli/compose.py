@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.frontend.bootstrap import Bootstrap
 from helios.frontend.preparation import Preparer
@@ -89,7 +90,7 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
     return ServerState(runtime=load_runtime(core, options.runtime, runtime_options), preparer=preparer), core
 
 
-def load_runtime(core: Any, runtime: str, options: RuntimeOptions) -> ModelRuntime:
+def load_runtime(core: CoreSource, runtime: str, options: RuntimeOptions) -> ModelRuntime:
     """`core` on the runtime named `runtime` ("reference" or "production"), built by its factory."""
     if runtime == "reference":
         from helios.reference import load_runtime as load
@@ -100,7 +101,7 @@ def load_runtime(core: Any, runtime: str, options: RuntimeOptions) -> ModelRunti
     return load(core, options)
 
 
-def trace_recorder(core: Any, path: Path) -> ExecutorWrapper:
+def trace_recorder(core: CoreSource, path: Path) -> ExecutorWrapper:
     """`--trace FILE`: wrap the served executor in the conformance trace recorder, which writes every
     submission to FILE (audit it with `helios conform MODEL --audit FILE`)."""
     from conformance.trace import TraceWriter, header_for, recorder_for

@@ -10,8 +10,9 @@ The runtime is the host engine's `BatchingRuntime` over the loaded `NativeExecut
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from helios.core.source import CoreSource
 from helios.engine.worker import BatchingRuntime
 from helios.runtime.options import RuntimeOptions
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
 
 
-def load_native_model(core: Any, *, max_concurrency: int | None = None, device: str | None = None,
+def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
                       pages: int | None = None, gpu_memory_fraction: float | None = None) -> NativeModel:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
     on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores)."""
@@ -39,7 +40,7 @@ def load_native_model(core: Any, *, max_concurrency: int | None = None, device: 
     return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
 
 
-def load_runtime(core: Any, options: RuntimeOptions) -> BatchingRuntime:
+def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     """The production runtime for `core`: the batching engine over the production executor.
 
     With `options.freeze_heap` (serving), what the load left in memory is moved out of the cyclic

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from helios.contract import PreparedContract, StartupOptions
+from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture
@@ -126,7 +127,7 @@ class NativeModel:
     # ------------------------------------------------------------------------------------------ load
 
     @classmethod
-    def load(cls, core, options: LoadOptions | None = None) -> NativeModel:
+    def load(cls, core: CoreSource, options: LoadOptions | None = None) -> NativeModel:
         """Load `core` (an opened core or a PreparedCore: `.contract`, `.manifest`, `.read(id)`)."""
         options = options or LoadOptions()
         device = torch.device(options.device)
@@ -204,7 +205,7 @@ class NativeModel:
                    linear_decisions=policy.decisions, max_concurrency=slots)
 
 
-def _programs(core, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
+def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
               selected: set[str]) -> dict[str, _Program]:
     if manifest.ranks > 1:
         raise StartupFailed(f"the core has {manifest.ranks} tensor-parallel ranks; this runtime loads one")
@@ -274,7 +275,7 @@ def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOption
     return int(pages)
 
 
-def _run_tuning(core, manifest, weights, buffers, arena, device) -> None:
+def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device) -> None:
     """Run each startup tuning producer once (they fill TUNED buffers that graphs only read)."""
     descriptors = {b.name: b for b in manifest.buffers}
     for handle in manifest.tuning_catalog:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.production.buffers import WeightSizeMismatch, torch_dtype, weight_tensor
 
@@ -45,7 +46,7 @@ class WeightDeclaration:
             raise WeightDeclarationInvalid(f"weight {self.resource!r}: negative extent in shape {list(self.shape)}")
 
 
-def load_weights(core, declarations: Iterable[WeightDeclaration], device: torch.device,
+def load_weights(core: CoreSource, declarations: Iterable[WeightDeclaration], device: torch.device,
                  into: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The device tensor of each declared resource (the first declaration of a resource wins), added
     to `into` (default: a new dict); resources already in `into` are not read again."""
@@ -81,7 +82,7 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.view(-1).view(torch.uint8).numpy())
 
 
-def _empty(core, declaration: WeightDeclaration, device: torch.device) -> torch.Tensor:
+def _empty(core: CoreSource, declaration: WeightDeclaration, device: torch.device) -> torch.Tensor:
     where = f"weight {declaration.resource!r}"
     dtype = torch_dtype(declaration.dtype, where)
     element = torch.empty((), dtype=dtype).element_size()
@@ -92,7 +93,7 @@ def _empty(core, declaration: WeightDeclaration, device: torch.device) -> torch.
     return torch.empty(declaration.shape, dtype=dtype, device=device)
 
 
-def _read_staged(core, order: list[str], tensors: dict[str, torch.Tensor], device: torch.device) -> None:
+def _read_staged(core: CoreSource, order: list[str], tensors: dict[str, torch.Tensor], device: torch.device) -> None:
     staged: dict[str, torch.Tensor] = {}
     copying: deque[tuple[torch.cuda.Event, torch.Tensor]] = deque()
 

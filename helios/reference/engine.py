@@ -21,9 +21,9 @@ round still runs one lane alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from helios.contract import PreparedContract
+from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
@@ -78,7 +78,7 @@ class ReferenceEngine:
     # ------------------------------------------------------------------------------------------ load
 
     @classmethod
-    def load(cls, core: Any, *, pages: int | None = None, keep: Sequence[str] = ()) -> ReferenceEngine:
+    def load(cls, core: CoreSource, *, pages: int | None = None, keep: Sequence[str] = ()) -> ReferenceEngine:
         """Load `core` (anything with `.contract`, `.manifest` and `.read(id)`); `keep` names program
         tensors (e.g. "logits") whose values are copied into `kept` after every round."""
         serving, manifest = core.contract, core.manifest

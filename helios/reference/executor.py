@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
@@ -86,7 +86,7 @@ class ReferenceExecutor:
         self._page_rows: dict[int, tuple[int, ...]] = {}  # slot -> the page-table row the updates built
 
     @classmethod
-    def load(cls, core: Any, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
+    def load(cls, core: CoreSource, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
         """Load `core`'s programs and weights; cache planes get `pages` pages."""
         serving, manifest = core.contract, core.manifest
         if manifest.ranks != 1:
@@ -174,7 +174,7 @@ class ReferenceExecutor:
                                         f"{list(rows.get(lane.slot, ()))}, the lane holds {list(lane.page_ids)}")
 
 
-def _load_weight(core: Any, decl: program_pb2.TensorDecl) -> np.ndarray:
+def _load_weight(core: CoreSource, decl: program_pb2.TensorDecl) -> np.ndarray:
     data = core.read(decl.resource)
     shape = tuple(int(e) for e in decl.shape)
     count = int(np.prod(shape, dtype=np.int64))

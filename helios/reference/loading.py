@@ -9,8 +9,7 @@ come from the core's own limits.
 
 from __future__ import annotations
 
-from typing import Any
-
+from helios.core.source import CoreSource
 from helios.engine.sequential import SequentialRuntime
 from helios.reference.cache import pages_for
 from helios.reference.engine import AdmissionRejected, ReferenceEngine
@@ -20,7 +19,7 @@ _PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memor
                     ("wrap_executor", "--trace"))
 
 
-def load_runtime(core: Any, options: RuntimeOptions) -> SequentialRuntime:
+def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime:
     """The reference runtime for `core` (see the module docstring)."""
     for field, flag in _PRODUCTION_ONLY:
         if getattr(options, field) is not None:
