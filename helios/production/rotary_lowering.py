@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from helios.production.kernels import rotary
+from helios.program.rope import rope_frequencies
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
-from helios.reference.operators import rope_frequencies
 
 if TYPE_CHECKING:
     from helios.production.lowering import Context
@@ -44,7 +44,7 @@ WRITE_SUFFIXES = ("", "+paged_cache_write", "+paged_cache_write*2")
 
 
 def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple[torch.Tensor, float]:
-    """(inv_freq [rotary_dim / 2] f32 on `device`, attention factor), computed as the reference does."""
+    """(inv_freq [rotary_dim / 2] f32 on `device`, attention factor), as the operator defines them."""
     scaling = {k: v for k, v in attributes.items() if k not in ("theta", "head_dim", "rotary_dim")}
     inv_freq, factor = rope_frequencies(theta=float(attributes["theta"]), rotary_dim=int(attributes["rotary_dim"]),
                                         **scaling)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helios.production.kernels import attention, rotary
+from helios.program.rope import rope_frequencies
 from helios.reference import operators as ref
 from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor, values
 
@@ -25,7 +26,7 @@ def rng() -> np.random.Generator:
 
 
 def _inv_freq(head_dim, rotary_dim, scaling):
-    inv_freq, factor = ref.rope_frequencies(theta=10000.0, rotary_dim=rotary_dim, **scaling)
+    inv_freq, factor = rope_frequencies(theta=10000.0, rotary_dim=rotary_dim, **scaling)
     return torch.from_numpy(inv_freq).to(DEVICE), factor
 
 

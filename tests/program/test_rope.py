@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helios.reference import operators as ops
+from helios.program import rope
 
 CASES = [
     {"rope_type": "default", "rope_theta": 10000.0},
@@ -45,9 +45,9 @@ def test_inverse_frequencies_are_bit_exact_given_the_base_powers(case, head_dim,
     hf = LlamaRotaryEmbedding(config)
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
     torch_powers = (parameters["rope_theta"] ** exponents).numpy()
-    monkeypatch.setattr(ops, "_base_powers", lambda theta, d: torch_powers.copy())
+    monkeypatch.setattr(rope, "_base_powers", lambda theta, d: torch_powers.copy())
     attributes = {k: v for k, v in parameters.items() if k != "rope_theta"}
-    inv_freq, attention_factor = ops.rope_frequencies(theta=parameters["rope_theta"], rotary_dim=head_dim,
+    inv_freq, attention_factor = rope.rope_frequencies(theta=parameters["rope_theta"], rotary_dim=head_dim,
                                                       **attributes)
     np.testing.assert_array_equal(inv_freq, hf.inv_freq.numpy())
     assert attention_factor == hf.attention_scaling
@@ -58,7 +58,7 @@ def test_inverse_frequencies_are_bit_exact_given_the_base_powers(case, head_dim,
 def test_base_powers_are_correctly_rounded_and_within_one_ulp_of_torch(theta, head_dim):
     import torch
 
-    ours = ops._base_powers(theta, head_dim)
+    ours = rope._base_powers(theta, head_dim)
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
     theirs = (theta ** exponents).numpy()
     ulps = np.abs(ours.view(np.int32).astype(np.int64) - theirs.view(np.int32).astype(np.int64))
