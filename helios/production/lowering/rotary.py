@@ -1,4 +1,5 @@
-"""Rotary in the lowering (device side): the rope tables, and the fusions around `rotary` operators.
+"""Rotary in the lowering (device side): the rope tables, the `rotary` and `paged_cache_write` lowerings,
+and the fusions around `rotary` operators.
 
 A layer's attention prologue in the recipes' order is
 
@@ -27,17 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from helios.production.kernels import rotary
+from helios.production.lowering.context import Context
 from helios.program.rope import rope_frequencies
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
-
-if TYPE_CHECKING:
-    from helios.production.lowering import Context
 
 P = program_pb2
 WRITE_SUFFIXES = ("", "+paged_cache_write", "+paged_cache_write*2")
@@ -49,6 +47,29 @@ def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple
     inv_freq, factor = rope_frequencies(theta=float(attributes["theta"]), rotary_dim=int(attributes["rotary_dim"]),
                                         **scaling)  # type: ignore[arg-type]
     return torch.from_numpy(inv_freq.copy()).to(device), float(factor)
+
+
+def _rope(c: Context, rot: ValidatedOperator) -> dict:
+    """The rope keywords of the rotary kernels for `rot`; its tables are computed once per device and rope."""
+    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
+    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
+    return dict(head_dim=int(rot.attributes["head_dim"]), inv_freq=inv_freq,
+                rotary_dim=int(rot.attributes["rotary_dim"]), attention_factor=factor)
+
+
+def lower_rotary(c: Context, op: ValidatedOperator):
+    """A rotary on its own (nothing joins its launch)."""
+    x, positions, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    rope = _rope(c, op)
+    return lambda: rotary.rotary_cache(x, positions, out=out, **rope)
+
+
+def lower_paged_cache_write(c: Context, op: ValidatedOperator):
+    """A cache write on its own: the rotary kernel with no rotation."""
+    cache, values, lanes, positions, table = (c.t(n) for n in op.inputs)
+    head_dim = cache.shape[3]
+    return lambda: rotary.rotary_cache(values, positions, head_dim=head_dim, cache=cache, token_lane=lanes,
+                                       page_table=table)
 
 
 def head_norm_deferrals(operators: Sequence[ValidatedOperator], readers: Mapping[str, list[int]],
@@ -177,12 +198,9 @@ def unstored(sides: Sequence[RotarySide], covered: Sequence[int], readers: Mappi
 def lower_rotary_fusion(c: Context, sides: Sequence[RotarySide], skip: set[str]):
     """The launch of one or two rotary sides whose outputs (but `skip`) are bound."""
     rot = sides[0].rot
-    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
-    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
-    head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
+    rope = _rope(c, rot)
     parts = [_side_tensors(c, side, skip) for side in sides]
     positions = c.t(rot.inputs[1])
-    rope = dict(head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim, attention_factor=factor)
     if len(parts) == 1:
         x, norm, out, extra = parts[0]
         return lambda: rotary.rotary_cache(x, positions, norm=norm, out=out, **rope, **extra)

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from helios.production.kernels import activation, linear
+from helios.production.lowering.context import Context
 from helios.production.tuning import ProductShape
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
-
-if TYPE_CHECKING:
-    from helios.production.lowering import Context
 
 P = program_pb2
 GATED = "gate_up+activation"
