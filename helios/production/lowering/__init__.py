@@ -28,7 +28,7 @@ The modules of this package, along the seams of the walk:
     rotary.py     the rope tables, rotary and cache-write lowerings, the rotary fusions (what may join
                   a rotary launch, and when a head norm may run later, in its prologue)
     linear.py     matrix products (matmul, logits, the matmul fusions): Triton GEMV kernels or torch
-                  (cuBLAS on a GPU) per product shape, as the `LinearPolicy` of `tuning.py` decides
+                  (cuBLAS on a GPU) per product shape, as the `LinearPolicy` of `product_choice.py` decides
                   (timed on a GPU; torch on a CPU unless a test injects Triton)
 
 This module walks the program (`lower_program`). A scratch tensor returns to the arena after its
@@ -46,8 +46,8 @@ from helios.production.kernels import sampling
 from helios.production.lowering import linear, rotary
 from helios.production.lowering.context import Context, LoweringError
 from helios.production.lowering.operators import LOWERINGS, lower_add_rms_norm
+from helios.production.lowering.product_choice import LinearPolicy, default_policy
 from helios.production.plan import Launch, LaunchPlan
-from helios.production.tuning import LinearPolicy, default_policy
 from helios.program.registry import OPERATORS
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
@@ -86,7 +86,7 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     """Lower one validated program into a launch plan over static storage (see the module docstring).
 
     `linear_policy` chooses Triton or torch for each small matrix product (default: measured on a
-    GPU, torch on a CPU; see tuning.py); `fuse=False` lowers every operator on its own.
+    GPU, torch on a CPU; see product_choice.py); `fuse=False` lowers every operator on its own.
     """
     where = f"program {program.graph!r}"
     decls = {d.name: d for d in program.tensors}

@@ -14,7 +14,7 @@ import torch
 
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, torch_dtype
-from helios.production.tuning import LinearPolicy
+from helios.production.lowering.product_choice import LinearPolicy
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
 
