@@ -6,7 +6,7 @@ A layer's attention prologue in the recipes' order is
     head_rms_norm(q) -> qn ; head_rms_norm(k) -> kn ; rotary(qn) -> qr ; rotary(kn) -> kr ;
     paged_cache_write(key_cache, kr, ...) ; paged_cache_write(value_cache, v, ...)
 
-(the head norms only where the model has them: Qwen3). A rotary's launch (`kernels/rotary.py`) also
+(the head norms only where the program has them). A rotary's launch (`kernels/rotary.py`) also
 covers, as a side of it:
 
   - the head norm that feeds it (`head_norm_deferrals`): taken when the norm's output is scratch
