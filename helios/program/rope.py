@@ -30,14 +30,21 @@ def rope_frequencies(
     attention_factor: float | None = None,
     truncate: bool = True,
 ) -> tuple[np.ndarray, float]:
-    """(inv_freq [rotary_dim / 2] f32, attention factor), as transformers' ROPE_INIT_FUNCTIONS compute them."""
+    """(inv_freq [rotary_dim / 2] f32, attention factor), as transformers' ROPE_INIT_FUNCTIONS compute them.
+
+    `rope_type` (docs/operators.md): "default"; "linear" (every frequency divided by `factor`);
+    "frequency_band" (the frequency-band interpolation: wavelengths below the high-frequency bound
+    `original_max_position_embeddings / high_freq_factor` keep their frequency, those above the
+    low-frequency bound `original_max_position_embeddings / low_freq_factor` divide it by `factor`,
+    and those between interpolate smoothly); "yarn".
+    """
     d = rotary_dim
     base_powers = _base_powers(theta, d)
     inv_freq = (F(1) / base_powers).astype(F)
     factor_attention = 1.0
     if rope_type == "linear":
         inv_freq = (inv_freq / F(factor)).astype(F)
-    elif rope_type == "llama3":
+    elif rope_type == "frequency_band":
         old_context = float(original_max_position_embeddings)  # type: ignore[arg-type]
         low_wavelen = old_context / low_freq_factor
         high_wavelen = old_context / high_freq_factor

@@ -14,7 +14,7 @@ from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor
 
 ROPES = [
     dict(rope_type="default"),
-    dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+    dict(rope_type="frequency_band", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
          original_max_position_embeddings=64),
     dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64),
 ]

@@ -16,6 +16,7 @@ from transformers import LlamaConfig
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from helios.ignition.recipes.llama_family import ROPE_TYPES_FROM_HF
 from helios.program.rope import rope_frequencies
 from helios.reference import operators as ops
 
@@ -108,6 +109,7 @@ ROPE_CASES = {
 def _our_rope_attributes(parameters: dict) -> dict:
     attributes = {k: v for k, v in parameters.items() if k != "rope_theta"}
     attributes["theta"] = parameters["rope_theta"]
+    attributes["rope_type"] = ROPE_TYPES_FROM_HF[parameters["rope_type"]]
     return attributes
 
 
