@@ -32,7 +32,7 @@ ALLOWED_FAMILY_LINES = {
     # The one place the program layer maps the retired wire spelling of the frequency-band rope scaling
     # (the checkpoint format's name, written by cores prepared before the rename) to its new name: engine
     # upgrades keep serving previously supported cores without re-export.
-    ("helios/program/registry.py", 'RENAMED_ROPE_TYPES = MappingProxyType({"llama3": "frequency_band"})'),
+    ("helios/program/registry.py", 'RENAMED_ROPE_TYPES = (("llama3", "frequency_band"),)'),
 }
 
 _PROBE = """

@@ -43,7 +43,7 @@ ROPE_TYPES = ("default", "linear", "frequency_band", "yarn")
 # NOTE: cores prepared before the frequency-band scaling had its own name carry the checkpoint
 # format's spelling of it. Engine upgrades keep serving previously supported cores without re-export,
 # so decoding reads that spelling as the new name (AttributeSpec.renamed); nothing writes it any more.
-RENAMED_ROPE_TYPES = MappingProxyType({"llama3": "frequency_band"})
+RENAMED_ROPE_TYPES = (("llama3", "frequency_band"),)
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 
 Attrs = Mapping[str, AttributeValue]

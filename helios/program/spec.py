@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from helios.program.errors import (
     AttributeTypeMismatch,
@@ -43,8 +42,8 @@ class AttributeSpec:
     default: AttributeValue | None = None  # None with required=False: optional, absent when unset
     choices: tuple[str, ...] = ()  # allowed values of a string attribute; empty: any
     doc: str = ""
-    # Earlier spellings of a choice -> the choice: programs written before a rename read as the new name.
-    renamed: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # (retired spelling, choice) pairs: a program written before a rename reads as the new name.
+    renamed: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ATTRIBUTE_KINDS:
@@ -53,13 +52,14 @@ class AttributeSpec:
             raise ValueError(f"attribute {self.name}: a required attribute has no default")
         if self.choices and self.kind != "s":
             raise ValueError(f"attribute {self.name}: choices apply to string attributes only")
-        for old, new in self.renamed.items():
+        for old, new in self.renamed:
             if old in self.choices or new not in self.choices:
                 raise ValueError(f"attribute {self.name}: renamed {old!r} -> {new!r} must map a retired "
                                  f"spelling to one of its choices {list(self.choices)}")
 
     def coerce(self, value: object, where: str) -> AttributeValue:
-        """The canonical Python value of `value` for this attribute, or AttributeTypeMismatch."""
+        """The canonical Python value of `value` for this attribute (a retired spelling read as its new
+        name), or AttributeTypeMismatch."""
         kind = self.kind
         ok = False
         result: AttributeValue
@@ -91,8 +91,9 @@ class AttributeSpec:
             raise AttributeTypeMismatch(
                 f"{where}: attribute {self.name} must be of kind {kind!r}, got {type(value).__name__} {value!r}"
             )
-        if isinstance(result, str):
-            result = self.renamed.get(result, result)
+        for old, new in self.renamed:
+            if result == old:
+                result = new
         if self.choices and result not in self.choices:
             raise InvalidAttributeValue(
                 f"{where}: attribute {self.name}={result!r} is not one of {list(self.choices)}"

@@ -107,4 +107,4 @@ def test_the_retired_rope_spelling_is_read_as_its_new_name_and_nothing_else_is()
     with pytest.raises(InvalidAttributeValue, match="frequency"):
         spec.coerce("llama", "here")
     with pytest.raises(ValueError, match="retired"):
-        AttributeSpec("kind", "s", choices=("a",), renamed={"old": "b"})
+        AttributeSpec("kind", "s", choices=("a",), renamed=(("old", "b"),))
