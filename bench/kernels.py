@@ -3,7 +3,7 @@
     python3 bench/kernels.py                      # both sweeps, Qwen3-0.6B shapes
     python3 bench/kernels.py --sweep attention --budget 120
 
-Each candidate tile is timed the way a decode step runs it (`tuning.GraphTimer`: several calls
+Each candidate tile is timed the way a decode step runs it (`product_choice.GraphTimer`: several calls
 captured in one CUDA graph, L2 flushed before each, the flush's own time subtracted). For every case
 the script prints the tile the code chooses today, the fastest candidates, and each one's bandwidth
 (bytes it must read over its time) as a fraction of the device-to-device copy bandwidth measured in
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the sweeps time CUDA graphs: they need a CUDA device")
     from decode import copy_bandwidth
 
-    from helios.production.tuning import GraphTimer
+    from helios.production.lowering.product_choice import GraphTimer
 
     device = torch.device("cuda")
     bandwidth = copy_bandwidth(device)

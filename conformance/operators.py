@@ -219,8 +219,8 @@ def _where(p, rng, cohort, g, cases):
 
 
 def _rope(g: dict) -> dict:
-    return dict(theta=500000.0, head_dim=g["head_dim"], rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                high_freq_factor=4.0, original_max_position_embeddings=8)
+    return dict(theta=500000.0, head_dim=g["head_dim"], rope_type="frequency_band", factor=8.0,
+                low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)
 
 
 def _rotary(p, rng, cohort, g, cases):

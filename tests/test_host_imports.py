@@ -8,12 +8,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # Packages allowed to import torch: the production device side, preparation, and demo training.
 DEVICE_PACKAGES = ("helios.production", "helios.ignition", "helios.demo")
+# The packages that serve a core: they see operators, buffers and contract fields, never a model family.
+# Family names may appear in preparation (helios/ignition/), the CLI's help examples, the demo and
+# generated code. helios/engine/ may not exist yet.
+RUNTIME_PACKAGES = ("engine", "runtime", "production", "reference", "server", "frontend", "contract", "core",
+                    "program")
+# A family name in any spelling: any case, a version glued on or after a separator (Qwen3, qwen2.5,
+# Llama-3, llama3, DeepSeekV3, gemma2), but not inside a word (philox).
 # NOTE: "Qwen Coder" names a tool-call syntax in the specification ("Qwen Coder function tags"), not a
 # model identity, so the syntax name is allowed; the family name on its own is not.
-FAMILY_NAMES = re.compile(r"\b(llama|qwen(?![-_ ]coder\b)|mistral|gemma|deepseek|phi-?\d|gpt-?oss)\b", re.IGNORECASE)
+FAMILY_NAMES = re.compile(
+    r"(?<![a-z])(llama|qwen(?![-_ ]?coder(?![a-z]))|mistral|gemma|deepseek|phi-?\d|gpt-?oss)"
+    r"(?:[-_ .]?v?\d+(?:\.\d+)*)?(?![a-z])",
+    re.IGNORECASE,
+)
+# (path, line) pairs allowed to name a family, each with its reason.
+ALLOWED_FAMILY_LINES = {
+    # The one place the program layer maps the retired wire spelling of the frequency-band rope scaling
+    # (the checkpoint format's name, written by cores prepared before the rename) to its new name: engine
+    # upgrades keep serving previously supported cores without re-export.
+    ("helios/program/registry.py", 'RENAMED_ROPE_TYPES = (("llama3", "frequency_band"),)'),
+}
 
 _PROBE = """
 import importlib, pkgutil, sys
@@ -40,11 +60,27 @@ def test_every_host_module_imports_without_torch_or_triton():
 
 def test_no_model_family_names_in_runtime_packages():
     offenders = []
-    for path in sorted((ROOT / "helios").rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith(("helios/ignition/recipes/", "helios/demo/", "helios/proto/")):
-            continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if FAMILY_NAMES.search(line):
-                offenders.append(f"{relative}:{number}: {line.strip()}")
-    assert not offenders, "model family names outside helios/ignition/recipes/:\n" + "\n".join(offenders)
+    for package in RUNTIME_PACKAGES:
+        for path in sorted((ROOT / "helios" / package).rglob("*.py")):  # nothing when absent
+            relative = path.relative_to(ROOT).as_posix()
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if FAMILY_NAMES.search(line) and (relative, line.strip()) not in ALLOWED_FAMILY_LINES:
+                    offenders.append(f"{relative}:{number}: {line.strip()}")
+    assert not offenders, "model family names in runtime packages:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("text", [
+    "Qwen3", "qwen2", "qwen2.5", "a Qwen3-0.6B shape", "llama3", "Llama-3", "Llama-3.1-8B", "LLAMA_3", "mistral",
+    "Mistral-7B-v0.1", "DeepSeekV3", "deepseek-v3", "gemma2", "gemma-2", "phi-3", "phi3", "gpt-oss", "gptoss-20b",
+    'rope_type == "llama3"', "# the head norms (Qwen3)", "QWEN", "(qwen)",
+])
+def test_the_family_pattern_catches_every_spelling(text):
+    assert FAMILY_NAMES.search(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "Qwen Coder function tags", "qwen-coder", "QWEN_CODER", "TOOL_PARSER_QWEN_CODER", "qwen_coder", "philox",
+    "Philox4x32-10", "phi", "alphabet", "llamas", "frequency_band", "gemmaplex", "oss", "gpt",
+])
+def test_the_family_pattern_allows_other_words(text):
+    assert not FAMILY_NAMES.search(text), text

@@ -21,11 +21,11 @@ The caller then runs each plan once as before (the kernels phase of `NativeModel
 launch finds its kernel compiled, and one that did not would compile there, so the kernels are
 exactly those of the sequential path and nothing compiles after startup that did not before. The
 prefill only saves time: a worker that fails leaves its kernel to the compile step, which raises
-the compiler's own error if there is one. Measured on an H200 (Qwen3-0.6B shape, 52
-specializations, empty caches): the kernels phase took 16.2 s compiling at each launch, 12.4 s
-with the thread pool alone, 10.2 s with the prefill (discover 1.9 s, prefill 1.9 s, compile 0.6 s;
-the warm-up run after them took the other 5.8 s, against 0.5 s with warm caches: most likely
-loading the kernels and building their launchers at the first launch, not yet overlapped). On a
+the compiler's own error if there is one. Measured on an H200 (the 28-layer, hidden-1024 shape of
+BENCHMARKS.md, 52 specializations, empty caches): the kernels phase took 16.2 s compiling at each
+launch, 12.4 s with the thread pool alone, 10.2 s with the prefill (discover 1.9 s, prefill 1.9 s,
+compile 0.6 s; the warm-up run after them took the other 5.8 s, against 0.5 s with warm caches: most
+likely loading the kernels and building their launchers at the first launch, not yet overlapped). On a
 CPU (Triton's interpreter) nothing compiles: `compile_plans` does nothing there.
 """
 
@@ -60,7 +60,7 @@ class Specialization:
 
 
 _log = logging.getLogger(__name__)
-PREFILL_TIMEOUT_S = 120.0  # all forked compiles together; a Qwen3-0.6B core needs about 2 s on 16 cores
+PREFILL_TIMEOUT_S = 120.0  # all forked compiles together; a 28-layer, hidden-1024 core needs about 2 s on 16 cores
 _FORKED: list[Specialization] = []  # NOTE: what forked prefill workers inherit; set only while they run
 
 

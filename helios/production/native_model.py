@@ -42,8 +42,8 @@ from helios.production.capture import GraphCapture
 from helios.production.executor import ExecutorGraph, NativeExecutor
 from helios.production.kernel_compile import compile_plans
 from helios.production.lowering import lower_program
+from helios.production.lowering.product_choice import PATHS, Decision, LinearPolicy, policy_for
 from helios.production.plan import LaunchPlan
-from helios.production.tuning import PATHS, Decision, LinearPolicy, policy_for
 from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
@@ -113,7 +113,7 @@ class NativeModel:
         self.startup = startup
         self.device = device
         self.weight_bytes = weight_bytes
-        self.linear_decisions = linear_decisions  # path of each small matrix product shape (tuning.py)
+        self.linear_decisions = linear_decisions  # path of each small matrix product shape (product_choice.py)
         self.max_concurrency = max_concurrency  # request slots of the load-time selection
 
     def run_round(self, graph_name: str, lanes: list[LaneInput]):

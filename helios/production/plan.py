@@ -2,7 +2,7 @@
 
 A `LaunchPlan` is a flat list of `Launch`es over static tensors: each launch is one kernel (or one
 torch call on static buffers) that covers one or more program operators (consecutive ones, but for
-a head norm run in the prologue of a later rotary launch: rotary_lowering.py). Running a plan is
+a head norm run in the prologue of a later rotary launch: lowering/rotary.py). Running a plan is
 calling each launch in order; on a GPU the whole plan is captured once as one CUDA graph
 (`capture.py`) and replayed, on a CPU it runs eagerly.
 """

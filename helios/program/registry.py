@@ -38,7 +38,12 @@ SAMPLING_PARAMETERS = (
     "presence_penalty",  # 0: disabled
     "frequency_penalty",  # 0: disabled
 )
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+# The rotary operator's frequency scalings (helios/program/rope.py computes each).
+ROPE_TYPES = ("default", "linear", "frequency_band", "yarn")
+# NOTE: cores prepared before the frequency-band scaling had its own name carry the checkpoint
+# format's spelling of it. Engine upgrades keep serving previously supported cores without re-export,
+# so decoding reads that spelling as the new name (AttributeSpec.renamed); nothing writes it any more.
+RENAMED_ROPE_TYPES = (("llama3", "frequency_band"),)
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 
 Attrs = Mapping[str, AttributeValue]
@@ -136,10 +141,10 @@ def _rotary(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
     _positive(attrs, "theta")
     _positive(attrs, "factor")
     rope_type = attrs["rope_type"]
-    if rope_type in ("llama3", "yarn") and "original_max_position_embeddings" not in attrs:
+    if rope_type in ("frequency_band", "yarn") and "original_max_position_embeddings" not in attrs:
         raise RuleError(f"rope_type {rope_type} requires original_max_position_embeddings")
-    if rope_type == "llama3" and not attrs["high_freq_factor"] > attrs["low_freq_factor"]:  # type: ignore[operator]
-        raise RuleError("llama3 scaling requires high_freq_factor > low_freq_factor")
+    if rope_type == "frequency_band" and not attrs["high_freq_factor"] > attrs["low_freq_factor"]:  # type: ignore[operator]
+        raise RuleError("frequency_band scaling requires high_freq_factor > low_freq_factor")
     _positive(attrs, "original_max_position_embeddings")
     return [x]
 
@@ -313,11 +318,14 @@ _SPECS = (
                      _a("theta", "f", "rope base", required=True),
                      _HEAD_DIM,
                      _a("rotary_dim", "i", "leading features of each head that rotate (even)", required=True),
-                     _a("rope_type", "s", "frequency scaling", default="default", choices=ROPE_TYPES),
-                     _a("factor", "f", "linear, llama3, yarn: the scaling factor", default=1.0),
-                     _a("low_freq_factor", "f", "llama3", default=1.0),
-                     _a("high_freq_factor", "f", "llama3", default=4.0),
-                     _a("original_max_position_embeddings", "i", "llama3, yarn: pretraining context"),
+                     _a("rope_type", "s", "frequency scaling", default="default", choices=ROPE_TYPES,
+                        renamed=RENAMED_ROPE_TYPES),
+                     _a("factor", "f", "linear, frequency_band, yarn: the scaling factor", default=1.0),
+                     _a("low_freq_factor", "f", "frequency_band: above original / it, frequency / factor",
+                        default=1.0),
+                     _a("high_freq_factor", "f", "frequency_band: below original / it, frequency kept",
+                        default=4.0),
+                     _a("original_max_position_embeddings", "i", "frequency_band, yarn: pretraining context"),
                      _a("beta_fast", "f", "yarn", default=32.0),
                      _a("beta_slow", "f", "yarn", default=1.0),
                      _a("mscale", "f", "yarn: numerator mscale when attention_factor is unset"),

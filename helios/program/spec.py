@@ -42,6 +42,8 @@ class AttributeSpec:
     default: AttributeValue | None = None  # None with required=False: optional, absent when unset
     choices: tuple[str, ...] = ()  # allowed values of a string attribute; empty: any
     doc: str = ""
+    # (retired spelling, choice) pairs: a program written before a rename reads as the new name.
+    renamed: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ATTRIBUTE_KINDS:
@@ -50,9 +52,14 @@ class AttributeSpec:
             raise ValueError(f"attribute {self.name}: a required attribute has no default")
         if self.choices and self.kind != "s":
             raise ValueError(f"attribute {self.name}: choices apply to string attributes only")
+        for old, new in self.renamed:
+            if old in self.choices or new not in self.choices:
+                raise ValueError(f"attribute {self.name}: renamed {old!r} -> {new!r} must map a retired "
+                                 f"spelling to one of its choices {list(self.choices)}")
 
     def coerce(self, value: object, where: str) -> AttributeValue:
-        """The canonical Python value of `value` for this attribute, or AttributeTypeMismatch."""
+        """The canonical Python value of `value` for this attribute (a retired spelling read as its new
+        name), or AttributeTypeMismatch."""
         kind = self.kind
         ok = False
         result: AttributeValue
@@ -84,6 +91,9 @@ class AttributeSpec:
             raise AttributeTypeMismatch(
                 f"{where}: attribute {self.name} must be of kind {kind!r}, got {type(value).__name__} {value!r}"
             )
+        for old, new in self.renamed:
+            if result == old:
+                result = new
         if self.choices and result not in self.choices:
             raise InvalidAttributeValue(
                 f"{where}: attribute {self.name}={result!r} is not one of {list(self.choices)}"

@@ -17,8 +17,8 @@ import pytest
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.ignition.reader import UnsupportedCheckpoint, read_checkpoint
 from helios.ignition.recipes.llama_family import parse_config
+from helios.program.rope import rope_frequencies
 from helios.proto import program_pb2
-from helios.reference.operators import rope_frequencies
 
 SMALL = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1,), prefill_capacities=(8,))
 

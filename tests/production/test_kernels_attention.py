@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from helios.production.kernels import attention, rotary
+from helios.program.rope import rope_frequencies
 from helios.reference import operators as ref
 from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor, values
 
 ROPES = [
     dict(rope_type="default"),
-    dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+    dict(rope_type="frequency_band", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
          original_max_position_embeddings=64),
     dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64),
 ]
@@ -25,7 +26,7 @@ def rng() -> np.random.Generator:
 
 
 def _inv_freq(head_dim, rotary_dim, scaling):
-    inv_freq, factor = ref.rope_frequencies(theta=10000.0, rotary_dim=rotary_dim, **scaling)
+    inv_freq, factor = rope_frequencies(theta=10000.0, rotary_dim=rotary_dim, **scaling)
     return torch.from_numpy(inv_freq).to(DEVICE), factor
 
 

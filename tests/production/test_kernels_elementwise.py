@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helios.production.kernels import activation, gather, norm, rotary
+from helios.program.rope import rope_frequencies
 from helios.reference import operators as ref
 from tests.production.helpers import DEVICE, DTYPE, GPU, close, cohort, numpy, tensor, values
 
@@ -88,7 +89,7 @@ def test_head_norm_in_the_rotary_prologue_with_both_cache_writes(rng, rotary_dim
     k, v = (values(rng.standard_normal((rows, kv_heads * head_dim))) for _ in range(2))
     q_w, k_w = (values(rng.standard_normal(head_dim)) for _ in range(2))
     key_start, value_start = (values(rng.standard_normal((c.pages, 4, kv_heads, head_dim))) for _ in range(2))
-    inv_freq, factor = ref.rope_frequencies(theta=10000.0, rotary_dim=rotary_dim)
+    inv_freq, factor = rope_frequencies(theta=10000.0, rotary_dim=rotary_dim)
     rope = dict(head_dim=head_dim, inv_freq=torch.from_numpy(inv_freq).to(DEVICE), rotary_dim=rotary_dim,
                 attention_factor=factor)
     lanes, positions, table = tensor(c.token_lane), tensor(c.positions), tensor(c.page_table)
@@ -143,7 +144,7 @@ def test_rotary_pair_without_norms_keeps_the_rotated_keys(rng):
     rows = len(c.token_lane)
     q, k, v = (values(rng.standard_normal((rows, heads * head_dim))) for heads in (6, 2, 2))
     start = values(rng.standard_normal((c.pages, 4, 2, head_dim)))
-    inv_freq, factor = ref.rope_frequencies(theta=10000.0, rotary_dim=head_dim)
+    inv_freq, factor = rope_frequencies(theta=10000.0, rotary_dim=head_dim)
     q_out, k_out = torch.empty((rows, 6 * head_dim), dtype=DTYPE, device=DEVICE), torch.empty_like(tensor(k))
     key_cache, value_cache = _plane(start), _plane(start)
     rotary.rotary_pair(tensor(q), q_out, tensor(k), tensor(c.positions), head_dim=head_dim,

@@ -1,6 +1,6 @@
 """Skinny matrix product kernels (kernels/linear.py) against the reference operators, and the path
-policies of tuning.py. On a CPU the kernels run in the Triton interpreter in fp32 (fp16 where the
-rounding points are the subject); fresh random inputs each test."""
+policies of lowering/product_choice.py. On a CPU the kernels run in the Triton interpreter in fp32
+(fp16 where the rounding points are the subject); fresh random inputs each test."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import torch
 
 from helios.production.kernels import linear
 from helios.production.kernels.linear import Blocks, LinearShapeError, choose_blocks
-from helios.production.tuning import (
+from helios.production.lowering.product_choice import (
     Decision,
     FixedPolicy,
     MeasuredPolicy,
+    ProductChoiceError,
     ProductShape,
-    TuningError,
     forget_measurements,
     policy_for,
 )
@@ -209,15 +209,15 @@ def test_measured_policy_takes_the_faster_path_and_times_a_shape_once_per_proces
 
 
 def test_malformed_shapes_and_decisions_are_refused():
-    with pytest.raises(TuningError, match="unknown fusion"):
+    with pytest.raises(ProductChoiceError, match="unknown fusion"):
         ProductShape(1, (8,), 8, "f", "conv")
-    with pytest.raises(TuningError, match="positive extents"):
+    with pytest.raises(ProductChoiceError, match="positive extents"):
         ProductShape(1, (), 8, "f", "matmul")
-    with pytest.raises(TuningError, match="unknown path"):
+    with pytest.raises(ProductChoiceError, match="unknown path"):
         Decision(SHAPE, "cublas")
-    with pytest.raises(TuningError, match="not a duration"):
+    with pytest.raises(ProductChoiceError, match="not a duration"):
         Decision(SHAPE, "torch", float("nan"), 1.0)
-    with pytest.raises(TuningError, match="unknown product path"):
+    with pytest.raises(ProductChoiceError, match="unknown product path"):
         FixedPolicy("fast")
 
 

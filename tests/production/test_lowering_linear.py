@@ -10,8 +10,8 @@ import torch
 
 from helios.production.buffers import ScratchArena
 from helios.production.lowering import lower_program
+from helios.production.lowering.product_choice import FixedPolicy
 from helios.production.native_model import LoadOptions, NativeModel
-from helios.production.tuning import FixedPolicy
 from helios.program import validate_program
 from helios.proto import program_pb2
 from helios.reference.engine import ReferenceEngine
@@ -72,7 +72,7 @@ def test_a_deferred_measured_policy_times_every_product_after_the_warm_lowering(
     lowering is done (its scratch inputs are released by then), the final lowering follows the decisions."""
     import time
 
-    from helios.production.tuning import MeasuredPolicy, forget_measurements
+    from helios.production.lowering.product_choice import MeasuredPolicy, forget_measurements
 
     core = cores("qwen3")
     program, operators = _program(core, "decode_b1")

@@ -100,7 +100,7 @@ def test_rope_scaling_rules_are_checked_when_emitted():
         b.rotary(x, pos, theta=1e4, head_dim=4, rope_type="yarn", factor=4.0)
     with pytest.raises(E.ShapeRuleViolation, match="rotary_dim"):
         b.rotary(x, pos, theta=1e4, head_dim=4, rotary_dim=3)
-    out = b.rotary(x, pos, theta=1e4, head_dim=4, rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+    out = b.rotary(x, pos, theta=1e4, head_dim=4, rope_type="frequency_band", factor=8.0, low_freq_factor=1.0,
                    high_freq_factor=4.0, original_max_position_embeddings=8192)
     assert b.type_of(out) == TensorType(F32, (4, 8))
 

@@ -16,6 +16,8 @@ from transformers import LlamaConfig
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from helios.ignition.recipes.llama_family import ROPE_TYPES_FROM_HF
+from helios.program.rope import rope_frequencies
 from helios.reference import operators as ops
 
 RNG = np.random.default_rng(20261129)
@@ -107,6 +109,7 @@ ROPE_CASES = {
 def _our_rope_attributes(parameters: dict) -> dict:
     attributes = {k: v for k, v in parameters.items() if k != "rope_theta"}
     attributes["theta"] = parameters["rope_theta"]
+    attributes["rope_type"] = ROPE_TYPES_FROM_HF[parameters["rope_type"]]
     return attributes
 
 
@@ -117,7 +120,7 @@ def test_rope_frequencies_match_hf_rope_init(case):
     config = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=head_dim, max_position_embeddings=512,
                          rope_parameters=dict(parameters))
     hf = LlamaRotaryEmbedding(config)
-    inv_freq, attention_factor = ops.rope_frequencies(rotary_dim=head_dim, **_our_rope_attributes(parameters))
+    inv_freq, attention_factor = rope_frequencies(rotary_dim=head_dim, **_our_rope_attributes(parameters))
     np.testing.assert_allclose(inv_freq, hf.inv_freq.numpy(), rtol=2e-7)
     assert math.isclose(attention_factor, hf.attention_scaling, rel_tol=1e-12)
 

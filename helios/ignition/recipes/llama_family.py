@@ -12,7 +12,8 @@ one program per (operation, capacity), all the same operator sequence over packe
     -> completion record
 
 The family differences are data: q/k/v bias (Qwen2), per-head q/k norm and explicit head_dim (Qwen3),
-a sliding window per layer (Mistral, Qwen layer types), llama3 rope scaling, tied embeddings.
+a sliding window per layer (Mistral, Qwen layer types), llama3 rope scaling (the rotary operator's
+`frequency_band`), tied embeddings.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from helios.ignition.preparation.contract import (
 )
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
-from helios.program import ACTIVATIONS, ROPE_TYPES, ProgramBuilder
+from helios.program import ACTIVATIONS, ProgramBuilder
 from helios.proto import program_pb2
 
 RECIPE = "llama_family"
@@ -168,9 +169,9 @@ def parse_config(checkpoint: Checkpoint) -> LlamaFamilyConfig:
     if activation != "silu" or activation not in ACTIVATIONS:
         raise UnsupportedCheckpoint(f"config.json: hidden_act = {activation!r} (supported: 'silu')")
     rope = checkpoint.rope
-    if rope.rope_type not in ROPE_TYPES:
-        raise UnsupportedCheckpoint(
-            f"config.json: rope_parameters.rope_type = {rope.rope_type!r} (supported: {list(ROPE_TYPES)})")
+    if rope.rope_type not in ROPE_TYPES_FROM_HF:
+        raise UnsupportedCheckpoint(f"config.json: rope_parameters.rope_type = {rope.rope_type!r} "
+                                    f"(supported: {list(ROPE_TYPES_FROM_HF)})")
     known_scaling = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
                      "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
                      "partial_rotary_factor", "truncate"}
@@ -280,6 +281,8 @@ def lm_head_tensor(cfg: LlamaFamilyConfig) -> str:
     return "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
 
 
+# transformers' rope_type -> the rotary operator's (the operator names the formula, not a family).
+ROPE_TYPES_FROM_HF = {"default": "default", "linear": "linear", "llama3": "frequency_band", "yarn": "yarn"}
 # The rope parameters transformers' ROPE_INIT_FUNCTIONS read for each rope type (others are ignored).
 _ROPE_KEYS = {
     "default": (),
@@ -295,7 +298,7 @@ def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
     """The rotary operator's attributes: exactly the parameters transformers uses for the rope type."""
     rope = cfg.rope
     attributes: dict[str, Any] = {"theta": rope.theta, "head_dim": cfg.head_dim, "rotary_dim": cfg.rotary_dim,
-                                  "rope_type": rope.rope_type}
+                                  "rope_type": ROPE_TYPES_FROM_HF[rope.rope_type]}
     for key in _ROPE_REQUIRED.get(rope.rope_type, ()):
         if rope.get(key) is None:
             raise UnsupportedCheckpoint(

@@ -63,15 +63,15 @@ class Blocks:
 def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False) -> Blocks:
     """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`.
 
-    GPU: one rule from the tiles `bench/kernels.py` timed on an H200 for the Qwen3-0.6B layer's
-    products (BENCHMARKS.md, issue #6, tile sweep; inside a CUDA graph with L2 flushed; the rule's
-    tile is the fastest or within 3% of it where the sweep kept it): one row takes two
-    columns a program and K in 2,048-wide steps where 2,048 divides K (else 1,024) on two warps;
-    two to eight rows take four columns and 1,024-wide steps on four warps; nine to sixteen rows
-    (not measured) take two columns and 512-wide steps, which keeps a gated program within 255
-    registers without spilling. `gated` products read two weights a
-    program and take the same tile. CPU: whole extents in as few programs as possible (the
-    interpreter pays per program iteration, not per element).
+    GPU: one rule from the tiles `bench/kernels.py` timed on an H200 for the products of a hidden-1024
+    layer (16/8 heads of 128, MLP 3072; BENCHMARKS.md, issue #6, tile sweep; inside a CUDA graph with
+    L2 flushed; the rule's tile is the fastest or within 3% of it where the sweep kept it): one row
+    takes two columns a program and K in 2,048-wide steps where 2,048 divides K (else 1,024) on two
+    warps; two to eight rows take four columns and 1,024-wide steps on four warps; nine to sixteen
+    rows (not measured) take two columns and 512-wide steps, which keeps a gated program within 255
+    registers without spilling. `gated` products read two weights a program and take the same tile.
+    CPU: whole extents in as few programs as possible (the interpreter pays per program iteration,
+    not per element).
     """
     del gated  # measured: the gated launch is fastest on the plain product's tile
     if not 1 <= rows <= MAX_ROWS:

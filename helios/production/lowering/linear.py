@@ -1,6 +1,6 @@
 """Matrix products in the lowering (device side): `matmul` and `logits`, and the matmul fusions.
 
-Each product of at most 16 rows asks the context's `LinearPolicy` (tuning.py) for its path, per
+Each product of at most 16 rows asks the context's `LinearPolicy` (product_choice.py) for its path, per
 product shape: the Triton kernels of `kernels/linear.py` or torch (cuBLAS on a GPU); larger products
 always run on torch. Fusions (taken only where the policy picks Triton for the fused shape):
 
@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from helios.production.kernels import activation, linear
-from helios.production.tuning import ProductShape
+from helios.production.lowering.context import Context
+from helios.production.lowering.product_choice import ProductShape
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
-
-if TYPE_CHECKING:
-    from helios.production.lowering import Context
 
 P = program_pb2
 GATED = "gate_up+activation"

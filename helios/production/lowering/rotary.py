@@ -1,11 +1,12 @@
-"""Rotary in the lowering (device side): the rope tables, and the fusions around `rotary` operators.
+"""Rotary in the lowering (device side): the rope tables, the `rotary` and `paged_cache_write` lowerings,
+and the fusions around `rotary` operators.
 
 A layer's attention prologue in the recipes' order is
 
     head_rms_norm(q) -> qn ; head_rms_norm(k) -> kn ; rotary(qn) -> qr ; rotary(kn) -> kr ;
     paged_cache_write(key_cache, kr, ...) ; paged_cache_write(value_cache, v, ...)
 
-(the head norms only where the model has them: Qwen3). A rotary's launch (`kernels/rotary.py`) also
+(the head norms only where the program has them). A rotary's launch (`kernels/rotary.py`) also
 covers, as a side of it:
 
   - the head norm that feeds it (`head_norm_deferrals`): taken when the norm's output is scratch
@@ -27,28 +28,48 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from helios.production.kernels import rotary
+from helios.production.lowering.context import Context
+from helios.program.rope import rope_frequencies
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
-from helios.reference.operators import rope_frequencies
-
-if TYPE_CHECKING:
-    from helios.production.lowering import Context
 
 P = program_pb2
 WRITE_SUFFIXES = ("", "+paged_cache_write", "+paged_cache_write*2")
 
 
 def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple[torch.Tensor, float]:
-    """(inv_freq [rotary_dim / 2] f32 on `device`, attention factor), computed as the reference does."""
+    """(inv_freq [rotary_dim / 2] f32 on `device`, attention factor), as the operator defines them."""
     scaling = {k: v for k, v in attributes.items() if k not in ("theta", "head_dim", "rotary_dim")}
     inv_freq, factor = rope_frequencies(theta=float(attributes["theta"]), rotary_dim=int(attributes["rotary_dim"]),
                                         **scaling)  # type: ignore[arg-type]
     return torch.from_numpy(inv_freq.copy()).to(device), float(factor)
+
+
+def _rope(c: Context, rot: ValidatedOperator) -> dict:
+    """The rope keywords of the rotary kernels for `rot`; its tables are computed once per device and rope."""
+    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
+    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
+    return dict(head_dim=int(rot.attributes["head_dim"]), inv_freq=inv_freq,
+                rotary_dim=int(rot.attributes["rotary_dim"]), attention_factor=factor)
+
+
+def lower_rotary(c: Context, op: ValidatedOperator):
+    """A rotary on its own (nothing joins its launch)."""
+    x, positions, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    rope = _rope(c, op)
+    return lambda: rotary.rotary_cache(x, positions, out=out, **rope)
+
+
+def lower_paged_cache_write(c: Context, op: ValidatedOperator):
+    """A cache write on its own: the rotary kernel with no rotation."""
+    cache, values, lanes, positions, table = (c.t(n) for n in op.inputs)
+    head_dim = cache.shape[3]
+    return lambda: rotary.rotary_cache(values, positions, head_dim=head_dim, cache=cache, token_lane=lanes,
+                                       page_table=table)
 
 
 def head_norm_deferrals(operators: Sequence[ValidatedOperator], readers: Mapping[str, list[int]],
@@ -177,12 +198,9 @@ def unstored(sides: Sequence[RotarySide], covered: Sequence[int], readers: Mappi
 def lower_rotary_fusion(c: Context, sides: Sequence[RotarySide], skip: set[str]):
     """The launch of one or two rotary sides whose outputs (but `skip`) are bound."""
     rot = sides[0].rot
-    key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
-    inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
-    head_dim, rotary_dim = int(rot.attributes["head_dim"]), int(rot.attributes["rotary_dim"])
+    rope = _rope(c, rot)
     parts = [_side_tensors(c, side, skip) for side in sides]
     positions = c.t(rot.inputs[1])
-    rope = dict(head_dim=head_dim, inv_freq=inv_freq, rotary_dim=rotary_dim, attention_factor=factor)
     if len(parts) == 1:
         x, norm, out, extra = parts[0]
         return lambda: rotary.rotary_cache(x, positions, norm=norm, out=out, **rope, **extra)

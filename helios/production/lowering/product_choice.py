@@ -2,7 +2,9 @@
 
 The lowering asks a `LinearPolicy` once per distinct product shape it lowers (`ProductShape`: rows,
 output columns of each group, K, dtypes, biases, and the fusion: one matmul, several matmuls of one
-input, gate/up with the activation, or logits). Policies:
+input, gate/up with the activation, or logits). It is a lowering decision of this runtime, and
+not the specification's startup tuning (the manifest's tuning producers filling TUNED buffers: the
+"tuning" phase of `NativeModel.load`). Policies:
 
   MeasuredPolicy  (CUDA default) times both paths once and takes the faster; decisions are cached
                   per process and device, so a shape lowered again (every layer, every reload of the
@@ -38,7 +40,7 @@ Run = Callable[[], None]
 Candidates = Callable[[], tuple[Run, Run]]  # builds (triton run, torch run) over scratch operands
 
 
-class TuningError(HeliosError):
+class ProductChoiceError(HeliosError):
     """A product shape or a policy is malformed (unknown path or fusion, empty extents)."""
 
 
@@ -55,10 +57,10 @@ class ProductShape:
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.k < 1 or not self.columns or min(self.columns) < 1:
-            raise TuningError(f"product shape needs positive extents, got rows={self.rows} "
+            raise ProductChoiceError(f"product shape needs positive extents, got rows={self.rows} "
                               f"columns={self.columns} k={self.k}")
         if self.fusion not in FUSIONS:
-            raise TuningError(f"unknown fusion {self.fusion!r}; expected one of {FUSIONS}")
+            raise ProductChoiceError(f"unknown fusion {self.fusion!r}; expected one of {FUSIONS}")
 
     def describe(self) -> str:
         n = "+".join(str(c) for c in self.columns)
@@ -76,10 +78,11 @@ class Decision:
 
     def __post_init__(self) -> None:
         if self.path not in PATHS:
-            raise TuningError(f"decision for {self.shape.describe()}: unknown path {self.path!r}")
+            raise ProductChoiceError(f"decision for {self.shape.describe()}: unknown path {self.path!r}")
         for value in (self.triton_us, self.torch_us):
             if value is not None and not (math.isfinite(value) and value >= 0):
-                raise TuningError(f"decision for {self.shape.describe()}: timing {value} is not a duration")
+                raise ProductChoiceError(f"decision for {self.shape.describe()}: timing {value} "
+                                         "is not a duration")
 
     def describe(self) -> str:
         def us(value: float | None) -> str:
@@ -121,7 +124,7 @@ class FixedPolicy(LinearPolicy):
     def __init__(self, path: str) -> None:
         super().__init__()
         if path not in PATHS:
-            raise TuningError(f"unknown product path {path!r}; expected one of {PATHS}")
+            raise ProductChoiceError(f"unknown product path {path!r}; expected one of {PATHS}")
         self.path = path
 
     def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
@@ -181,7 +184,7 @@ class GraphTimer:
         import torch
 
         if device.type != "cuda":
-            raise TuningError(f"GraphTimer needs a CUDA device, got {device}")
+            raise ProductChoiceError(f"GraphTimer needs a CUDA device, got {device}")
         self.device, self.calls, self.replays = device, calls, replays
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20)
         self._flush_elements = 2 * l2 // 4

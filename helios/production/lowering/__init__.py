@@ -1,0 +1,176 @@
+"""Lowering (device side): a validated program becomes a `LaunchPlan` over static tensors, once, at load.
+
+`LOWERINGS` holds one lowering per operator of the operator set (the registry test requires it);
+`lower_program` walks the operators in order, binds every tensor to its static storage (weights,
+manifest buffers, arena scratch), and fuses neighbours where it saves a launch without changing
+meaning:
+
+    add(a, b) -> s ; rms_norm(s, w) -> n               =>  one norm kernel storing s and n
+    rotary(x, pos) -> r ; paged_cache_write(c, r, ...)  =>  one kernel rotating into the cache
+                                                             (and into r only if r is read again)
+      [; paged_cache_write(cv, v, ...) at the same slots]    (v into its plane in the same launch)
+    head_rms_norm(x, w) -> n ... rotary(n, pos) -> r   =>  the norm in the rotary kernel's prologue
+                                                             (n read by that rotary alone; the norm
+                                                             runs where the rotary runs, so nothing in
+                                                             between may write x, w or n)
+    rotary(q, pos) -> qr ; rotary(k, pos) -> kr [; ...] =>  one launch of two sides (one rope, the
+                                                             same positions, neither side reading
+                                                             what the other writes)
+    matmul(x, Wa) -> a ; matmul(x, Wb) -> b [; matmul(x, Wc) -> c]
+                                                        =>  one multi-output GEMV (q/k/v)
+    matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
+                                                        =>  one GEMV storing act(g) * u into h
+
+The modules of this package, along the seams of the walk:
+
+    context.py    what one operator's lowering sees (`Context`) and `LoweringError`
+    operators.py  `LOWERINGS`, one lowering per operator, and the add+rms_norm fusion
+    rotary.py     the rope tables, rotary and cache-write lowerings, the rotary fusions (what may join
+                  a rotary launch, and when a head norm may run later, in its prologue)
+    linear.py     matrix products (matmul, logits, the matmul fusions): Triton GEMV kernels or torch
+                  (cuBLAS on a GPU) per product shape, as the `LinearPolicy` of `product_choice.py` decides
+                  (timed on a GPU; torch on a CPU unless a test injects Triton)
+
+This module walks the program (`lower_program`). A scratch tensor returns to the arena after its
+last reader, so every layer of a program reuses one set of buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from helios.production.buffers import ScratchArena, torch_dtype
+from helios.production.kernels import sampling
+from helios.production.lowering import linear, rotary
+from helios.production.lowering.context import Context, LoweringError
+from helios.production.lowering.operators import LOWERINGS, lower_add_rms_norm
+from helios.production.lowering.product_choice import LinearPolicy, default_policy
+from helios.production.plan import Launch, LaunchPlan
+from helios.program.registry import OPERATORS
+from helios.program.validate import ValidatedOperator
+from helios.proto import program_pb2
+
+__all__ = ["LOWERINGS", "LoweringError", "lower_program"]
+
+P = program_pb2
+
+
+def _readers(operators: Sequence[ValidatedOperator]) -> dict[str, list[int]]:
+    readers: dict[str, list[int]] = {}
+    for index, op in enumerate(operators):
+        for name in op.inputs:
+            readers.setdefault(name, []).append(index)
+    return readers
+
+
+def _fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, readers: Mapping[str, list[int]],
+            deferred: Mapping[int, int]) -> str | None:
+    op = operators[i]
+    if op.op == "rotary":
+        return rotary.rotary_fusion(c, operators, i, deferred)
+    if i + 1 >= len(operators):
+        return None
+    nxt = operators[i + 1]
+    if op.op == "add" and nxt.op == "rms_norm" and nxt.inputs[0] == op.outputs[0] \
+            and op.outputs[0] not in nxt.outputs:
+        return "add+rms_norm"
+    return None
+
+
+def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOperator], *,
+                  weights: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
+                  arena: ScratchArena, device: torch.device, fuse: bool = True,
+                  linear_policy: LinearPolicy | None = None) -> LaunchPlan:
+    """Lower one validated program into a launch plan over static storage (see the module docstring).
+
+    `linear_policy` chooses Triton or torch for each small matrix product (default: measured on a
+    GPU, torch on a CPU; see product_choice.py); `fuse=False` lowers every operator on its own.
+    """
+    where = f"program {program.graph!r}"
+    decls = {d.name: d for d in program.tensors}
+    tensors: dict[str, torch.Tensor] = {}
+    for name, decl in decls.items():
+        if decl.role == P.TENSOR_ROLE_WEIGHT:
+            if decl.resource not in weights:
+                raise LoweringError(f"{where}: tensor {name!r} needs weight {decl.resource!r}, which is not loaded")
+            tensors[name] = weights[decl.resource]
+        elif decl.role != P.TENSOR_ROLE_SCRATCH:
+            if decl.buffer not in buffers:
+                raise LoweringError(f"{where}: tensor {name!r} needs buffer {decl.buffer!r}, which has no storage")
+            storage = buffers[decl.buffer]
+            declared = [int(e) for e in decl.shape]
+            if list(storage.shape[1:]) != declared[1:] or (declared[0] and storage.shape[0] != declared[0]):
+                raise LoweringError(f"{where}: buffer {decl.buffer!r} is {list(storage.shape)}, "
+                                    f"tensor {name!r} declares {declared}")
+            tensors[name] = storage
+    bound = dict(tensors)
+    arena.reset()
+    readers = _readers(operators)
+    deferred = rotary.head_norm_deferrals(operators, readers, decls) if fuse else {}
+    absorbed = set(deferred.values())
+    # a deferred norm reads its input where its rotary runs: its storage lives until then
+    runs_at = {norm: rot for rot, norm in deferred.items()}
+    last_read = {name: max(runs_at.get(r, r) for r in indices) for name, indices in readers.items()}
+    context = Context(tensors, arena, device, where, linear_policy or default_policy(device), decls)
+    launches: list[Launch] = []
+
+    def bind_outputs(ops: Sequence[ValidatedOperator], skip: set[str]) -> None:
+        for op in ops:
+            for name in op.outputs:
+                decl = decls[name]
+                if name in tensors or name in skip:
+                    continue
+                if decl.role != P.TENSOR_ROLE_SCRATCH:
+                    raise LoweringError(f"{where}: output {name!r} has no storage")
+                tensors[name] = arena.acquire(torch_dtype(decl.dtype, f"{where} tensor {name}"),
+                                              tuple(int(e) for e in decl.shape))
+
+    def release(upto: int, ops: Sequence[ValidatedOperator]) -> None:
+        for op in ops:
+            for name in (*op.inputs, *op.outputs):
+                if decls[name].role == P.TENSOR_ROLE_SCRATCH and name in tensors \
+                        and last_read.get(name, -1) <= upto:
+                    arena.release(tensors.pop(name))
+
+    i = 0
+    while i < len(operators):
+        op = operators[i]
+        if op.op not in LOWERINGS:
+            raise LoweringError(f"{where} operators[{i}]: operator {op.op!r} has no production lowering")
+        if i in absorbed:  # a head norm that runs in the prologue of a later rotary launch
+            i += 1
+            continue
+        fused = _fusion(context, operators, i, readers, deferred) if fuse else None
+        if fused is None and fuse:
+            fused = linear.matmul_fusion(context, operators, i, readers)
+        covered = None
+        if fused is not None and fused.startswith(("matmul*", linear.GATED)):
+            group = tuple(operators[i:i + linear.fusion_size(fused)])
+            bind_outputs(group, linear.unstored(group, fused))
+            run = linear.lower_fusion(context, group, fused)
+        elif fused == "add+rms_norm":
+            group = (op, operators[i + 1])
+            bind_outputs(group, set())
+            run = lower_add_rms_norm(context, *group)
+        elif fused is not None and rotary.is_rotary_fusion(fused):
+            sides, covered = rotary.rotary_group(operators, i, fused, deferred)
+            group = tuple(o for side in sides for o in side.operators)
+            skip = rotary.unstored(sides, covered, readers, decls)
+            bind_outputs(group, skip)
+            run = rotary.lower_rotary_fusion(context, sides, skip)
+        else:
+            group = (op,)
+            bind_outputs(group, set())
+            run = LOWERINGS[op.op](context, op)
+        covered = covered or tuple(range(i, i + len(group)))
+        launches.append(Launch(fused or op.op, covered, run))
+        release(max(covered), group)
+        i = max(covered) + 1
+    missing = sorted(set(OPERATORS) - set(LOWERINGS))
+    if missing:
+        raise LoweringError(f"operators without a production lowering: {missing}")
+    samples = any(launch.kernel == "sample" for launch in launches)
+    switch = arena.memo(("rank_filters",), sampling.RankFilters) if samples else None
+    return LaunchPlan(program.graph, tuple(launches), bound, len(operators), rank_filters=switch)

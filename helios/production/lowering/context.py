@@ -1,0 +1,45 @@
+"""What one operator's lowering sees (device side): the `Context` of the program being lowered.
+
+Every lowering (`operators.py`, `linear.py`, `rotary.py`) is a function `(Context, ValidatedOperator)
+-> run`, where `run` launches the operator on the program's static tensors; the entry point
+(`lower_program` in this package) builds the context once per program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from helios.errors import HeliosError
+from helios.production.buffers import ScratchArena, torch_dtype
+from helios.production.lowering.product_choice import LinearPolicy
+from helios.program.validate import ValidatedOperator
+from helios.proto import program_pb2
+
+
+class LoweringError(HeliosError):
+    """A program cannot be lowered on this device (a tensor without storage, an unlowered operator)."""
+
+
+@dataclass(slots=True)
+class Context:
+    """What one operator's lowering sees: the program's tensors and the device's shared resources."""
+
+    tensors: dict[str, torch.Tensor]  # by program tensor name: weights, buffers, and scratch while live
+    arena: ScratchArena  # the device's scratch arena (shared by every plan) and its memo of device tables
+    device: torch.device
+    where: str  # "program 'decode_b1'": what error messages name
+    linear: LinearPolicy  # the path (Triton or torch) of each small matrix product shape
+    decls: Mapping[str, program_pb2.TensorDecl]  # the program's tensor declarations by name
+
+    def t(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def dtype(self, name: str) -> torch.dtype:
+        bound = self.tensors.get(name)
+        return bound.dtype if bound is not None else torch_dtype(self.decls[name].dtype, f"{self.where} {name}")
+
+
+Lowering = Callable[[Context, ValidatedOperator], Callable[[], None]]

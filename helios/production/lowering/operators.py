@@ -1,0 +1,163 @@
+"""One lowering per operator of the set (device side): `LOWERINGS`, operator name -> `Lowering`.
+
+Each lowering binds the operator's tensors from the context once and returns the launch that runs
+it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where` and `fill` a small
+torch call on static tensors (`gather` and `where` move one integer per lane: a device-owned pending
+token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary` and
+`paged_cache_write` in `rotary.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+here: the norm of a sum, in one kernel that stores the sum too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from helios.production.kernels import activation, attention, gather, norm, sampling
+from helios.production.lowering.context import Context, Lowering
+from helios.production.lowering.linear import lower_logits, lower_matmul
+from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
+from helios.program.validate import ValidatedOperator
+
+
+def _embedding(c: Context, op: ValidatedOperator):
+    ids, table, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    return lambda: gather.embedding(ids, table, out)
+
+
+def _rms_norm(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    eps, offset = float(op.attributes["eps"]), float(op.attributes.get("weight_offset", 0.0))
+    return lambda: norm.norm(x, w, out, eps=eps, weight_offset=offset)
+
+
+def _layer_norm(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
+    eps = float(op.attributes["eps"])
+    return lambda: norm.norm(x, w, out, eps=eps, layer=True, bias=bias)
+
+
+def _head_rms_norm(c: Context, op: ValidatedOperator):
+    x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    eps, head_dim = float(op.attributes["eps"]), int(op.attributes["head_dim"])
+    return lambda: norm.norm(x, w, out, eps=eps, width=head_dim)
+
+
+def _elementwise(fn):
+    def lower(c: Context, op: ValidatedOperator):
+        a, b, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+        return lambda: fn(a, b, out=out)
+    return lower
+
+
+def _gated_activation(c: Context, op: ValidatedOperator):
+    gate, up, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    kind = str(op.attributes["activation"])
+    return lambda: activation.gated_activation(gate, up, out, activation=kind)
+
+
+def _paged_attention(c: Context, op: ValidatedOperator):
+    q, key_cache, value_cache, lanes, positions, table = (c.t(n) for n in op.inputs)
+    out = c.t(op.outputs[0])
+    _, page_tokens, kv_heads, head_dim = key_cache.shape
+    heads = q.shape[1] // head_dim
+    rows = q.shape[0]
+    splits = 1
+    if c.device.type == "cuda":
+        splits = attention.choose_splits(rows, kv_heads, table.shape[1] * page_tokens)
+    scratch = None
+    if splits > 1:
+        scratch = c.arena.memo(("attention", rows, heads, head_dim, splits),
+                               lambda: attention.split_scratch(rows, heads, head_dim, splits, c.device))
+    scale = float(op.attributes["scale"])
+    window = op.attributes.get("sliding_window")
+    softcap = op.attributes.get("softcap")
+    tile = attention.choose_tile(rows, heads // kv_heads, cuda=c.device.type == "cuda")
+    return lambda: attention.paged_attention(q, key_cache, value_cache, lanes, positions, table, out, scale=scale,
+                                             sliding_window=window, softcap=softcap, splits=splits,
+                                             scratch=scratch, tile=tile)
+
+
+def _last_row_gather(c: Context, op: ValidatedOperator):
+    x, lanes, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    return lambda: gather.last_row_gather(x, lanes, out)
+
+
+def _sample(c: Context, op: ValidatedOperator):
+    logits, seed, positions, parameters, histogram, mask = (c.t(n) for n in op.inputs)
+    out = c.t(op.outputs[0])
+    rows, vocab = logits.shape
+    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)
+    sampler = c.arena.memo(("sampler", rows, vocab),
+                           lambda: sampling.Sampler(rows, vocab, c.device, rank_filters=switch))
+    draw_index = int(op.attributes.get("draw_index", 0))
+    return lambda: sampler(logits, seed, positions, parameters, histogram, mask, out, draw_index=draw_index)
+
+
+def _argmax(c: Context, op: ValidatedOperator):
+    logits, out = c.t(op.inputs[0]), c.t(op.outputs[0])
+    return lambda: sampling.argmax(logits, out)
+
+
+def _copy(c: Context, op: ValidatedOperator):
+    x, out = c.t(op.inputs[0]).reshape(-1), c.t(op.outputs[0]).reshape(-1)
+    return lambda: out.copy_(x)
+
+
+def _gather(c: Context, op: ValidatedOperator):
+    x, index, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    rows = x.shape[0]
+    # [N, 1, ...]: one validity flag per picked row, broadcast over the row's elements
+    shape = (index.shape[0],) + (1,) * (x.dim() - 1)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+
+    def run() -> None:
+        valid = (index >= 0) & (index < rows)
+        picked = x.index_select(0, torch.where(valid, index, 0))
+        torch.where(valid.reshape(shape), picked, zero, out=out)
+    return run
+
+
+def _where(c: Context, op: ValidatedOperator):
+    cond, a, b, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.inputs[2]), c.t(op.outputs[0])
+    return lambda: torch.where(cond != 0, a, b, out=out)
+
+
+def _fill(c: Context, op: ValidatedOperator):
+    out = c.t(op.outputs[0])
+    value = float(op.attributes["value"])
+    fill = value if out.is_floating_point() else int(value)
+    return lambda: out.fill_(fill)
+
+
+LOWERINGS: Mapping[str, Lowering] = {
+    "embedding": _embedding,
+    "rms_norm": _rms_norm,
+    "layer_norm": _layer_norm,
+    "head_rms_norm": _head_rms_norm,
+    "matmul": lower_matmul,
+    "add": _elementwise(torch.add),
+    "mul": _elementwise(torch.mul),
+    "gated_activation": _gated_activation,
+    "rotary": lower_rotary,
+    "paged_cache_write": lower_paged_cache_write,
+    "paged_attention": _paged_attention,
+    "last_row_gather": _last_row_gather,
+    "logits": lower_logits,
+    "sample": _sample,
+    "argmax": _argmax,
+    "copy": _copy,
+    "gather": _gather,
+    "where": _where,
+    "fill": _fill,
+}
+
+
+def lower_add_rms_norm(c: Context, add: ValidatedOperator, rms: ValidatedOperator):
+    """add(a, b) -> s ; rms_norm(s, w) -> n as one norm kernel storing s and n."""
+    a, b, total = c.t(add.inputs[0]), c.t(add.inputs[1]), c.t(add.outputs[0])
+    w, out = c.t(rms.inputs[1]), c.t(rms.outputs[0])
+    eps, offset = float(rms.attributes["eps"]), float(rms.attributes.get("weight_offset", 0.0))
+    return lambda: norm.norm(a, w, out, eps=eps, weight_offset=offset, residual=b, sum_out=total)
