@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEVICE_PACKAGES = ("helios.production", "helios.ignition", "helios.demo")
 # The packages that serve a core: they see operators, buffers and contract fields, never a model family.
 # Family names may appear in preparation (helios/ignition/), the CLI's help examples, the demo and
-# generated code. helios/engine/ may not exist yet.
+# generated code.
 RUNTIME_PACKAGES = ("engine", "runtime", "production", "reference", "server", "frontend", "contract", "core",
                     "program")
 # A family name in any spelling: any case, a version glued on or after a separator (Qwen3, qwen2.5,
@@ -56,6 +56,12 @@ def test_every_host_module_imports_without_torch_or_triton():
     assert result.returncode == 0, result.stderr
     imported = set(result.stdout.split())
     assert {"helios.contract", "helios.proto", "helios.cli", "helios.runtime.request"} <= imported
+    # every module of the host packages, each imported with torch and triton blocked
+    host = ("engine", "runtime", "frontend", "server", "contract", "core", "program", "reference")
+    expected = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                for package in host for path in (ROOT / "helios" / package).rglob("*.py")}
+    assert "helios.engine.scheduler" in expected and "helios.reference.executor" in expected
+    assert expected <= imported, sorted(expected - imported)
 
 
 def test_no_model_family_names_in_runtime_packages():
