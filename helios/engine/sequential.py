@@ -28,7 +28,6 @@ from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
-    Health,
     PreparedRequest,
     RuntimeMetrics,
     ThreadedModelRuntime,
@@ -155,12 +154,6 @@ class SequentialRuntime(ThreadedModelRuntime):
                 self._lock.notify_all()
 
     # -- reporting -------------------------------------------------------------------------------
-
-    def health(self) -> Health:
-        thread_alive = self._thread is not None and self._thread.is_alive()
-        if self._status == "ok" and not thread_alive:
-            return Health("stopped", "the model worker thread has exited")
-        return Health(self._status)
 
     def metrics(self) -> RuntimeMetrics:
         with self._lock:

@@ -40,7 +40,6 @@ from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
-    Health,
     PreparedRequest,
     RuntimeMetrics,
     ThreadedModelRuntime,
@@ -141,12 +140,6 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                                 constrained=request.grammar is not None, grammar=request.grammar)
 
     # ------------------------------------------------------------------------------------ reporting
-
-    def health(self) -> Health:
-        alive = self._thread is not None and self._thread.is_alive()
-        if self._status == "ok" and not alive:
-            return Health("stopped", "the model worker thread has exited")
-        return Health(self._status)
 
     def metrics(self) -> RuntimeMetrics:
         with self._lock:

@@ -284,6 +284,12 @@ class ThreadedModelRuntime(ModelRuntime):
     def _stopping(self) -> None:
         """Called under the lock as shutdown begins (e.g. to cancel every known request)."""
 
+    def health(self) -> Health:
+        alive = self._thread is not None and self._thread.is_alive()
+        if self._status == "ok" and not alive:
+            return Health("stopped", "the model worker thread has exited")
+        return Health(self._status)
+
     @abc.abstractmethod
     def _run(self) -> None:
         """The model worker's loop; returns once the status is no longer "ok" and work has drained."""
