@@ -88,7 +88,7 @@ class Scheduler(RequestResidency):
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._prefill_turn = False
-        self._next_frame = 0  # frames alternate by submission; rounds retire in submission order
+        self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
         self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
 
@@ -311,7 +311,9 @@ class Scheduler(RequestResidency):
             s.last_operation = operation
         frame = self._next_frame
         if self.config.frames > 1:
-            self._next_frame ^= 1
+            if any(held.frame == frame for held in self._outstanding):  # an aborted round left its turn unused
+                frame ^= 1
+            self._next_frame = frame ^ 1
         plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=operation,
                          lanes=tuple(lanes), request_ids=tuple([s.request.request_id for s in sequences]),
                          page_table_updates=tuple(updates), constrained_lanes=constrained,

@@ -417,6 +417,25 @@ def test_forming_a_second_frame_round_decides_the_frame_rule_once():
     assert len(calls) <= 3
 
 
+def test_a_round_after_a_failed_second_frame_takes_the_free_frame():
+    """A second-frame round whose submission failed is aborted: the next round goes to the frame the
+    outstanding round does not hold (frames alternate, but never into a held one)."""
+    s = scheduler(device_pending=True, frames=2, framed=True, max_active=4)
+    for name in "ab":
+        s.add(request(name, 2, max_tokens=20))
+    for _ in range(2):
+        run(s, s.schedule())  # initializations
+    run(s, s.schedule())  # a MIXED prefill of both: they decode from now on
+    run(s, s.schedule())  # a decode round: the next one may take the second frame
+    first = s.schedule()
+    second = s.schedule()
+    assert second is not None and second.frame != first.frame
+    assert set(s.abort(second)) == {"a", "b"}  # the executor refused it: its requests end
+    s.add(request("c", 2, max_tokens=20))
+    third = s.schedule()  # c's initialization, while `first` is still outstanding
+    assert third is not None and third.operation == INIT and third.frame != first.frame
+
+
 def test_a_readmitted_lane_host_feeds_its_last_token_when_the_device_owns_pending_tokens():
     """A device-owned pending token lives in the state of the admission that sampled it: after
     preemption the request's last sampled token is re-fed by the host (as a prompt token), and
