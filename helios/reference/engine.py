@@ -54,7 +54,7 @@ class ReferenceEngine:
         self.graphs = executor.graphs
         self.buffers = executor.buffers
         self.allocator = PageAllocator(executor.pages)
-        self._generations = [0] * serving.max_concurrency
+        self._generations = [0] * prepared.max_concurrency
         self._active_slots: set[int] = set()
         self._sequence = 0
         self._by_operation: dict[int, list[LoadedGraph]] = {}
@@ -84,7 +84,7 @@ class ReferenceEngine:
         serving, manifest = core.contract, core.manifest
         prepared = PreparedContract.decode(serving, manifest)
         if pages is None:
-            pages = pages_for(serving.context_tokens, serving.model.cache.page_tokens)
+            pages = pages_for(prepared.context_tokens, prepared.cache.page_tokens)
         return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep))
 
     # ------------------------------------------------------------------------------------------ rounds
@@ -108,8 +108,8 @@ class ReferenceEngine:
         (the shared rules of helios.runtime.completion: status, sequence, generation echo, emitted,
         consumed endpoint within the lane's pages, no draft cursor, reserved -1, sampled id in range)."""
         validate_round(graph_name, lanes, rows, sequence=self._sequence,
-                       sampled_tokens=self.serving.model.vocabulary.sampled_tokens,
-                       page_tokens=self.serving.model.cache.page_tokens, frame=0)
+                       sampled_tokens=self.contract.vocabulary.sampled_tokens,
+                       page_tokens=self.contract.cache.page_tokens, frame=0)
 
     def graph_for(self, operation: int, *, tokens: int, lanes: int = 1) -> LoadedGraph:
         """The smallest graph of `operation` holding `lanes` lanes and `tokens` tokens (else the largest)."""
@@ -122,16 +122,15 @@ class ReferenceEngine:
     # ------------------------------------------------------------------------------------------ requests
 
     def _admit(self, request: GenerationRequest) -> None:
-        vocabulary = self.serving.model
-        limit = vocabulary.input_vocabulary.input_tokens
+        limit = self.contract.input_vocabulary.input_tokens
         bad = [t for t in request.prompt_token_ids if t >= limit]
         if bad:
             raise AdmissionRejected(f"prompt token {bad[0]} lies outside the input vocabulary [0, {limit})")
-        if len(request.prompt_token_ids) >= self.serving.context_tokens:
+        if len(request.prompt_token_ids) >= self.contract.context_tokens:
             raise AdmissionRejected(f"the prompt's {len(request.prompt_token_ids)} tokens leave no room in the "
-                                    f"context of {self.serving.context_tokens} tokens")
-        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.serving.context_tokens)
-        needed = pages_for(reach, self.serving.model.cache.page_tokens)
+                                    f"context of {self.contract.context_tokens} tokens")
+        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.contract.context_tokens)
+        needed = pages_for(reach, self.contract.cache.page_tokens)
         if needed > self.allocator.free:
             raise AdmissionRejected(f"the request reaches {reach} tokens: {needed} pages, "
                                     f"{self.allocator.free} of the cache's {self.allocator.pages} are free")
@@ -147,12 +146,12 @@ class ReferenceEngine:
         GRAMMAR_MASK row is what it returns when that round is packed (the caller advances its grammar
         with every yielded id before asking for the next)."""
         self._admit(request)
-        if not 0 <= slot < self.serving.max_concurrency:
-            raise AdmissionRejected(f"slot {slot} outside the core's {self.serving.max_concurrency} slots")
+        if not 0 <= slot < self.contract.max_concurrency:
+            raise AdmissionRejected(f"slot {slot} outside the core's {self.contract.max_concurrency} slots")
         if slot in self._active_slots:
             raise AdmissionRejected(f"slot {slot} already holds a request")
-        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.serving.context_tokens)
-        pages = self.allocator.allocate(pages_for(reach, self.serving.model.cache.page_tokens))
+        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.contract.context_tokens)
+        pages = self.allocator.allocate(pages_for(reach, self.contract.cache.page_tokens))
         self._active_slots.add(slot)
         self._generations[slot] += 1
         self.executor.kept.clear()
@@ -167,7 +166,7 @@ class ReferenceEngine:
 
     def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...],
                 grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:
-        eos = set(request.eos_token_ids or self.serving.model.frontend.eos_token_ids)
+        eos = set(request.eos_token_ids or self.contract.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
         def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool) -> LaneInput:
@@ -195,7 +194,7 @@ class ReferenceEngine:
             emitted += 1
             if (pending in eos and not request.ignore_eos) or emitted >= request.max_tokens:
                 return
-            if consumed + 1 >= self.serving.context_tokens:
+            if consumed + 1 >= self.contract.context_tokens:
                 return  # the context is full: the next token would have no position
             graph = self.graph_for(C.OPERATION_DECODE, tokens=1)
             (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)])

@@ -28,16 +28,17 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
     limits = options.limits
     pages = options.pages or limits.max_active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)
     engine = ReferenceEngine.load(core, pages=pages)
+    contract = engine.contract  # the PreparedContract
     return SequentialRuntime(
         engine,
         limits,
-        context_tokens=serving.context_tokens,
-        vocab_size=serving.model.vocabulary.sampled_tokens,
-        input_vocab_size=serving.model.input_vocabulary.input_tokens or None,
-        capacity={"pages": pages, "max_concurrency": serving.max_concurrency},
+        context_tokens=contract.context_tokens,
+        vocab_size=contract.vocabulary.sampled_tokens,
+        input_vocab_size=contract.input_vocabulary.input_tokens or None,
+        capacity={"pages": pages, "max_concurrency": contract.max_concurrency},
         available=lambda: {"pages": engine.allocator.free},
         rejections=(AdmissionRejected,),
-        eos_token_ids=tuple(serving.model.frontend.eos_token_ids),
+        eos_token_ids=tuple(contract.frontend.eos_token_ids),
     )
 
 
