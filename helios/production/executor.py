@@ -139,16 +139,18 @@ class NativeExecutor:
         self._uploaded: torch.cuda.Event | None = None  # after the last round's uploads (GPU): staging is free
         self.peak_outstanding = 0  # the most rounds ever outstanding at once (right after a submission)
         self.submissions_while_outstanding = 0  # rounds submitted while another was still outstanding
-        # Page-table destinations written only through physical request rows (every graph's binding of
-        # them a PAGE_TABLE row): the plan's updates are applied to each, with each binding's offset.
-        # A destination some binding also writes otherwise is packed whole from the lanes every round.
+        # Page-table destinations written only through physical request rows, with one page offset and
+        # padding whichever graph binds them: the plan's updates are applied to each. A destination
+        # some binding also writes otherwise, or that graphs bind with different offsets, is packed
+        # whole from the lanes every round instead.
         tables: dict[str, set[ResolvedBinding]] = {}
         other: set[str] = set()
         for graph in self.graphs.values():
             for binding in graph.packing.bindings:
                 (tables.setdefault(binding.destination, set()).add(binding) if _page_table_rows(binding)
                  else other.add(binding.destination))
-        self._page_tables = {name: tuple(bindings) for name, bindings in tables.items() if name not in other}
+        self._page_tables = {name: next(iter(bindings)) for name, bindings in tables.items()
+                             if name not in other and len({(b.offset, b.padding) for b in bindings}) == 1}
         self.page_entries_uploaded = 0  # page-table entries written to the device (incremental uploads)
         # destination -> slot -> (binding, what the row was packed from): rows packed once per request.
         # A row is valid for the binding (source, offset, padding, extents) that wrote it; equal bindings
@@ -258,28 +260,28 @@ class NativeExecutor:
             raise
 
     def _apply_updates(self, updates: Sequence[PageTableUpdate]) -> None:
-        """Write each update into every page-table destination (each binding adds its own offset), and
-        upload the entries written; a whole-row update (start 0) pads the rest of the row."""
+        """Write each update into every incrementally kept page-table destination (its binding's page
+        offset added), and upload the entries written; a whole-row update (start 0) pads the rest of
+        the row."""
         if not updates:
             return
-        for destination, bindings in self._page_tables.items():
+        for destination, binding in self._page_tables.items():
             view = self.host_view[destination]
             view = view.reshape(view.shape[0], -1)
-            for binding in bindings:
-                width = view.shape[1]
-                for update in updates:
-                    end = update.start + len(update.entries)
-                    if end > width:
-                        raise LaneOverflow(f"{destination}: {end} page ids exceed the row width {width}")
-                    if not 0 <= update.slot < view.shape[0]:
-                        raise LaneOverflow(f"{destination}: slot {update.slot} outside {view.shape[0]} rows")
-                    row = view[update.slot]
-                    row[update.start:end] = np.asarray(update.entries, dtype=np.int64) + binding.offset
-                    if update.start == 0:
-                        row[end:] = binding.padding
-                        self._upload(destination, update.slot)
-                    elif end > update.start:
-                        self._upload(destination, update.slot, slice(update.start, end))
+            width = view.shape[1]
+            for update in updates:
+                end = update.start + len(update.entries)
+                if end > width:
+                    raise LaneOverflow(f"{destination}: {end} page ids exceed the row width {width}")
+                if not 0 <= update.slot < view.shape[0]:
+                    raise LaneOverflow(f"{destination}: slot {update.slot} outside {view.shape[0]} rows")
+                row = view[update.slot]
+                row[update.start:end] = np.asarray(update.entries, dtype=np.int64) + binding.offset
+                if update.start == 0:
+                    row[end:] = binding.padding
+                    self._upload(destination, update.slot)
+                elif end > update.start:
+                    self._upload(destination, update.slot, slice(update.start, end))
         self.page_entries_uploaded += sum(len(update.entries) for update in updates)
 
     def _pack_bindings(self, graph: ExecutorGraph, lanes: Sequence[LaneInput]) -> None:

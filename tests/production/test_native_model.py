@@ -288,6 +288,30 @@ def test_request_rows_follow_the_binding_that_packed_them(cores):
     assert rows[1] == 3
 
 
+def test_a_page_table_bound_with_two_offsets_is_packed_whole_for_each_graph(cores):
+    """Graphs binding one page-table destination with different page offsets cannot share
+    incremental rows: that destination is packed from the lanes every round, with each graph's offset."""
+    import dataclasses
+
+    from helios.production.executor import NativeExecutor
+    from helios.proto import contract_pb2
+
+    native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
+    graph = native.graphs["decode_b1"]
+    (table,) = [b for b in graph.packing.bindings if b.source == contract_pb2.VALUE_SOURCE_PAGE_TABLE]
+    shifted = dataclasses.replace(graph, name="shifted", packing=dataclasses.replace(
+        graph.packing, graph="shifted", bindings=(dataclasses.replace(table, offset=1),)))
+    executor = NativeExecutor({"decode_b1": graph, "shifted": shifted}, native.executor.buffers,
+                              native.executor.completion, device=DEVICE, capture=None)
+    assert table.destination not in executor._page_tables
+    lane = dataclasses.replace(_lane(1, (5,)), page_ids=(3, 4))
+    rows = executor.host_view[table.destination]
+    executor._pack(shifted, [lane], ())  # no update: the row still comes from the lane
+    assert list(rows[1][:3]) == [4, 5, table.padding]
+    executor._pack(graph, [lane], ())
+    assert list(rows[1][:3]) == [3, 4, table.padding]
+
+
 def test_the_submission_sequence_wraps_in_its_32_bit_field(cores):
     native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
     executor = native.executor
