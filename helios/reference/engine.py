@@ -54,6 +54,8 @@ class ReferenceEngine:
         self.graphs = executor.graphs
         self.buffers = executor.buffers
         self.allocator = PageAllocator(executor.pages)
+        self.kept = executor.kept  # per round of the last request: copies of the `keep` tensors
+        self.kept_graphs = executor.kept_graphs  # the graph of each kept round
         self._generations = [0] * prepared.max_concurrency
         self._active_slots: set[int] = set()
         self._sequence = 0
@@ -65,15 +67,6 @@ class ReferenceEngine:
                 raise EngineLoadError(f"the core has no {C.Operation.Name(operation)} graph")
         for group in self._by_operation.values():
             group.sort(key=lambda g: (g.packed_token_capacity, g.batch_capacity))
-
-    @property
-    def kept(self) -> list[dict]:
-        """Per round of the last request: copies of the `keep` tensors (the executor's)."""
-        return self.executor.kept
-
-    @property
-    def kept_graphs(self) -> list[str]:
-        return self.executor.kept_graphs
 
     # ------------------------------------------------------------------------------------------ load
 
@@ -154,8 +147,8 @@ class ReferenceEngine:
         pages = self.allocator.allocate(pages_for(reach, self.contract.cache.page_tokens))
         self._active_slots.add(slot)
         self._generations[slot] += 1
-        self.executor.kept.clear()
-        self.executor.kept_graphs.clear()
+        self.kept.clear()
+        self.kept_graphs.clear()
 
         def release() -> None:
             self.allocator.release(pages)

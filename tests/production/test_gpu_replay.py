@@ -79,7 +79,7 @@ def test_greedy_bf16_tokens_agree_with_transformers(tiny_checkpoint):
     core = prepare_checkpoint(directory, OPTIONS)
     driven = ReferenceEngine.load(core, pages=32)
     native = NativeModel.load(core, LoadOptions(device="cuda", pages=32))
-    driven.run_round = native.run_round
+    driven.executor = native.executor
     request = GenerationRequest(PROMPT, max_tokens=24, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
     tokens = list(driven.generate(request))
     hf = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).to("cuda").eval()

@@ -37,7 +37,7 @@ def test_greedy_tokens_on_the_triton_products_equal_the_reference_engine(cores, 
     reference = ReferenceEngine.load(core, pages=PAGES)
     driven = ReferenceEngine.load(core, pages=PAGES)
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES, linear="triton"))
-    driven.run_round = native.run_round
+    driven.executor = native.executor
     request = GenerationRequest(PROMPT, max_tokens=4, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
     assert list(driven.generate(request)) == list(reference.generate(request))
     decode = native.graphs["decode_b1"].plan.kernels

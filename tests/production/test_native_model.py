@@ -27,7 +27,7 @@ def test_greedy_tokens_equal_the_reference_engine(cores, family):
     reference = ReferenceEngine.load(core, pages=PAGES)
     driven = ReferenceEngine.load(core, pages=PAGES)
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
-    driven.run_round = native.run_round  # the reference's loop, the production executor underneath
+    driven.executor = native.executor  # the reference's loop, the production executor underneath
     assert _greedy(driven, 4) == _greedy(reference, 4)
 
 
@@ -36,7 +36,7 @@ def test_seeded_sampling_equals_the_reference_engine(cores):
     reference = ReferenceEngine.load(core, pages=PAGES)
     driven = ReferenceEngine.load(core, pages=PAGES)
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
-    driven.run_round = native.run_round
+    driven.executor = native.executor
     sampling = SamplingParams(temperature=0.8, top_p=0.9, top_k=50, seed=1234)
     assert _greedy(driven, 4, sampling) == _greedy(reference, 4, sampling)
 
@@ -386,7 +386,7 @@ def test_a_sealed_core_loads_its_weights_on_several_threads(cores, sealed, monke
     assert native.weight_bytes == sum(weights.values())
     reference = ReferenceEngine.load(cores("qwen3"), pages=PAGES)
     driven = ReferenceEngine.load(cores("qwen3"), pages=PAGES)
-    driven.run_round = native.run_round
+    driven.executor = native.executor
     assert _greedy(driven, 3) == _greedy(reference, 3)
 
 
