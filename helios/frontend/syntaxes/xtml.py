@@ -1,7 +1,8 @@
 """XTML (host side): TOOL_PARSER_XTML and its think reasoning, REASONING_PARSER_XTML_THINK.
 
 Owns: `PUBLIC_SYNTAX` and `PUBLIC_REASONING` (the forms written down in docs/syntaxes.md),
-`xtml_layout`, `XtmlToolParser` and `XtmlThinkReasoningParser`.
+`xtml_layout` (the tool syntax as a `TagLayout` of the shared tag engine) and
+`XtmlThinkReasoningParser`.
 
 XTML is an XML-tag tool syntax with its own interleaved think reasoning:
 
@@ -26,7 +27,7 @@ from collections.abc import Set
 from helios.frontend.detokenize import Piece
 from helios.frontend.reasoning import ANSWER, REASONING
 from helios.frontend.scan import find_first, held_suffix
-from helios.frontend.syntaxes.tagged import ContractTaggedParser, IncompleteToolSyntax, TagLayout
+from helios.frontend.syntaxes.tagged import IncompleteToolSyntax, TagLayout, invocation_layout
 from helios.proto import contract_pb2
 
 PUBLIC_SYNTAX = contract_pb2.ToolSyntax(
@@ -46,27 +47,8 @@ PUBLIC_REASONING = contract_pb2.ReasoningSyntax(
 )
 
 
-def xtml_layout(syntax: contract_pb2.ToolSyntax, *, name: str = "TOOL_PARSER_XTML") -> TagLayout:
-    """XTML's layout; ATEM blocks share its shape with their own tags."""
-    return TagLayout(
-        opener=syntax.opener,
-        closer=syntax.closer,
-        invoke_open=syntax.invoke_open,
-        invoke_name_close=syntax.invoke_name_close,
-        invoke_close=syntax.invoke_close,
-        parameter_open=syntax.parameter_open,
-        parameter_name_close=syntax.parameter_name_close,
-        value_close=syntax.parameter_close,
-        separator=syntax.separator,
-        wrapping_newlines=syntax.wrapping_newlines,
-        syntax=name,
-    )
-
-
-class XtmlToolParser(ContractTaggedParser):
-    """TOOL_PARSER_XTML over one response's answer pieces."""
-
-    layout_of = staticmethod(xtml_layout)
+def xtml_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
+    return invocation_layout(syntax, "TOOL_PARSER_XTML")
 
 
 Output = list[tuple[str, Piece]]
