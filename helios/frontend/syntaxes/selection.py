@@ -4,9 +4,9 @@ syntax data. No model names: the enum and the data are all a parser sees.
 Owns: `tag_layout` (the tool syntax as a `TagLayout` of the shared tag engine, for its parser and for
 the structured-output grammar), `reasoning_parser_for` and `tool_parser_for` (the two stages of the
 OutputPipeline for every pairing except recipient-header frames, whose one parser,
-`RecipientFrameParser`, consumes both). Every tag tool syntax is parsed by `TaggedToolParser`; only
-the layouts differ. Each returns None for an enum this build does not implement; the OutputPipeline
-reports that.
+`RecipientFrameParser`, consumes both). Every tag tool syntax is parsed by `TaggedToolParser` and
+every think-tag reasoning syntax by `ThinkReasoningParser`; only their layouts differ. Each returns
+None for an enum this build does not implement; the OutputPipeline reports that.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
-from helios.frontend.reasoning import NoReasoningParser, ThinkReasoningParser
+from helios.frontend.reasoning import NoReasoningParser, ThinkLayout, ThinkReasoningParser, think_layout
 from helios.frontend.syntaxes.dsml import dsml_layout
 from helios.frontend.syntaxes.glm import glm_layout
 from helios.frontend.syntaxes.qwen_coder import qwen_coder_layout
 from helios.frontend.syntaxes.recipient import atem_layout
 from helios.frontend.syntaxes.tagged import TaggedToolParser, TagLayout
-from helios.frontend.syntaxes.xtml import XtmlThinkReasoningParser, xtml_layout
+from helios.frontend.syntaxes.xtml import xtml_layout, xtml_think_layout
 from helios.frontend.tool_calls import NoToolParser
 from helios.proto import contract_pb2
 
@@ -31,6 +31,12 @@ _TAG_LAYOUTS: dict[int, Callable[[C.ToolSyntax], TagLayout]] = {
     C.TOOL_PARSER_XTML: xtml_layout, C.TOOL_PARSER_ATEM: atem_layout,
 }  # fmt: skip
 
+_THINK_LAYOUTS: dict[int, Callable[[C.FrontendContract], ThinkLayout]] = {
+    C.REASONING_PARSER_THINK: think_layout,
+    C.REASONING_PARSER_XTML_THINK: xtml_think_layout,
+}
+
+
 def tag_layout(frontend: C.FrontendContract) -> TagLayout | None:
     """The tool syntax's tags as a `TagLayout`, or None for a tool parser that reads no tag syntax."""
     layout = _TAG_LAYOUTS.get(frontend.tool_parser)
@@ -40,16 +46,12 @@ def tag_layout(frontend: C.FrontendContract) -> TagLayout | None:
 def reasoning_parser_for(
     frontend: C.FrontendContract, *, token_only: Set[str] = frozenset(), reasoning_open: bool = False
 ) -> Any:
-    kind = frontend.reasoning_parser
-    if kind == C.REASONING_PARSER_NONE:
+    if frontend.reasoning_parser == C.REASONING_PARSER_NONE:
         return NoReasoningParser()
-    if kind == C.REASONING_PARSER_THINK:
-        return ThinkReasoningParser(frontend.reasoning_syntax, token_only=token_only, initially_open=reasoning_open)
-    if kind == C.REASONING_PARSER_XTML_THINK:
-        return XtmlThinkReasoningParser(
-            frontend.reasoning_syntax, frontend.tool_syntax, token_only=token_only, initially_open=reasoning_open
-        )
-    return None
+    layout = _THINK_LAYOUTS.get(frontend.reasoning_parser)
+    if layout is None:
+        return None
+    return ThinkReasoningParser(layout(frontend), token_only=token_only, initially_open=reasoning_open)
 
 
 def tool_parser_for(
