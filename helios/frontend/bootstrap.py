@@ -312,7 +312,7 @@ def _validate_frontend(frontend: contract_pb2.FrontendContract, tokenizer: Token
                 f"frontend.tool_syntax lacks {', '.join(missing)} for TOOL_PARSER_QWEN_CODER"
             )
     if frontend.tool_parser in _TAG_PARSERS:
-        from helios.frontend.structured import tag_layout
+        from helios.frontend.syntaxes.selection import tag_layout
         from helios.frontend.syntaxes.tagged import IncompleteToolSyntax
 
         try:

@@ -1,12 +1,18 @@
-"""Reasoning parsers (host side): split decoded output into reasoning and answer text.
+"""Think-tag reasoning (host side): split decoded output into reasoning and answer text.
 
-Owns: `ThinkReasoningParser` (REASONING_PARSER_THINK, think tags) and `NoReasoningParser`
-(REASONING_PARSER_NONE). A parser takes `Piece`s and returns `(channel, Piece)` pairs, channel
-"reasoning" or "answer"; answer pieces (markers kept) go on to the tool parser.
+Owns: `ThinkLayout` (the delimiters of one think-tag reasoning syntax, from the contract's syntax
+data), `think_layout` (REASONING_PARSER_THINK's), `ThinkReasoningParser` (the one parser of every
+think-tag syntax: REASONING_PARSER_THINK, and REASONING_PARSER_XTML_THINK through
+`helios.frontend.syntaxes.xtml.xtml_think_layout`) and `NoReasoningParser` (REASONING_PARSER_NONE).
+A parser takes `Piece`s and returns `(channel, Piece)` pairs, channel "reasoning" or "answer"; answer
+pieces (markers kept) go on to the tool parser.
 
-Think-tag rules, from the syntax data (`ReasoningSyntax`) and the specification:
+Rules, from the layout and the specification:
 - reasoning starts open when the prompt opened it (Bootstrap's initial reasoning state), or when
   the output begins (after optional whitespace) with the open delimiter;
+- interleaved thinking (a layout with `tool_closer`): reasoning may open again, the same way, right
+  after each tool block; the parser follows the blocks (terminal marker to tool closer) through the
+  answer, and a think tag inside a block, e.g. in a string value, stays block text;
 - the close delimiter ends reasoning once; a later close delimiter is markup and is dropped;
 - the terminal marker (the tool syntax's opener) ends reasoning implicitly and stays in the answer,
   where the tool parser sees it;
@@ -19,6 +25,7 @@ Think-tag rules, from the syntax data (`ReasoningSyntax`) and the specification:
 from __future__ import annotations
 
 from collections.abc import Set
+from dataclasses import dataclass
 
 from helios.frontend.detokenize import Piece
 from helios.frontend.scan import find_first, held_suffix
@@ -27,9 +34,28 @@ from helios.proto import contract_pb2
 REASONING = "reasoning"
 ANSWER = "answer"
 
-_START, _REASONING, _ANSWER = "start", "reasoning", "answer"
+_START, _REASONING, _ANSWER, _TOOL_BLOCK = "start", "reasoning", "answer", "tool block"
 
 Output = list[tuple[str, Piece]]
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkLayout:
+    """The delimiters of one think-tag reasoning syntax."""
+
+    open: str
+    close: str
+    terminal_marker: str = ""  # ends reasoning implicitly and stays in the answer: the tool opener
+    tool_closer: str = ""  # interleaved thinking: the tool block's closer, after which reasoning may
+    # open again (the block runs from terminal_marker to it); "": reasoning only at the start
+    wrapping_newlines: bool = False
+
+
+def think_layout(frontend: contract_pb2.FrontendContract) -> ThinkLayout:
+    """REASONING_PARSER_THINK: the reasoning syntax as the contract declares it."""
+    syntax = frontend.reasoning_syntax
+    return ThinkLayout(open=syntax.open, close=syntax.close, terminal_marker=syntax.terminal_marker,
+                       wrapping_newlines=syntax.wrapping_newlines)  # fmt: skip
 
 
 class NoReasoningParser:
@@ -43,19 +69,22 @@ class NoReasoningParser:
 
 
 class ThinkReasoningParser:
-    """REASONING_PARSER_THINK over one response's pieces."""
+    """One response's pieces through one `ThinkLayout`."""
 
     def __init__(
         self,
-        syntax: contract_pb2.ReasoningSyntax,
+        layout: ThinkLayout,
         *,
         token_only: Set[str] = frozenset(),
         initially_open: bool = False,
     ) -> None:
-        self._open = syntax.open
-        self._close = syntax.close
-        self._terminal = syntax.terminal_marker
-        self._wrap = syntax.wrapping_newlines
+        self._open = layout.open
+        self._close = layout.close
+        self._terminal = layout.terminal_marker
+        # the tool blocks the parser follows (interleaved thinking); "" and "": none
+        self._block_open = layout.terminal_marker if layout.tool_closer else ""
+        self._block_close = layout.tool_closer
+        self._wrap = layout.wrapping_newlines
         self._token_only = frozenset(token_only)
         self._buffer = ""
         self._state = _START
@@ -91,6 +120,10 @@ class ThinkReasoningParser:
     def _text_mode(self, delimiter: str) -> bool:
         return bool(delimiter) and delimiter not in self._token_only
 
+    def _is_token(self, text: str, delimiter: str) -> bool:
+        """A marker piece `text` is `delimiter` generated as its token."""
+        return text == delimiter and not self._text_mode(delimiter)
+
     def _enter_reasoning(self) -> None:
         self._state = _REASONING
         self._lead = self._wrap
@@ -102,45 +135,46 @@ class ThinkReasoningParser:
     def _marker(self, piece: Piece, out: Output) -> None:
         text = piece.text
         if self._state == _START:
-            if text == self._open and not self._text_mode(self._open):
+            if self._is_token(text, self._open):
                 self._buffer = ""
                 self._enter_reasoning()
                 return
             self._enter_answer(after_close=False)
             self._drain(out)
         if self._state == _REASONING:
-            if text == self._close and not self._text_mode(self._close):
+            if self._is_token(text, self._close):
                 self._emit_reasoning(self._buffer, out, closing=True)
                 self._buffer = ""
                 self._enter_answer(after_close=True)
                 return
-            if text == self._terminal and not self._text_mode(self._terminal):
+            if self._is_token(text, self._terminal):
                 self._emit_reasoning(self._buffer, out, closing=True)
                 self._buffer = ""
                 self._enter_answer(after_close=False)
+                if self._block_close:
+                    self._state = _TOOL_BLOCK
                 out.append((ANSWER, piece))
                 return
             self._buffer += text  # another delimiter token inside reasoning is reasoning text
             self._drain(out)
             return
-        # answer
-        if text == self._close and not self._text_mode(self._close):
+        if self._state == _ANSWER and self._is_token(text, self._close):
             return  # a later close delimiter is protocol markup: dropped
         self._flush_answer(out)
         self._lead = False
         out.append((ANSWER, piece))
+        if self._state == _ANSWER and self._is_token(text, self._block_open):
+            self._state = _TOOL_BLOCK
+        elif self._state == _TOOL_BLOCK and self._is_token(text, self._block_close):
+            self._state = _START
 
     def _drain(self, out: Output) -> None:
-        while True:
-            if self._state == _START:
-                if not self._drain_start(out):
-                    return
-            elif self._state == _REASONING:
-                if not self._drain_reasoning(out):
-                    return
-            else:
-                self._drain_answer(out)
-                return
+        step = {
+            _START: self._drain_start, _REASONING: self._drain_reasoning, _ANSWER: self._drain_answer,
+            _TOOL_BLOCK: self._drain_tool_block,
+        }  # fmt: skip
+        while step[self._state](out):
+            pass
 
     def _drain_start(self, out: Output) -> bool:
         stripped = self._buffer.lstrip()
@@ -167,7 +201,7 @@ class ThinkReasoningParser:
                 self._buffer = rest
                 self._enter_answer(after_close=True)
             else:
-                self._buffer = delimiter + rest
+                self._buffer = delimiter + rest  # the answer reads the terminal marker
                 self._enter_answer(after_close=False)
             return True
         keep = held_suffix(self._buffer, ends)
@@ -178,21 +212,44 @@ class ThinkReasoningParser:
         self._buffer = self._buffer[len(release) :]
         return False
 
-    def _drain_answer(self, out: Output) -> None:
+    def _drain_answer(self, out: Output) -> bool:
         if self._lead:
             self._buffer = self._buffer.lstrip("\n")
             if not self._buffer:
-                return
+                return False
             self._lead = False
-        if not self._text_mode(self._close):
-            self._flush_answer(out)
-            return
-        while (found := find_first(self._buffer, [self._close])) is not None:
+        ends = [d for d in (self._close, self._block_open) if self._text_mode(d)]
+        found = find_first(self._buffer, ends)
+        if found is not None:
             index, delimiter = found
             if index:
                 out.append((ANSWER, Piece(self._buffer[:index])))
-            self._buffer = self._buffer[index + len(delimiter) :]  # later close: markup, dropped
-        keep = held_suffix(self._buffer, [self._close])
+            self._buffer = self._buffer[index + len(delimiter) :]
+            if delimiter == self._close:
+                return True  # a later close delimiter is markup: dropped
+            out.append((ANSWER, Piece(delimiter)))
+            self._state = _TOOL_BLOCK
+            return True
+        self._release_held(ends, out)
+        return False
+
+    def _drain_tool_block(self, out: Output) -> bool:
+        if not self._text_mode(self._block_close):
+            self._flush_answer(out)  # the closer counts only as its marker piece
+            return False
+        found = find_first(self._buffer, [self._block_close])
+        if found is not None:
+            end = found[0] + len(self._block_close)
+            out.append((ANSWER, Piece(self._buffer[:end])))
+            self._buffer = self._buffer[end:]
+            self._state = _START
+            return True
+        self._release_held([self._block_close], out)
+        return False
+
+    def _release_held(self, ends: list[str], out: Output) -> None:
+        """Answer text but a held suffix that may begin one of `ends`."""
+        keep = held_suffix(self._buffer, ends)
         if len(self._buffer) > keep:
             out.append((ANSWER, Piece(self._buffer[: len(self._buffer) - keep])))
             self._buffer = self._buffer[len(self._buffer) - keep :]

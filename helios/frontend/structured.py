@@ -37,11 +37,9 @@ from typing import Any
 from helios.errors import HeliosError
 from helios.frontend.detokenize import Piece
 from helios.frontend.errors import InvalidFieldType, InvalidFieldValue
-from helios.frontend.syntaxes.dsml import dsml_layout
-from helios.frontend.syntaxes.glm import glm_layout
-from helios.frontend.syntaxes.recipient import BETWEEN, BODY, HEADER, FrameState, atem_layout, frame_recipient
+from helios.frontend.syntaxes.recipient import BETWEEN, BODY, HEADER, FrameState, frame_recipient
+from helios.frontend.syntaxes.selection import tag_layout
 from helios.frontend.syntaxes.tagged import TagLayout
-from helios.frontend.syntaxes.xtml import xtml_layout
 from helios.frontend.tool_calls import ContentText, parameter_schemas
 from helios.proto import contract_pb2
 
@@ -121,23 +119,6 @@ def structured_output_from(
 
 
 # -- the grammar -------------------------------------------------------------------------------------
-
-
-def tag_layout(frontend: C.FrontendContract) -> TagLayout | None:
-    """The tool syntax's tags as a `TagLayout` (Qwen Coder's function tags included), or None."""
-    s = frontend.tool_syntax
-    kind = frontend.tool_parser
-    if kind == C.TOOL_PARSER_QWEN_CODER:
-        return TagLayout(opener=s.opener, closer=s.closer, invoke_open=s.invoke_open,
-                         invoke_name_close=s.invoke_name_close, invoke_close=s.invoke_close,
-                         parameter_open=s.parameter_open, parameter_name_close=s.parameter_name_close,
-                         value_close=s.parameter_close, separator=s.separator,
-                         wrapping_newlines=s.wrapping_newlines, syntax="TOOL_PARSER_QWEN_CODER")  # fmt: skip
-    builders: dict[int, Callable[[C.ToolSyntax], TagLayout]] = {
-        C.TOOL_PARSER_GLM: glm_layout, C.TOOL_PARSER_DSML: dsml_layout, C.TOOL_PARSER_XTML: xtml_layout,
-        C.TOOL_PARSER_ATEM: atem_layout,
-    }  # fmt: skip
-    return builders[kind](s) if kind in builders else None
 
 
 @dataclass(slots=True)

@@ -3,15 +3,16 @@ its public syntax data; the parser modules of the tag syntaxes live beside this 
 
 Owns: `TOOL_SYNTAXES`, `REASONING_SYNTAXES` and `frontend_for`, which builds a `FrontendContract`
 from names. Serving never uses names (a core carries its typed syntax data); `helios parse` and tests
-use them to run the OutputPipeline without a core. Modules: `tagged` (the shared tag engine), `glm`,
-`dsml`, `xtml` (tools and XTML think), `recipient` (recipient-header frames with ATEM blocks).
+use them to run the OutputPipeline without a core. Modules: `tagged` (the shared tag engine) and the
+layouts of its syntaxes, `qwen_coder`, `glm`, `dsml`, `xtml` (tools and XTML think); `recipient`
+(recipient-header frames with ATEM blocks); `selection` (the contract's enums pick the parsers).
 The grammar of each syntax is written down in docs/syntaxes.md.
 """
 
 from __future__ import annotations
 
 from helios.errors import HeliosError
-from helios.frontend.syntaxes import dsml, glm, recipient, xtml
+from helios.frontend.syntaxes import dsml, glm, qwen_coder, recipient, xtml
 from helios.proto import contract_pb2
 
 C = contract_pb2
@@ -25,22 +26,9 @@ class IncompatibleSyntaxes(HeliosError):
     """A reasoning syntax named with a tool syntax it cannot be paired with."""
 
 
-QWEN_CODER_SYNTAX = C.ToolSyntax(
-    opener="<tool_call>",
-    closer="</tool_call>",
-    invoke_open="<function=",
-    invoke_name_close=">",
-    invoke_close="</function>",
-    parameter_open="<parameter=",
-    parameter_name_close=">",
-    parameter_close="</parameter>",
-    separator="\n",
-    wrapping_newlines=True,
-)
-
 TOOL_SYNTAXES: dict[str, tuple[int, C.ToolSyntax | None]] = {
     "none": (C.TOOL_PARSER_NONE, None),
-    "qwen-coder": (C.TOOL_PARSER_QWEN_CODER, QWEN_CODER_SYNTAX),
+    "qwen-coder": (C.TOOL_PARSER_QWEN_CODER, qwen_coder.PUBLIC_SYNTAX),
     "glm": (C.TOOL_PARSER_GLM, glm.PUBLIC_SYNTAX),
     "dsml": (C.TOOL_PARSER_DSML, dsml.PUBLIC_SYNTAX),
     "xtml": (C.TOOL_PARSER_XTML, xtml.PUBLIC_SYNTAX),

@@ -1,6 +1,6 @@
 """DSML tool syntax (host side): TOOL_PARSER_DSML.
 
-Owns: `PUBLIC_SYNTAX`, `dsml_layout` and `DsmlToolParser`.
+Owns: `PUBLIC_SYNTAX` and `dsml_layout` (a `ToolSyntax` read as a `TagLayout` of the shared tag engine).
 
     <｜DSML｜function_calls>                                       opener
     <｜DSML｜invoke name="NAME">                                   invoke_open NAME invoke_name_close
@@ -17,7 +17,7 @@ value that does not parse is kept as a string. "｜" is U+FF5C, as in the public
 
 from __future__ import annotations
 
-from helios.frontend.syntaxes.tagged import ContractTaggedParser, TagLayout
+from helios.frontend.syntaxes.tagged import TagLayout, invocation_layout
 from helios.proto import contract_pb2
 
 _BAR = "\uff5c"
@@ -39,26 +39,11 @@ PUBLIC_SYNTAX = contract_pb2.ToolSyntax(
 
 
 def dsml_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
-    return TagLayout(
-        opener=syntax.opener,
-        closer=syntax.closer,
-        invoke_open=syntax.invoke_open,
-        invoke_name_close=syntax.invoke_name_close,
-        invoke_close=syntax.invoke_close,
-        parameter_open=syntax.parameter_open,
-        parameter_name_close=syntax.parameter_name_close,
+    return invocation_layout(
+        syntax,
+        "TOOL_PARSER_DSML",
         flag_open=syntax.parameter_flag_open,
         flag_close=syntax.parameter_flag_close,
         string_flag=syntax.string_flag,
         json_flag=syntax.json_flag,
-        value_close=syntax.parameter_close,
-        separator=syntax.separator,
-        wrapping_newlines=syntax.wrapping_newlines,
-        syntax="TOOL_PARSER_DSML",
     )
-
-
-class DsmlToolParser(ContractTaggedParser):
-    """TOOL_PARSER_DSML over one response's answer pieces."""
-
-    layout_of = staticmethod(dsml_layout)

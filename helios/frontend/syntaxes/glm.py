@@ -1,7 +1,7 @@
 """GLM argument tags (host side): TOOL_PARSER_GLM.
 
-Owns: `PUBLIC_SYNTAX` (the public form), `NEWLINE_FREE_SYNTAX` (the later newline-free variant),
-`glm_layout` (a `ToolSyntax` read as a `TagLayout`) and `GlmToolParser`.
+Owns: `PUBLIC_SYNTAX` (the public form), `NEWLINE_FREE_SYNTAX` (the later newline-free variant)
+and `glm_layout` (a `ToolSyntax` read as a `TagLayout` of the shared tag engine).
 
     <tool_call>NAME                              opener, the name, invoke_name_close ("\\n")
     <arg_key>KEY</arg_key>                       parameter_open KEY parameter_name_close
@@ -17,7 +17,7 @@ closer, which the parser accepts in both forms.
 
 from __future__ import annotations
 
-from helios.frontend.syntaxes.tagged import ContractTaggedParser, TagLayout
+from helios.frontend.syntaxes.tagged import TagLayout, read_layout
 from helios.proto import contract_pb2
 
 PUBLIC_SYNTAX = contract_pb2.ToolSyntax(
@@ -42,21 +42,4 @@ NEWLINE_FREE_SYNTAX = contract_pb2.ToolSyntax(
 
 
 def glm_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
-    return TagLayout(
-        opener=syntax.opener,
-        closer=syntax.closer,
-        invoke_name_close=syntax.invoke_name_close,
-        parameter_open=syntax.parameter_open,
-        parameter_name_close=syntax.parameter_name_close,
-        value_open=syntax.value_open,
-        value_close=syntax.value_close,
-        separator=syntax.separator,
-        wrapping_newlines=syntax.wrapping_newlines,
-        syntax="TOOL_PARSER_GLM",
-    )
-
-
-class GlmToolParser(ContractTaggedParser):
-    """TOOL_PARSER_GLM over one response's answer pieces."""
-
-    layout_of = staticmethod(glm_layout)
+    return read_layout(syntax, "TOOL_PARSER_GLM", value_open=syntax.value_open, value_close=syntax.value_close)

@@ -39,8 +39,12 @@ from typing import Any
 
 from helios.frontend.detokenize import Piece
 from helios.frontend.scan import find_first, held_suffix
-from helios.frontend.syntaxes.tagged import IncompleteToolSyntax, TaggedToolParser, TagLayout
-from helios.frontend.syntaxes.xtml import xtml_layout
+from helios.frontend.syntaxes.tagged import (
+    IncompleteToolSyntax,
+    TaggedToolParser,
+    TagLayout,
+    invocation_layout,
+)
 from helios.frontend.tool_calls import ContentText, ToolEvent, parameter_schemas
 from helios.proto import contract_pb2
 
@@ -133,8 +137,7 @@ def frame_recipient(header: str, frontend: contract_pb2.FrontendContract) -> str
 
 
 def atem_layout(syntax: contract_pb2.ToolSyntax) -> TagLayout:
-    layout = xtml_layout(syntax, name="TOOL_PARSER_ATEM")
-    return TagLayout(**{**{n: getattr(layout, n) for n in TagLayout.__slots__}, "single_invocation": True})
+    return invocation_layout(syntax, "TOOL_PARSER_ATEM", single_invocation=True)
 
 
 class RecipientFrameParser:

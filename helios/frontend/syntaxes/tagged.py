@@ -1,9 +1,11 @@
-"""The incremental engine of tag-delimited tool syntaxes (host side), shared by GLM, DSML, XTML and
-the ATEM blocks of recipient frames.
+"""The incremental engine of tag-delimited tool syntaxes (host side), shared by Qwen Coder, GLM, DSML,
+XTML and the ATEM blocks of recipient frames.
 
-Owns: `TagLayout` (one syntax's delimiters, read from its `ToolSyntax`; every string is data, none is
-hard-coded here) and `TaggedToolParser` (answer pieces in, `ContentText` / `ToolCallStart` /
-`ToolCallArguments` events out, the events of `helios.frontend.tool_calls`).
+Owns: `TagLayout` (one syntax's delimiters, read from its `ToolSyntax`, and its reading options;
+every string is data, none is hard-coded here), `read_layout` and `invocation_layout` (a
+`ToolSyntax` read as a layout; the latter for the syntaxes whose blocks hold named invocations) and
+`TaggedToolParser` (answer pieces in, `ContentText` / `ToolCallStart` / `ToolCallArguments` events
+out, the events of `helios.frontend.tool_calls`).
 
 The shape every such syntax shares, with the layout's names:
 
@@ -16,16 +18,21 @@ The shape every such syntax shares, with the layout's names:
                                                other FLAG a JSON value
           [value_open]                         GLM: the value is tagged
           VALUE value_close                    only the value's own close tag ends it, so any other
-                                               tag inside a value is value text
-      invoke_close                             (GLM: none, the closer ends the invocation)
+                                               tag inside a value is value text (with
+                                               implied_value_close, Qwen Coder: also the next
+                                               parameter_open, invoke_close or closer)
+      invoke_close                             (GLM: none, the closer ends the invocation; a
+                                               missing invoke_close is implied by the closer)
     closer
 
 Whitespace and `separator` between elements are markup. Without a flag a value is typed by the
 tool's JSON schema: a string parameter (or one without a schema) is taken as written and streams as
 it arrives; any other type is JSON (or a scalar spelled bare) and is converted when complete. A call's
 start is reported once its name is complete and accepted; its arguments follow as fragments whose
-concatenation is the final JSON object. Every decision is a function of the text seen so far plus a
-held suffix that may still begin a delimiter, so any splitting of the output gives the same events.
+concatenation is the final JSON object. Whitespace after a call is dropped; a block that never names
+a call is content after all (its opener as written, the text after it read again as content). Every
+decision is a function of the text seen so far plus a held suffix that may still begin a delimiter,
+so any splitting of the output gives the same events.
 """
 
 from __future__ import annotations
@@ -36,14 +43,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from helios.errors import HeliosError
-from helios.frontend.scan import find_first, held_suffix
+from helios.frontend.detokenize import Piece
+from helios.frontend.scan import find_first, held_suffix, json_string_fragment
 from helios.frontend.tool_calls import (
     MAX_NAME_CHARS,
-    BlockParserBase,
     ContentText,
+    ToolCallArguments,
     ToolCallStart,
     ToolEvent,
     convert_parameter,
+    parameter_schemas,
     streams_as_string,
 )
 from helios.proto import contract_pb2
@@ -55,7 +64,7 @@ class IncompleteToolSyntax(HeliosError):
 
 @dataclass(frozen=True, slots=True)
 class TagLayout:
-    """The delimiters of one tag-delimited tool syntax."""
+    """The delimiters of one tag-delimited tool syntax, and how its values end."""
 
     opener: str
     closer: str
@@ -73,6 +82,8 @@ class TagLayout:
     separator: str = ""
     wrapping_newlines: bool = False
     single_invocation: bool = False  # a block carries at most one invocation (later ones are dropped)
+    implied_value_close: bool = False  # a missing value_close is implied by the next parameter_open,
+    # invoke_close or closer, which then ends the value (those tags are not value text)
     syntax: str = "tool syntax"  # the syntax's name, for messages
 
     def __post_init__(self) -> None:
@@ -86,6 +97,27 @@ class TagLayout:
             raise IncompleteToolSyntax(f"{self.syntax}: the tool syntax lacks {', '.join(missing)}")
 
 
+# the ToolSyntax fields every tag syntax reads, each into the TagLayout field of the same name
+_SHARED_FIELDS = ("opener", "closer", "invoke_name_close", "parameter_open", "parameter_name_close", "separator",
+                  "wrapping_newlines")  # fmt: skip
+
+
+def read_layout(syntax: contract_pb2.ToolSyntax, name: str, **fields: Any) -> TagLayout:
+    """A `ToolSyntax` read as the `TagLayout` of syntax `name`: the fields every tag syntax reads, as
+    the contract gives them, plus `fields`, the layout fields the syntax sets from its other
+    ToolSyntax fields and its reading options."""
+    shared = {field: getattr(syntax, field) for field in _SHARED_FIELDS}
+    return TagLayout(**shared, syntax=name, **fields)
+
+
+def invocation_layout(syntax: contract_pb2.ToolSyntax, name: str, **options: Any) -> TagLayout:
+    """The layout of a syntax whose blocks hold `invoke_open NAME invoke_name_close` invocations and
+    whose values end at `parameter_close` (Qwen Coder, DSML, XTML, ATEM). `options`: the further
+    `TagLayout` fields the syntax sets (DSML's flags, a one-invocation block, an implied close)."""
+    return read_layout(syntax, name, invoke_open=syntax.invoke_open, invoke_close=syntax.invoke_close,
+                       value_close=syntax.parameter_close, **options)  # fmt: skip
+
+
 def _too_long(found: tuple[int, str] | None, text: str, close: str) -> bool:
     """A name-like field (parameter name, flag) whose close tag lies, or can only lie, past
     MAX_NAME_CHARS: the same verdict however the text was split."""
@@ -94,15 +126,13 @@ def _too_long(found: tuple[int, str] | None, text: str, close: str) -> bool:
     return len(text) > MAX_NAME_CHARS + len(close)
 
 
-# the states' names are those of `BlockParserBase`, which moves through the first six
 _CONTENT, _BLOCK, _NAME, _PARAMS, _KEY, _FLAG, _PREVALUE, _VALUE = (
     "content", "block", "name", "params", "key", "flag", "prevalue", "value",
 )  # fmt: skip
 
 
-class TaggedToolParser(BlockParserBase):
-    """One response's answer pieces through one `TagLayout` (content, values and the arguments JSON
-    through `BlockParserBase`, shared with the function-tag parser)."""
+class TaggedToolParser:
+    """One response's answer pieces through one `TagLayout`."""
 
     def __init__(
         self,
@@ -113,19 +143,50 @@ class TaggedToolParser(BlockParserBase):
         accept_name: Callable[[str], bool] | None = None,
         first_index: int = 0,
     ) -> None:
-        super().__init__(
-            opener=layout.opener,
-            separator=layout.separator,
-            wrapping_newlines=layout.wrapping_newlines,
-            tools=tools,
-            token_only=token_only,
-            first_index=first_index,
-        )
         self._l = layout
         self._accept_name = accept_name
+        self._opener_text_mode = layout.opener not in token_only
+        implied = (layout.parameter_open, layout.invoke_close, layout.closer) if layout.implied_value_close else ()
+        self._value_ends = [layout.value_close, *(d for d in implied if d)]
+        self._schemas = parameter_schemas(tools)
+        self._buffer = ""
+        self._state = _CONTENT
+        self._after_call = False  # content right after a call: whitespace is dropped
+        self._raw = ""  # the current block's text before it named a call (its content fallback)
+        self._block_calls = 0  # calls named in the current block
+        self._call_open = False
+        self._calls = first_index
+        self._name = ""
+        self._params = 0  # parameters emitted for the current call
+        self._key = ""
         self._flag: str | None = None
+        self._value = ""  # a non-string value's text so far
+        self._value_is_string = True
+        self._value_lead = False
 
     # -- public ----------------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> int:
+        """Index of the next call (calls started so far plus `first_index`)."""
+        return self._calls
+
+    def feed(self, piece: Piece) -> list[ToolEvent]:
+        out: list[ToolEvent] = []
+        if (
+            piece.marker
+            and self._state == _CONTENT
+            and piece.text == self._l.opener
+            and not self._opener_text_mode
+        ):
+            self._flush_content(out, final=True)
+            self._open_block(piece.text)
+            return out
+        self._buffer += piece.text
+        if self._state in (_BLOCK, _NAME) and not self._block_calls:
+            self._raw += piece.text
+        self._drain(out)
+        return out
 
     def finish(self) -> list[ToolEvent]:
         """End of output: a truncated call is closed with the parameters complete so far (and a
@@ -154,6 +215,21 @@ class TaggedToolParser(BlockParserBase):
         }  # fmt: skip
         while step[self._state](out):
             pass
+
+    def _drain_content(self, out: list[ToolEvent]) -> bool:
+        if self._opener_text_mode:
+            found = find_first(self._buffer, [self._l.opener])
+            if found is not None:
+                index, opener = found
+                rest = self._buffer[index + len(opener) :]
+                self._buffer = self._buffer[:index]
+                self._flush_content(out, final=True)
+                self._open_block(opener)
+                self._buffer = rest
+                self._raw += rest
+                return True
+        self._flush_content(out, final=False)
+        return False
 
     def _drain_block(self, out: list[ToolEvent]) -> bool:
         text = self._skip_separators()
@@ -313,23 +389,105 @@ class TaggedToolParser(BlockParserBase):
         self._begin_flagged_value(out)
         return True
 
+    def _drain_value(self, out: list[ToolEvent]) -> bool:
+        if self._value_lead and self._buffer:
+            self._value_lead = False
+            if self._buffer.startswith("\n"):
+                self._buffer = self._buffer[1:]
+        found = find_first(self._buffer, self._value_ends)
+        if found is not None:
+            index, delimiter = found
+            self._end_value(self._buffer[:index], out)
+            # the value's own close tag is consumed; a tag that implies it is read next
+            consumed = index + len(delimiter) if delimiter == self._l.value_close else index
+            self._buffer = self._buffer[consumed:]
+            return True
+        # no end yet: release the value's text but a held suffix that may begin an end
+        keep = held_suffix(self._buffer, self._value_ends)
+        release = self._buffer[: len(self._buffer) - keep]
+        if self._l.wrapping_newlines and release.endswith("\n"):
+            release = release[:-1]  # may be the wrapping newline before the close tag
+        self._buffer = self._buffer[len(release) :]
+        if self._value_is_string:
+            if release:
+                out.append(ToolCallArguments(self._calls, json_string_fragment(release)))
+        else:
+            self._value += release
+        return False
+
+    # -- blocks, content and values --------------------------------------------------------------
+
+    def _open_block(self, opener: str) -> None:
+        self._state = _BLOCK
+        self._raw = opener
+        self._block_calls = 0
+        self._after_call = False
+
+    def _close_block(self, out: list[ToolEvent]) -> None:
+        self._state = _CONTENT
+        if self._block_calls:
+            self._after_call = True
+        else:
+            out.append(ContentText(self._raw[: len(self._raw) - len(self._buffer)]))
+        self._raw = ""
+
+    def _flush_content(self, out: list[ToolEvent], *, final: bool) -> None:
+        keep = 0 if final or not self._opener_text_mode else held_suffix(self._buffer, [self._l.opener])
+        release = self._buffer[: len(self._buffer) - keep]
+        rest = self._buffer[len(release) :]
+        if self._after_call:
+            if not release.strip():
+                if final:
+                    self._buffer = rest
+                return  # whitespace after a call is held: dropped unless text follows
+            release = release.lstrip()
+            self._after_call = False
+        if release:
+            out.append(ContentText(release))
+        self._buffer = rest
+
+    def _skip_separators(self) -> str:
+        text = self._buffer
+        while True:
+            stripped = text.lstrip()
+            if self._l.separator and stripped.startswith(self._l.separator):
+                stripped = stripped[len(self._l.separator) :]
+            if stripped == text:
+                return text
+            text = stripped
+
+    def _malformed_name(self, out: list[ToolEvent]) -> bool:
+        self._state = _BLOCK
+        return self._malformed(out)
+
     def _begin_flagged_value(self, out: list[ToolEvent]) -> None:
         if self._flag is not None:
             is_string = self._flag == self._l.string_flag
         else:
             is_string = streams_as_string(self._schemas.get(self._name, {}).get(self._key))
-        self._begin_value(out, is_string=is_string)
+        self._value_is_string = is_string
+        self._value = ""
+        self._value_lead = self._l.wrapping_newlines
+        self._state = _VALUE
+        if is_string:
+            out.append(ToolCallArguments(self._calls, self._key_prefix() + '"'))
 
-    def _drain_value(self, out: list[ToolEvent]) -> bool:
-        self._strip_value_lead()
-        close = self._l.value_close
-        found = find_first(self._buffer, [close])
-        if found is not None:
-            self._end_value(self._buffer[: found[0]], out)
-            self._buffer = self._buffer[found[0] + len(close) :]
-            return True
-        self._stream_value([close], out)
-        return False
+    def _end_value(self, text: str, out: list[ToolEvent]) -> None:
+        if self._value_lead and text.startswith("\n"):
+            text = text[1:]
+        self._value_lead = False
+        if self._l.wrapping_newlines and text.endswith("\n"):
+            text = text[:-1]
+        if self._value_is_string:
+            out.append(ToolCallArguments(self._calls, json_string_fragment(text) + '"'))
+        else:
+            value = self._typed(self._value + text)
+            out.append(
+                ToolCallArguments(self._calls, self._key_prefix() + json.dumps(value, ensure_ascii=False))
+            )
+        self._params += 1
+        self._value = ""
+        self._state = _PARAMS
 
     def _typed(self, text: str) -> Any:
         if self._flag is not None:  # flagged JSON: text that is not JSON stays a string
@@ -339,18 +497,12 @@ class TaggedToolParser(BlockParserBase):
                 return text
         return convert_parameter(text, self._schemas.get(self._name, {}).get(self._key))
 
+    def _key_prefix(self) -> str:
+        return ("{" if self._params == 0 else ", ") + json.dumps(self._key, ensure_ascii=False) + ": "
 
-class ContractTaggedParser(TaggedToolParser):
-    """A tag-engine parser built from the contract's `ToolSyntax` through the subclass's `layout_of`
-    (the GLM, DSML and XTML parsers differ only in their layouts)."""
-
-    layout_of: Callable[[contract_pb2.ToolSyntax], TagLayout]
-
-    def __init__(
-        self,
-        syntax: contract_pb2.ToolSyntax,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        token_only: Set[str] = frozenset(),
-    ) -> None:
-        super().__init__(type(self).layout_of(syntax), tools=tools, token_only=token_only)
+    def _end_call(self, out: list[ToolEvent]) -> None:
+        out.append(ToolCallArguments(self._calls, "}" if self._params else "{}"))
+        self._calls += 1
+        self._params = 0
+        self._name = ""
+        self._call_open = False
