@@ -9,6 +9,7 @@ import json
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from helios.frontend.syntaxes import qwen_coder
 from helios.proto import contract_pb2
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -135,20 +136,7 @@ def frontend_contract(
         eos_token_ids=[token_id("<|im_end|>"), token_id("<|endoftext|>")],
     )
     if tools:
-        frontend.tool_syntax.CopyFrom(
-            contract_pb2.ToolSyntax(
-                opener="<tool_call>",
-                closer="</tool_call>",
-                invoke_open="<function=",
-                invoke_name_close=">",
-                invoke_close="</function>",
-                parameter_open="<parameter=",
-                parameter_name_close=">",
-                parameter_close="</parameter>",
-                separator="\n",
-                wrapping_newlines=True,
-            )
-        )
+        frontend.tool_syntax.CopyFrom(qwen_coder.PUBLIC_SYNTAX)  # the public Qwen Coder function tags
     if reasoning:
         frontend.reasoning_syntax.CopyFrom(
             contract_pb2.ReasoningSyntax(
