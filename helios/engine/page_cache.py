@@ -181,6 +181,10 @@ class PageCache:
         self._hit_tokens += len(pages) * self.page_tokens
         return PrefixMatch(tuple(pages), tuple(keys), len(pages) * self.page_tokens)
 
+    def referenced(self) -> dict[int, int]:
+        """Pages holding references, with their counts (read-only; an idle cache holds none)."""
+        return {page: count for page, count in enumerate(self._references) if count}
+
     def gauges(self) -> CacheGauges:
         in_use = sum(1 for r in self._references if r > 0)
         return CacheGauges(capacity=self.pages, in_use=in_use, cached=len(self._cached), free=len(self._free),

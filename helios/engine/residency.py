@@ -15,6 +15,9 @@ request that is not in flight (its pages return, its published prefix stays cach
 later ahead of new requests; the oldest request can always proceed, so a request that fits the
 cache alone never fails for a temporary shortage.
 
+`residency()` is a read-only snapshot of all of it (`Residency`): what conformance's resource
+accounting reads once a workload has ended.
+
 scheduler.py re-exports `QueueFull`, `UnknownRequest`, `DuplicateRequest` and `SchedulerCounters`.
 """
 
@@ -25,7 +28,7 @@ import collections
 from dataclasses import dataclass, field
 
 from helios.engine.config import SchedulerConfig, SchedulerRequest
-from helios.engine.page_cache import PageCache, PagesShort, SequencePages, pages_for
+from helios.engine.page_cache import CacheGauges, PageCache, PagesShort, SequencePages, pages_for
 from helios.engine.sequence import SequenceState
 from helios.errors import HeliosError
 
@@ -54,6 +57,24 @@ class SchedulerCounters:
     constrained_max_inflight: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Residency:
+    """What a scheduler holds at one moment (a copy: reading it changes nothing). Idle, it holds no
+    request, every slot is free once, no page is referenced and no round is outstanding."""
+
+    slots: int  # request slots (max_active)
+    free_slots: tuple[int, ...]  # the free list as held (a slot listed twice is a bookkeeping error)
+    requests: tuple[str, ...]  # every request held: queued, running, readmitting, or awaiting its fence
+    pending: int  # in the pending deque
+    readmitting: int  # preempted, waiting for readmission
+    running: int  # holding a slot
+    feedback: int  # running requests counted as needing completion feedback
+    pages: CacheGauges
+    referenced_pages: dict[int, int]  # page -> references held
+    outstanding: tuple[int, ...] = ()  # sequences of the rounds submitted and not completed
+    cohorts: tuple[int, ...] = ()  # sequences whose lanes' requests are still kept for retirement
 
 
 class RequestResidency:
@@ -138,6 +159,13 @@ class RequestResidency:
     @property
     def pending(self) -> int:
         return len(self._pending) + len(self._readmit)
+
+    def residency(self) -> Residency:
+        """A snapshot of the requests, slots and pages held now (see `Residency`)."""
+        return Residency(slots=self.config.max_active, free_slots=tuple(self._free_slots),
+                         requests=tuple(sorted(self._all)), pending=len(self._pending),
+                         readmitting=len(self._readmit), running=len(self._running), feedback=self._feedback,
+                         pages=self.cache.gauges(), referenced_pages=self.cache.referenced())
 
     @property
     def active(self) -> int:

@@ -50,6 +50,7 @@ back as `RoundOutcomes` columns rather than an object per token.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Sequence
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
@@ -60,6 +61,7 @@ from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
     RequestResidency,
+    Residency,
     SchedulerCounters,
     UnknownRequest,
 )
@@ -71,7 +73,8 @@ from helios.runtime.rounds import PageTableUpdate, RoundPlan
 
 C = contract_pb2
 
-__all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Scheduler", "SchedulerCounters", "UnknownRequest"]
+__all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
+           "UnknownRequest"]
 
 
 class Scheduler(RequestResidency):
@@ -101,6 +104,11 @@ class Scheduler(RequestResidency):
     @property
     def idle(self) -> bool:
         return not (self._pending or self._readmit or self._running or self._outstanding)
+
+    def residency(self) -> Residency:
+        """`RequestResidency.residency`, with the rounds outstanding and the cohorts kept for them."""
+        return dataclasses.replace(super().residency(), outstanding=tuple(p.sequence for p in self._outstanding),
+                                   cohorts=tuple(self._cohorts))
 
     def oldest(self) -> RoundPlan | None:
         """The oldest outstanding round: the next one to complete."""

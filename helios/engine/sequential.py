@@ -55,6 +55,18 @@ class _Active:
     cancelled: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class SequentialResidency:
+    """What the sequential worker holds at one moment (a copy). Idle, it holds no request and every
+    slot is free once."""
+
+    slots: int  # request slots (max_active)
+    free_slots: tuple[int, ...]  # the free list as held
+    requests: tuple[str, ...]  # every request known: queued, pending, active, not yet finished
+    active: int
+    pending: int  # in the ingress channel and the pending deque
+
+
 @dataclass(slots=True)
 class _Counters:
     submitted: int = 0
@@ -180,6 +192,13 @@ class SequentialRuntime(ThreadedModelRuntime):
                 capacity=capacity,
                 available=dict(self._available()) if self._available is not None else {},
             )
+
+    def residency(self) -> SequentialResidency:
+        """A snapshot of the requests and slots held now (the engine's pages: `metrics().available`)."""
+        with self._lock:
+            return SequentialResidency(slots=self.limits.max_active, free_slots=tuple(self._free_slots),
+                                       requests=tuple(sorted(self._known)), active=len(self._active),
+                                       pending=len(self._pending) + len(self._ingress))
 
     # -- the worker thread -----------------------------------------------------------------------
 

@@ -94,6 +94,18 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     def scheduler(self) -> Scheduler:
         return self._scheduler
 
+    @property
+    def executor(self) -> Executor:
+        """The executor the worker drives (a trace recorder keeps the one it wraps as `.executor`)."""
+        return self._executor
+
+    def requests_held(self) -> tuple[str, ...]:
+        """Requests the runtime still tracks: progress entries (no terminal event yet), queued
+        ingress and pending cancellations (read-only; an idle runtime holds none)."""
+        with self._lock:
+            held = set(self._entries) | {e.request.request_id for e in self._ingress} | self._cancels
+            return tuple(sorted(held))
+
     # ------------------------------------------------------------------------------------ submission
 
     def _admission_check(self, request: PreparedRequest) -> str | None:
