@@ -31,6 +31,7 @@ from conformance.e2e import (
     reference_tie_check,
 )
 from conformance.report import LEVELS, CaseResult, LevelResult, Report
+from conformance.resources import account, resource_cases
 from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
 from conformance.workload import OPERATOR_CASES, WORKLOADS, Workload, load_operator_cases, load_workloads
 from helios.core.source import CoreSource
@@ -136,9 +137,15 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
             if "trace" in levels:
                 trace_cases.append(audit_trace(core, header, sink.records, case=workload.name, dtype=dtype))
             if "e2e" in levels:
-                referenced = drive(reference_runtime(core, workload), copies[1], timeout_s=options.timeout_s)
+                reference = reference_runtime(core, workload)
+                referenced = drive(reference, copies[1], timeout_s=options.timeout_s)
                 generations = [request.generation for request in copies[0]]
                 e2e_cases.extend(compare_workload(workload, generations, referenced, produced, tie_check))
+            # Resources (resources.py): every page, slot, round and frame is back once a runtime is driven.
+            leaked = resource_cases(account(runtime, f"{workload.name}/resources/production"))
+            (trace_cases if "trace" in levels else e2e_cases).extend(leaked)
+            if "e2e" in levels:
+                e2e_cases.extend(resource_cases(account(reference, f"{workload.name}/resources/reference")))
         if "trace" in levels:
             results.append(LevelResult("trace", tuple(trace_cases)))
         if "e2e" in levels:
