@@ -32,6 +32,7 @@ must pass; `test_named_tests_pass_without_their_mutation` runs every named test 
 | output limit one token late (`sampled > max_tokens`) | named test | test_sequential::test_eos_length_and_usage |
 | column validation ignores the frame index | named test | test_completion::test_every_violation_in_columns_is_named_as_in_rows[frame_index] |
 | per-lane validation skips the generation echo | named test | test_completion::test_every_violation_is_still_named[generation] |
+| only the first EOS id ends a request (`RequestProgress.ends_at[:1]`) | named test | test_eos_ids::test_request_progress_ends_at_any_of_several_eos_ids |
 
 The named-test mutations live in shared host code (both runtimes run it: conform compares the two and
 sees nothing) or in validation, which only a faulty executor would exercise.
@@ -426,8 +427,20 @@ def _generation_unchecked(monkeypatch):
     monkeypatch.setattr(completion, "validate_completion", per_lane)
 
 
+def _eos_first_id_only(monkeypatch):
+    from helios.engine import progress
+
+    init = progress.RequestProgress.__init__
+
+    def first_only(self, request, stream, default_eos_ids=()):
+        init(self, request, stream, default_eos_ids)
+        self.ends_at = self.ends_at[:1]  # the bug: only the first EOS id ends a request
+
+    monkeypatch.setattr(progress.RequestProgress, "__init__", first_only)
+
+
 def _named_tests():
-    from tests.engine import test_page_cache, test_scheduler, test_sequential
+    from tests.engine import test_eos_ids, test_page_cache, test_scheduler, test_sequential
     from tests.runtime import test_completion
 
     violations = {next(iter(change)): (change, error) for change, error in test_completion.VIOLATIONS}
@@ -447,11 +460,14 @@ def _named_tests():
         "generation unchecked": (
             _generation_unchecked,
             lambda: test_completion.test_every_violation_is_still_named(*violations["generation"])),
+        "EOS on the first id only": (
+            _eos_first_id_only,
+            lambda: test_eos_ids.test_request_progress_ends_at_any_of_several_eos_ids(None, 9)),
     }
 
 
 NAMED = ("eviction newest first", "private page leaks", "frames ignore feedback", "readmission forgets known",
-         "output limit late", "columns ignore the frame", "generation unchecked")
+         "output limit late", "columns ignore the frame", "generation unchecked", "EOS on the first id only")
 
 
 def test_named_tests_pass_without_their_mutation():
