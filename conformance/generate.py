@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.workload import Workload, WorkloadRequest
-from helios.contract.enums import HistoryKind, Operation, ToolParser
+from helios.contract.enums import HistoryKind, Operation, ReasoningParser, ToolParser
 from helios.core.source import CoreSource
 
 EOS_TEMPERATURE = 2.0  # the flattest draw the API allows: an EOS id is likeliest to be drawn
@@ -76,21 +76,19 @@ class Geometry:
         windows = [h.window_tokens for h in contract.cache.histories
                    if h.kind == HistoryKind.SLIDING_WINDOW and h.window_tokens > 0]
         frontend = contract.frontend
+        from helios.frontend.bootstrap import Bootstrap
+
+        bootstrap = Bootstrap.from_core(core)
         vocabulary = min(contract.input_vocabulary.input_tokens or contract.vocabulary.sampled_tokens,
-                         contract.vocabulary.sampled_tokens)
+                         contract.vocabulary.sampled_tokens, bootstrap.vocab_size)  # ids the tokenizer knows
         excluded = set(frontend.eos_token_ids) | {token_id for _, token_id in frontend.template_tokens}
         ids = tuple(i for i in range(min(vocabulary, 4096)) if i not in excluded)
-        try:
-            from helios.frontend.bootstrap import Bootstrap
-
-            chat = bool(Bootstrap.from_core(core).chat_template)
-        except Exception:  # noqa: BLE001 - a core without a usable template serves completions only
-            chat = False
+        chat = bool(bootstrap.chat_template)
         return cls(page_tokens=contract.cache.page_tokens, chunk_tokens=max(chunks, default=contract.prefill_tokens),
                    context_tokens=contract.context_tokens, window_tokens=min(windows) if windows else None,
                    slots=contract.max_concurrency, eos_ids=tuple(frontend.eos_token_ids),
                    tool_syntax=frontend.tool_parser not in (ToolParser.NONE, ToolParser.UNSPECIFIED),
-                   reasoning_syntax=bool(frontend.reasoning_syntax.open or frontend.reasoning_syntax.recipient_open),
+                   reasoning_syntax=frontend.reasoning_parser not in (ReasoningParser.NONE, ReasoningParser.UNSPECIFIED),
                    chat=chat, prompt_ids=ids)
 
     def prompt(self, length: int, salt: int = 0) -> list[int]:
@@ -156,12 +154,12 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
     requests.extend(_stop_requests(core, geometry))
     requests.extend(_eos_requests(core, geometry))
     if c.GRAMMAR not in unsupported:
-        requests.append(_shortest(core, "grammar", {
+        requests.extend(_shortest(core, "grammar", {
             "messages": [{"role": "user", "content": "a?"}], "max_tokens": 12,
             "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}},
             needs_call=False))
     if c.TOOL not in unsupported:
-        requests.append(_shortest(core, "tool", {
+        requests.extend(_shortest(core, "tool", {
             "messages": [{"role": "user", "content": "f?"}], "max_tokens": 48, "tools": [TOOL],
             "tool_choice": {"type": "function", "function": {"name": "f"}}}, needs_call=True))
     workloads = [Workload("geometry", tuple(requests), max_active=min(2, geometry.slots),
@@ -229,18 +227,32 @@ def _eos_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest]
     return out
 
 
-def _shortest(core: CoreSource, name: str, body: dict, *, needs_call: bool) -> WorkloadRequest:
+def _shortest(core: CoreSource, name: str, body: dict, *, needs_call: bool) -> list[WorkloadRequest]:
     """The chat request `body` under the seed whose reference run finishes soonest (and, with
-    `needs_call`, parses a tool call); the first seed when none does."""
+    `needs_call`, parses a tool call); the first seed when none does; none when the core cannot
+    prepare it (e.g. its template renders a prompt longer than the context): the coverage table
+    then shows the mechanism not reached."""
+    from conformance.e2e import preparer_for
+    from helios.errors import HeliosError
+    from helios.frontend.openai_request import parse_chat_request
+
+    try:  # the output limit fits what the rendered prompt leaves of the context
+        prompt = preparer_for(core).prepare_chat(parse_chat_request({**body, "seed": 0}), "probe").prompt_token_ids
+    except HeliosError:
+        return []
+    body = {**body, "max_tokens": max(1, min(body["max_tokens"], core.contract.context_tokens - len(prompt)))}
     candidates = [_request(f"{name}-{seed}", {**body, "temperature": 1.0, "seed": seed}) for seed in PROBE_SEEDS]
-    results = _reference_results(core, Workload("probe", tuple(candidates), max_active=1))
+    try:
+        results = _reference_results(core, Workload("probe", tuple(candidates), max_active=1))
+    except HeliosError:
+        return []
     best, best_length = candidates[0], None
     for candidate, result in zip(candidates, results, strict=True):
         if result.outcome != "finished" or (needs_call and not result.tool_calls):
             continue
         if best_length is None or len(result.token_ids) < best_length:
             best, best_length = candidate, len(result.token_ids)
-    return replace(best, name=name)
+    return [replace(best, name=name)]
 
 
 def _pressure(core: CoreSource, geometry: Geometry) -> Workload:
