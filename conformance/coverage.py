@@ -42,7 +42,7 @@ TOKEN_STOP, SEQUENCE_STOP, STRING_STOP = "token stop", "sequence stop", "string 
 GRAMMAR, TOOL, FILTERED, UNFILTERED = "grammar", "tool call", "output filter", "no output filter"
 MECHANISMS = (CHUNKED, REUSE, PREEMPTION, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, GRAMMAR, TOOL,
               FILTERED, UNFILTERED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
-TRACE_ONLY_HOST = frozenset({TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, TOOL, FILTERED, UNFILTERED})
+HOST_ONLY = frozenset({TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, TOOL, FILTERED, UNFILTERED})
 WORKLOAD_LEVELS = ("trace", "e2e")
 
 EXERCISED, NOT_REACHED, NOT_OBSERVED = "exercised", "not reached", "not observed at this level"
@@ -54,13 +54,13 @@ def eos_mechanism(token_id: int) -> str:
 
 
 def observable(mechanism: str, level: str) -> bool:
-    return not (level == "trace" and mechanism in TRACE_ONLY_HOST)
+    return not (level == "trace" and mechanism in HOST_ONLY)
 
 
-def _lane_mechanisms(lanes: Iterable[Any], rows: Iterable[Any] | None, window: int | None) -> set[str]:
-    """What one round's lanes (and, given, their completion rows) exercised on the device."""
+def _lane_mechanisms(lanes: Iterable[Any], rows: Iterable[Any], window: int | None) -> set[str]:
+    """What lanes (each with its completion row) exercised on the device."""
     out: set[str] = set()
-    for lane, row in zip(lanes, rows if rows is not None else [None] * 10**6, strict=False):
+    for lane, row in zip(lanes, rows, strict=False):
         prompt = len(lane.prompt_token_ids)
         if lane.prompt_tokens_in_round and lane.consumed + lane.prompt_tokens_in_round < prompt:
             out.add(CHUNKED)
@@ -68,7 +68,7 @@ def _lane_mechanisms(lanes: Iterable[Any], rows: Iterable[Any] | None, window: i
             out.add(WINDOW)
         if lane.grammar_mask is not None and lane.samples:
             out.add(GRAMMAR)
-        if row is not None and row.emitted and lane.samples and row.sampled_id in lane.eos_ids:
+        if row.emitted and lane.samples and row.sampled_id in lane.eos_ids:
             out.add(eos_mechanism(int(row.sampled_id)))
     return out
 
