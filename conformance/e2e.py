@@ -17,8 +17,11 @@ request's divergence:
     stop_position  for a stop: the number of sampled tokens when it matched
     usage          prompt_tokens, output_tokens
     text           the visible text: every released piece, the final flush included
+    tool_calls     for a chat request: the tool calls its output pipeline parses from the pieces
+                   (name and arguments; call ids are random)
 
-`reused_prompt_tokens` is not compared: only production has a prefix cache.
+`reused_prompt_tokens` is not compared: only production has a prefix cache (it is kept, for the
+coverage table). A request with `after` is submitted once the named request has finished.
 """
 
 from __future__ import annotations
@@ -52,23 +55,39 @@ class RequestResult:
     prompt_tokens: int
     output_tokens: int
     message: str = ""  # the failure or rejection message
+    reused_prompt_tokens: int = 0  # prompt positions the prefix cache served (production only)
+    tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments) the output pipeline parsed (chat)
 
 
 def _text(pieces: Sequence[object]) -> str:
     return "".join(getattr(piece, "text", str(piece)) for piece in pieces)
 
 
-async def _collect(stream: Any) -> RequestResult:
+def _tool_calls(pipeline: Any, pieces: Sequence[object]) -> tuple[tuple[str, str], ...]:
+    from helios.frontend.pipeline import OutputAccumulator
+
+    accumulator = OutputAccumulator()
+    accumulator.add(pipeline.feed(pieces))
+    accumulator.add(pipeline.finish())
+    return tuple((call.name, call.arguments) for call in accumulator.result().tool_calls)
+
+
+async def _collect(stream: Any, pipeline: Any = None) -> RequestResult:
     tokens: list[int] = []
     text: list[str] = []
+    pieces: list[object] = []
     async for event in stream:
         if isinstance(event, TokenEvent):
             tokens.append(event.token_id)
             text.append(_text(event.pieces))
+            pieces.extend(event.pieces)
         elif isinstance(event, Finished):
             text.append(_text(event.pieces))
+            pieces.extend(event.pieces)
+            calls = _tool_calls(pipeline, pieces) if pipeline is not None else ()
             return RequestResult("finished", event.termination.value, tuple(tokens), "".join(text),
-                                 event.prompt_tokens, event.output_tokens)
+                                 event.prompt_tokens, event.output_tokens,
+                                 reused_prompt_tokens=event.reused_prompt_tokens, tool_calls=calls)
         elif isinstance(event, Failed):
             return RequestResult("failed", None, tuple(tokens), "".join(text), 0, len(tokens), event.message)
         elif isinstance(event, Rejected):
@@ -77,15 +96,30 @@ async def _collect(stream: Any) -> RequestResult:
 
 
 def drive(runtime: ModelRuntime, requests: Sequence[PreparedRequest], *,
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> list[RequestResult]:
-    """Start `runtime`, submit every request at once, collect each result, shut the runtime down."""
+          timeout_s: float = DEFAULT_TIMEOUT_S, after: Sequence[int | None] | None = None,
+          pipelines: Sequence[Any] | None = None) -> list[RequestResult]:
+    """Start `runtime`, submit every request at once (a request with `after[i]` once request
+    `after[i]` has finished), collect each result, shut the runtime down. `pipelines[i]`: the chat
+    request's output pipeline, which parses its tool calls."""
+    waits = list(after) if after is not None else [None] * len(requests)
+    parsers = list(pipelines) if pipelines is not None else [None] * len(requests)
 
     async def main() -> list[RequestResult]:
         runtime.start()
         try:
-            streams = [runtime.submit(request) for request in requests]
+            done = [asyncio.Event() for _ in requests]
+
+            async def one(index: int, request: PreparedRequest) -> RequestResult:
+                if waits[index] is not None:
+                    await done[waits[index]].wait()
+                try:
+                    return await _collect(runtime.submit(request), parsers[index])
+                finally:
+                    done[index].set()
+
             try:
-                return list(await asyncio.wait_for(asyncio.gather(*(_collect(s) for s in streams)), timeout_s))
+                return list(await asyncio.wait_for(asyncio.gather(*(one(i, r) for i, r in enumerate(requests))),
+                                                   timeout_s))
             except TimeoutError:
                 return [RequestResult("timeout", None, (), "", 0, 0, f"no terminal event within {timeout_s:.0f} s")
                         for _ in requests]
@@ -95,29 +129,70 @@ def drive(runtime: ModelRuntime, requests: Sequence[PreparedRequest], *,
     return asyncio.run(main())
 
 
-def prepare_requests(core: CoreSource, workload: Workload, copies: int = 2) -> list[list[PreparedRequest]]:
-    """`copies` independent preparations of every request (each runtime needs its own stateful
-    output filter), with token observation on and one shared generation (one seed) per request."""
+@dataclass(frozen=True, slots=True)
+class PreparedCopy:
+    """One runtime's preparation of a workload: the requests, each chat request's output pipeline
+    (None for a completion) and each request's `after` as an index."""
+
+    requests: list[PreparedRequest]
+    pipelines: list[Any]
+    after: list[int | None]
+
+
+def preparer_for(core: CoreSource) -> Any:
+    """The server's `Preparer` for `core` (its vocabulary geometry, so grammar masks fit)."""
     from helios.frontend.bootstrap import Bootstrap
-    from helios.frontend.openai_request import parse_completion_request
     from helios.frontend.preparation import Preparer
 
     serving = core.contract
-    preparer = Preparer(Bootstrap.from_core(core), served_id=serving.served_id, aliases=tuple(serving.aliases),
-                        context_tokens=serving.context_tokens)
-    out: list[list[PreparedRequest]] = [[] for _ in range(copies)]
+    vocabulary = serving.model.vocabulary
+    return Preparer(Bootstrap.from_core(core), served_id=serving.served_id, aliases=tuple(serving.aliases),
+                    context_tokens=serving.context_tokens, sampled_tokens=vocabulary.sampled_tokens or None,
+                    mask_words=vocabulary.mask_words or None)
+
+
+def prepare_workload(core: CoreSource, workload: Workload, copies: int = 2, *,
+                     preparer: Any = None) -> list[PreparedCopy]:
+    """`copies` independent preparations of every request (each runtime needs its own stateful
+    output filter, grammar and pipeline), with token observation on and one shared generation (one
+    seed) per request. A request with `output_filter` false gets none."""
+    from helios.frontend.openai_request import parse_chat_request, parse_completion_request
+
+    preparer = preparer or preparer_for(core)
+    names = [request.name for request in workload.requests]
+    after = [None if r.after is None else names.index(r.after) for r in workload.requests]
+    out = [PreparedCopy([], [], list(after)) for _ in range(copies)]
     for request in workload.requests:
         first: PreparedRequest | None = None
         for copy in out:
-            prepared = preparer.prepare_completion(parse_completion_request(dict(request.body)),
-                                                   f"{workload.name}/{request.name}").runtime_request
+            request_id = f"{workload.name}/{request.name}"
+            pipeline = None
+            if request.chat:
+                chat = preparer.prepare_chat(parse_chat_request(dict(request.body)), request_id)
+                prepared, pipeline = chat.runtime_request, chat.pipeline
+            else:
+                prepared = preparer.prepare_completion(parse_completion_request(dict(request.body)),
+                                                       request_id).runtime_request
             prepared = replace(prepared, observe_tokens=True)
+            if not request.output_filter:
+                prepared = replace(prepared, output_filter=None)
             if first is None:
                 first = prepared
             else:
                 prepared = replace(prepared, generation=first.generation)
-            copy.append(prepared)
+            copy.requests.append(prepared)
+            copy.pipelines.append(pipeline)
     return out
+
+
+def prepare_requests(core: CoreSource, workload: Workload, copies: int = 2) -> list[list[PreparedRequest]]:
+    """`copies` independent preparations of every request (see `prepare_workload`): the requests only."""
+    return [copy.requests for copy in prepare_workload(core, workload, copies)]
+
+
+def drive_copy(runtime: ModelRuntime, copy: PreparedCopy, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[RequestResult]:
+    """`drive` one prepared copy of a workload (its order and its pipelines)."""
+    return drive(runtime, copy.requests, timeout_s=timeout_s, after=copy.after, pipelines=copy.pipelines)
 
 
 def reference_runtime(core: CoreSource, workload: Workload) -> ModelRuntime:
@@ -200,6 +275,9 @@ def compare_request(case: str, generation: GenerationRequest, reference: Request
                  min(len(reference.text), len(production.text)))
         return diverged("text", reference.text, production.text,
                         detail=f"visible text differs from character {k}")
+    if reference.tool_calls != production.tool_calls:
+        return diverged("tool_calls", [list(c) for c in reference.tool_calls], [list(c) for c in production.tool_calls],
+                        detail="the parsed tool calls differ")
     return CaseResult(case, "pass")
 
 

@@ -5,6 +5,13 @@ logit margin), `LevelResult` (one level's counts and divergences) and `Report` (
 levels run). A case ends in one of three verdicts: pass, numeric tie (the runtimes disagreed on a
 sampled id whose winning logit margin lies within the tolerance of their precisions; production's
 token was adopted) or divergence. Only divergences fail a run.
+
+A run that served workloads also carries its coverage table (`conformance.coverage.Coverage`: which
+mechanisms each workload level exercised). When coverage is required (the generated workloads, or
+when asked) and a mechanism the core supports was reached by no level, the run's verdict is
+`incomplete` rather than `pass`: nothing diverged, but the run does not show what it should.
+
+Exit codes: 0 pass, 1 divergence, 4 incomplete (2 and 3: unusable input, raised before a report).
 """
 
 from __future__ import annotations
@@ -12,11 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from helios.errors import HeliosError
 
 LEVELS = ("operators", "trace", "e2e")
 VERDICTS = ("pass", "numeric tie", "divergence")
+EXIT_CODES = {"pass": 0, "divergence": 1, "incomplete": 4}  # a run's verdict -> `helios conform`'s status
 
 
 class InvalidReport(HeliosError):
@@ -91,14 +100,20 @@ class LevelResult:
 @dataclass(frozen=True, slots=True)
 class Report:
     levels: tuple[LevelResult, ...] = field(default_factory=tuple)
+    coverage: Any = None  # conformance.coverage.Coverage of the workload levels, None when none ran
 
     @property
     def verdict(self) -> str:
-        return "divergence" if any(level.divergences for level in self.levels) else "pass"
+        """divergence, else incomplete (required coverage missing a supported mechanism), else pass."""
+        if any(level.divergences for level in self.levels):
+            return "divergence"
+        if self.coverage is not None and self.coverage.required and self.coverage.missing:
+            return "incomplete"
+        return "pass"
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == "pass" else 1
+        return EXIT_CODES[self.verdict]
 
     def level(self, name: str) -> LevelResult:
         for level in self.levels:
@@ -107,7 +122,10 @@ class Report:
         raise KeyError(name)
 
     def as_json(self) -> dict:
-        return {"verdict": self.verdict, "levels": [level.as_json() for level in self.levels]}
+        out = {"verdict": self.verdict, "levels": [level.as_json() for level in self.levels]}
+        if self.coverage is not None:
+            out["coverage"] = self.coverage.as_json()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.as_json(), ensure_ascii=False)
@@ -132,7 +150,14 @@ class Report:
                             f"{level.numeric_ties} numeric ties, {len(level.divergences)} divergences"
                             for level in self.levels)
         details = [f"  {d.case}: {d.detail}" for level in self.levels for d in level.divergences if d.detail]
-        return "\n".join([*lines, "", f"{self.verdict}: {summary}", *details])
+        coverage: list[str] = []
+        if self.coverage is not None:
+            missing = self.coverage.missing
+            state = ("required" if self.coverage.required else "reported, not required (workloads given)")
+            coverage = ["", f"coverage ({state}):", *self.coverage.table()]
+            if missing:
+                coverage.append(f"not reached: {', '.join(missing)}")
+        return "\n".join([*lines, "", f"{self.verdict}: {summary}", *details, *coverage])
 
 
 def _cell(value: int | None) -> str:

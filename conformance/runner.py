@@ -11,6 +11,10 @@ interpreter: `TRITON_INTERPRET=1` is set before the kernels are first imported.
 
 `Production` builds production's runtime for a workload; tests wrap it (or monkeypatch the
 production modules) to inject bugs and check that conformance names them.
+
+Workloads: a JSON file (`ConformOptions.workloads`) or objects (`extra_workloads`); without either,
+the ones `generate.py` derives from the core's geometry. Every workload run also feeds the coverage
+table (`coverage.py`), required by default for the generated workloads only (`require_coverage`).
 """
 
 from __future__ import annotations
@@ -22,18 +26,26 @@ from pathlib import Path
 from typing import Any
 
 from conformance.audit import audit_trace, core_dtype
+from conformance.coverage import Observed
 from conformance.e2e import (
     DEFAULT_TIMEOUT_S,
     compare_workload,
-    drive,
-    prepare_requests,
+    drive_copy,
+    prepare_workload,
     reference_runtime,
     reference_tie_check,
 )
+from conformance.generate import Geometry, generated_workloads
 from conformance.report import LEVELS, CaseResult, LevelResult, Report
 from conformance.resources import account, resource_cases
 from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
-from conformance.workload import OPERATOR_CASES, WORKLOADS, Workload, load_operator_cases, load_workloads
+from conformance.workload import (
+    OPERATOR_CASES,
+    InvalidWorkload,
+    Workload,
+    load_operator_cases,
+    load_workloads,
+)
 from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.runtime.limits import AdmissionLimits
@@ -87,8 +99,8 @@ def traced_runtime(core: CoreSource, model: Any, limits: AdmissionLimits, sink: 
 class ConformOptions:
     levels: tuple[str, ...] = LEVELS
     device: str | None = None  # None: cuda when present, else cpu (Triton interpreter)
-    workloads: Path = WORKLOADS
-    workload_names: tuple[str, ...] = ()  # () every workload of the file
+    workloads: Path | None = None  # a workloads JSON file; None: the workloads generated from the core
+    workload_names: tuple[str, ...] = ()  # () every workload (of the file, or generated)
     operator_cases: Path = OPERATOR_CASES
     operators: tuple[str, ...] = ()  # () every operator
     dtypes: tuple[str, ...] = ()  # operator-level dtypes; () f32 on a CPU, f32 and bf16 on a GPU
@@ -96,6 +108,7 @@ class ConformOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     production: Any = None  # anything with `runtime(core, workload, sink)`; None: Production(device)
     extra_workloads: tuple[Workload, ...] = field(default=())  # workloads given as objects (tests)
+    require_coverage: bool | None = None  # a missing mechanism makes the run incomplete; None: generated only
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.levels) - set(LEVELS))
@@ -103,10 +116,19 @@ class ConformOptions:
             raise ConformanceSetupError(f"--level: unknown {unknown}; choose from {', '.join(LEVELS)} or all")
 
 
-def _workloads(options: ConformOptions) -> tuple[Workload, ...]:
+def _workloads(options: ConformOptions, core: CoreSource, geometry: Geometry) -> tuple[tuple[Workload, ...], bool]:
+    """The workloads to run and whether they are the generated ones."""
     if options.extra_workloads:
-        return options.extra_workloads
-    return load_workloads(options.workloads, options.workload_names or None)
+        return options.extra_workloads, False
+    if options.workloads is not None:
+        return load_workloads(options.workloads, options.workload_names or None), False
+    workloads = generated_workloads(core, geometry)
+    if options.workload_names:
+        unknown = sorted(set(options.workload_names) - {w.name for w in workloads})
+        if unknown:
+            raise InvalidWorkload(f"no generated workload named {unknown}; there are {[w.name for w in workloads]}")
+        workloads = tuple(w for w in workloads if w.name in options.workload_names)
+    return workloads, True
 
 
 def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
@@ -122,25 +144,36 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
         dtypes = options.dtypes or (("f32",) if device == "cpu" else ("f32", "bf16"))
         cases = OperatorCases.from_json(load_operator_cases(options.operator_cases))
         results.append(run_operators(cases, device=device, dtypes=dtypes, only=options.operators or None))
+    coverage = None
     if "trace" in levels or "e2e" in levels:
         dtype = core_dtype(core.manifest)
+        geometry = Geometry.of(core)
+        workloads, generated = _workloads(options, core, geometry)
+        observed = Observed(window=geometry.window_tokens)
         trace_cases: list[CaseResult] = []
         e2e_cases: list[CaseResult] = []
         tie_check = reference_tie_check(core, dtype) if "e2e" in levels else None
-        for workload in _workloads(options):
-            copies = prepare_requests(core, workload, copies=2 if "e2e" in levels else 1)
+        for workload in workloads:
+            copies = prepare_workload(core, workload, copies=2 if "e2e" in levels else 1)
             sink = TraceList()
             runtime, header = production.runtime(core, workload, sink)
-            produced = drive(runtime, copies[0], timeout_s=options.timeout_s)
+            produced = drive_copy(runtime, copies[0], timeout_s=options.timeout_s)
+            counters = getattr(getattr(runtime, "scheduler", None), "counters", None)
             if options.trace_dir is not None:
                 write_trace(Path(options.trace_dir) / f"{workload.name}.trace", header, sink.records)
             if "trace" in levels:
-                trace_cases.append(audit_trace(core, header, sink.records, case=workload.name, dtype=dtype))
+                case = audit_trace(core, header, sink.records, case=workload.name, dtype=dtype)
+                trace_cases.append(case)
+                audited = None if case.divergence is None else max(0, (case.divergence.round or 1) - 1)
+                observed.trace(sink.records, audited, counters)
             if "e2e" in levels:
                 reference = reference_runtime(core, workload)
-                referenced = drive(reference, copies[1], timeout_s=options.timeout_s)
-                generations = [request.generation for request in copies[0]]
-                e2e_cases.extend(compare_workload(workload, generations, referenced, produced, tie_check))
+                referenced = drive_copy(reference, copies[1], timeout_s=options.timeout_s)
+                generations = [request.generation for request in copies[0].requests]
+                cases = compare_workload(workload, generations, referenced, produced, tie_check)
+                e2e_cases.extend(cases)
+                observed.e2e(workload, copies[0].requests, produced, [c.verdict for c in cases], sink.records,
+                             counters)
             # Resources (resources.py): every page, slot, round and frame is back once a runtime is driven.
             leaked = resource_cases(account(runtime, f"{workload.name}/resources/production"))
             (trace_cases if "trace" in levels else e2e_cases).extend(leaked)
@@ -150,7 +183,9 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
             results.append(LevelResult("trace", tuple(trace_cases)))
         if "e2e" in levels:
             results.append(LevelResult("e2e", tuple(e2e_cases)))
-    return Report(tuple(results))
+        required = generated if options.require_coverage is None else options.require_coverage
+        coverage = observed.coverage(levels, geometry.unsupported(), geometry.eos_ids, required=required)
+    return Report(tuple(results), coverage)
 
 
 def write_trace(path: Path, header: TraceHeader, records: Sequence[Any]) -> None:

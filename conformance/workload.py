@@ -2,10 +2,18 @@
 
 A workload is a name, production's scheduling limits (`max_active`, `queue_capacity`, `pages`: the
 cache pages production's page cache may use, few enough to force eviction and preemption) and a list
-of requests, each an OpenAI `/v1/completions` body plus an optional `name`. Bodies go through the
-server's own parsing and preparation (`parse_completion_request`, `Preparer`), so a case means what
-the same body means over HTTP. Sampled requests must carry a seed: both runtimes must draw the same
-Philox stream.
+of requests, each an OpenAI body plus an optional `name`: a `/v1/completions` body (a `prompt`), or a
+`/v1/chat/completions` body (`messages`: `response_format`, `tools` and `tool_choice` work there).
+Bodies go through the server's own parsing and preparation (`parse_completion_request` or
+`parse_chat_request`, then `Preparer`), so a case means what the same body means over HTTP. Sampled
+requests must carry a seed: both runtimes must draw the same Philox stream.
+
+Two more keys are the workload's, not the body's: `after` (the name of an earlier request: this one
+is submitted once that one has finished, so it sees what the first published, e.g. its prompt
+pages) and `output_filter` (false: the request runs without an output filter, its sampled ids
+observed only, as a token-observed request over HTTP; no string stops then).
+
+Without `--workloads`, conform derives its workloads from the core's geometry (`generate.py`).
 """
 
 from __future__ import annotations
@@ -27,10 +35,15 @@ class InvalidWorkload(HeliosError):
     """A workload file or request is malformed; the message names the workload and the request."""
 
 
+WORKLOAD_KEYS = ("name", "after", "output_filter")  # a request object's keys that are not body fields
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadRequest:
     name: str
-    body: Mapping[str, Any]  # an OpenAI /v1/completions body
+    body: Mapping[str, Any]  # an OpenAI /v1/completions body, or a /v1/chat/completions body (`messages`)
+    after: str | None = None  # submit once this earlier request of the workload has finished
+    output_filter: bool = True  # False: no output filter (sampled ids observed only)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -39,6 +52,14 @@ class WorkloadRequest:
         if sampled and self.body.get("seed") is None:
             raise InvalidWorkload(f"request {self.name}: a sampled request needs a seed (both runtimes must "
                                   "draw the same Philox stream)")
+        if not self.output_filter and (self.body.get("stop") or self.chat):
+            raise InvalidWorkload(f"request {self.name}: a request without an output filter takes no string "
+                                  "stops and no chat body (both need the filter's text)")
+
+    @property
+    def chat(self) -> bool:
+        """A chat completions body (it has `messages`), else a completions body."""
+        return "messages" in self.body
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +79,10 @@ class Workload:
             raise InvalidWorkload(f"workload {self.name}: request names repeat: {names}")
         if self.max_active < 1 or self.queue_capacity < 0 or (self.pages is not None and self.pages < 1):
             raise InvalidWorkload(f"workload {self.name}: max_active >= 1, queue_capacity >= 0, pages >= 1")
+        for index, request in enumerate(self.requests):
+            if request.after is not None and request.after not in names[:index]:
+                raise InvalidWorkload(f"workload {self.name}: request {request.name} comes after {request.after!r}, "
+                                      "which is not an earlier request of the workload")
 
     def with_requests(self, requests: Sequence[WorkloadRequest]) -> Workload:
         return replace(self, requests=tuple(requests))
@@ -66,14 +91,23 @@ class Workload:
 def workload_from_json(data: Mapping[str, Any]) -> Workload:
     try:
         runtime = data.get("runtime", {})
-        requests = tuple(WorkloadRequest(str(body.get("name", f"r{i}")), {k: v for k, v in body.items() if k != "name"})
-                         for i, body in enumerate(data["requests"]))
+        requests = tuple(request_from_json(body, i) for i, body in enumerate(data["requests"]))
         return Workload(str(data["name"]), requests, max_active=int(runtime.get("max_active", 2)),
                         queue_capacity=int(runtime.get("queue_capacity", 8)),
                         pages=None if runtime.get("pages") is None else int(runtime["pages"]),
                         description=str(data.get("description", "")))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InvalidWorkload(f"workload {data.get('name', '?')!r}: malformed ({error})") from None
+
+
+def request_from_json(body: Mapping[str, Any], index: int = 0) -> WorkloadRequest:
+    """A request object: an OpenAI body plus the workload keys (`name`, `after`, `output_filter`)."""
+    after = body.get("after")
+    output_filter = body.get("output_filter", True)
+    if not isinstance(output_filter, bool):
+        raise InvalidWorkload(f"request {body.get('name', index)}: output_filter must be true or false")
+    return WorkloadRequest(str(body.get("name", f"r{index}")), {k: v for k, v in body.items() if k not in WORKLOAD_KEYS},
+                           after=None if after is None else str(after), output_filter=output_filter)
 
 
 def load_workloads(path: str | Path = WORKLOADS, names: Sequence[str] | None = None) -> tuple[Workload, ...]:

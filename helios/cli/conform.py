@@ -2,8 +2,10 @@
 
 The handler opens and authorizes the core, then runs the conformance suite (`conformance/`): the
 operators level, the trace audit and the end-to-end comparison, and prints one table (or one JSON
-object). Exit status 0 only when nothing diverged; 1 when something did; 2 or more for unusable input
-(a core that fails verification exits with the core reader's own code).
+object) with the coverage table of the workload levels. Exit status 0 when nothing diverged and
+the coverage holds, 1 when something diverged, 4 when nothing diverged but a mechanism the core
+supports was not exercised (`incomplete`), 2 or 3 for unusable input (a core that fails
+verification exits with the core reader's own code, 3).
 Heavy imports (the runtimes, torch) stay inside the handler.
 """
 
@@ -38,13 +40,22 @@ def register(subparsers) -> None:
             "             (reported with its margin; production's token is adopted)\n"
             "  e2e        each workload through both full runtimes, each scheduling on its own; per request:\n"
             "             outcome, token ids, finish reason, stop position, usage, visible text\n\n"
-            "Workloads are data: conformance/cases/workloads.json (OpenAI /v1/completions bodies with\n"
-            "production's scheduling limits); --workloads FILE runs your own. Each divergence row gives\n"
-            "the case, the round (trace: submission; e2e: token index), the lane (trace: slot; e2e: request;\n"
-            "operators: row), the field, both values and the logit margin. Exit status: 0 when nothing\n"
-            "diverged, 1 when something did, 2 or more when the core or an option is unusable.\n"
-            "On a machine without CUDA the production kernels run in the Triton interpreter (slow: keep\n"
-            "workloads small)."
+            "Workloads: by default derived from the core's geometry (page tokens, chunk capacities,\n"
+            "context, sliding window, slots, EOS ids, tool syntax): chunked prefill, prefix reuse,\n"
+            "preemption under page pressure, window crossing, every EOS id, token/sequence/string stops,\n"
+            "a grammar-constrained and a tool-calling chat request, requests with and without an output\n"
+            "filter. --workloads FILE runs your own (OpenAI completion or chat bodies with production's\n"
+            "scheduling limits; conformance/cases/workloads.json is an example).\n\n"
+            "Coverage: a table says which mechanisms the trace and e2e levels actually exercised (seen in\n"
+            "the trace and the results, not assumed from the workloads), or that the core does not support\n"
+            "one (no window, no tool syntax). With the generated workloads (or --require-coverage) a\n"
+            "supported mechanism no level reached makes the verdict 'incomplete'.\n\n"
+            "Each divergence row gives the case, the round (trace: submission; e2e: token index), the lane\n"
+            "(trace: slot; e2e: request; operators: row), the field, both values and the logit margin.\n"
+            "Exit status: 0 pass (nothing diverged, coverage complete), 1 divergence, 4 incomplete\n"
+            "(nothing diverged, a supported mechanism not exercised), 2 or 3 when the core or an option\n"
+            "is unusable. On a machine without CUDA the production kernels run in the Triton interpreter\n"
+            "(slow: the generated workloads are a few tokens each)."
         ),
         epilog=(
             "examples:\n"
@@ -62,13 +73,17 @@ def register(subparsers) -> None:
                         help="which level to run (default: all three)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object: {"verdict", "levels": [{"level", "cases", "passed", '
-                             '"numeric_ties", "divergences": [...]}]}')
+                             '"numeric_ties", "divergences": [...]}], "coverage": {"required", "levels", '
+                             '"missing", "rows": [...]}} (coverage when a workload level ran)')
     parser.add_argument("--device", metavar="DEVICE",
                         help="production's device: cuda, cuda:N or cpu (default: cuda when present)")
     parser.add_argument("--workloads", type=Path, metavar="FILE",
-                        help="a workloads JSON file (default: conformance/cases/workloads.json)")
+                        help="a workloads JSON file (default: workloads generated from the core's geometry)")
     parser.add_argument("--workload", action="append", default=[], metavar="NAME",
-                        help="run only this workload of the file (repeatable)")
+                        help="run only this workload (of the file, or generated: geometry, pressure; repeatable)")
+    parser.add_argument("--require-coverage", action=argparse.BooleanOptionalAction, default=None,
+                        help="a supported mechanism the run did not exercise makes it incomplete (exit 4); "
+                             "default: on for the generated workloads, off for --workloads FILE")
     parser.add_argument("--operator", action="append", default=[], metavar="OP",
                         help="operators level: check only this operator or fusion (repeatable)")
     parser.add_argument("--trace-dir", type=Path, metavar="DIR",
@@ -80,7 +95,6 @@ def register(subparsers) -> None:
 
 def _conform(args) -> int:
     from conformance.runner import ConformOptions, audit_file, conform
-    from conformance.workload import WORKLOADS
     from helios.core import open_core
 
     try:
@@ -92,9 +106,9 @@ def _conform(args) -> int:
             report = audit_file(core, args.audit)
         else:
             levels = ("operators", "trace", "e2e") if args.level == "all" else (args.level,)
-            options = ConformOptions(levels=levels, device=args.device, workloads=args.workloads or WORKLOADS,
+            options = ConformOptions(levels=levels, device=args.device, workloads=args.workloads,
                                      workload_names=tuple(args.workload), operators=tuple(args.operator),
-                                     trace_dir=args.trace_dir)
+                                     trace_dir=args.trace_dir, require_coverage=args.require_coverage)
             report = conform(core, options)
     print(report.to_json() if args.json else report.table())
     sys.stdout.flush()

@@ -39,3 +39,27 @@ def signed_core(tiny_checkpoint, tmp_path_factory):
     assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
                  "--key", str(key), *options]) == 0
     return core, f"{key}.pub"
+
+
+# A second geometry for the generated workloads: 16-token pages, no sliding window, a tool syntax
+# (a short ChatML template writing assistant calls in the Qwen Coder syntax) and two EOS ids (the
+# core lists them in ascending order: 256, then 258, the turn end).
+TOOL_TEMPLATE = (
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content or '' }}"
+    "{%- for tc in message.tool_calls or [] %}<tool_call>\n<function={{ tc.function.name }}>\n</function>\n"
+    "</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}"
+)
+TOOL_CAPACITIES = dict(dtype="fp32", page_tokens=16, batch_capacities=(1, 2), prefill_capacities=(16,),
+                       context_tokens=64)
+
+
+@pytest.fixture(scope="session")
+def tool_core(tmp_path_factory):
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from tests.fixtures.checkpoints import make_checkpoint
+
+    directory = tmp_path_factory.mktemp("conform-tools") / "tiny-tools"
+    make_checkpoint("qwen3", directory, generation={"eos_token_id": [258, 256]})  # <|im_end|>, <|endoftext|>
+    (directory / "chat_template.jinja").write_text(TOOL_TEMPLATE, encoding="utf-8")
+    return prepare_checkpoint(directory, PreparationOptions(**TOOL_CAPACITIES))

@@ -1,0 +1,299 @@
+"""Workloads derived from a core's contract (host side, NumPy only): what `helios conform` runs when
+no workload file is given.
+
+    geometry = Geometry.of(core)                 # page tokens, prefill capacities, context, window, ...
+    workloads = generated_workloads(core)        # ("geometry", "pressure"), fitted to that geometry
+
+Every request is sized from the prepared geometry, never from a fixed file, so every core meets the
+mechanisms the suite exists to check (the coverage table, `coverage.py`, then says which ones a run
+actually reached):
+
+  geometry  one workload, two request slots, every page:
+    chunked         a prompt longer than the largest PREFILL (and MIXED) chunk, and longer than the
+                    sliding window where the core has one: chunked prefill and a crossed window
+    reuse           submitted after `chunked` has finished, its prompt the first full page of
+                    `chunked`'s plus two more ids: the prefix cache serves that page; no output filter
+                    (its sampled ids are observed only)
+    token-stop, sequence-stop, string-stop
+                    one seeded prompt whose first tokens a reference pass learns (the sampled stream
+                    does not depend on stops): stop ids, a stop sequence and a stop string taken from
+                    that stream, so each stop fires within the first tokens
+    eos-<id>        for every EOS id of the core: a seed under which the reference's first draw is
+                    that id (searched on the reference's own logits and Philox stream), so the request
+                    ends with that EOS at its first token
+    grammar         a chat request with a json_schema response format (a grammar mask every round)
+    tool            where the core has a tool syntax: a chat request forced to call a registered
+                    function (`tool_choice` naming it); the seed under which the reference's call is
+                    shortest
+  pressure  two requests and two cache pages: the older one's decode needs the page the younger
+            holds, so production preempts it and readmits it later (the shape is checked on the
+            reference's batching run before it is kept)
+
+Prompts are token ids (their lengths are exact on any tokenizer), drawn from ids that are neither EOS
+ids nor template tokens. The learning passes run on the reference only (NumPy): a few short
+generations on a tiny core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from conformance.workload import Workload, WorkloadRequest
+from helios.contract.enums import HistoryKind, Operation, ReasoningParser, ToolParser
+from helios.core.source import CoreSource
+
+EOS_TEMPERATURE = 2.0  # the flattest draw the API allows: an EOS id is likeliest to be drawn
+EOS_SEEDS = 20000  # seeds tried per prompt for each EOS id
+PROBE_SEEDS = (0, 1, 2, 3)  # seeds tried for the grammar and tool requests (the shortest is kept)
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+          "required": ["a"], "additionalProperties": False}  # fmt: skip
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """What the generated workloads are fitted to, read from the core's `PreparedContract`."""
+
+    page_tokens: int
+    chunk_tokens: int  # the largest token capacity of a PREFILL or MIXED graph (the longest chunk)
+    context_tokens: int
+    window_tokens: int | None  # the smallest sliding window, None without one
+    slots: int  # request slots (max concurrency)
+    eos_ids: tuple[int, ...]
+    tool_syntax: bool
+    reasoning_syntax: bool
+    chat: bool  # the core carries a chat template (grammar and tool requests are chat requests)
+    prompt_ids: tuple[int, ...]  # ids prompts are drawn from: in the vocabulary, no EOS, no template token
+
+    @classmethod
+    def of(cls, core: CoreSource) -> Geometry:
+        from helios.contract import PreparedContract
+
+        contract = PreparedContract.decode(core.contract, core.manifest)
+        chunks = [g.packed_token_capacity for g in contract.graphs
+                  if g.operation in (Operation.PREFILL, Operation.MIXED)]
+        windows = [h.window_tokens for h in contract.cache.histories
+                   if h.kind == HistoryKind.SLIDING_WINDOW and h.window_tokens > 0]
+        frontend = contract.frontend
+        from helios.frontend.bootstrap import Bootstrap
+
+        bootstrap = Bootstrap.from_core(core)
+        vocabulary = min(contract.input_vocabulary.input_tokens or contract.vocabulary.sampled_tokens,
+                         contract.vocabulary.sampled_tokens, bootstrap.vocab_size)  # ids the tokenizer knows
+        excluded = set(frontend.eos_token_ids) | {token_id for _, token_id in frontend.template_tokens}
+        ids = tuple(i for i in range(min(vocabulary, 4096)) if i not in excluded)
+        chat = bool(bootstrap.chat_template)
+        return cls(page_tokens=contract.cache.page_tokens, chunk_tokens=max(chunks, default=contract.prefill_tokens),
+                   context_tokens=contract.context_tokens, window_tokens=min(windows) if windows else None,
+                   slots=contract.max_concurrency, eos_ids=tuple(frontend.eos_token_ids),
+                   tool_syntax=frontend.tool_parser not in (ToolParser.NONE, ToolParser.UNSPECIFIED),
+                   reasoning_syntax=frontend.reasoning_parser not in (ReasoningParser.NONE, ReasoningParser.UNSPECIFIED),
+                   chat=chat, prompt_ids=ids)
+
+    def prompt(self, length: int, salt: int = 0) -> list[int]:
+        """`length` deterministic ids (a fixed walk through `prompt_ids`; `salt` picks another walk)."""
+        n = len(self.prompt_ids)
+        return [self.prompt_ids[(7 + 31 * salt + 13 * i + (i * i) % 5) % n] for i in range(length)]
+
+    # ------------------------------------------------------------------ what the core can reach
+
+    @property
+    def chunked_length(self) -> int:
+        """The prompt of `chunked`: longer than every chunk and the window, and at least a page plus two."""
+        crossing = self.window_tokens + 2 if self.window_crossable else 0
+        return max(self.chunk_tokens + 2, crossing, self.page_tokens + 2)
+
+    @property
+    def window_crossable(self) -> bool:
+        return self.window_tokens is not None and self.window_tokens + 2 + 2 <= self.context_tokens
+
+    def unsupported(self) -> dict[str, str]:
+        """Mechanism -> why this core cannot reach it (the coverage table's "not supported" rows)."""
+        from conformance import coverage as c
+
+        out: dict[str, str] = {}
+        if self.window_tokens is None:
+            out[c.WINDOW] = "not supported by the core (no sliding window)"
+        elif not self.window_crossable:
+            out[c.WINDOW] = "not supported by the core (the window spans the context)"
+        if self.chunk_tokens + 2 + 2 > self.context_tokens:
+            out[c.CHUNKED] = "not supported by the core (the context is no longer than a chunk)"
+        if self.page_tokens + 2 + 2 > self.context_tokens:
+            out[c.REUSE] = "not supported by the core (the context holds no full page and more)"
+        if self.slots < 2:
+            out[c.PREEMPTION] = "not supported by the core (one request slot)"
+        if not self.tool_syntax:
+            out[c.TOOL] = "not supported by the core (no tool syntax)"
+        if not self.chat:
+            out[c.GRAMMAR] = "not supported by the core (no chat template)"
+            out[c.TOOL] = out.get(c.TOOL, "not supported by the core (no chat template)")
+        return out
+
+
+def _request(name: str, body: dict, **workload_keys: Any) -> WorkloadRequest:
+    return WorkloadRequest(name, body, **workload_keys)
+
+
+def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> tuple[Workload, ...]:
+    """The default workloads of `core` (see the module docstring)."""
+    geometry = geometry or Geometry.of(core)
+    unsupported = geometry.unsupported()
+    from conformance import coverage as c
+
+    context = geometry.context_tokens
+    requests: list[WorkloadRequest] = []
+    if c.CHUNKED not in unsupported or c.WINDOW not in unsupported:
+        length = min(geometry.chunked_length, context - 2)
+        chunked = geometry.prompt(length)
+        requests.append(_request("chunked", {"prompt": chunked, "max_tokens": 2, "temperature": 0}))
+        if c.REUSE not in unsupported:
+            shared = chunked[: geometry.page_tokens] + geometry.prompt(2, salt=1)
+            requests.append(_request("reuse", {"prompt": shared, "max_tokens": 2, "temperature": 0},
+                                     after="chunked", output_filter=False))
+    requests.extend(_stop_requests(core, geometry))
+    requests.extend(_eos_requests(core, geometry))
+    if c.GRAMMAR not in unsupported:
+        requests.extend(_shortest(core, "grammar", {
+            "messages": [{"role": "user", "content": "a?"}], "max_tokens": 12,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}},
+            needs_call=False))
+    if c.TOOL not in unsupported:
+        requests.extend(_shortest(core, "tool", {
+            "messages": [{"role": "user", "content": "f?"}], "max_tokens": 48, "tools": [TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "f"}}}, needs_call=True))
+    workloads = [Workload("geometry", tuple(requests), max_active=min(2, geometry.slots),
+                          queue_capacity=len(requests),
+                          description="fitted to the core: chunked prefill, prefix reuse, window, stops, "
+                                      "EOS ids, grammar, tool call, with and without output filter")]
+    if c.PREEMPTION not in unsupported:
+        workloads.append(_pressure(core, geometry))
+    return tuple(workloads)
+
+
+# ---------------------------------------------------------------------------------------- learning passes
+
+def _reference_results(core: CoreSource, workload: Workload) -> list[Any]:
+    """The reference runtime's results of `workload` (the learning pass)."""
+    from conformance.e2e import drive_copy, prepare_workload, reference_runtime
+
+    (copy,) = prepare_workload(core, workload, copies=1)
+    return drive_copy(reference_runtime(core, workload), copy)
+
+
+def _stop_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest]:
+    """Token, sequence and string stops taken from the reference's own stream of one seeded prompt."""
+    base = {"prompt": geometry.prompt(3, salt=2), "max_tokens": 4, "temperature": 1.0, "seed": 7}
+    probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
+    (result,) = _reference_results(core, probe)
+    tokens, text = result.token_ids, result.text
+    if len(tokens) < 2:
+        return []
+    first, second = tokens[0], tokens[1]
+    out = [_request("token-stop", {**base, "stop_token_ids": [second]}),
+           _request("sequence-stop", {**base, "stop_token_sequences": [[first, second]]})]
+    stop = next((ch for ch in text[1:] if ch.strip() and ch != "\ufffd"), None) or (text[:1] or None)
+    if stop is not None:
+        out.append(_request("string-stop", {**base, "stop": [stop]}))
+    return out
+
+
+def _eos_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest]:
+    """One request per EOS id whose first draw, on the reference, is that id."""
+    from conformance.draw import sampling_site
+    from helios.reference.engine import ReferenceEngine
+    from helios.runtime.request import GenerationRequest, SamplingParams
+
+    site = sampling_site(core)
+    engine = ReferenceEngine.load(core, keep=site.inputs) if site is not None and site.op == "sample" else None
+    out = []
+    for eos in geometry.eos_ids:
+        found: tuple[list[int], int] | None = None
+        for salt in range(3 if engine is not None else 0):
+            prompt = geometry.prompt(3, salt=10 + salt)
+            request = GenerationRequest(tuple(prompt), max_tokens=1, sampling=SamplingParams(EOS_TEMPERATURE, seed=1),
+                                        ignore_eos=True)
+            list(engine.generate(request))  # type: ignore[union-attr]
+            draw = site.row(engine.kept[-1], 0)  # type: ignore[union-attr]
+            if draw is None:
+                break
+            seed = next((s for s in range(1, EOS_SEEDS) if replace(draw, seed=s).draw(draw.logits) == eos), None)
+            if seed is not None:
+                found = (prompt, seed)
+                break
+        prompt, seed = found or (geometry.prompt(3, salt=10), 1)
+        out.append(_request(f"eos-{eos}", {"prompt": prompt, "max_tokens": 2, "temperature": EOS_TEMPERATURE,
+                                           "seed": seed}))
+    return out
+
+
+def _shortest(core: CoreSource, name: str, body: dict, *, needs_call: bool) -> list[WorkloadRequest]:
+    """The chat request `body` under the seed whose reference run finishes soonest (and, with
+    `needs_call`, parses a tool call); the first seed when none does; none when the core cannot
+    prepare it (e.g. its template renders a prompt longer than the context): the coverage table
+    then shows the mechanism not reached."""
+    from conformance.e2e import preparer_for
+    from helios.errors import HeliosError
+    from helios.frontend.openai_request import parse_chat_request
+
+    try:  # the output limit fits what the rendered prompt leaves of the context
+        prompt = preparer_for(core).prepare_chat(parse_chat_request({**body, "seed": 0}), "probe").prompt_token_ids
+    except HeliosError:
+        return []
+    body = {**body, "max_tokens": max(1, min(body["max_tokens"], core.contract.context_tokens - len(prompt)))}
+    candidates = [_request(f"{name}-{seed}", {**body, "temperature": 1.0, "seed": seed}) for seed in PROBE_SEEDS]
+    try:
+        results = _reference_results(core, Workload("probe", tuple(candidates), max_active=1))
+    except HeliosError:
+        return []
+    best, best_length = candidates[0], None
+    for candidate, result in zip(candidates, results, strict=True):
+        if result.outcome != "finished" or (needs_call and not result.tool_calls):
+            continue
+        if best_length is None or len(result.token_ids) < best_length:
+            best, best_length = candidate, len(result.token_ids)
+    return [replace(best, name=name)]
+
+
+def _pressure(core: CoreSource, geometry: Geometry) -> Workload:
+    """Two requests on two pages: the older one's second decode needs the page the younger holds.
+    Candidates are tried on the reference's batching run (the production scheduler over the
+    reference executor); the first that preempts and readmits is kept."""
+    page = geometry.page_tokens
+    shapes = [(max(1, page - 1), max(1, page - 1), 2, 3), (page, max(1, page - 1), 2, 3),
+              (max(1, page - 1), max(1, page - 1), 3, page + 3)]
+    first: Workload | None = None
+    for a, b, pages, growth in shapes:
+        if a + growth > pages * page or a + growth > geometry.context_tokens:
+            continue
+        workload = Workload("pressure", (
+            _request("older", {"prompt": geometry.prompt(a, salt=20), "max_tokens": growth, "temperature": 0,
+                               "ignore_eos": True}),
+            _request("younger", {"prompt": geometry.prompt(b, salt=21), "max_tokens": 2, "temperature": 0.8,
+                                 "seed": 5, "ignore_eos": True})),
+            max_active=2, queue_capacity=2, pages=pages,
+            description="two cache pages: the older request's growth preempts the younger, which is readmitted")
+        first = first or workload
+        if _preempts(core, workload):
+            return workload
+    assert first is not None
+    return first
+
+
+def _preempts(core: CoreSource, workload: Workload) -> bool:
+    from conformance.e2e import drive_copy, prepare_workload
+    from helios.contract import PreparedContract
+    from helios.engine.worker import BatchingRuntime
+    from helios.reference.executor import ReferenceExecutor
+    from helios.runtime.limits import AdmissionLimits
+
+    assert workload.pages is not None
+    executor = ReferenceExecutor.load(core, pages=workload.pages, frames=max(1, core.manifest.transport.frames))
+    contract = PreparedContract.decode(core.contract, core.manifest)
+    runtime = BatchingRuntime.for_executor(executor, contract, AdmissionLimits(max_active=workload.max_active,
+                                                                               queue_capacity=2), pages=workload.pages)
+    (copy,) = prepare_workload(core, workload, copies=1)
+    results = drive_copy(runtime, copy, timeout_s=120)
+    counters = runtime.scheduler.counters
+    return all(r.outcome == "finished" for r in results) and counters.preemptions > 0 and counters.readmissions > 0
+
