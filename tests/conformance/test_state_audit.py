@@ -202,7 +202,9 @@ def test_a_corrupted_cache_record_is_caught_as_cache_while_tokens_agree(conform_
         return launch
 
     monkeypatch.setattr(rotary, "lower_rotary_fusion", skewed)
-    report = run(conform_core, ("trace",), workload("cache", {"prompt": PROMPT, "max_tokens": 2, "temperature": 0}))
+    report = run(conform_core, ("trace", "e2e"), workload("cache", {"prompt": PROMPT, "max_tokens": 2,
+                                                                   "temperature": 0}))
+    assert report.level("e2e").divergences == (), report.table()  # tokens, text and usage all agree
     found = only_divergence(report, "trace")
     assert found.field == "cache.layer0.key", report.table()
     assert "layer 0" in found.detail and "position 5 (offset 1), head 0" in found.detail, found.detail
