@@ -6,20 +6,33 @@ A fresh `ReferenceEngine` on the same core (with production's physical page coun
 recorded round through its own `run_round`, in trace order, with the very lanes production
 submitted. Each round is compared in this order, and the first disagreement ends the case:
 
-1. the submission itself: the reference must accept it (pages cover every row, capacities hold);
-2. transport: every destination the graph binds, on the rows the round addresses, exactly as the
+1. page choices (`pages`): production's pages against the allocation rules the trace alone can
+   check (`conformance.state.PageRules`: ids within the physical pages, no page written by one lane
+   and held by another of the round, no page written while another request holds it);
+2. the submission itself: the reference must accept it (pages cover every row, capacities hold);
+3. transport: every destination the graph binds, on the rows the round addresses, exactly as the
    reference's packing of the same lanes writes them (`transport.<destination>`);
-3. lane order: production's rows must answer the lanes in submission order (`lane_order`, when its
+4. lane order: production's rows must answer the lanes in submission order (`lane_order`, when its
    rows are the reference's rows of other lanes);
-4. each lane's completion row, integer fields exactly: status, generation, emitted (accepted count),
+5. the cache records the round wrote, plane by plane in layer order (`cache.<plane>`, the detail
+   naming region, layer, page, position and head), then the logits rows of the sampling lanes
+   (`logits`), within the precision's state tolerance (`conformance.state`);
+6. each lane's completion row, integer fields exactly: status, generation, emitted (accepted count),
    consumed_endpoint, draft_cursor, model_reserved, frame_index (the frame it was submitted in),
    submission_sequence (the sequence the transport wrote), then sampled_id (when emitted);
-5. production's executor must not have rejected a round the reference accepts identically (`error`).
+7. the state rows the round wrote (`state.<buffer>`: the device-owned pending token), after
+   production's samples were adopted (below);
+8. production's executor must not have rejected a round the reference accepts identically (`error`).
+
+Steps 5 and 7 need the round's recorded state (trace version 2); a round recorded without it
+(version 1) skips them, and the logits only where production's plan exposed its sampled logits.
 
 A sampled id that differs is a numeric tie when the reference's own draw, with its logits moved by
 at most the core precision's tie tolerance, picks production's id (`conformance.draw`: the margin is
-the smallest such move; for a greedy row, half the winning logit margin): the tie is reported with
-its margin and the replay continues with production's token (later lanes carry production's tokens,
+the smallest such move; for a greedy row, half the winning logit margin), the margin is not zero (an
+exact tie is the rule's to break: the lowest id) and, for a greedy row whose logits production
+recorded, the rule applied to production's own logits picks production's id (else its sampler broke
+the rule): the tie is reported with its margin and the replay continues with production's token (later lanes carry production's tokens,
 so adopting it is automatic). Device-owned pending tokens (-1 in a lane) are the lane's previous
 production sample; on a core whose graphs keep the pending token in a state view, production's
 sample is also written into the reference's state row of the slot after every round, so the replay
@@ -33,8 +46,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from conformance.draw import is_draw_tie, sampling_site
+from conformance.draw import DrawInputs, is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
+from conformance.state import Finding, PageRules, StateSpec, compare_cache, compare_logits, compare_views
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
 from helios.core.source import CoreSource
 from helios.engine.sequence import DEVICE_PENDING
@@ -75,6 +89,8 @@ class _Replay:
         self.slots = serving.max_concurrency
         self.last: dict[int, int] = {}  # slot -> production's last sampled id (device-owned pending tokens)
         self.ties: list[Divergence] = []
+        self.spec = StateSpec.of(serving, core.manifest)
+        self.pages = PageRules(self.spec.page_tokens, header.pages)
         # graph -> (state buffer, byte offset, row stride) of its device-owned pending token
         self.pending_state = {g.name: (g.pending_token_state.buffer, g.pending_token_state.byte_offset,
                                        g.pending_token_state.row_stride)
@@ -93,8 +109,15 @@ class _Replay:
         return Divergence(self.case, field, reference, production, round=record.round, lane=lane, margin=margin,
                           detail=f"round {record.round} ({record.graph}): {detail}" if detail else "")
 
+    def finding(self, record: RoundRecord, found: Finding | None) -> Divergence | None:
+        return None if found is None else self.divergence(record, found.field, found.reference, found.production,
+                                                          lane=found.lane, detail=found.detail)
+
     def round(self, record: RoundRecord) -> Divergence | None:
         lanes = self.lanes(record)
+        ruled = self.finding(record, self.pages.check(record.round, record.lanes))
+        if ruled is not None:
+            return ruled
         try:
             reference = self.engine.run_round(record.graph, lanes)
         except (HeliosError, KeyError, IndexError) as error:
@@ -102,15 +125,25 @@ class _Replay:
                                    detail="the reference cannot run the round production submitted")
         kept = self.engine.kept.pop() if self.engine.kept else {}
         self.engine.kept.clear()
-        found = (self._transport(record, lanes) or self._order(record, reference)
-                 or self._rows(record, lanes, reference, kept))
-        if found is None and record.error is not None:
-            found = self.divergence(record, "error", "accepted", record.error,
-                                    detail="production rejected a completion the reference produces identically")
+        logits = kept.get(self.site.inputs[0]) if self.site else None
+        state = record.state
+        found = self._transport(record, lanes) or self._order(record, reference)
+        if found is None and state is not None:
+            found = (self.finding(record, compare_cache(self.spec, record.graph, lanes, self.engine.buffers, state,
+                                                        self.dtype))
+                     or self.finding(record, compare_logits(self.spec, lanes, logits, state, self.dtype)))
+        found = found or self._rows(record, lanes, reference, kept)
+        adopted = found is None
         for lane, row in zip(lanes, record.rows, strict=False):
             if row.emitted:
                 self.last[lane.slot] = row.sampled_id
                 self._adopt_pending(record.graph, lane.slot, row.sampled_id)
+        if adopted and state is not None:
+            found = self.finding(record, compare_views(self.spec, record.graph, lanes, self.engine.buffers, state,
+                                                       self.dtype))
+        if found is None and record.error is not None:
+            found = self.divergence(record, "error", "accepted", record.error,
+                                    detail="production rejected a completion the reference produces identically")
         return found
 
     def _adopt_pending(self, graph: str, slot: int, token: int) -> None:
@@ -182,11 +215,27 @@ class _Replay:
                 tie, margin = (False, None) if draw is None else is_draw_tie(draw, ref.sampled_id, prod.sampled_id,
                                                                              self.dtype)
                 item = self.divergence(record, "sampled_id", ref.sampled_id, prod.sampled_id, lane=lane.slot,
-                                       margin=margin, detail=f"slot {lane.slot}: sampled ids differ")
+                                       margin=margin, detail=f"slot {lane.slot}: sampled ids differ"
+                                       + (" on an exact tie: the rule picks the lowest id" if margin == 0 else ""))
                 if not tie:
                     return item
+                own = self._own_draw(record, draw, row)
+                if own is not None and own != prod.sampled_id:
+                    return self.divergence(record, "sampled_id", own, prod.sampled_id, lane=lane.slot, margin=margin,
+                                           detail=f"slot {lane.slot}: the sampling rule on production's own logits "
+                                           f"picks {own}, production sampled {prod.sampled_id}")
                 self.ties.append(item)
         return None
+
+
+    def _own_draw(self, record: RoundRecord, draw: DrawInputs, row: int) -> int | None:
+        """The greedy rule's pick on production's recorded logits row `row` (None: not recorded, or a
+        sampled row, whose weights go through `exp`, which libraries round differently)."""
+        recorded = [values for key, values in (record.state or {}).items() if key.startswith("logits.")]
+        if not draw.greedy or not recorded or row not in recorded[0][0]:
+            return None
+        rows, values = recorded[0]
+        return draw.draw(np.asarray(values[list(rows).index(row)], dtype=np.float32))
 
 
 def audit_trace(core: CoreSource, header: TraceHeader, records: Iterable[RoundRecord], *, case: str,

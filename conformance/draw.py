@@ -13,7 +13,12 @@ moves the draw monotonically toward p. The *margin* is the smallest delta that b
 (bisection), provided the draw then lands on p itself and not on an id beyond it: for a greedy row
 half the logit difference, for a sampled row how far the Philox target lies from p's interval,
 expressed in logit units. It is a numeric tie when the margin is within the precision's
-tie tolerance times max(1, max |logit|) of the row (`conformance.tolerance`).
+tie tolerance times max(1, max |logit|) of the row (`conformance.tolerance`), and not zero.
+
+A zero margin is an exact tie: a greedy row whose penalized, masked logits hold their maximum at
+both ids exactly. Rounding did not choose there, the specification's tie-break did (the lowest id
+holding the maximum, docs/sampling.md), so production must pick what the reference picked; any
+other id is a divergence, reported with margin 0.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from conformance.tolerance import tolerance
 from helios.core.source import CoreSource
 from helios.proto import program_pb2
 from helios.reference.philox import randint, sampling_offset
-from helios.reference.sampling import TEMPERATURE, sample_row
+from helios.reference.sampling import TEMPERATURE, allowed_tokens, penalize, sample_row
 
 BISECTION_STEPS = 40
 
@@ -53,6 +58,26 @@ class DrawInputs:
     @property
     def greedy(self) -> bool:
         return self.parameters is None or not float(self.parameters[TEMPERATURE]) > 0
+
+    def filtered(self, logits: np.ndarray) -> np.ndarray:
+        """The values a greedy draw compares: penalties, then the grammar mask (docs/sampling.md 1-2)."""
+        logits = np.asarray(logits, dtype=np.float32)
+        if self.parameters is None:
+            return np.where(np.isnan(logits), np.float32(-np.inf), logits)
+        z = penalize(logits, self.histogram, self.parameters)
+        return np.where(allowed_tokens(self.mask, z.shape[0]), z, np.float32(-np.inf)).astype(np.float32)
+
+
+def exact_tie(inputs: DrawInputs, reference_id: int, production_id: int) -> bool:
+    """Whether a greedy row holds its maximum at both ids exactly: margin zero, so no rounding chose
+    between them; the specification's tie-break (the lowest id) did, and production must follow it."""
+    if not inputs.greedy:
+        return False
+    z = inputs.filtered(inputs.logits)
+    if not (0 <= reference_id < z.shape[0] and 0 <= production_id < z.shape[0]):
+        return False
+    top = z.max()
+    return bool(np.isfinite(top) and z[reference_id] == top and z[production_id] == top)
 
 
 def _perturbed(logits: np.ndarray, reference_id: int, production_id: int, delta: float) -> np.ndarray:
@@ -92,7 +117,10 @@ def draw_margin(inputs: DrawInputs, reference_id: int, production_id: int) -> fl
 
 
 def is_draw_tie(inputs: DrawInputs, reference_id: int, production_id: int, dtype: str) -> tuple[bool, float | None]:
-    """(tie, margin) of two differing sampled ids (see the module docstring)."""
+    """(tie, margin) of two differing sampled ids (see the module docstring); an exact tie (margin 0)
+    is never a numeric tie: the rule's tie-break decides it (`exact_tie`)."""
+    if exact_tie(inputs, reference_id, production_id):
+        return False, 0.0
     margin = draw_margin(inputs, reference_id, production_id)
     logits = np.asarray(inputs.logits, dtype=np.float64)
     finite = logits[np.isfinite(logits)]

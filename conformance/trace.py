@@ -8,8 +8,10 @@
 round to the executor it wraps; it records the graph, the frame, the cohort (each lane's
 `LaneInput`), the transport values the round actually ran with (the addressed rows of every
 destination the graph binds, read back from the executor's buffers right after the submission), the
-submission sequence, and the completion rows the host received (unvalidated: the scheduler validates
-them after the recorder). When the executor fails a round as it is collected (it raises), the rows
+submission sequence, the round's state (what it wrote: the cache records of the positions its lanes
+consumed in every writable plane, its writable state rows and the logits rows it sampled from, read
+right after the submission as well: `conformance.state`) and the completion rows the host received
+(unvalidated: the scheduler validates them after the recorder). When the executor fails a round as it is collected (it raises), the rows
 are read from the frame's read-back (or the completion buffers) instead and the error is recorded;
 the error is then re-raised unchanged.
 
@@ -17,7 +19,11 @@ File format: JSON lines. The first line is the header (`format`, `version`, the 
 cache identity, physical pages, request slots); each further line is one round:
 
     {"round": n, "graph": name, "frame": f, "lanes": [lane...], "transport": {dest: array...},
+     "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>": array...},
      "rows": [completion...], "error": null | "ExceptionClass: message"}
+
+Version 2 added "state"; a version 1 trace is still read (its rounds carry no state, so the audit
+compares transport and completion rows only).
 
 Arrays are {"dtype", "shape", "rows", "data"}: `rows` the leading indices recorded (physical slots,
 or a prefix), `data` the zlib-compressed little-endian bytes in base64 (histograms are mostly zeros).
@@ -43,7 +49,8 @@ from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 
 FORMAT = "helios-trace"
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)  # versions this reader understands
 V, M = contract_pb2, manifest_pb2
 
 
@@ -75,6 +82,8 @@ class RoundRecord:
     rows: tuple[Completion, ...]  # the completion rows, lane order
     sequence: int | None = None  # the submission sequence the transport wrote (None: not exposed)
     error: str | None = None  # the executor's own rejection of its completion, if any
+    # what the round wrote (conformance.state), as recorded rows and values; None: not recorded
+    state: Mapping[str, tuple[tuple[int, ...], np.ndarray]] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ encoding
@@ -116,6 +125,8 @@ def record_to_json(record: RoundRecord) -> dict:
     return {"round": record.round, "graph": record.graph, "frame": record.frame,
             "lanes": [lane_to_json(lane) for lane in record.lanes],
             "transport": {name: _array(rows, values) for name, (rows, values) in record.transport.items()},
+            "state": (None if record.state is None else
+                      {name: _array(rows, values) for name, (rows, values) in record.state.items()}),
             "rows": [asdict(row) for row in record.rows], "sequence": record.sequence, "error": record.error}
 
 
@@ -124,7 +135,9 @@ def record_from_json(data: dict) -> RoundRecord:
                        lanes=tuple(lane_from_json(lane) for lane in data["lanes"]),
                        transport={name: _from_array(item) for name, item in data["transport"].items()},
                        rows=tuple(Completion(**row) for row in data["rows"]), sequence=data.get("sequence"),
-                       error=data.get("error"))
+                       error=data.get("error"),
+                       state=(None if data.get("state") is None else
+                              {name: _from_array(item) for name, item in data["state"].items()}))
 
 
 class TraceWriter:
@@ -157,9 +170,9 @@ def read_trace(source: str | Path | IO[str]) -> tuple[TraceHeader, Iterator[Roun
         data = json.loads(first)
     except json.JSONDecodeError as error:
         raise TraceError(f"trace: the first line is not a JSON header ({error.msg})") from None
-    if data.get("format") != FORMAT or data.get("version") != VERSION:
+    if data.get("format") != FORMAT or data.get("version") not in READABLE:
         raise TraceError(f"trace: format {data.get('format')!r} version {data.get('version')!r}; "
-                         f"this reader knows {FORMAT!r} version {VERSION}")
+                         f"this reader knows {FORMAT!r} versions {', '.join(map(str, READABLE))}")
     header = TraceHeader(str(data["served_id"]), str(data["cache_identity"]), int(data["pages"]), int(data["slots"]))
 
     def rounds() -> Iterator[RoundRecord]:
@@ -213,10 +226,16 @@ class TraceRecorder:
     submission may repack it), the rows when it is collected.
 
     `buffers` defaults to `executor.buffers` (name -> array or tensor: both runtimes keep them so);
-    `sink` is anything with `round(record)` (a TraceWriter, or a list's `append` via `TraceList`)."""
+    `sink` is anything with `round(record)` (a TraceWriter, or a list's `append` via `TraceList`).
+    With `state` (the default) each round's state is recorded as well, read right after the
+    submission: the written cache records and state rows from `buffers`, and the logits rows from
+    the executor's launch plan where it exposes them (`LaunchPlan.scratch`: the first input of the
+    plan's `sample` or `argmax` launch, when no later launch reused its storage)."""
 
     def __init__(self, executor: Any, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
-                 sink: Any, *, buffers: Mapping[str, Any] | None = None) -> None:
+                 sink: Any, *, buffers: Mapping[str, Any] | None = None, state: bool = True) -> None:
+        from conformance.state import StateSpec
+
         self.executor = executor
         self.frames = executor.frames
         self.sink = sink
@@ -225,14 +244,28 @@ class TraceRecorder:
         self.packings = {g.name: GraphPacking.resolve(g, manifest, physical_rows=serving.max_concurrency)
                          for g in serving.model.graphs}
         self.rounds = 0
-        self._submitted: dict[int, dict] = {}  # plan sequence -> the transport it was submitted with
+        self.state = StateSpec.of(serving, manifest) if state else None
+        # plan sequence -> the transport it was submitted with, and the state it wrote
+        self._submitted: dict[int, tuple[dict, dict | None]] = {}
 
     def submit(self, plan: RoundPlan) -> None:
         self.executor.submit(plan)
-        self._submitted[plan.sequence] = self._transport(plan.graph, plan.lanes)
+        self._submitted[plan.sequence] = (self._transport(plan.graph, plan.lanes), self._state(plan))
+
+    def _state(self, plan: RoundPlan) -> dict | None:
+        from conformance.state import capture
+
+        if self.state is None:
+            return None
+        # NOTE: production's launch plan (duck-typed); a reference executor's graphs have none (no logits).
+        launch_plan = getattr(getattr(self.executor, "graphs", {}).get(plan.graph), "plan", None)
+        scratch, launches = getattr(launch_plan, "scratch", None), getattr(launch_plan, "launches", ())
+        logits = next((launch.inputs[0] for launch in launches
+                       if launch.kernel in ("sample", "argmax") and getattr(launch, "inputs", ())), None)
+        return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits)
 
     def collect(self, plan: RoundPlan) -> Sequence[Completion]:
-        transport = self._submitted.pop(plan.sequence)
+        transport, state = self._submitted.pop(plan.sequence)
         error: BaseException | None = None
         try:
             rows = list(self.executor.collect(plan))
@@ -248,7 +281,8 @@ class TraceRecorder:
                 rows = read_rows(self.buffers, self.completion, plan.lanes)
         self.rounds += 1
         self.sink.round(RoundRecord(self.rounds, plan.graph, plan.frame, tuple(plan.lanes), transport, tuple(rows),
-                                    plan.sequence, None if error is None else f"{type(error).__name__}: {error}"))
+                                    plan.sequence, None if error is None else f"{type(error).__name__}: {error}",
+                                    state))
         if error is not None:
             raise error
         return rows
@@ -265,9 +299,9 @@ class TraceRecorder:
 
 
 def recorder_for(executor: Any, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
-                 sink: Any, *, buffers: Mapping[str, Any] | None = None) -> TraceRecorder:
-    """A recorder around `executor`."""
-    return TraceRecorder(executor, serving, manifest, sink, buffers=buffers)
+                 sink: Any, *, buffers: Mapping[str, Any] | None = None, state: bool = True) -> TraceRecorder:
+    """A recorder around `executor` (`state`: also record what each round wrote)."""
+    return TraceRecorder(executor, serving, manifest, sink, buffers=buffers, state=state)
 
 
 class TraceList:

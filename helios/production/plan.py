@@ -10,7 +10,7 @@ calling each launch in order; on a GPU the whole plan is captured once as one CU
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,6 +26,7 @@ class Launch:
     kernel: str  # what runs, e.g. "matmul", "add+rms_norm", "rotary+paged_cache_write"
     operators: tuple[int, ...]  # the program operators it covers (indices into Program.operators)
     run: Callable[[], None]  # launches it on the plan's static tensors
+    inputs: tuple[str, ...] = ()  # the program tensors its operators read, in operator order (inspection)
 
     def __post_init__(self) -> None:
         if not self.operators:
@@ -43,6 +44,10 @@ class LaunchPlan:
     # The device's rank-filter switch when the plan samples (kernels/sampling.py), else None: such a
     # plan has two forms, with and without the rank stage, chosen per round by the executor.
     rank_filters: RankFilters | None = None
+    # Inspection (read only by tools, e.g. the conformance trace recorder): scratch tensors by tensor
+    # name whose storage no later launch of this plan reuses, so each holds its program value after
+    # the plan ran, until another plan of the same arena runs.
+    scratch: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         covered = sorted(i for launch in self.launches for i in launch.operators)

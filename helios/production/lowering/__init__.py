@@ -115,6 +115,9 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     last_read = {name: max(runs_at.get(r, r) for r in indices) for name, indices in readers.items()}
     context = Context(tensors, arena, device, where, linear_policy or default_policy(device), decls)
     launches: list[Launch] = []
+    # inspection: each scratch tensor's storage -> the last name bound to it (`LaunchPlan.scratch`)
+    owners: dict[int, str] = {}
+    intact: dict[str, torch.Tensor] = {}
 
     def bind_outputs(ops: Sequence[ValidatedOperator], skip: set[str]) -> None:
         for op in ops:
@@ -126,6 +129,9 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
                     raise LoweringError(f"{where}: output {name!r} has no storage")
                 tensors[name] = arena.acquire(torch_dtype(decl.dtype, f"{where} tensor {name}"),
                                               tuple(int(e) for e in decl.shape))
+                intact.pop(owners.get(id(tensors[name]), ""), None)  # its storage now holds `name`
+                owners[id(tensors[name])] = name
+                intact[name] = tensors[name]
 
     def release(upto: int, ops: Sequence[ValidatedOperator]) -> None:
         for op in ops:
@@ -165,7 +171,7 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             bind_outputs(group, set())
             run = LOWERINGS[op.op](context, op)
         covered = covered or tuple(range(i, i + len(group)))
-        launches.append(Launch(fused or op.op, covered, run))
+        launches.append(Launch(fused or op.op, covered, run, tuple(n for o in group for n in o.inputs)))
         release(max(covered), group)
         i = max(covered) + 1
     missing = sorted(set(OPERATORS) - set(LOWERINGS))
@@ -173,4 +179,4 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
         raise LoweringError(f"operators without a production lowering: {missing}")
     samples = any(launch.kernel == "sample" for launch in launches)
     switch = arena.memo(("rank_filters",), sampling.RankFilters) if samples else None
-    return LaunchPlan(program.graph, tuple(launches), bound, len(operators), rank_filters=switch)
+    return LaunchPlan(program.graph, tuple(launches), bound, len(operators), rank_filters=switch, scratch=intact)
