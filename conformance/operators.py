@@ -10,6 +10,14 @@ CPU). Every output is compared: integers exactly, floats within the dtype's tole
 padding rows), cross page boundaries and run attention with and without a sliding window.
 
 The first mismatching element of a case is its divergence: field `OUTPUT[index]`, lane = the row.
+
+The product fusions (`PRODUCT_FUSIONS`: q/k/v as one multi-output launch, gate/up with the activation)
+have cases too: production takes them where the Triton products are chosen (timed on a GPU), and
+runs them unfused on torch elsewhere. With `gpu_paths` (`helios conform --gpu-paths`) every case is
+lowered in the GPU-paths mode (helios/production/gpu_paths.py: Triton products at small tiles, several
+programs of several rows, attention split along the context with the combine pass, blocked
+vocabulary scans), and attention also runs over a cohort whose contexts reach past one split
+(`split_cohort`), so every split carries keys.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from helios.reference.interpreter import execute, round_to_dtype
 QK_PROLOGUE = "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2"  # Qwen3-style layer
 PLAIN_PROLOGUE = "rotary & rotary+paged_cache_write*2"  # without head norms
 FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOGUE)
+# taken only on the Triton products (a GPU's timed choice, or the GPU-paths mode); torch runs them unfused
+PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation")
 INTEGER = ("i32", "i64")
 
 
@@ -106,8 +116,18 @@ def _normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.nda
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Builder]]:
-    """(operator or fusion, variant, cohort, builder) for every case."""
+def split_cohort(cases: OperatorCases, keys: int) -> Cohort | None:
+    """A cohort whose first lane's context reaches past `keys` keys (one attention split of the GPU-paths
+    mode), within the cases' page tables; None when the geometry is too short for one."""
+    top = int(cases.geometry["max_pages"]) * int(cases.geometry["page_tokens"])
+    if top - 3 <= keys:
+        return None
+    return Cohort("split_context", (top - 3, keys // 2, 0), (3, 2, 1), 1)
+
+
+def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[tuple[str, str, Cohort, Builder]]:
+    """(operator or fusion, variant, cohort, builder) for every case (`gpu_paths`: and the attention
+    cases over `split_cohort`)."""
     first = cases.cohorts[0]
     for cohort in cases.cohorts:
         yield "embedding", cohort.name, cohort, _embedding
@@ -127,12 +147,24 @@ def case_builders(cases: OperatorCases) -> Iterator[tuple[str, str, Cohort, Buil
         yield "rotary+paged_cache_write", cohort.name, cohort, _rotary_cache
         yield QK_PROLOGUE, cohort.name, cohort, _prologue(head_norms=True)
         yield PLAIN_PROLOGUE, cohort.name, cohort, _prologue(head_norms=False)
+        yield "matmul*3", cohort.name, cohort, _qkv
         for window in cases.windows:
             suffix = "full" if window is None else f"window{window}"
             yield "paged_attention", f"{cohort.name}/{suffix}", cohort, _attention(window, None)
     yield "paged_attention", f"{first.name}/softcap", first, _attention(None, cases.softcap)
+    split = None
+    if gpu_paths:
+        from helios.production.gpu_paths import GpuPaths
+
+        split = split_cohort(cases, GpuPaths().attention_keys)
+    if split is not None:
+        for window in cases.windows:
+            suffix = "full" if window is None else f"window{window}"
+            yield "paged_attention", f"{split.name}/{suffix}", split, _attention(window, None)
+        yield "paged_attention", f"{split.name}/softcap", split, _attention(None, cases.softcap)
     for activation in ("silu", "gelu_tanh", "gelu"):
         yield "gated_activation", activation, first, _gated(activation)
+        yield "gate_up+activation", activation, first, _gate_up(activation)
     yield "logits", "plain", first, _logits(None)
     yield "logits", "softcap", first, _logits(cases.softcap)
     yield "argmax", "rows", first, _argmax
@@ -283,6 +315,30 @@ def _prologue(*, head_norms: bool) -> Builder:
     return build
 
 
+def _qkv(p, rng, cohort, g, cases):
+    """Three matmuls of one input with biases into scratch (q, k, v), copied out: one launch of three
+    groups on the Triton products."""
+    rows, hidden = len(_rows(cohort)[0]), g["hidden"]
+    x = p.input("x", _normal(rng, rows, hidden))
+    widths = {"q": g["heads"] * g["head_dim"], "k": g["kv_heads"] * g["head_dim"], "v": g["kv_heads"] * g["head_dim"]}
+    products = [p.builder.matmul(x, p.input(f"w{n}", _normal(rng, width, hidden)),
+                                 p.input(f"b{n}", _normal(rng, width)), name=n) for n, width in widths.items()]
+    for n, product in zip(widths, products, strict=True):
+        p.builder.copy(product, into=p.output(f"{n}_out", (rows, widths[n])))
+
+
+def _gate_up(activation: str) -> Builder:
+    """gate and up matmuls into scratch read by the activation alone: one gated launch on the Triton products."""
+    def build(p, rng, cohort, g, cases):
+        rows, hidden = len(_rows(cohort)[0]), g["hidden"]
+        x = p.input("x", _normal(rng, rows, hidden))
+        scale = 2.0 / math.sqrt(hidden)  # gate and up of order 1: act(gate) * up not a cancellation
+        gate = p.builder.matmul(x, p.input("w_gate", _normal(rng, g["ffn"], hidden, scale=scale)), name="gate")
+        up = p.builder.matmul(x, p.input("w_up", _normal(rng, g["ffn"], hidden, scale=scale)), name="up")
+        p.builder.gated_activation(gate, up, activation=activation, into=p.output("out", (rows, g["ffn"])))
+    return build
+
+
 def _add_rms_norm(p, rng, cohort, g, cases):
     rows = len(_rows(cohort)[0])
     total = p.output("total", (rows, g["hidden"]))
@@ -366,11 +422,13 @@ def _fill(p, rng, cohort, g, cases):
 
 
 def run_operator_case(operator: str, variant: str, cohort: Cohort, build: Builder, cases: OperatorCases,
-                      dtype: str, device: str, rng: np.random.Generator) -> CaseResult:
-    """Build, run on both sides, compare every output."""
+                      dtype: str, device: str, rng: np.random.Generator, *, gpu_paths: bool = False) -> CaseResult:
+    """Build, run on both sides, compare every output (production lowered in the GPU-paths mode with
+    `gpu_paths`)."""
     import torch
 
     from helios.production.buffers import ScratchArena
+    from helios.production.gpu_paths import GpuPaths
     from helios.production.lowering import lower_program
 
     name = f"{operator}/{variant}/{dtype}"
@@ -388,7 +446,8 @@ def run_operator_case(operator: str, variant: str, cohort: Cohort, build: Builde
         if dtypes[key] == DTYPES_BY_NAME["bf16"]:
             t = t.to(torch.bfloat16)
         buffers[key] = t.to(target)
-    plan = lower_program(program, operators, weights={}, buffers=buffers, arena=ScratchArena(target), device=target)
+    plan = lower_program(program, operators, weights={}, buffers=buffers, arena=ScratchArena(target), device=target,
+                         gpu_paths=GpuPaths() if gpu_paths else None)
     plan.run()
     for output in p.outputs:
         produced = buffers[output]
@@ -408,13 +467,14 @@ def run_operator_case(operator: str, variant: str, cohort: Cohort, build: Builde
 
 
 def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = ("f32",),
-                  only: Sequence[str] | None = None) -> LevelResult:
-    """Every case of every operator (or of `only`), in every dtype; each case a fresh random draw."""
-    known = set(OPERATORS) | set(FUSIONS)
+                  only: Sequence[str] | None = None, gpu_paths: bool = False) -> LevelResult:
+    """Every case of every operator (or of `only`), in every dtype; each case a fresh random draw;
+    `gpu_paths`: production in the GPU-paths mode (the module docstring)."""
+    known = set(OPERATORS) | set(FUSIONS) | set(PRODUCT_FUSIONS)
     unknown = sorted(set(only or ()) - known)
     if unknown:
         raise ValueError(f"unknown operators {unknown}; the registry has {sorted(OPERATORS)}")
-    builders = [case for case in case_builders(cases) if only is None or case[0] in only]
+    builders = [case for case in case_builders(cases, gpu_paths=gpu_paths) if only is None or case[0] in only]
     missing = sorted(set(OPERATORS) - {case[0] for case in case_builders(cases)})
     if missing:
         raise ValueError(f"operators without a conformance case: {missing}")
@@ -424,5 +484,6 @@ def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = 
         for operator, variant, cohort, build in builders:
             if dtype != "f32" and operator in ("argmax", "sample", "fill"):
                 continue  # their inputs are f32 logits or no tensor at all: the f32 pass covers them
-            results.append(run_operator_case(operator, variant, cohort, build, cases, dtype, device, rng))
+            results.append(run_operator_case(operator, variant, cohort, build, cases, dtype, device, rng,
+                                             gpu_paths=gpu_paths))
     return LevelResult("operators", tuple(results))

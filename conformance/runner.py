@@ -75,11 +75,14 @@ class Production:
     """How production runs a workload: NativeModel on `device`, the batching engine over it, traced."""
 
     device: str = "cpu"
+    gpu_paths: bool = False  # the GPU-paths mode (helios/production/gpu_paths.py): the GPU's branches forced
 
     def runtime(self, core: CoreSource, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
+        from helios.production.gpu_paths import GpuPaths
         from helios.production.native_model import LoadOptions, NativeModel
 
-        model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages))
+        model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages,
+                                                   gpu_paths=GpuPaths() if self.gpu_paths else None))
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
                                  queue_capacity=max(workload.queue_capacity, len(workload.requests)))
         return traced_runtime(core, model, limits, sink), header_for(core.contract, model.pages)
@@ -109,6 +112,7 @@ class ConformOptions:
     production: Any = None  # anything with `runtime(core, workload, sink)`; None: Production(device)
     extra_workloads: tuple[Workload, ...] = field(default=())  # workloads given as objects (tests)
     require_coverage: bool | None = None  # a missing mechanism makes the run incomplete; None: generated only
+    gpu_paths: bool = False  # production (operators level and Production) in the GPU-paths mode
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.levels) - set(LEVELS))
@@ -136,14 +140,15 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
     options = options or ConformOptions()
     levels = [level for level in LEVELS if level in options.levels]
     device = select_device(options.device)
-    production = options.production or Production(device)
+    production = options.production or Production(device, gpu_paths=options.gpu_paths)
     results: list[LevelResult] = []
     if "operators" in levels:
         from conformance.operators import OperatorCases, run_operators
 
         dtypes = options.dtypes or (("f32",) if device == "cpu" else ("f32", "bf16"))
         cases = OperatorCases.from_json(load_operator_cases(options.operator_cases))
-        results.append(run_operators(cases, device=device, dtypes=dtypes, only=options.operators or None))
+        results.append(run_operators(cases, device=device, dtypes=dtypes, only=options.operators or None,
+                                     gpu_paths=options.gpu_paths))
     coverage = None
     if "trace" in levels or "e2e" in levels:
         dtype = core_dtype(core.manifest)

@@ -88,6 +88,10 @@ def register(subparsers) -> None:
                         help="operators level: check only this operator or fusion (repeatable)")
     parser.add_argument("--trace-dir", type=Path, metavar="DIR",
                         help="also write each workload's production trace to DIR/NAME.trace")
+    parser.add_argument("--gpu-paths", action="store_true",
+                        help="run production with the GPU's code paths forced at small tiles (Triton products, "
+                             "several programs a kernel, attention split along the context with its combine, "
+                             "real page-table uploads out of separate staging); meant for CPU runs: slower")
     parser.add_argument("--audit", type=Path, metavar="TRACE",
                         help="audit a recorded trace file on the reference instead of running production")
     parser.set_defaults(func=_conform)
@@ -108,7 +112,8 @@ def _conform(args) -> int:
             levels = ("operators", "trace", "e2e") if args.level == "all" else (args.level,)
             options = ConformOptions(levels=levels, device=args.device, workloads=args.workloads,
                                      workload_names=tuple(args.workload), operators=tuple(args.operator),
-                                     trace_dir=args.trace_dir, require_coverage=args.require_coverage)
+                                     trace_dir=args.trace_dir, require_coverage=args.require_coverage,
+                                     gpu_paths=args.gpu_paths)
             report = conform(core, options)
     print(report.to_json() if args.json else report.table())
     sys.stdout.flush()

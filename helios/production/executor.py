@@ -25,7 +25,10 @@ are not even examined. Page-table rows are written from the plan's `PageTableUpd
 entries assigned since the slot's last upload, or the whole row for a new slot generation), into
 every page-table destination with its binding's page offset. Everything else (tokens, positions,
 per-round scalars) is packed and uploaded whole each round, since it is small. On a GPU the staging
-is pinned host memory and every copy is asynchronous on the serving stream.
+is pinned host memory and every copy is asynchronous on the serving stream. On a CPU the staging is
+the device buffer itself and uploads are no-ops, unless `separate_staging` (the GPU-paths mode,
+helios/production/gpu_paths.py): then staging and read-backs are tensors of their own (not pinned)
+and every upload is a real copy (whole buffer, one row, or a slice of a page-table row), as on a GPU.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class NativeExecutor:
 
     def __init__(self, graphs: Mapping[str, ExecutorGraph], buffers: Mapping[str, torch.Tensor],
                  completion: Mapping[int, str], *, frames: int = 1, device: torch.device,
-                 capture: GraphCapture | None) -> None:
+                 capture: GraphCapture | None, separate_staging: bool = False) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -121,18 +124,21 @@ class NativeExecutor:
         self.capture = capture
         self.sequence = 0  # the last submitted plan's sequence
         pinned = device.type == "cuda"
+        # staging (and read-backs) of their own, uploaded by copies: always on a GPU, on request on a CPU
+        self.separate_staging = separate = pinned or separate_staging
         destinations = {b.destination for g in self.graphs.values() for b in g.packing.bindings}
-        # Host staging of every transport destination: pinned on a GPU, the buffer itself on a CPU.
+        # Host staging of every transport destination: pinned on a GPU, the buffer itself on a CPU
+        # (a tensor of its own with `separate_staging`).
         self.staging: dict[str, torch.Tensor] = {}
         for name in destinations:
             device_buffer = self.buffers[name]
-            self.staging[name] = (torch.empty(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=True)
-                                  if pinned else device_buffer)
+            self.staging[name] = (torch.empty(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=pinned)
+                                  if separate else device_buffer)
         self.host_view: dict[str, np.ndarray] = {n: t.numpy() for n, t in self.staging.items()}
         # frame -> completion field -> host read-back of the round submitted in that frame (pinned on a
         # GPU; one frame on a CPU reads the completion buffers themselves, since rounds run at submit).
         self.frame_readback: list[dict[int, torch.Tensor]] = [
-            {f: (self.buffers[name] if frames == 1 and not pinned else
+            {f: (self.buffers[name] if frames == 1 and not separate else
                  torch.empty(self.buffers[name].shape, dtype=self.buffers[name].dtype, pin_memory=pinned))
              for f, name in self.completion.items()} for _ in range(frames)]
         self._in_flight: list[_Submitted | None] = [None] * frames  # frame -> its submitted, uncollected plan
@@ -370,7 +376,7 @@ class NativeExecutor:
 
     def _upload(self, name: str, row: int | None = None, columns: slice | None = None) -> None:
         """Copy staging to the device: the whole buffer, one physical row, or a slice of that row."""
-        if self.device.type != "cuda":
+        if not self.separate_staging:
             return  # the staging is the buffer
         if row is None:
             self.buffers[name].copy_(self.staging[name], non_blocking=True)

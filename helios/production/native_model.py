@@ -40,6 +40,7 @@ from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture
 from helios.production.executor import ExecutorGraph, NativeExecutor
+from helios.production.gpu_paths import GpuPaths
 from helios.production.kernel_compile import compile_plans
 from helios.production.lowering import lower_program
 from helios.production.lowering.product_choice import PATHS, Decision, LinearPolicy, policy_for
@@ -75,8 +76,13 @@ class LoadOptions:
     pages: int | None = None  # physical cache pages; None: sized from gpu_memory_fraction (CPU: full contexts)
     cuda_graphs: bool = True  # capture and replay CUDA graphs (GPU only; False runs plans eagerly)
     linear: str = "auto"  # small matrix products: "auto" (timed on a GPU, torch on a CPU), "triton", "torch"
+    # The GPU's branches at small tiles, and separate staging, on any device (gpu_paths.py); None: off.
+    # "auto" products are then Triton.
+    gpu_paths: GpuPaths | None = None
 
     def __post_init__(self) -> None:
+        if self.gpu_paths is not None and not isinstance(self.gpu_paths, GpuPaths):
+            raise StartupFailed(f"gpu_paths must be a GpuPaths or None, got {self.gpu_paths!r}")
         if self.linear not in ("auto", *PATHS):
             raise StartupFailed(f"linear must be 'auto', 'triton' or 'torch', got {self.linear!r}")
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
@@ -154,13 +160,15 @@ class NativeModel:
                 item.program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
-        policy = policy_for(options.linear, device, deferred=True)
+        paths = options.gpu_paths
+        policy = policy_for(options.linear, device, deferred=True, gpu_paths=paths is not None)
         contracts = {g.name: g for g in serving.model.graphs}
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             placeholder = manifest_buffers(manifest, device, pages=1)
-            warm = {name: _lower(item, weights, placeholder, arena, device, policy) for name, item in programs.items()}
+            warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths)
+                    for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
             # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
@@ -179,9 +187,10 @@ class NativeModel:
             pages = _pages(contract, manifest, slots, options, device, transient)
             buffers = manifest_buffers(manifest, device, pages=pages)
         with phase("tuning"):
-            _run_tuning(core, manifest, weights, buffers, arena, device)
+            _run_tuning(core, manifest, weights, buffers, arena, device, paths)
         with phase("graphs"):
-            plans = {name: _lower(item, weights, buffers, arena, device, policy) for name, item in programs.items()}
+            plans = {name: _lower(item, weights, buffers, arena, device, policy, paths)
+                     for name, item in programs.items()}
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
                 capture = GraphCapture(device)
@@ -192,7 +201,7 @@ class NativeModel:
             completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
             # two frames: a round may be submitted before the last completes
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
-                                      device=device, capture=capture)
+                                      device=device, capture=capture, separate_staging=paths is not None)
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)
         del loaded.graphs[:]
@@ -234,9 +243,9 @@ def _weight_declarations(program: program_pb2.Program) -> Iterator[WeightDeclara
 
 
 def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device,
-           policy: LinearPolicy | None = None) -> LaunchPlan:
+           policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                         linear_policy=policy)
+                         linear_policy=policy, gpu_paths=gpu_paths)
 
 
 def _page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
@@ -275,11 +284,13 @@ def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOption
     return int(pages)
 
 
-def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device) -> None:
+def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device, gpu_paths: GpuPaths | None = None
+                ) -> None:
     """Run each startup tuning producer once (they fill TUNED buffers that graphs only read)."""
     descriptors = {b.name: b for b in manifest.buffers}
     for handle in manifest.tuning_catalog:
         program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
         operators = tuple(validate_program(program, descriptors))
         load_weights(core, _weight_declarations(program), device, into=weights)
-        lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device).run()
+        lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device,
+                      gpu_paths=gpu_paths).run()

@@ -50,11 +50,13 @@ def _last_row_kernel(x_ptr, lane_ptr, out_ptr, rows, width, ROWS_BLOCK: tl.const
         tl.store(out_ptr + lane.to(tl.int64) * width + cols, values, mask=mask)
 
 
-def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor, *, block: int = 1024) -> None:
-    """out[l] = x[last row t with token_lane[t] == l], zeros for a lane without rows."""
+def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor, *, block: int = 1024,
+                    rows_block: int = 1024) -> None:
+    """out[l] = x[last row t with token_lane[t] == l], zeros for a lane without rows; the lanes are
+    scanned `rows_block` rows at a time, the row copied `block` elements at a time."""
     rows = x.shape[0]
     width = x.numel() // rows if rows else 0
     lanes = out.shape[0]
     _last_row_kernel[(lanes,)](x, token_lane, out, rows, width,
-                               ROWS_BLOCK=min(1024, triton.next_power_of_2(max(rows, 1))),
+                               ROWS_BLOCK=min(rows_block, triton.next_power_of_2(max(rows, 1))),
                                BLOCK=min(block, triton.next_power_of_2(max(width, 1))))

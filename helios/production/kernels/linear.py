@@ -95,6 +95,23 @@ def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = 
     return Blocks(block_m, block_n, block_k, num_warps)
 
 
+def small_blocks(rows: int, columns: Sequence[int], k: int) -> Blocks:
+    """The tile of the GPU-paths mode (`helios.production.gpu_paths`): the GPU's branches at small
+    shapes. Each output group takes at least two column tiles (the last one partial where its width is
+    no power of two), so a multi-output launch runs every group at a tile offset; K takes at least two
+    steps of a width dividing it where one does (as on a GPU); all rows in one tile."""
+    if not 1 <= rows <= MAX_ROWS or not columns or min(columns) < 1 or k < 1:
+        raise LinearShapeError(f"small_blocks: {rows} rows, columns {tuple(columns)}, K = {k}")
+    block_n = triton.next_power_of_2(-(-min(columns) // 2))
+    block_k = max(16, triton.next_power_of_2(k) // 2)
+    divisor = block_k
+    while k % divisor and divisor > 16:
+        divisor //= 2
+    if k % divisor == 0:
+        block_k = divisor
+    return Blocks(triton.next_power_of_2(rows), block_n, block_k, 4)
+
+
 # ------------------------------------------------------------------------------------------ kernels
 
 @triton.jit

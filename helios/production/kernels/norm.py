@@ -43,11 +43,12 @@ def _norm_kernel(x_ptr, residual_ptr, sum_ptr, weight_ptr, bias_ptr, out_ptr, n_
 
 def norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, *, eps: float, weight_offset: float = 0.0,
          width: int | None = None, residual: torch.Tensor | None = None, sum_out: torch.Tensor | None = None,
-         layer: bool = False, bias: torch.Tensor | None = None) -> None:
+         layer: bool = False, bias: torch.Tensor | None = None, rows_per_program: int | None = None) -> None:
     """Normalize each `width`-wide row of contiguous `x` into `out` (rms, or layer norm with `layer`).
 
     With `residual`, `sum_out = x + residual` is stored and normalized instead of `x`. `width`
     defaults to the last extent (head_rms_norm passes head_dim: rows are then heads).
+    `rows_per_program` (a power of two) overrides the device's tile (the GPU-paths mode).
     """
     width = x.shape[-1] if width is None else width
     rows = x.numel() // width
@@ -56,6 +57,8 @@ def norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, *, eps: float
     # NOTE: one row a program on a GPU; in the CPU interpreter each program costs milliseconds, so
     # a program takes as many rows as fit 16K elements.
     per_program = 1 if x.is_cuda else max(1, min(triton.next_power_of_2(rows), 16384 // block))
+    if rows_per_program is not None:
+        per_program = rows_per_program
     _norm_kernel[(triton.cdiv(rows, per_program),)](
         x, residual if has_residual else x, sum_out if has_residual else out, weight,
         bias if bias is not None else weight, out, width, float(eps), float(weight_offset),

@@ -132,11 +132,15 @@ class HeadNorm:
                              f"eps {self.eps}")
 
 
-def _blocks(rows: int, heads: int, head_dim: int, cuda: bool) -> tuple[int, int, int]:
-    """(heads block, feature block, rows a program)."""
+def _blocks(rows: int, heads: int, head_dim: int, cuda: bool, rows_per_program: int | None = None
+            ) -> tuple[int, int, int]:
+    """(heads block, feature block, rows a program); `rows_per_program` (a power of two) overrides the
+    device's choice (the GPU-paths mode: several programs of several rows)."""
     heads_block, dim_block = triton.next_power_of_2(heads), triton.next_power_of_2(head_dim)
     # NOTE: one row a program on a GPU; a block of rows in the CPU interpreter (milliseconds a program).
     per_program = 1 if cuda else max(1, min(triton.next_power_of_2(rows), 16384 // (heads_block * dim_block)))
+    if rows_per_program is not None:
+        per_program = rows_per_program
     return heads_block, dim_block, per_program
 
 
@@ -155,17 +159,18 @@ def rotary_cache(x: torch.Tensor, positions: torch.Tensor, *, head_dim: int,
                  inv_freq: torch.Tensor | None = None, rotary_dim: int = 0, attention_factor: float = 1.0,
                  norm: HeadNorm | None = None, out: torch.Tensor | None = None, cache: torch.Tensor | None = None,
                  token_lane: torch.Tensor | None = None, page_table: torch.Tensor | None = None,
-                 values: torch.Tensor | None = None, value_cache: torch.Tensor | None = None) -> None:
+                 values: torch.Tensor | None = None, value_cache: torch.Tensor | None = None,
+                 rows_per_program: int | None = None) -> None:
     """Normalize each head of `x` (when `norm` is given), rotate it (when `inv_freq` is given) into
     `out` and/or write it into the cache plane `cache`; `values` (unrotated, `x`'s shape) go to the
-    same slots of `value_cache`."""
+    same slots of `value_cache`. `rows_per_program` overrides the device's tile (`_blocks`)."""
     _check(x, head_dim, norm, cache, values, value_cache)
     rows, width = x.shape
     heads = width // head_dim
     rotate, write_cache, write_values = inv_freq is not None, cache is not None, values is not None
     page_tokens = cache.shape[1] if write_cache else 1
     max_pages = page_table.shape[1] if write_cache else 1
-    heads_block, dim_block, per_program = _blocks(rows, heads, head_dim, x.is_cuda)
+    heads_block, dim_block, per_program = _blocks(rows, heads, head_dim, x.is_cuda, rows_per_program)
     _rotary_cache_kernel[(triton.cdiv(rows, per_program),)](
         x, positions, inv_freq if rotate else x, norm.weight if norm else x, out if out is not None else x,
         cache if write_cache else x, values if write_values else x, value_cache if write_values else x,
@@ -181,7 +186,8 @@ def rotary_pair(q: torch.Tensor, q_out: torch.Tensor, k: torch.Tensor, positions
                 inv_freq: torch.Tensor, rotary_dim: int, attention_factor: float, q_norm: HeadNorm | None = None,
                 k_norm: HeadNorm | None = None, k_out: torch.Tensor | None = None, cache: torch.Tensor | None = None,
                 token_lane: torch.Tensor | None = None, page_table: torch.Tensor | None = None,
-                values: torch.Tensor | None = None, value_cache: torch.Tensor | None = None) -> None:
+                values: torch.Tensor | None = None, value_cache: torch.Tensor | None = None,
+                rows_per_program: int | None = None) -> None:
     """Two rotary launches over the same rows as one: `q` (head norm `q_norm`) rotated into `q_out`,
     and `k` as `rotary_cache` treats it (head norm `k_norm`, `k_out`, `cache`, `values`); one rope."""
     _check(q, head_dim, q_norm, None, None, None)
@@ -193,7 +199,7 @@ def rotary_pair(q: torch.Tensor, q_out: torch.Tensor, k: torch.Tensor, positions
     write_cache, write_values = cache is not None, values is not None
     page_tokens = cache.shape[1] if write_cache else 1
     max_pages = page_table.shape[1] if write_cache else 1
-    _, dim_block, per_program = _blocks(rows, max(q_heads, k_heads), head_dim, q.is_cuda)
+    _, dim_block, per_program = _blocks(rows, max(q_heads, k_heads), head_dim, q.is_cuda, rows_per_program)
     _rotary_pair_kernel[(triton.cdiv(rows, per_program), 2)](
         q, q_norm.weight if q_norm else q, q_out, k, k_norm.weight if k_norm else k,
         k_out if k_out is not None else k, cache if write_cache else k, values if write_values else k,

@@ -32,7 +32,8 @@ The modules of this package, along the seams of the walk:
                   (timed on a GPU; torch on a CPU unless a test injects Triton)
 
 This module walks the program (`lower_program`). A scratch tensor returns to the arena after its
-last reader, so every layer of a program reuses one set of buffers.
+last reader, so every layer of a program reuses one set of buffers. `gpu_paths` (a `GpuPaths`,
+helios/production/gpu_paths.py) makes every lowering take the GPU's branches at small tiles.
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from helios.production.buffers import ScratchArena, torch_dtype
+from helios.production.gpu_paths import GpuPaths
 from helios.production.kernels import sampling
 from helios.production.lowering import linear, rotary
 from helios.production.lowering.context import Context, LoweringError
 from helios.production.lowering.operators import LOWERINGS, lower_add_rms_norm
-from helios.production.lowering.product_choice import LinearPolicy, default_policy
+from helios.production.lowering.product_choice import LinearPolicy, default_policy, policy_for
 from helios.production.plan import Launch, LaunchPlan
 from helios.program.registry import OPERATORS
 from helios.program.validate import ValidatedOperator
@@ -82,11 +84,12 @@ def _fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, readers:
 def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOperator], *,
                   weights: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
                   arena: ScratchArena, device: torch.device, fuse: bool = True,
-                  linear_policy: LinearPolicy | None = None) -> LaunchPlan:
+                  linear_policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None) -> LaunchPlan:
     """Lower one validated program into a launch plan over static storage (see the module docstring).
 
     `linear_policy` chooses Triton or torch for each small matrix product (default: measured on a
-    GPU, torch on a CPU; see product_choice.py); `fuse=False` lowers every operator on its own.
+    GPU, torch on a CPU, Triton with `gpu_paths`; see product_choice.py); `fuse=False` lowers every
+    operator on its own; `gpu_paths` forces the GPU's branches at small tiles (gpu_paths.py).
     """
     where = f"program {program.graph!r}"
     decls = {d.name: d for d in program.tensors}
@@ -113,7 +116,9 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     # a deferred norm reads its input where its rotary runs: its storage lives until then
     runs_at = {norm: rot for rot, norm in deferred.items()}
     last_read = {name: max(runs_at.get(r, r) for r in indices) for name, indices in readers.items()}
-    context = Context(tensors, arena, device, where, linear_policy or default_policy(device), decls)
+    policy = linear_policy or (default_policy(device) if gpu_paths is None
+                               else policy_for("auto", device, gpu_paths=True))
+    context = Context(tensors, arena, device, where, policy, decls, gpu_paths)
     launches: list[Launch] = []
     # inspection: each scratch tensor's storage -> the last name bound to it (`LaunchPlan.scratch`)
     owners: dict[int, str] = {}

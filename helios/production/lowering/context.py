@@ -14,6 +14,7 @@ import torch
 
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, torch_dtype
+from helios.production.gpu_paths import GpuPaths
 from helios.production.lowering.product_choice import LinearPolicy
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
@@ -33,6 +34,7 @@ class Context:
     where: str  # "program 'decode_b1'": what error messages name
     linear: LinearPolicy  # the path (Triton or torch) of each small matrix product shape
     decls: Mapping[str, program_pb2.TensorDecl]  # the program's tensor declarations by name
+    gpu_paths: GpuPaths | None = None  # the GPU's branches forced at small tiles (gpu_paths.py); None: off
 
     def t(self, name: str) -> torch.Tensor:
         return self.tensors[name]

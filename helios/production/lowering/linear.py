@@ -2,7 +2,9 @@
 
 Each product of at most 16 rows asks the context's `LinearPolicy` (product_choice.py) for its path, per
 product shape: the Triton kernels of `kernels/linear.py` or torch (cuBLAS on a GPU); larger products
-always run on torch. Fusions (taken only where the policy picks Triton for the fused shape):
+always run on torch; the Triton tile is the device's (`kernels/linear.py` `choose_blocks`), or in the
+GPU-paths mode (`Context.gpu_paths`) `small_blocks`. Fusions (taken only where the policy picks
+Triton for the fused shape):
 
     matmul(x, Wa) -> a ; matmul(x, Wb) -> b [; matmul(x, Wc) -> c]
                                             =>  one multi-output launch (q/k/v); outputs scratch
@@ -45,8 +47,13 @@ def _torch_matmul(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, bias: tor
 
 
 def _triton_matmuls(xs: torch.Tensor, ws: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
-                    biases: Sequence[torch.Tensor] | None):
-    return linear.linear_launch(_flat(xs), ws, [_flat(o) for o in outs], biases=biases)
+                    biases: Sequence[torch.Tensor] | None, blocks: linear.Blocks | None = None):
+    return linear.linear_launch(_flat(xs), ws, [_flat(o) for o in outs], biases=biases, blocks=blocks)
+
+
+def _blocks(c: Context, rows: int, columns: Sequence[int], k: int) -> linear.Blocks | None:
+    """The Triton tile the lowering imposes: the GPU-paths mode's small tile, else None (the device's)."""
+    return None if c.gpu_paths is None else linear.small_blocks(rows, columns, k)
 
 
 def _dtypes(c: Context, x: str, w: str, out: str) -> str:
@@ -73,12 +80,14 @@ def lower_matmul(c: Context, op: ValidatedOperator):
     bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
     shape = _matmul_shape(c, (op,), "matmul")
     if shape is not None:
+        blocks = _blocks(c, shape.rows, shape.columns, shape.k)
+
         def candidates():
             o = torch.empty_like(out)
-            return (_triton_matmuls(x, [w], [o], None if bias is None else [bias]),
+            return (_triton_matmuls(x, [w], [o], None if bias is None else [bias], blocks),
                     _torch_matmul(x, w, o, bias))
         if c.linear.choose(shape, candidates) == "triton":
-            return _triton_matmuls(x, [w], [out], None if bias is None else [bias])
+            return _triton_matmuls(x, [w], [out], None if bias is None else [bias], blocks)
     return _torch_matmul(x, w, out, bias)
 
 
@@ -107,9 +116,10 @@ def _logits_product(c: Context, op: ValidatedOperator, h: torch.Tensor, w: torch
         columns = int(sampled) if has_tail else vocab
         shape = ProductShape(rows, (columns,), int(h.shape[1]), _dtypes(c, op.inputs[0], op.inputs[1],
                                                                           op.outputs[0]), "logits")
+        blocks = _blocks(c, rows, (columns,), int(h.shape[1]))
 
         def triton_product(o: torch.Tensor):
-            return linear.linear_launch(h, [w], [o], columns=[columns])
+            return linear.linear_launch(h, [w], [o], columns=[columns], blocks=blocks)
 
         def candidates():
             o = torch.empty_like(out)
@@ -161,6 +171,7 @@ class _Group:
     outputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]  # shape and dtype of each product
     activation: str | None  # gated fusion: the activation of act(gate) * up; weights are (gate, up)
     device: torch.device
+    blocks: linear.Blocks | None = None  # the Triton tile the lowering imposes (GPU-paths mode), else None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.weights) <= linear.MAX_GROUPS or len(self.outputs) != len(self.weights) \
@@ -173,20 +184,24 @@ def _group(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> _Group:
     products = _gate_up(ops) if fusion == GATED else tuple(ops)
     biases = tuple(c.t(op.inputs[2]) for op in products) if len(products[0].inputs) > 2 else None
     outputs = tuple((tuple(int(e) for e in c.decls[op.outputs[0]].shape), c.dtype(op.outputs[0])) for op in products)
-    return _Group(_flat(c.t(products[0].inputs[0])), tuple(c.t(op.inputs[1]) for op in products), biases, outputs,
-                  str(ops[2].attributes["activation"]) if fusion == GATED else None, c.device)
+    x = _flat(c.t(products[0].inputs[0]))
+    weights = tuple(c.t(op.inputs[1]) for op in products)
+    columns = [int(w.shape[0]) for w in weights]
+    return _Group(x, weights, biases, outputs, str(ops[2].attributes["activation"]) if fusion == GATED else None,
+                  c.device, _blocks(c, int(x.shape[0]), columns[:1] if fusion == GATED else columns,
+                                    int(x.shape[1])))
 
 
 def _gated_run(group: _Group, out: torch.Tensor):
     gate_bias, up_bias = group.biases if group.biases is not None else (None, None)
     return linear.gated_launch(group.x, *group.weights, _flat(out), activation=group.activation,
-                               gate_bias=gate_bias, up_bias=up_bias)
+                               gate_bias=gate_bias, up_bias=up_bias, blocks=group.blocks)
 
 
 def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
     """Consecutive matmuls of one input as one multi-output launch (outputs bound by the caller)."""
     group = _group(c, ops, "matmul*")
-    return _triton_matmuls(group.x, group.weights, [c.t(op.outputs[0]) for op in ops], group.biases)
+    return _triton_matmuls(group.x, group.weights, [c.t(op.outputs[0]) for op in ops], group.biases, group.blocks)
 
 
 def _gate_up(ops: Sequence[ValidatedOperator]) -> tuple[ValidatedOperator, ValidatedOperator]:
@@ -215,7 +230,7 @@ def _fusion_candidates(group: _Group):
         unfused.append(lambda: activation.gated_activation(gate, up, h, activation=kind))
         fused = _gated_run(group, h)
     else:
-        fused = _triton_matmuls(group.x, group.weights, outs, group.biases)
+        fused = _triton_matmuls(group.x, group.weights, outs, group.biases, group.blocks)
 
     def torch_run() -> None:
         for run in unfused:

@@ -6,6 +6,11 @@ torch call on static tensors (`gather` and `where` move one integer per lane: a 
 token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary` and
 `paged_cache_write` in `rotary.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
+
+Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
+norms take `rows_per_program` rows a program, attention splits the context (`attention_splits`, the
+combine pass included) in `attention_keys`-key steps, the sampler and argmax scan `vocab_block` ids a
+program, the gathers and the activation copy `copy_block` elements a program iteration.
 """
 
 from __future__ import annotations
@@ -21,28 +26,42 @@ from helios.production.lowering.rotary import lower_paged_cache_write, lower_rot
 from helios.program.validate import ValidatedOperator
 
 
+def _rows_tile(c: Context) -> dict:
+    """The norm kernel's rows-a-program keyword: the GPU-paths mode's, else none (the device's)."""
+    return {} if c.gpu_paths is None else {"rows_per_program": c.gpu_paths.rows_per_program}
+
+
+def _copy_block(c: Context) -> dict:
+    """The block keyword of the gathers and the activation: the GPU-paths mode's, else none (default)."""
+    return {} if c.gpu_paths is None else {"block": c.gpu_paths.copy_block}
+
+
 def _embedding(c: Context, op: ValidatedOperator):
     ids, table, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
-    return lambda: gather.embedding(ids, table, out)
+    block = _copy_block(c)
+    return lambda: gather.embedding(ids, table, out, **block)
 
 
 def _rms_norm(c: Context, op: ValidatedOperator):
     x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     eps, offset = float(op.attributes["eps"]), float(op.attributes.get("weight_offset", 0.0))
-    return lambda: norm.norm(x, w, out, eps=eps, weight_offset=offset)
+    tile = _rows_tile(c)
+    return lambda: norm.norm(x, w, out, eps=eps, weight_offset=offset, **tile)
 
 
 def _layer_norm(c: Context, op: ValidatedOperator):
     x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
     eps = float(op.attributes["eps"])
-    return lambda: norm.norm(x, w, out, eps=eps, layer=True, bias=bias)
+    tile = _rows_tile(c)
+    return lambda: norm.norm(x, w, out, eps=eps, layer=True, bias=bias, **tile)
 
 
 def _head_rms_norm(c: Context, op: ValidatedOperator):
     x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     eps, head_dim = float(op.attributes["eps"]), int(op.attributes["head_dim"])
-    return lambda: norm.norm(x, w, out, eps=eps, width=head_dim)
+    tile = _rows_tile(c)
+    return lambda: norm.norm(x, w, out, eps=eps, width=head_dim, **tile)
 
 
 def _elementwise(fn):
@@ -55,7 +74,8 @@ def _elementwise(fn):
 def _gated_activation(c: Context, op: ValidatedOperator):
     gate, up, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     kind = str(op.attributes["activation"])
-    return lambda: activation.gated_activation(gate, up, out, activation=kind)
+    block = _copy_block(c)
+    return lambda: activation.gated_activation(gate, up, out, activation=kind, **block)
 
 
 def _paged_attention(c: Context, op: ValidatedOperator):
@@ -65,7 +85,10 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     heads = q.shape[1] // head_dim
     rows = q.shape[0]
     splits = 1
-    if c.device.type == "cuda":
+    paths = c.gpu_paths
+    if paths is not None:  # the split and combine at every context length
+        splits = paths.attention_splits
+    elif c.device.type == "cuda":
         splits = attention.choose_splits(rows, kv_heads, table.shape[1] * page_tokens)
     scratch = None
     if splits > 1:
@@ -75,6 +98,8 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     window = op.attributes.get("sliding_window")
     softcap = op.attributes.get("softcap")
     tile = attention.choose_tile(rows, heads // kv_heads, cuda=c.device.type == "cuda")
+    if paths is not None:
+        tile = attention.AttentionTile(block_n=paths.attention_keys, num_warps=tile.num_warps)
     return lambda: attention.paged_attention(q, key_cache, value_cache, lanes, positions, table, out, scale=scale,
                                              sliding_window=window, softcap=softcap, splits=splits,
                                              scratch=scratch, tile=tile)
@@ -82,7 +107,8 @@ def _paged_attention(c: Context, op: ValidatedOperator):
 
 def _last_row_gather(c: Context, op: ValidatedOperator):
     x, lanes, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
-    return lambda: gather.last_row_gather(x, lanes, out)
+    blocks = {} if c.gpu_paths is None else {"block": c.gpu_paths.copy_block, "rows_block": c.gpu_paths.copy_block}
+    return lambda: gather.last_row_gather(x, lanes, out, **blocks)
 
 
 def _sample(c: Context, op: ValidatedOperator):
@@ -90,15 +116,17 @@ def _sample(c: Context, op: ValidatedOperator):
     out = c.t(op.outputs[0])
     rows, vocab = logits.shape
     switch = c.arena.memo(("rank_filters",), sampling.RankFilters)
-    sampler = c.arena.memo(("sampler", rows, vocab),
-                           lambda: sampling.Sampler(rows, vocab, c.device, rank_filters=switch))
+    block = 4096 if c.gpu_paths is None else c.gpu_paths.vocab_block
+    sampler = c.arena.memo(("sampler", rows, vocab, block),
+                           lambda: sampling.Sampler(rows, vocab, c.device, block=block, rank_filters=switch))
     draw_index = int(op.attributes.get("draw_index", 0))
     return lambda: sampler(logits, seed, positions, parameters, histogram, mask, out, draw_index=draw_index)
 
 
 def _argmax(c: Context, op: ValidatedOperator):
     logits, out = c.t(op.inputs[0]), c.t(op.outputs[0])
-    return lambda: sampling.argmax(logits, out)
+    block = {} if c.gpu_paths is None else {"block": c.gpu_paths.vocab_block}
+    return lambda: sampling.argmax(logits, out, **block)
 
 
 def _copy(c: Context, op: ValidatedOperator):
@@ -160,4 +188,5 @@ def lower_add_rms_norm(c: Context, add: ValidatedOperator, rms: ValidatedOperato
     a, b, total = c.t(add.inputs[0]), c.t(add.inputs[1]), c.t(add.outputs[0])
     w, out = c.t(rms.inputs[1]), c.t(rms.outputs[0])
     eps, offset = float(rms.attributes["eps"]), float(rms.attributes.get("weight_offset", 0.0))
-    return lambda: norm.norm(a, w, out, eps=eps, weight_offset=offset, residual=b, sum_out=total)
+    tile = _rows_tile(c)
+    return lambda: norm.norm(a, w, out, eps=eps, weight_offset=offset, residual=b, sum_out=total, **tile)

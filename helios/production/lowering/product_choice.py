@@ -11,7 +11,8 @@ not the specification's startup tuning (the manifest's tuning producers filling 
                   plans) is not timed again;
   FixedPolicy     always one path: "torch" is the CPU default (torch's matrix products are faster
                   there than the Triton interpreter), "triton" is what CPU tests inject to run the
-                  Triton kernels and the fused lowering.
+                  Triton kernels and the fused lowering, and what "auto" means in the GPU-paths mode
+                  (helios/production/gpu_paths.py) on every device.
 
 Each policy keeps the table of the decisions it handed out (`decisions`) for `NativeModel` to report.
 
@@ -245,8 +246,9 @@ def default_policy(device, *, deferred: bool = False) -> LinearPolicy:
     return FixedPolicy("torch")
 
 
-def policy_for(path: str, device, *, deferred: bool = False) -> LinearPolicy:
-    """`"auto"` (the default policy of `device`), `"triton"` or `"torch"`."""
+def policy_for(path: str, device, *, deferred: bool = False, gpu_paths: bool = False) -> LinearPolicy:
+    """`"auto"` (the default policy of `device`; Triton for every shape with `gpu_paths`), `"triton"`
+    or `"torch"`."""
     if path == "auto":
-        return default_policy(device, deferred=deferred)
+        return FixedPolicy("triton") if gpu_paths else default_policy(device, deferred=deferred)
     return FixedPolicy(path)

@@ -49,12 +49,18 @@ def rope_tables(attributes: Mapping[str, object], device: torch.device) -> tuple
     return torch.from_numpy(inv_freq.copy()).to(device), float(factor)
 
 
+def _tile(c: Context) -> dict:
+    """The rows-a-program keyword of the rotary kernels: the GPU-paths mode's, else none (the device's)."""
+    return {} if c.gpu_paths is None else {"rows_per_program": c.gpu_paths.rows_per_program}
+
+
 def _rope(c: Context, rot: ValidatedOperator) -> dict:
-    """The rope keywords of the rotary kernels for `rot`; its tables are computed once per device and rope."""
+    """The rope keywords of the rotary kernels for `rot` (with the tile, `_tile`); its tables are
+    computed once per device and rope."""
     key = ("rope", tuple(sorted((k, v) for k, v in rot.attributes.items())))
     inv_freq, factor = c.arena.memo(key, lambda: rope_tables(rot.attributes, c.device))
     return dict(head_dim=int(rot.attributes["head_dim"]), inv_freq=inv_freq,
-                rotary_dim=int(rot.attributes["rotary_dim"]), attention_factor=factor)
+                rotary_dim=int(rot.attributes["rotary_dim"]), attention_factor=factor, **_tile(c))
 
 
 def lower_rotary(c: Context, op: ValidatedOperator):
@@ -68,8 +74,9 @@ def lower_paged_cache_write(c: Context, op: ValidatedOperator):
     """A cache write on its own: the rotary kernel with no rotation."""
     cache, values, lanes, positions, table = (c.t(n) for n in op.inputs)
     head_dim = cache.shape[3]
+    tile = _tile(c)
     return lambda: rotary.rotary_cache(values, positions, head_dim=head_dim, cache=cache, token_lane=lanes,
-                                       page_table=table)
+                                       page_table=table, **tile)
 
 
 def head_norm_deferrals(operators: Sequence[ValidatedOperator], readers: Mapping[str, list[int]],
