@@ -13,7 +13,8 @@ actually reached):
                     sliding window where the core has one: chunked prefill and a crossed window
     reuse           submitted after `chunked` has finished, its prompt the first full page of
                     `chunked`'s plus two more ids: the prefix cache serves that page; no output filter
-                    (its sampled ids are observed only)
+                    (its sampled ids are observed only). Where the context holds no chunked prompt,
+                    a `prefix` request of a page plus two ids goes first instead
     token-stop, sequence-stop, string-stop
                     one seeded prompt whose first tokens a reference pass learns (the sampled stream
                     does not depend on stops): stop ids, a stop sequence and a stop string taken from
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from conformance.workload import Workload, WorkloadRequest
 from helios.contract.enums import HistoryKind, Operation, ReasoningParser, ToolParser
@@ -143,16 +146,26 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
 
     context = geometry.context_tokens
     requests: list[WorkloadRequest] = []
+    # The first request's prompt is chunked where the core allows it (and crosses the window), and at
+    # least a page plus two ids where it allows reuse, so `reuse` finds a published page after it.
+    # Each greedy prompt is the first of a few whose draws are clear of numeric ties (`_Draws`).
+    draws = _Draws(core)
+    first = None
     if c.CHUNKED not in unsupported or c.WINDOW not in unsupported:
-        length = min(geometry.chunked_length, context - 2)
-        chunked = geometry.prompt(length)
-        requests.append(_request("chunked", {"prompt": chunked, "max_tokens": 2, "temperature": 0}))
+        first = "chunked", min(geometry.chunked_length, context - 2)
+    elif c.REUSE not in unsupported:
+        first = "prefix", geometry.page_tokens + 2
+    if first is not None:
+        name, length = first
+        prompt = _clear_prompt(draws, [geometry.prompt(length, salt=salt) for salt in range(GREEDY_CANDIDATES)])
+        requests.append(_request(name, {"prompt": prompt, "max_tokens": 2, "temperature": 0}))
         if c.REUSE not in unsupported:
-            shared = chunked[: geometry.page_tokens] + geometry.prompt(2, salt=1)
+            shared = _clear_prompt(draws, [prompt[: geometry.page_tokens] + geometry.prompt(2, salt=1 + salt)
+                                           for salt in range(GREEDY_CANDIDATES)])
             requests.append(_request("reuse", {"prompt": shared, "max_tokens": 2, "temperature": 0},
-                                     after="chunked", output_filter=False))
-    requests.extend(_stop_requests(core, geometry))
-    requests.extend(_eos_requests(core, geometry))
+                                     after=name, output_filter=False))
+    requests.extend(_stop_requests(core, geometry, draws))
+    requests.extend(_eos_requests(core, geometry, draws))
     if c.GRAMMAR not in unsupported:
         requests.extend(_shortest(core, "grammar", {
             "messages": [{"role": "user", "content": "a?"}], "max_tokens": 12,
@@ -181,9 +194,62 @@ def _reference_results(core: CoreSource, workload: Workload) -> list[Any]:
     return drive_copy(reference_runtime(core, workload), copy)
 
 
-def _stop_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest]:
-    """Token, sequence and string stops taken from the reference's own stream of one seeded prompt."""
-    base = {"prompt": geometry.prompt(3, salt=2), "max_tokens": 4, "temperature": 1.0, "seed": 7}
+class _Draws:
+    """The reference's draws of a request, kept to judge them against the core's precision: a draw
+    within the tie tolerance of a neighbour would make the two runtimes' comparison stop at a
+    numeric tie there (bf16 cores), and the mechanism the request exists for would go unchecked."""
+
+    def __init__(self, core: CoreSource) -> None:
+        from conformance.audit import core_dtype
+        from conformance.draw import sampling_site
+        from helios.reference.engine import ReferenceEngine
+
+        self.site = sampling_site(core)
+        self.dtype = core_dtype(core.manifest)
+        self.engine = ReferenceEngine.load(core, keep=self.site.inputs) if self.site is not None else None
+
+    def robust(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> bool:
+        """Whether the reference's first `max_tokens` draws of this request are each clear of a numeric
+        tie with their nearest competitors (the neighbouring ids, and the runner-up of a greedy row)."""
+        if self.engine is None:
+            return True
+        from helios.runtime.request import GenerationRequest, SamplingParams
+
+        request = GenerationRequest(tuple(prompt), max_tokens=max_tokens, ignore_eos=True,
+                                    sampling=SamplingParams(temperature=temperature, seed=seed))
+        tokens = list(self.engine.generate(request))
+        kept = self.engine.kept[len(self.engine.kept) - len(tokens):]
+        return all(self.clear(self.site.row(round_kept, 0), token) for round_kept, token in zip(kept, tokens, strict=True))
+
+    def clear(self, draw: Any, token: int) -> bool:
+        from conformance.draw import is_draw_tie
+
+        if draw is None:
+            return True
+        rivals = {token - 1, token + 1}
+        if draw.greedy:
+            z = draw.filtered(draw.logits).copy()
+            z[token] = -np.inf
+            rivals.add(int(np.argmax(z)))
+        vocabulary = draw.logits.shape[0]
+        return not any(is_draw_tie(draw, token, rival, self.dtype)[0] for rival in rivals if 0 <= rival < vocabulary)
+
+
+CANDIDATES = 16  # seeds tried for a sampled request whose draws are clear of numeric ties
+GREEDY_CANDIDATES = 4  # prompts tried for a greedy one (a chunked prompt is long: fewer)
+
+
+def _clear_prompt(draws: _Draws, prompts: list[list[int]]) -> list[int]:
+    """The first prompt whose two greedy draws are clear of numeric ties (else the first)."""
+    return next((p for p in prompts if draws.robust(p, 2, 0.0, 0)), prompts[0])
+
+
+def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:
+    """Token, sequence and string stops taken from the reference's own stream of one seeded prompt
+    (the first of a few seeds whose draws are clear of numeric ties)."""
+    prompt = geometry.prompt(3, salt=2)
+    seed = next((s for s in range(7, 7 + CANDIDATES) if draws.robust(prompt, 4, 1.0, s)), 7)
+    base = {"prompt": prompt, "max_tokens": 4, "temperature": 1.0, "seed": seed}
     probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
     (result,) = _reference_results(core, probe)
     tokens, text = result.token_ids, result.text
@@ -198,14 +264,13 @@ def _stop_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest
     return out
 
 
-def _eos_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest]:
-    """One request per EOS id whose first draw, on the reference, is that id."""
-    from conformance.draw import sampling_site
-    from helios.reference.engine import ReferenceEngine
+def _eos_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:
+    """One request per EOS id whose first draw, on the reference, is that id (clear of a numeric tie
+    where a seed gives one)."""
     from helios.runtime.request import GenerationRequest, SamplingParams
 
-    site = sampling_site(core)
-    engine = ReferenceEngine.load(core, keep=site.inputs) if site is not None and site.op == "sample" else None
+    site = draws.site
+    engine = draws.engine if site is not None and site.op == "sample" else None
     out = []
     for eos in geometry.eos_ids:
         found: tuple[list[int], int] | None = None
@@ -217,7 +282,8 @@ def _eos_requests(core: CoreSource, geometry: Geometry) -> list[WorkloadRequest]
             draw = site.row(engine.kept[-1], 0)  # type: ignore[union-attr]
             if draw is None:
                 break
-            seed = next((s for s in range(1, EOS_SEEDS) if replace(draw, seed=s).draw(draw.logits) == eos), None)
+            seeds = [s for s in range(1, EOS_SEEDS) if replace(draw, seed=s).draw(draw.logits) == eos]
+            seed = next((s for s in seeds if draws.clear(replace(draw, seed=s), eos)), seeds[0] if seeds else None)
             if seed is not None:
                 found = (prompt, seed)
                 break

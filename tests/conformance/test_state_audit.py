@@ -26,6 +26,7 @@ from conformance.trace import RoundRecord, TraceError, TraceHeader, TraceWriter,
 from helios.runtime.completion import Completion
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import SamplingParams
+from tests.conformance.conftest import DEVICE
 from tests.conformance.helpers import only_divergence, run, workload
 
 
@@ -177,6 +178,8 @@ def test_a_clean_run_records_and_compares_state(conform_core):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(DEVICE != "cpu", reason="the bug is injected by Python after the launch: a CUDA graph "
+                    "replays what was captured, not the Python around it")
 def test_a_corrupted_cache_record_is_caught_as_cache_while_tokens_agree(conform_core, monkeypatch):
     """The rotary+cache-write launch leaves head 0 of one position's key 1% off (as a rotary that
     loads a wrong position for some rows would): the sampled tokens agree, the cache does not."""
