@@ -37,6 +37,7 @@ generations on a tiny core.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,7 +48,11 @@ from helios.contract.enums import HistoryKind, Operation, ReasoningParser, ToolP
 from helios.core.source import CoreSource
 
 EOS_TEMPERATURE = 2.0  # the flattest draw the API allows: an EOS id is likeliest to be drawn
+# The EOS requests' sampling, every filter off: a core's default top-k, top-p or min-p would keep an
+# unlikely EOS id out of the draw (request values win over the core's defaults).
+EOS_SAMPLING = {"temperature": EOS_TEMPERATURE, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 EOS_SEEDS = 20000  # seeds tried per prompt for each EOS id
+EOS_CANDIDATES = 4  # seeds that draw the EOS id, of which the first clear of a numeric tie is kept
 PROBE_SEEDS = (0, 1, 2, 3)  # seeds tried for the grammar and tool requests (the shortest is kept)
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
           "required": ["a"], "additionalProperties": False}  # fmt: skip
@@ -204,22 +209,32 @@ class _Draws:
         from conformance.draw import sampling_site
         from helios.reference.engine import ReferenceEngine
 
+        self.core = core
         self.site = sampling_site(core)
         self.dtype = core_dtype(core.manifest)
         self.engine = ReferenceEngine.load(core, keep=self.site.inputs) if self.site is not None else None
 
-    def robust(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> bool:
-        """Whether the reference's first `max_tokens` draws of this request are each clear of a numeric
-        tie with their nearest competitors (the neighbouring ids, and the runner-up of a greedy row)."""
+    def robust(self, body: dict) -> bool:
+        """Whether the reference's draws of the completion request `body`, prepared as conform prepares
+        it (the core's sampling defaults, its prompt tokens), are each clear of a numeric tie with
+        their nearest competitors (the neighbouring ids, and the runner-up of a greedy row)."""
         if self.engine is None:
             return True
-        from helios.runtime.request import GenerationRequest, SamplingParams
 
-        request = GenerationRequest(tuple(prompt), max_tokens=max_tokens, ignore_eos=True,
-                                    sampling=SamplingParams(temperature=temperature, seed=seed))
-        tokens = list(self.engine.generate(request))
+        tokens, rows = self.draws(body)
+        return all(self.clear(row, token) for row, token in zip(rows, tokens, strict=True))
+
+    def draws(self, body: dict) -> tuple[list[int], list[Any]]:
+        """The reference's tokens of the completion request `body`, prepared as conform prepares it
+        (the core's sampling defaults, its prompt tokens), and each token's draw inputs."""
+        from conformance.e2e import prepare_workload
+
+        assert self.engine is not None and self.site is not None
+        (copy,) = prepare_workload(self.core, Workload("probe", (_request("probe", body),)), copies=1)
+        generation = replace(copy.requests[0].generation, ignore_eos=True)
+        tokens = list(self.engine.generate(generation))
         kept = self.engine.kept[len(self.engine.kept) - len(tokens):]
-        return all(self.clear(self.site.row(round_kept, 0), token) for round_kept, token in zip(kept, tokens, strict=True))
+        return tokens, [self.site.row(round_kept, 0) for round_kept in kept]
 
     def clear(self, draw: Any, token: int) -> bool:
         from conformance.draw import is_draw_tie
@@ -241,15 +256,15 @@ GREEDY_CANDIDATES = 4  # prompts tried for a greedy one (a chunked prompt is lon
 
 def _clear_prompt(draws: _Draws, prompts: list[list[int]]) -> list[int]:
     """The first prompt whose two greedy draws are clear of numeric ties (else the first)."""
-    return next((p for p in prompts if draws.robust(p, 2, 0.0, 0)), prompts[0])
+    return next((p for p in prompts if draws.robust({"prompt": p, "max_tokens": 2, "temperature": 0})), prompts[0])
 
 
 def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:
     """Token, sequence and string stops taken from the reference's own stream of one seeded prompt
     (the first of a few seeds whose draws are clear of numeric ties)."""
-    prompt = geometry.prompt(3, salt=2)
-    seed = next((s for s in range(7, 7 + CANDIDATES) if draws.robust(prompt, 4, 1.0, s)), 7)
-    base = {"prompt": prompt, "max_tokens": 4, "temperature": 1.0, "seed": seed}
+    base = {"prompt": geometry.prompt(3, salt=2), "max_tokens": 4, "temperature": 1.0}
+    seed = next((s for s in range(7, 7 + CANDIDATES) if draws.robust({**base, "seed": s})), 7)
+    base["seed"] = seed
     probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
     (result,) = _reference_results(core, probe)
     tokens, text = result.token_ids, result.text
@@ -267,29 +282,23 @@ def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[
 def _eos_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:
     """One request per EOS id whose first draw, on the reference, is that id (clear of a numeric tie
     where a seed gives one)."""
-    from helios.runtime.request import GenerationRequest, SamplingParams
-
-    site = draws.site
-    engine = draws.engine if site is not None and site.op == "sample" else None
+    engine = draws.engine if draws.site is not None and draws.site.op == "sample" else None
     out = []
     for eos in geometry.eos_ids:
         found: tuple[list[int], int] | None = None
         for salt in range(3 if engine is not None else 0):
             prompt = geometry.prompt(3, salt=10 + salt)
-            request = GenerationRequest(tuple(prompt), max_tokens=1, sampling=SamplingParams(EOS_TEMPERATURE, seed=1),
-                                        ignore_eos=True)
-            list(engine.generate(request))  # type: ignore[union-attr]
-            draw = site.row(engine.kept[-1], 0)  # type: ignore[union-attr]
+            _, (draw,) = draws.draws({"prompt": prompt, "max_tokens": 1, **EOS_SAMPLING, "seed": 1})
             if draw is None:
                 break
-            seeds = [s for s in range(1, EOS_SEEDS) if replace(draw, seed=s).draw(draw.logits) == eos]
+            matching = (s for s in range(1, EOS_SEEDS) if replace(draw, seed=s).draw(draw.logits) == eos)
+            seeds = list(itertools.islice(matching, EOS_CANDIDATES))  # stops at the first few that draw it
             seed = next((s for s in seeds if draws.clear(replace(draw, seed=s), eos)), seeds[0] if seeds else None)
             if seed is not None:
                 found = (prompt, seed)
                 break
         prompt, seed = found or (geometry.prompt(3, salt=10), 1)
-        out.append(_request(f"eos-{eos}", {"prompt": prompt, "max_tokens": 2, "temperature": EOS_TEMPERATURE,
-                                           "seed": seed}))
+        out.append(_request(f"eos-{eos}", {"prompt": prompt, "max_tokens": 2, **EOS_SAMPLING, "seed": seed}))
     return out
 
 
