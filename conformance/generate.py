@@ -241,16 +241,18 @@ class _Draws:
 
         if draw is None:
             return True
-        rivals = {token - 1, token + 1}
-        if draw.greedy:
-            z = draw.filtered(draw.logits).copy()
-            z[token] = -np.inf
-            rivals.add(int(np.argmax(z)))
+        # The likeliest other ids (a sampler's cumulative order need not be the ids' order) and the
+        # neighbouring ids (where it is).
+        z = draw.filtered(draw.logits).copy()
+        z[token] = -np.inf
+        rivals = {token - 1, token + 1, *np.argsort(-z, kind="stable")[:RIVALS].tolist()}
         vocabulary = draw.logits.shape[0]
-        return not any(is_draw_tie(draw, token, rival, self.dtype)[0] for rival in rivals if 0 <= rival < vocabulary)
+        return not any(is_draw_tie(draw, token, int(rival), self.dtype)[0] for rival in rivals
+                       if 0 <= rival < vocabulary and rival != token)
 
 
 CANDIDATES = 16  # seeds tried for a sampled request whose draws are clear of numeric ties
+RIVALS = 8  # the likeliest other ids a draw is judged against
 GREEDY_CANDIDATES = 4  # prompts tried for a greedy one (a chunked prompt is long: fewer)
 
 
