@@ -16,8 +16,8 @@ actually reached):
                     (its sampled ids are observed only). Where the context holds no chunked prompt,
                     a `prefix` request of a page plus two ids goes first instead
     token-stop, sequence-stop, string-stop
-                    one seeded prompt whose first tokens a reference pass learns (the sampled stream
-                    does not depend on stops): stop ids, a stop sequence and a stop string taken from
+                    one greedy prompt whose first tokens a reference pass learns (the stream does
+                    not depend on stops): stop ids, a stop sequence and a stop string taken from
                     that stream, so each stop fires within the first tokens
     eos-<id>        for every EOS id of the core: a seed under which the reference's first draw is
                     that id (searched on the reference's own logits and Philox stream), so the request
@@ -31,7 +31,10 @@ actually reached):
             reference's batching run before it is kept)
 
 Prompts are token ids (their lengths are exact on any tokenizer), drawn from ids that are neither EOS
-ids nor template tokens. The learning passes run on the reference only (NumPy): a few short
+ids nor template tokens. Where a request's point is a mechanism reached after some draws, its prompt
+(or seed) is the first of a few whose reference draws are clear of a numeric tie in the core's
+precision (`_Draws`): on a bf16 core a tie would end the end-to-end comparison of that request
+before the mechanism it exists for. The learning passes run on the reference only (NumPy): a few short
 generations on a tiny core.
 """
 
@@ -238,12 +241,18 @@ class _Draws:
 
     def clear(self, draw: Any, token: int) -> bool:
         from conformance.draw import is_draw_tie
+        from conformance.tolerance import tolerance
 
         if draw is None:
             return True
+        finite = draw.logits[np.isfinite(draw.logits)]
+        scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+        z = draw.filtered(draw.logits).astype(np.float64)
+        if draw.greedy:  # the margin of a greedy row is half its winning gap (conformance/draw.py)
+            rest = np.delete(z, token)
+            return rest.size == 0 or (z[token] - rest.max()) / 2 > tolerance(self.dtype).tie * scale
         # The likeliest other ids (a sampler's cumulative order need not be the ids' order) and the
         # neighbouring ids (where it is).
-        z = draw.filtered(draw.logits).copy()
         z[token] = -np.inf
         rivals = {token - 1, token + 1, *np.argsort(-z, kind="stable")[:RIVALS].tolist()}
         vocabulary = draw.logits.shape[0]
@@ -251,22 +260,22 @@ class _Draws:
                        if 0 <= rival < vocabulary and rival != token)
 
 
-CANDIDATES = 16  # seeds tried for a sampled request whose draws are clear of numeric ties
+CANDIDATES = 16  # prompts tried for the stop requests, whose greedy draws must be clear of numeric ties
 RIVALS = 8  # the likeliest other ids a draw is judged against
 GREEDY_CANDIDATES = 4  # prompts tried for a greedy one (a chunked prompt is long: fewer)
 
 
-def _clear_prompt(draws: _Draws, prompts: list[list[int]]) -> list[int]:
-    """The first prompt whose two greedy draws are clear of numeric ties (else the first)."""
-    return next((p for p in prompts if draws.robust({"prompt": p, "max_tokens": 2, "temperature": 0})), prompts[0])
+def _clear_prompt(draws: _Draws, prompts: list[list[int]], tokens: int = 2) -> list[int]:
+    """The first prompt whose first `tokens` greedy draws are clear of numeric ties (else the first)."""
+    body = {"max_tokens": tokens, "temperature": 0}
+    return next((p for p in prompts if draws.robust({**body, "prompt": p})), prompts[0])
 
 
 def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:
-    """Token, sequence and string stops taken from the reference's own stream of one seeded prompt
-    (the first of a few seeds whose draws are clear of numeric ties)."""
-    base = {"prompt": geometry.prompt(3, salt=2), "max_tokens": 4, "temperature": 1.0}
-    seed = next((s for s in range(7, 7 + CANDIDATES) if draws.robust({**base, "seed": s})), 7)
-    base["seed"] = seed
+    """Token, sequence and string stops taken from the reference's own greedy stream of one prompt
+    (the first of a few prompts whose draws are clear of numeric ties)."""
+    prompt = _clear_prompt(draws, [geometry.prompt(3, salt=2 + salt) for salt in range(CANDIDATES)], tokens=3)
+    base = {"prompt": prompt, "max_tokens": 3, "temperature": 0}
     probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
     (result,) = _reference_results(core, probe)
     tokens, text = result.token_ids, result.text
