@@ -272,19 +272,26 @@ def _clear_prompt(draws: _Draws, prompts: list[list[int]], tokens: int = 2) -> l
 
 
 def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:
-    """Token, sequence and string stops taken from the reference's own greedy stream of one prompt
-    (the first of a few prompts whose draws are clear of numeric ties)."""
-    prompt = _clear_prompt(draws, [geometry.prompt(3, salt=2 + salt) for salt in range(CANDIDATES)], tokens=3)
-    base = {"prompt": prompt, "max_tokens": 3, "temperature": 0}
-    probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
-    (result,) = _reference_results(core, probe)
-    tokens, text = result.token_ids, result.text
-    if len(tokens) < 2:
+    """Token, sequence and string stops taken from the reference's own greedy stream of one prompt:
+    the first of a few prompts whose draws are clear of numeric ties and whose text holds a printable
+    character after its first one (the string stop)."""
+    chosen = None
+    for salt in range(CANDIDATES):
+        base = {"prompt": geometry.prompt(3, salt=2 + salt), "max_tokens": 3, "temperature": 0}
+        if not draws.robust(base):
+            continue
+        probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
+        (result,) = _reference_results(core, probe)
+        stop = next((ch for ch in result.text[1:] if ch.strip() and ch != "\ufffd"), None)
+        if len(result.token_ids) >= 2 and (stop is not None or chosen is None):
+            chosen = base, result.token_ids, stop
+            if stop is not None:
+                break
+    if chosen is None:
         return []
-    first, second = tokens[0], tokens[1]
-    out = [_request("token-stop", {**base, "stop_token_ids": [second]}),
-           _request("sequence-stop", {**base, "stop_token_sequences": [[first, second]]})]
-    stop = next((ch for ch in text[1:] if ch.strip() and ch != "\ufffd"), None) or (text[:1] or None)
+    base, tokens, stop = chosen
+    out = [_request("token-stop", {**base, "stop_token_ids": [tokens[1]]}),
+           _request("sequence-stop", {**base, "stop_token_sequences": [[tokens[0], tokens[1]]]})]
     if stop is not None:
         out.append(_request("string-stop", {**base, "stop": [stop]}))
     return out
