@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.tolerance import tolerance
+from conformance.tolerance import first_mismatch, tolerance
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.packing import LaneInput
 
@@ -168,21 +168,7 @@ class Finding:
 def mismatch(reference: np.ndarray, production: np.ndarray, limit: float | None) -> tuple[int, ...] | None:
     """Index of the first element of one record outside `limit` x max(1, max |finite reference|) (None
     limit: exact), or None; NaN matches NaN, infinities themselves; other shapes give ()."""
-    reference, production = np.asarray(reference), np.asarray(production)
-    if reference.shape != production.shape:
-        return ()
-    if limit is None:
-        bad = reference != production
-    else:
-        r, p = reference.astype(np.float64), production.astype(np.float64)
-        finite = np.abs(r[np.isfinite(r)])
-        scale = max(1.0, float(finite.max())) if finite.size else 1.0
-        same = (r == p) | (np.isnan(r) & np.isnan(p))
-        with np.errstate(invalid="ignore"):
-            bad = ~(same | (np.abs(r - p) <= limit * scale))
-    if not bad.any():
-        return None
-    return tuple(int(i) for i in np.argwhere(bad)[0])
+    return first_mismatch(reference, production, limit, record=True)
 
 
 def _element(index: tuple[int, ...]) -> str:

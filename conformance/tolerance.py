@@ -60,9 +60,12 @@ def tolerance(dtype: str) -> Tolerance:
         raise UnknownPrecision(f"no tolerance for dtype {dtype!r} (known: {sorted(TOLERANCES)})") from None
 
 
-def first_mismatch(reference: np.ndarray, production: np.ndarray, relative: float | None) -> tuple[int, ...] | None:
+def first_mismatch(reference: np.ndarray, production: np.ndarray, relative: float | None, *,
+                   record: bool = False) -> tuple[int, ...] | None:
     """Index of the first element outside tolerance (`relative` None: integers, exact), or None.
-    NaN matches NaN and infinities match themselves; shapes must agree (else index ())."""
+    The tolerance scales with max(1, |reference|) per element, or with `record`, with max(1, max
+    |finite reference|) over the whole array (one record: a position's heads, a logits row). NaN
+    matches NaN and infinities match themselves; shapes must agree (else index ())."""
     reference, production = np.asarray(reference), np.asarray(production)
     if reference.shape != production.shape:
         return ()
@@ -70,9 +73,14 @@ def first_mismatch(reference: np.ndarray, production: np.ndarray, relative: floa
         bad = reference != production
     else:
         r, p = reference.astype(np.float64), production.astype(np.float64)
+        if record:
+            finite = np.abs(r[np.isfinite(r)])
+            scale: float | np.ndarray = max(1.0, float(finite.max())) if finite.size else 1.0
+        else:
+            scale = np.maximum(1.0, np.abs(r))
         same = (r == p) | (np.isnan(r) & np.isnan(p))
         with np.errstate(invalid="ignore"):
-            close = np.abs(r - p) <= relative * np.maximum(1.0, np.abs(r))
+            close = np.abs(r - p) <= relative * scale
         bad = ~(same | close)
     if not bad.any():
         return None
