@@ -141,3 +141,37 @@ def test_help_documents_the_coverage_and_incomplete_exit(capsys):
         main(["conform", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "4 incomplete" in text and "--require-coverage" in text and "derived from the core's geometry" in text
+
+
+@pytest.mark.slow
+def test_the_default_workloads_catch_a_preemption_that_leaks_a_page(conform_core, monkeypatch):
+    """Failure class 2 (workloads not fitted to the core): a preemption that keeps one reference on
+    the victim's first page passed the old default workloads, which never preempted on a core with
+    this geometry; the generated `pressure` workload preempts, and the leak is named: with two pages
+    and one of them lost, the preempted request can never be readmitted, so production times out
+    there and resource accounting names the page. (The workloads are generated first: their learning
+    passes must not run the bug.)"""
+    from helios.engine.page_cache import PageCache
+    from helios.engine.residency import RequestResidency
+
+    workloads = generated_workloads(conform_core)
+    preempting: list[bool] = []
+    preempt, release = RequestResidency._preempt, PageCache.release
+
+    def flagged(self, s):
+        preempting.append(True)
+        try:
+            preempt(self, s)
+        finally:
+            preempting.pop()
+
+    def leaky(self, pages):  # the bug: a preempted request's first page keeps its reference
+        release(self, pages[1:] if preempting and pages else pages)
+
+    monkeypatch.setattr(RequestResidency, "_preempt", flagged)
+    monkeypatch.setattr(PageCache, "release", leaky)
+    report = conform(conform_core, ConformOptions(levels=WORKLOAD_LEVELS, device=DEVICE, extra_workloads=workloads,
+                                                  timeout_s=20))
+    leaks = [d for d in report.level("trace").divergences if d.field == "resources.pages"]
+    assert leaks and leaks[0].case == "pressure/resources/production", report.table()
+    assert report.exit_code == 1
