@@ -223,7 +223,6 @@ class _Draws:
         their nearest competitors (the neighbouring ids, and the runner-up of a greedy row)."""
         if self.engine is None:
             return True
-
         tokens, rows = self.draws(body)
         return all(self.clear(row, token) for row, token in zip(rows, tokens, strict=True))
 
@@ -240,6 +239,7 @@ class _Draws:
         return tokens, [self.site.row(round_kept, 0) for round_kept in kept]
 
     def clear(self, draw: Any, token: int) -> bool:
+        """Whether the draw of `token` is no numeric tie (conformance/draw.py) with any likely rival."""
         from conformance.draw import is_draw_tie
         from conformance.tolerance import tolerance
 
