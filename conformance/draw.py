@@ -122,10 +122,16 @@ def is_draw_tie(inputs: DrawInputs, reference_id: int, production_id: int, dtype
     if exact_tie(inputs, reference_id, production_id):
         return False, 0.0
     margin = draw_margin(inputs, reference_id, production_id)
+    return margin is not None and margin <= tie_limit(inputs, dtype), margin
+
+
+def tie_limit(inputs: DrawInputs, dtype: str) -> float:
+    """The largest margin a numeric tie may have: the dtype's tie margin, scaled by the row's largest
+    |logit| (at least 1)."""
     logits = np.asarray(inputs.logits, dtype=np.float64)
     finite = logits[np.isfinite(logits)]
     scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
-    return margin is not None and margin <= tolerance(dtype).tie * scale, margin
+    return tolerance(dtype).tie * scale
 
 
 @dataclass(frozen=True, slots=True)

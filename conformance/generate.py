@@ -240,17 +240,14 @@ class _Draws:
 
     def clear(self, draw: Any, token: int) -> bool:
         """Whether the draw of `token` is no numeric tie (conformance/draw.py) with any likely rival."""
-        from conformance.draw import is_draw_tie
-        from conformance.tolerance import tolerance
+        from conformance.draw import is_draw_tie, tie_limit
 
         if draw is None:
             return True
-        finite = draw.logits[np.isfinite(draw.logits)]
-        scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
         z = draw.filtered(draw.logits).astype(np.float64)
         if draw.greedy:  # the margin of a greedy row is half its winning gap (conformance/draw.py)
             rest = np.delete(z, token)
-            return rest.size == 0 or (z[token] - rest.max()) / 2 > tolerance(self.dtype).tie * scale
+            return rest.size == 0 or (z[token] - rest.max()) / 2 > tie_limit(draw, self.dtype)
         # The likeliest other ids (a sampler's cumulative order need not be the ids' order) and the
         # neighbouring ids (where it is).
         z[token] = -np.inf
