@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from helios.program.spec import AttributeSpec, AttributeValue, OperatorSpec, RuleError
+from helios.program.speculative import SPECULATIVE_SPECS
 from helios.program.types import (
     ACTIVATION_DTYPES,
     DTYPES_BY_NAME,
@@ -24,9 +25,10 @@ from helios.program.types import (
 )
 
 # Version 1: the first seventeen operators. Version 2 adds `gather` and `where` (device-owned
-# pending tokens); every version-1 meaning is unchanged, so version-1 programs keep loading.
-OPERATOR_SET_VERSION = 2
-SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2})
+# pending tokens). Version 3 adds `scatter`, `column_write` and the speculative operators
+# (helios/program/speculative.py). Every earlier meaning is unchanged, so older programs keep loading.
+OPERATOR_SET_VERSION = 3
+SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3})
 
 # Columns of the `parameters` input of `sample` ([B, 7] f32), in this order.
 SAMPLING_PARAMETERS = (
@@ -289,6 +291,25 @@ def _where(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
     return [a]
 
 
+def _scatter(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
+    out, x, index = ins
+    _index(index, "index", 1)
+    if x.rank < 1 or x.shape[0] != index.shape[0]:
+        raise RuleError(f"x {x} must have one row per index entry {index}")
+    if out.dtype != x.dtype or out.shape[1:] != x.shape[1:] or any(e == 0 for e in out.shape):
+        raise RuleError(f"out {out} must have the dtype and row shape of x {x}")
+    return [out]
+
+
+def _column_write(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
+    out, value = ins
+    if out.rank < 2 or out.dtype != value.dtype or (out.shape[0], *out.shape[2:]) != value.shape:
+        raise RuleError(f"value {value} must be a column of out {out} (out without its second axis)")
+    if not 0 <= int(attrs["index"]) < out.shape[1]:  # type: ignore[arg-type]
+        raise RuleError(f"index {attrs['index']} outside the {out.shape[1]} columns of {out}")
+    return [out]
+
+
 def _a(name: str, kind: str, doc: str, **kw: object) -> AttributeSpec:
     return AttributeSpec(name=name, kind=kind, doc=doc, **kw)  # type: ignore[arg-type]
 
@@ -362,6 +383,12 @@ _SPECS = (
                  ("x", "index"), ("out",), _gather, since=2),
     OperatorSpec("where", "out = cond != 0 ? a : b, elementwise (any dtype)",
                  ("cond", "a", "b"), ("out",), _where, since=2),
+    OperatorSpec("scatter", "out[index[t]] = x[t] along the first axis (rows outside [0, R) skipped)",
+                 ("out", "x", "index"), ("out",), _scatter, in_place=((0, 0),), since=3),
+    OperatorSpec("column_write", "out[:, index] = value (out's second axis)",
+                 ("out", "value"), ("out",), _column_write,
+                 (_a("index", "i", "the column written", required=True),), in_place=((0, 0),), since=3),
+    *SPECULATIVE_SPECS,
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import sampling
+from helios.reference import sampling, speculative
 
 F = np.float32
 
@@ -229,6 +229,21 @@ def where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.asarray(cond) != 0, a, np.asarray(b)).astype(a.dtype)
 
 
+def scatter(out: np.ndarray, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """out[index[t]] = x[t] along the first axis, in place; a row whose index is outside [0, R) (a
+    padding row's lane -1) is skipped. Indices of one call are distinct where they are in range."""
+    index = np.asarray(index, dtype=np.int64)
+    valid = (index >= 0) & (index < out.shape[0])
+    out[index[valid]] = np.asarray(x)[valid]
+    return out
+
+
+def column_write(out: np.ndarray, value: np.ndarray, *, index: int) -> np.ndarray:
+    """out[:, index] = value, in place."""
+    out[:, index] = value
+    return out
+
+
 NUMPY_DTYPES: Mapping[int, type] = MappingProxyType({
     F32: np.float32, BF16: np.float32, F16: np.float16, F64: np.float64,
     I32: np.int32, I64: np.int64, U8: np.uint8, U32: np.uint32,
@@ -259,5 +274,12 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "copy": copy,
     "gather": gather,
     "where": where,
+    "scatter": scatter,
+    "column_write": column_write,
+    "token_probability": speculative.token_probability,
+    "speculative_allocate": speculative.speculative_allocate,
+    "speculative_pack": speculative.speculative_pack,
+    "speculative_verify": speculative.speculative_verify,
+    "speculative_commit": speculative.speculative_commit,
     "fill": fill,
 })

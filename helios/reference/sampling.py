@@ -46,23 +46,24 @@ def greedy(z: np.ndarray) -> int:
     return int(np.argmax(z))
 
 
-def sample_row(
+def masked_logits(
     logits: np.ndarray,  # [V] f32
     parameters: np.ndarray,  # [7] f32, SAMPLING_PARAMETERS order
     counts: np.ndarray,  # [Vh] i32 histogram row
     mask_words: np.ndarray,  # [ceil(V / 32)] i32 grammar-mask row
-    word: int,  # one Philox uint32
-) -> int:
-    """One token id (or NO_TOKEN) by the filter order of docs/sampling.md."""
+) -> np.ndarray | None:
+    """Steps 1 and 2 (penalties, then the grammar mask); None when the mask allows no id."""
     width = logits.shape[0]
-    z = penalize(logits, counts, parameters)  # 1. penalties
-    z = np.where(allowed_tokens(mask_words, width), z, np.float32(-np.inf)).astype(np.float32)  # 2. mask
-    if not np.any(z > -np.inf):
-        return NO_TOKEN
-    temperature = np.float32(parameters[TEMPERATURE])
-    if not temperature > 0:  # 3. greedy
-        return greedy(z)
-    z = (z / temperature).astype(np.float32)  # 4. temperature
+    z = penalize(logits, counts, parameters)
+    z = np.where(allowed_tokens(mask_words, width), z, np.float32(-np.inf)).astype(np.float32)
+    return z if np.any(z > -np.inf) else None
+
+
+def kept_weights(z: np.ndarray, temperature: float, top_k: float, top_p: float, min_p: float) -> np.ndarray:
+    """Steps 4 to 7 over masked logits `z` (temperature > 0): the survivors' fixed-point weights
+    (int64, 0 for every filtered id); their sum is the draw's total."""
+    width = z.shape[0]
+    z = (z / np.float32(temperature)).astype(np.float32)  # 4. temperature
     top = z.max()
     with np.errstate(invalid="ignore", over="ignore"):
         e = np.where(z == top, np.float32(1.0), np.exp((z - top).astype(np.float32))).astype(np.float32)
@@ -72,18 +73,45 @@ def sample_row(
     rank = np.empty(width, dtype=np.int64)
     rank[order] = np.arange(width)
     survivors = z > -np.inf
-    top_k = int(parameters[TOP_K])
+    top_k = int(top_k)
     if 0 < top_k < width:  # 5. top-k
         survivors &= rank < top_k
     ordered = np.where(survivors, weights, 0)[order]  # 6. top-p
     before = np.cumsum(ordered) - ordered
-    threshold = np.float64(np.float32(parameters[TOP_P])) * np.float64(int(ordered.sum()))
+    threshold = np.float64(np.float32(top_p)) * np.float64(int(ordered.sum()))
     survivors &= (before.astype(np.float64) < threshold)[rank] | (rank == 0)
-    survivors &= (e >= np.float32(parameters[MIN_P])) | (rank == 0)  # 7. min-p
-    kept = np.where(survivors, weights, 0)  # 8. the draw, in id order
+    survivors &= (e >= np.float32(min_p)) | (rank == 0)  # 7. min-p
+    return np.where(survivors, weights, 0).astype(np.int64)
+
+
+def row_weights(z: np.ndarray, parameters: np.ndarray) -> np.ndarray:
+    """The kept weights of a row's own sampling parameters (`kept_weights`, temperature > 0)."""
+    return kept_weights(z, float(np.float32(parameters[TEMPERATURE])), float(parameters[TOP_K]),
+                        float(parameters[TOP_P]), float(parameters[MIN_P]))
+
+
+def draw(kept: np.ndarray, word: int) -> int:
+    """Step 8: `target = (word * total) >> 32`, then the lowest id, in id order, whose inclusive
+    cumulative kept weight exceeds it."""
     total = int(kept.sum())
     target = (int(word) * total) >> 32
     return int(np.searchsorted(np.cumsum(kept), target, side="right"))
+
+
+def sample_row(
+    logits: np.ndarray,  # [V] f32
+    parameters: np.ndarray,  # [7] f32, SAMPLING_PARAMETERS order
+    counts: np.ndarray,  # [Vh] i32 histogram row
+    mask_words: np.ndarray,  # [ceil(V / 32)] i32 grammar-mask row
+    word: int,  # one Philox uint32
+) -> int:
+    """One token id (or NO_TOKEN) by the filter order of docs/sampling.md."""
+    z = masked_logits(logits, parameters, counts, mask_words)  # 1. penalties, 2. mask
+    if z is None:
+        return NO_TOKEN
+    if not np.float32(parameters[TEMPERATURE]) > 0:  # 3. greedy
+        return greedy(z)
+    return draw(row_weights(z, parameters), word)  # 4.-8.
 
 
 def sample(
