@@ -68,6 +68,14 @@ class PreparationOptions:
     # "device" (the default): programs keep each lane's last sampled id in the `pending_tokens` STATE
     # row and the transport declares two frames; "host": a PENDING_TOKEN binding feeds it (one frame).
     pending_token: str = "device"
+    # Learned drafting: a second checkpoint with the target's tokenizer and vocabulary, whose weights
+    # and history join the core; SPECULATIVE programs are captured at every batch capacity for each
+    # width (W counts the pending token, D = W - 1 proposals). Without a budget the programs are
+    # rectangular (the host gives each lane's length, P = B * W); a budget P captures confidence
+    # programs instead, which allocate min(P, B * W) target rows on the device by survival.
+    draft: str | Path | None = None
+    speculative_widths: tuple[int, ...] = (2, 4)
+    speculative_budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -84,6 +92,15 @@ class PreparationOptions:
                 f"--pending-token must be one of {list(PENDING_TOKEN_OWNERS)}, got {self.pending_token!r}")
         if self.served_id is not None and not self.served_id:
             raise InvalidPreparationOptions("--served-id must not be empty")
+        object.__setattr__(self, "speculative_widths",
+                           _capacities(tuple(self.speculative_widths), "speculative-widths"))
+        if self.speculative_budget is not None and self.speculative_budget < max(self.batch_capacities):
+            raise InvalidPreparationOptions(
+                f"--speculative-budget {self.speculative_budget} must hold one row per lane of the largest "
+                f"batch capacity {max(self.batch_capacities)}")
+        if self.draft is not None and self.pending_token != "device":
+            raise InvalidPreparationOptions("--draft needs --pending-token device (a speculative round's pending "
+                                            "token is the device's)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +207,25 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         if eos >= cfg.vocab_size:
             raise UnsupportedCheckpoint(f"config.json: eos_token_id {eos} lies outside vocab_size = {cfg.vocab_size}")
 
+    draft_checkpoint = draft_cfg = None
+    if options.draft is not None:
+        draft_checkpoint, draft_cfg = _read_draft(options.draft, checkpoint, cfg, context)
+    widths = options.speculative_widths if draft_checkpoint is not None else ()
+    completion_width = max(widths, default=1)
+
     decl = Declarations()
-    layout = completion_layout(decl, geometry)
+    layout = completion_layout(decl, geometry, width=completion_width, speculative=bool(widths))
     histories = [paged_history(decl, geometry, layer=i, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
                                dtype=cache_dtype, window_tokens=cfg.windows[i]) for i in range(cfg.layers)]
-    accesses = _state_accesses(histories)
+    draft_histories = []
+    if draft_cfg is not None:
+        draft_histories = [paged_history(decl, geometry, layer=i, kv_heads=draft_cfg.kv_heads,
+                                         head_dim=draft_cfg.head_dim, dtype=cache_dtype,
+                                         window_tokens=draft_cfg.windows[i], prefix="draft.")
+                           for i in range(draft_cfg.layers)]
+    accesses = _state_accesses(histories + draft_histories)
+    draft = (llama_family.Decoder(draft_cfg, tuple(draft_histories), program_dtype, prefix="draft.")
+             if draft_cfg is not None else None)
 
     graphs: list[tuple[str, int, int, int, program_pb2.Program, tuple, list[str]]] = []
     # INITIALIZATION at every batch capacity: a burst of admissions initializes in one round. The
@@ -202,7 +233,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     # name and declared capacity differ. The one-lane variant keeps the name "initialization".
     for batch in sorted({1, *options.batch_capacities}):
         name = "initialization" if batch == 1 else f"initialization_b{batch}"
-        init_program, init_bindings = llama_family.initialization_program(geometry, decl, graph=name)
+        init_program, init_bindings = llama_family.initialization_program(geometry, decl, graph=name,
+                                                                          completion_width=completion_width)
         graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_program, init_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
     variants += [(f"decode_b{b}", C.OPERATION_DECODE, b, b) for b in options.batch_capacities]
@@ -212,8 +244,28 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     for name, operation, batch, packed in variants:
         program, bindings, weights = llama_family.text_program(
             cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype, histories=histories,
-            pending_token=options.pending_token)
+            pending_token=options.pending_token, draft=draft, completion_width=completion_width)
         graphs.append((name, operation, batch, packed, program, bindings, weights))
+    descriptors: dict[str, C.SpeculativeDescriptor] = {}
+    if draft is not None:
+        target = llama_family.Decoder(cfg, tuple(histories), program_dtype)
+        confidence = options.speculative_budget is not None
+        for batch in options.batch_capacities:
+            for width in widths:
+                drafts = width - 1
+                packed = min(options.speculative_budget, batch * width) if confidence else batch * width
+                packed = max(packed, batch)
+                name = f"speculative_b{batch}_w{width}" + ("_c" if confidence else "")
+                scored = confidence and drafts > 0
+                program, bindings, weights = llama_family.speculative_program(
+                    target, draft, geometry, decl, graph=name, batch=batch, drafts=drafts, width=width,
+                    packed_tokens=packed, confidence=scored, completion_width=completion_width,
+                    confidence_capacity=max(completion_width - 1, 1))
+                graphs.append((name, C.OPERATION_SPECULATIVE, batch, packed, program, bindings, weights))
+                descriptors[name] = C.SpeculativeDescriptor(
+                    batch_capacity=batch, draft_tokens=drafts, verify_tokens=width, packed_token_capacity=packed,
+                    confidence_width=drafts if scored else 0, lane_token_limit=min(drafts + 1, width),
+                    draft_capacity=max(completion_width - 1, 1) if scored else 0)
 
     resources: list[PreparedResource] = []
     device_pending = options.pending_token == "device"
@@ -231,6 +283,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         graph = C.GraphContract(name=name, operation=operation, value_bindings=list(bindings),
                                 resource_dependencies=[program_id, *weights],
                                 capacity=C.GraphCapacity(batch_capacity=batch, packed_token_capacity=packed))
+        if name in descriptors:
+            graph.speculative.CopyFrom(descriptors[name])
+            graph.draft_cursor.CopyFrom(C.CompletionCursor(committed_state=draft_histories[0].region.name,
+                                                           lag_tokens=0))
         if operation != C.OPERATION_INITIALIZATION:
             graph.state_accesses.extend(accesses)
             if device_pending:  # every text graph reads the pending token and writes what it samples
@@ -241,12 +297,16 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     manifest.buffers.extend(decl.buffers.values())
 
     catalog = core_pb2.WeightCatalog(version=WEIGHT_CATALOG_VERSION, rank=0)
-    for spec in specs:
-        resource_id = llama_family.weight_resource(spec.name)
-        resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
-                                          partial(_weight_bytes, checkpoint, spec.name, options.dtype)))
-        catalog.entries.append(core_pb2.WeightEntry(resource=resource_id, source_tensor=spec.name,
-                                                    dtype=cache_dtype, shape=list(spec.shape), transform="none"))
+    sources = [(checkpoint, specs, "")]
+    if draft_checkpoint is not None:
+        sources.append((draft_checkpoint, llama_family.weight_specs(draft_cfg, draft_checkpoint), "draft."))
+    for source, tensors, prefix in sources:
+        for spec in tensors:
+            resource_id = llama_family.weight_resource(spec.name, prefix)
+            resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
+                                              partial(_weight_bytes, source, spec.name, options.dtype)))
+            catalog.entries.append(core_pb2.WeightEntry(resource=resource_id, source_tensor=prefix + spec.name,
+                                                        dtype=cache_dtype, shape=list(spec.shape), transform="none"))
 
     template = checkpoint.chat_template or PLAIN_TEMPLATE
     resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER,
@@ -260,6 +320,11 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                  f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
                  f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
                  f"--context-tokens={context}", f"--pending-token={options.pending_token}"]
+    if draft_checkpoint is not None:
+        arguments += [f"--draft-digest={draft_checkpoint.digest()}",
+                      f"--speculative-widths={','.join(map(str, widths))}"]
+        if options.speculative_budget is not None:
+            arguments.append(f"--speculative-budget={options.speculative_budget}")
     rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=llama_family.RECIPE,
                                        checkpoint_digest=digest, arguments=arguments)
     resources.append(PreparedResource("rebuild_manifest", core_pb2.RESOURCE_KIND_REBUILD_MANIFEST,
@@ -280,13 +345,45 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         eos_token_ids=checkpoint.eos_token_ids, bos_text=bos_text, eos_text=eos_texts[0] if eos_texts else ""))
 
     served_id = options.served_id or Path(directory).resolve().name
-    identity = hashlib.sha256(f"{llama_family.RECIPE}\0{digest}\0{options.dtype}".encode()).hexdigest()[:32]
+    identity_text = f"{llama_family.RECIPE}\0{digest}\0{options.dtype}"
+    if draft_checkpoint is not None:  # the pages also hold the draft's history
+        identity_text += f"\0draft\0{draft_checkpoint.digest()}"
+    identity = hashlib.sha256(identity_text.encode()).hexdigest()[:32]
     contract = C.ServingContract(
         served_id=served_id, cache_identity=identity, context_tokens=context,
         prefill_tokens=max(options.prefill_capacities), page_capacity=geometry.slots * geometry.max_pages,
-        snapshot_capacity=0, max_concurrency=geometry.slots,
+        snapshot_capacity=0, max_concurrency=geometry.slots, speculative_widths=list(widths),
         defaults=C.ServingDefaults(sampling=_sampling_defaults(checkpoint)), model=model)
     return PreparedCore(contract, manifest, tuple(resources))
+
+
+class DraftMismatch(HeliosError):
+    """The draft checkpoint cannot draft for the target; the message names the difference."""
+
+
+def _read_draft(directory: str | Path, target: Checkpoint, cfg: llama_family.LlamaFamilyConfig,
+                context: int) -> tuple[Checkpoint, llama_family.LlamaFamilyConfig]:
+    """The draft checkpoint and its family config, checked against the target: same vocabulary
+    size, tokenizer vocabulary and special tokens, and a context covering the core's."""
+    draft = read_checkpoint(directory)
+    model_type = draft.config.get("model_type")
+    if RECIPE_MODULES.get(model_type) != llama_family.RECIPE:
+        raise UnsupportedCheckpoint(f"--draft: config.json: model_type = {model_type!r} "
+                                    f"(supported: {sorted(RECIPE_MODULES)})")
+    draft_cfg = llama_family.parse_config(draft)
+    if draft_cfg.vocab_size != cfg.vocab_size:
+        raise DraftMismatch(f"--draft: vocab_size {draft_cfg.vocab_size} differs from the target's {cfg.vocab_size}")
+    if draft.tokenizer_vocabulary != target.tokenizer_vocabulary:
+        differing = sorted(set(draft.tokenizer_vocabulary.items()) ^ set(target.tokenizer_vocabulary.items()))
+        text, token = differing[0]
+        raise DraftMismatch(f"--draft: the tokenizer vocabularies differ ({len(differing)} entries, e.g. "
+                            f"{text!r} -> {token})")
+    if _special_tokens(draft) != _special_tokens(target):
+        raise DraftMismatch("--draft: the tokenizers' added (special) tokens differ")
+    if draft_cfg.max_position_embeddings < context:
+        raise DraftMismatch(f"--draft: max_position_embeddings {draft_cfg.max_position_embeddings} is below the "
+                            f"core's context of {context} tokens")
+    return draft, draft_cfg
 
 
 def _special_tokens(checkpoint: Checkpoint) -> dict[str, int]:

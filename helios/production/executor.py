@@ -236,7 +236,7 @@ class NativeExecutor:
         if entry.done is not None:
             entry.done.synchronize()
         host = {field: tensor.numpy() for field, tensor in self.frame_readback[plan.frame].items()}
-        return read_completion(host, entry.slots, len(plan.lanes))
+        return read_completion(host, entry.slots, len(plan.lanes), speculative=plan.operation == contract_pb2.OPERATION_SPECULATIVE)
 
     def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> CompletionRows:
         """One round outside a scheduler (tests, benches): a plan that rewrites every lane's page-table

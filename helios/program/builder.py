@@ -92,6 +92,10 @@ class ProgramBuilder:
         """An explicit SCRATCH tensor (operator methods declare their own; use this for `into=`)."""
         return self._declare(name, program_pb2.TENSOR_ROLE_SCRATCH, dtype, shape)
 
+    def declared(self, name: str) -> bool:
+        """Whether a tensor of that name is declared (e.g. a cache plane several passes share)."""
+        return name in self._types
+
     def type_of(self, name: str) -> TensorType:
         if name not in self._types:
             raise UndeclaredTensor(f"program {self.graph!r}: tensor {name!r} is not declared")
@@ -233,6 +237,43 @@ class ProgramBuilder:
         where cond is 0)."""
         return self._one("where", [cond, a, b], None, name, into)
 
+    def scatter(self, x: str, index: str, *, into: str) -> str:
+        """out[index[t]] = x[t] into the existing tensor `into` (rows outside it skipped)."""
+        return self.emit("scatter", [into, x, index], None, into=[into])[0]
+
+    def column_write(self, value: str, *, index: int, into: str) -> str:
+        """into[:, index] = value."""
+        return self.emit("column_write", [into, value], {"index": index}, into=[into])[0]
+
+    def token_probability(self, logits: str, ids: str, parameters: str, histogram: str, grammar_mask: str, *,
+                          name: str | None = None) -> str:
+        return self._one("token_probability", [logits, ids, parameters, histogram, grammar_mask], None, name, None)
+
+    def speculative_allocate(self, confidence: str, ceilings: str, lane_order: str, *, packed_tokens: int,
+                             name: str | None = None) -> str:
+        return self._one("speculative_allocate", [confidence, ceilings, lane_order],
+                         {"packed_tokens": packed_tokens}, name, None)
+
+    def speculative_pack(self, lane_order: str, lengths: str, consumed: str, candidates: str, *,
+                         packed_tokens: int, prefix: str = "target") -> tuple[str, ...]:
+        """(tokens, positions, next_positions, token_lane) of the packed target rows."""
+        names = [f"{prefix}_{n}" for n in ("tokens", "positions", "next_positions", "token_lane")]
+        return self.emit("speculative_pack", [lane_order, lengths, consumed, candidates],
+                         {"packed_tokens": packed_tokens}, names=names)
+
+    def speculative_verify(self, logits: str, draft_logits: str, candidates: str, lengths: str, consumed: str,
+                           seed: str, parameters: str, histogram: str, grammar_mask: str, *,
+                           verify_tokens: int) -> tuple[str, ...]:
+        """(ids [B, W], accepted [B])."""
+        inputs = [logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, grammar_mask]
+        return self.emit("speculative_verify", inputs, {"verify_tokens": verify_tokens},
+                         names=["verified_ids", "accepted"])
+
+    def speculative_commit(self, ids: str, accepted: str, lengths: str, consumed: str) -> tuple[str, ...]:
+        """(pending, emitted, endpoint) per lane."""
+        return self.emit("speculative_commit", [ids, accepted, lengths, consumed],
+                         names=["next_pending", "emitted_count", "endpoint"])
+
     def fill(self, value: float, *, into: str | None = None, shape: Sequence[int] | None = None,
              dtype: int | str | None = None, name: str | None = None) -> str:
         """Fill a tensor with `value`: `into` an existing one (shape and dtype from it) or a new scratch."""
@@ -251,8 +292,13 @@ class ProgramBuilder:
         self, buffers: Mapping[str, manifest_pb2.BufferDescriptor] | None = None
     ) -> program_pb2.Program:
         """The validated program (against the manifest's buffers when given)."""
+        # The oldest operator-set version that holds every operator used (never below 2, the version
+        # every core was stamped with before version 3): an engine that knows only older versions
+        # keeps loading cores that need nothing newer.
+        version = max([2, *(OPERATORS[o.op].since for o in self._operators)])
+        assert version <= OPERATOR_SET_VERSION
         program = program_pb2.Program(
-            operator_set_version=OPERATOR_SET_VERSION, graph=self.graph, rank=self.rank,
+            operator_set_version=version, graph=self.graph, rank=self.rank,
             tensors=self._decls, operators=self._operators,
         )
         validate_program(program, buffers)

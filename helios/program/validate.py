@@ -232,7 +232,11 @@ def validate_program(
             raise DuplicateTensor(f"tensors[{index}]: tensor {decl.name!r} is declared twice")
         types[decl.name] = check_tensor(index, decl)
         roles[decl.name] = decl.role
-    written = {name for name, role in roles.items() if role in PREFILLED_ROLES}
+    # A one-element COMPLETION tensor is a per-submission field, and the transport writes the frame
+    # index and submission sequence before the program runs (a speculative program reads the frame
+    # index to frame its proposal confidence); per-lane fields are the program's to write first.
+    written = {name for name, role in roles.items() if role in PREFILLED_ROLES
+               or (role == program_pb2.TENSOR_ROLE_COMPLETION and types[name].shape == (1,))}
     validated = []
     for index, operator in enumerate(program.operators):
         checked = check_operator(index, operator, types)

@@ -145,7 +145,8 @@ class ReferenceExecutor:
             self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
             self.kept_graphs.append(plan.graph)
         arrays = {field: np.array(self._field(field)) for field in self.completion}  # a copy: the frame's own
-        self._rows[plan.frame] = (plan, read_completion(arrays, [lane.slot for lane in plan.lanes], len(plan.lanes)))
+        self._rows[plan.frame] = (plan, read_completion(arrays, [lane.slot for lane in plan.lanes], len(plan.lanes),
+                                                        speculative=plan.operation == C.OPERATION_SPECULATIVE))
 
     def collect(self, plan: RoundPlan) -> CompletionRows:
         """The rows `submit` read for `plan` (unvalidated: the caller validates)."""

@@ -72,6 +72,22 @@ class SampledIdOutOfRange(CompletionInvalid):
     """A sampled id lies outside the vocabulary's sampled range."""
 
 
+class OfferInvalid(CompletionInvalid):
+    """A speculative lane's offer exceeds its reserved ceiling (or differs from its exact length), or
+    the round's offers exceed the program's packed rows P."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeRound:
+    """What a SPECULATIVE graph's rows are checked against: its packed rows P, whether lane limits
+    are exact lengths (QUERY_LENGTH) or ceilings (SPECULATIVE_PREFIX_LIMIT), and the draft cursor's
+    lag behind the consumed endpoint."""
+
+    packed_tokens: int
+    exact: bool
+    lag_tokens: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """One lane's row of the completion record."""
@@ -85,10 +101,20 @@ class Completion:
     draft_cursor: int  # -1 for a graph without a draft cursor
     model_reserved: int  # the ABI6 reserved model field: always -1
     status: int  # 0: success
+    offer: int = -1  # target rows offered (a speculative graph's lanes; -1 elsewhere)
+    accepted_drafts: int = -1  # proposals accepted (a speculative graph's lanes; -1 elsewhere)
+    sampled_ids: tuple[int, ...] = ()  # every emitted id in order (a speculative graph's lanes)
+
+    def tokens(self) -> tuple[int, ...]:
+        """The ids this row emits, in order."""
+        if self.sampled_ids:
+            return self.sampled_ids[:self.emitted]
+        return (self.sampled_id,) if self.emitted else ()
 
 
 _FIELDS = ("frame_index", "submission_sequence", "generation", "sampled_id", "emitted", "consumed_endpoint",
            "draft_cursor", "model_reserved", "status")
+_EXTRA = ("offer", "accepted_drafts")
 
 
 class CompletionRows(ColumnRows):
@@ -97,13 +123,18 @@ class CompletionRows(ColumnRows):
     `Completion`; `column(name)` and `values(name)` read a field without building rows. Equal to any
     sequence of equal `Completion`s."""
 
-    __slots__ = ("_columns", "_values")
+    __slots__ = ("_columns", "_ids", "_values")
 
     def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
         lengths = {len(columns[name]) for name in _FIELDS}
         if len(lengths) != 1:
             raise ValueError(f"completion columns of different lengths: {sorted(lengths)}")
         self._columns = {name: np.asarray(columns[name], dtype=np.int64) for name in _FIELDS}
+        count = lengths.pop()
+        for name in _EXTRA:
+            self._columns[name] = np.asarray(columns.get(name, np.full(count, -1)), dtype=np.int64)
+        ids = columns.get("sampled_ids")
+        self._ids = None if ids is None else np.asarray(ids, dtype=np.int64).reshape(count, -1)
         self._values: dict[str, list[int]] = {}
         self._rows: list[Completion] | None = None
 
@@ -118,10 +149,58 @@ class CompletionRows(ColumnRows):
         return out
 
     def _build_rows(self) -> list[Completion]:
-        return [Completion(*row) for row in zip(*(self.values(n) for n in _FIELDS), strict=True)]
+        ids = [()] * len(self) if self._ids is None else [tuple(r) for r in self._ids.tolist()]
+        return [Completion(*row, *extra, i) for row, extra, i in
+                zip(zip(*(self.values(n) for n in _FIELDS), strict=True),
+                    zip(*(self.values(n) for n in _EXTRA), strict=True), ids, strict=True)]
 
     def __len__(self) -> int:
         return len(self._columns["status"])
+
+
+def validate_speculative(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int, sampled_tokens: int,
+                         speculative: SpeculativeRound, frame: int | None = None,
+                         reservation_tokens: int | None = None) -> None:
+    """Reject a SPECULATIVE lane's `row` unless it answers the lane: the offer within the lane's
+    ceiling (equal to it for exact lengths), accepted drafts within the offer, emitted = accepted + 1,
+    the endpoint advanced by the emitted count, the draft cursor at max(endpoint - lag, 0) and every
+    emitted id in range."""
+    where = f"graph {graph_name}, slot {lane.slot}"
+    if row.status != 0:
+        raise ExecutionStatusFailed(f"{where}: status {row.status} (execution failed)")
+    if row.submission_sequence != transport_sequence(sequence):
+        raise SubmissionOrderViolated(f"{where}: submission_sequence {row.submission_sequence}, "
+                                      f"the round was submitted as {transport_sequence(sequence)}")
+    if frame is not None and row.frame_index != frame:
+        raise SubmissionOrderViolated(f"{where}: frame_index {row.frame_index}, the round was submitted in "
+                                      f"frame {frame}")
+    if row.generation != lane.generation:
+        raise GenerationMismatch(f"{where}: generation echo {row.generation}, lane generation {lane.generation}")
+    ceiling = lane.speculative_limit
+    if not 1 <= row.offer <= ceiling or (speculative.exact and row.offer != ceiling):
+        rule = f"the lane's length {ceiling}" if speculative.exact else f"within the lane's ceiling {ceiling}"
+        raise OfferInvalid(f"{where}: offers {row.offer}, must be {rule}")
+    if not 0 <= row.accepted_drafts < row.offer:
+        raise AcceptedCountInvalid(f"{where}: accepted_drafts {row.accepted_drafts} exceeds the offer of "
+                                   f"{row.offer} rows (the pending token and {row.offer - 1} proposals)")
+    if row.emitted != row.accepted_drafts + 1:
+        raise AcceptedCountInvalid(f"{where}: emitted {row.emitted}, expected accepted_drafts + 1 = "
+                                   f"{row.accepted_drafts + 1}")
+    endpoint = lane.consumed + row.emitted
+    if reservation_tokens is not None and row.consumed_endpoint > reservation_tokens:
+        raise EndpointPastReservation(f"{where}: consumed_endpoint {row.consumed_endpoint} lies past the lane's "
+                                      f"reservation of {reservation_tokens} tokens")
+    if row.consumed_endpoint != endpoint:
+        raise EndpointInvalid(f"{where}: consumed_endpoint {row.consumed_endpoint}, expected {endpoint}")
+    cursor = max(endpoint - speculative.lag_tokens, 0)
+    if row.draft_cursor != cursor:
+        raise CursorInvalid(f"{where}: draft_cursor {row.draft_cursor}, expected max(consumed - lag, 0) = {cursor}")
+    if row.model_reserved != -1:
+        raise CursorInvalid(f"{where}: model_reserved {row.model_reserved}, must be -1")
+    for token in row.tokens():
+        if not 0 <= token < sampled_tokens:
+            raise SampledIdOutOfRange(f"{where}: sampled_ids holds {token}, outside the vocabulary "
+                                      f"[0, {sampled_tokens})")
 
 
 def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int,
@@ -168,13 +247,28 @@ def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, se
 
 def validate_round(graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion], *, sequence: int,
                    sampled_tokens: int, page_tokens: int, frame: int | None = None,
-                   offers: Sequence[int] | None = None) -> None:
+                   offers: Sequence[int] | None = None, speculative: SpeculativeRound | None = None) -> None:
     """Validate every row of one round before any lane retires.
 
     Rows come in submission order, one per lane; slots are distinct; each lane's endpoint must lie
-    within the tokens its pages reserve (`len(lane.page_ids) * page_tokens`)."""
+    within the tokens its pages reserve (`len(lane.page_ids) * page_tokens`). A SPECULATIVE round
+    (`speculative`) checks each lane by `validate_speculative` and the offers' sum against P."""
     if len(rows) != len(lanes):
         raise SubmissionOrderViolated(f"graph {graph_name}: {len(rows)} completion rows for {len(lanes)} lanes")
+    if speculative is not None:
+        seen_slots: set[int] = set()
+        for lane, row in zip(lanes, rows, strict=True):
+            if lane.slot in seen_slots:
+                raise SubmissionOrderViolated(f"graph {graph_name}: slot {lane.slot} appears twice in one round")
+            seen_slots.add(lane.slot)
+            validate_speculative(graph_name, lane, row, sequence=sequence, sampled_tokens=sampled_tokens,
+                                 speculative=speculative, frame=frame,
+                                 reservation_tokens=len(lane.page_ids) * page_tokens)
+        total = sum(row.offer for row in rows)
+        if total > speculative.packed_tokens:
+            raise OfferInvalid(f"graph {graph_name}: offers sum to {total}, past the program's "
+                               f"{speculative.packed_tokens} packed rows")
+        return
     if offers is None:
         if isinstance(rows, CompletionRows):
             valid = _columns_valid(lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame)
@@ -245,15 +339,26 @@ FIELD_ORDER = (
 _MINUS_ONE_FIELDS = (manifest_pb2.COMPLETION_FIELD_DRAFT_CURSOR, manifest_pb2.COMPLETION_FIELD_MODEL_RESERVED)
 
 
-def read_completion(arrays: Mapping[int, np.ndarray], slots: Sequence[int] | np.ndarray, count: int) -> CompletionRows:
+def read_completion(arrays: Mapping[int, np.ndarray], slots: Sequence[int] | np.ndarray, count: int, *,
+                    speculative: bool = False) -> CompletionRows:
     """The rows of `count` lanes in request slots `slots` from a completion record held on the host.
 
     `arrays` maps a CompletionField to its buffer: the first axis is the physical request slot, or
     one row for per-submission fields (frame index, submission sequence, status); a lane reads its
     slot's row, column 0. A field the layout lacks reads as a graph without it reports (-1 for the
-    draft cursor and the reserved model field, 0 otherwise). The rows are as read: unvalidated."""
+    draft cursor and the reserved model field, 0 otherwise). A `speculative` graph's rows also read
+    offers, accepted drafts and every sampled id. The rows are as read: unvalidated."""
     slots = np.asarray(slots, dtype=np.int64)
     columns = {}
+    if speculative:
+        for field, name in ((manifest_pb2.COMPLETION_FIELD_OFFERS, "offer"),
+                            (manifest_pb2.COMPLETION_FIELD_ACCEPTED_DRAFTS, "accepted_drafts")):
+            array = arrays.get(field)
+            columns[name] = (np.full(count, -1, dtype=np.int64) if array is None
+                             else np.asarray(array).reshape(np.shape(array)[0], -1)[slots, 0])
+        ids = arrays.get(manifest_pb2.COMPLETION_FIELD_SAMPLED_IDS)
+        if ids is not None:
+            columns["sampled_ids"] = np.asarray(ids).reshape(np.shape(ids)[0], -1)[slots]
     for field, name in zip(FIELD_ORDER, _FIELDS, strict=True):
         array = arrays.get(field)
         if array is None:
@@ -264,6 +369,7 @@ def read_completion(arrays: Mapping[int, np.ndarray], slots: Sequence[int] | np.
     return CompletionRows(columns)
 
 
-def completion_rows(arrays: Mapping[int, np.ndarray], lanes: Sequence[LaneInput]) -> CompletionRows:
+def completion_rows(arrays: Mapping[int, np.ndarray], lanes: Sequence[LaneInput], *,
+                    speculative: bool = False) -> CompletionRows:
     """Each lane's row of a completion record held on the host (`read_completion` at the lanes' slots)."""
-    return read_completion(arrays, [lane.slot for lane in lanes], len(lanes))
+    return read_completion(arrays, [lane.slot for lane in lanes], len(lanes), speculative=speculative)

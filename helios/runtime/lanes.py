@@ -46,6 +46,9 @@ class LaneInput:
     eos_ids: tuple[int, ...]
     prompt_token_ids: tuple[int, ...] = ()  # the full prompt (for the prompt histogram)
     grammar_mask: tuple[int, ...] | None = None  # int32 allowed-token words; None: every token allowed
+    # A SPECULATIVE lane: its target length (QUERY_LENGTH) or ceiling (SPECULATIVE_PREFIX_LIMIT), in
+    # target rows counting the pending token; 0 for a lane of any other operation.
+    speculative_limit: int = 0
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round
@@ -70,7 +73,8 @@ class LaneInput:
 ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
     V.VALUE_SOURCE_SLOT: lambda lane: lane.slot,
     V.VALUE_SOURCE_GENERATION: lambda lane: lane.generation,
-    V.VALUE_SOURCE_QUERY_LENGTH: lambda lane: len(lane.tokens),
+    V.VALUE_SOURCE_QUERY_LENGTH: lambda lane: lane.speculative_limit or len(lane.tokens),
+    V.VALUE_SOURCE_SPECULATIVE_PREFIX_LIMIT: lambda lane: lane.speculative_limit,
     V.VALUE_SOURCE_SAMPLING_DECISION: lambda lane: int(lane.samples),
     V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
@@ -95,7 +99,6 @@ def _attribute_of(attribute: str) -> Callable[[Sequence[LaneInput]], object]:
 _COLUMN_ITERATORS: dict[object, Callable[[Sequence[LaneInput]], object]] = {
     f"source{V.VALUE_SOURCE_SLOT}": _attribute_of("slot"),
     f"source{V.VALUE_SOURCE_GENERATION}": _attribute_of("generation"),
-    f"source{V.VALUE_SOURCE_QUERY_LENGTH}": _lengths_of("tokens"),
     f"source{V.VALUE_SOURCE_SAMPLING_DECISION}": _attribute_of("samples"),
     f"source{V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT}": _attribute_of("consumed"),
     f"source{V.VALUE_SOURCE_OUTPUT_LIMIT}": _attribute_of("output_limit"),

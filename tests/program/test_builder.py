@@ -14,8 +14,18 @@ from tests.program.tiny import HEAD_DIM, HEADS, P, tiny_buffers, tiny_builder
 def test_identical_builder_calls_give_byte_identical_programs():
     first, second = tiny_builder().build(), tiny_builder().build()
     assert first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)
-    assert first.operator_set_version == OPERATOR_SET_VERSION
+    # stamped with the oldest version holding its operators (2: no version-3 operator is used)
+    assert first.operator_set_version == 2 < OPERATOR_SET_VERSION
     assert (first.graph, first.rank) == ("decode_b2", 0)
+
+
+def test_a_program_using_a_newer_operator_is_stamped_with_its_version():
+    b = ProgramBuilder("g")
+    out = b.state("out", "rows", "i32", [4])
+    x = b.transport("x", "x", "i32", [2])
+    index = b.transport("index", "index", "i32", [2])
+    b.scatter(x, index, into=out)
+    assert b.build().operator_set_version == OPERATOR_SET_VERSION == 3
 
 
 def test_a_built_program_round_trips_through_bytes_and_validates_against_its_buffers():

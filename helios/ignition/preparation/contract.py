@@ -193,16 +193,17 @@ class HistoryPlanes:
 
 
 def paged_history(decl: Declarations, geometry: TextGeometry, *, layer: int, kv_heads: int, head_dim: int,
-                  dtype: int, window_tokens: int | None = None) -> HistoryPlanes:
-    """One layer's key and value cache planes and the history region naming them."""
+                  dtype: int, window_tokens: int | None = None, prefix: str = "") -> HistoryPlanes:
+    """One layer's key and value cache planes and the history region naming them (`prefix`
+    "draft." for a speculative core's draft model)."""
     shape = (0, geometry.page_tokens, kv_heads, head_dim)
-    key = decl.buffer(f"layer{layer}.key", M.BUFFER_ROLE_CACHE, dtype, shape)
-    value = decl.buffer(f"layer{layer}.value", M.BUFFER_ROLE_CACHE, dtype, shape)
+    key = decl.buffer(f"{prefix}layer{layer}.key", M.BUFFER_ROLE_CACHE, dtype, shape)
+    value = decl.buffer(f"{prefix}layer{layer}.value", M.BUFFER_ROLE_CACHE, dtype, shape)
     if window_tokens is None:
-        region = C.HistoryRegion(name=f"layer{layer}", kind=C.HISTORY_KIND_PAGED_KEY_VALUE, planes=[key, value],
+        region = C.HistoryRegion(name=f"{prefix}layer{layer}", kind=C.HISTORY_KIND_PAGED_KEY_VALUE, planes=[key, value],
                                  tokens_per_record=1, layers=[layer])
     else:
-        region = C.HistoryRegion(name=f"layer{layer}", kind=C.HISTORY_KIND_SLIDING_WINDOW, planes=[key, value],
+        region = C.HistoryRegion(name=f"{prefix}layer{layer}", kind=C.HISTORY_KIND_SLIDING_WINDOW, planes=[key, value],
                                  tokens_per_record=1, window_tokens=window_tokens, layers=[layer])
     return HistoryPlanes(region, key, value, dtype, shape)
 
@@ -289,35 +290,55 @@ _COMPLETION_FIELDS: tuple[tuple[int, str, str], ...] = (
 )
 
 
-def _completion_shape(kind: str, slots: int) -> tuple[int, ...]:
-    return {"one": (1,), "lanes": (slots,), "lanes_by_width": (slots, 1)}[kind]
+# The fields a speculative core's record adds: what each lane offered and accepted.
+SPECULATIVE_COMPLETION_FIELDS: tuple[tuple[int, str, str], ...] = (
+    (M.COMPLETION_FIELD_OFFERS, "completion.offers", "lanes"),
+    (M.COMPLETION_FIELD_ACCEPTED_DRAFTS, "completion.accepted_drafts", "lanes"),
+)
 
 
-def completion_layout(decl: Declarations, geometry: TextGeometry) -> manifest_pb2.CompletionLayout:
-    """Register one COMPLETION buffer per field and return the record's layout."""
+def _completion_shape(kind: str, slots: int, width: int = 1) -> tuple[int, ...]:
+    return {"one": (1,), "lanes": (slots,), "lanes_by_width": (slots, width)}[kind]
+
+
+def completion_layout(decl: Declarations, geometry: TextGeometry, *, width: int = 1,
+                      speculative: bool = False) -> manifest_pb2.CompletionLayout:
+    """Register one COMPLETION buffer per field and return the record's layout. `width` is the
+    sampled-ids row (the widest speculative W); a speculative core also records offers and accepted
+    drafts."""
     layout = manifest_pb2.CompletionLayout()
-    for completion_field, name, kind in _COMPLETION_FIELDS:
-        decl.buffer(name, M.BUFFER_ROLE_COMPLETION, M.DTYPE_I32, _completion_shape(kind, geometry.slots))
+    fields = _COMPLETION_FIELDS + (SPECULATIVE_COMPLETION_FIELDS if speculative else ())
+    for completion_field, name, kind in fields:
+        decl.buffer(name, M.BUFFER_ROLE_COMPLETION, M.DTYPE_I32, _completion_shape(kind, geometry.slots, width))
         layout.fields.append(manifest_pb2.CompletionSlot(field=completion_field, buffer=name))
     return layout
 
 
+def completion_tensors(b: ProgramBuilder, geometry: TextGeometry, width: int, *,
+                       speculative: bool = False) -> dict[str, str]:
+    """The program tensors of the completion record's buffers (per-submission fields: status only)."""
+    fields = _COMPLETION_FIELDS + (SPECULATIVE_COMPLETION_FIELDS if speculative else ())
+    return {name: b.completion(name, name, "i32", _completion_shape(kind, geometry.slots, width))
+            for _, name, kind in fields if kind != "one" or name == "completion.status"}
+
+
 def state_transfer(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder, *, generation: str,
-                   emitted: str | None, sampled: str | None, consumed_endpoint: str | None) -> None:
+                   emitted: str | None, sampled: str | None, consumed_endpoint: str | None,
+                   width: int = 1) -> None:
     """Write the completion record: echoes, emitted count, endpoint, no draft cursor, status 0.
 
     `emitted`, `sampled` and `consumed_endpoint` are [S] i32 tensors; None writes 0 (a program that
-    emits nothing and has consumed nothing, such as initialization).
+    emits nothing and has consumed nothing, such as initialization). With a sampled-ids row `width`
+    wider than 1 (a speculative core), the sampled id is its first column.
     """
-    s = geometry.slots
-    completion_layout(decl, geometry)
-    tensors = {name: b.completion(name, name, "i32", _completion_shape(kind, s))
-               for _, name, kind in _COMPLETION_FIELDS if kind != "one" or name == "completion.status"}
+    tensors = completion_tensors(b, geometry, width)
     b.copy(generation, into=tensors["completion.generation"])
     for name, value in (("completion.emitted", emitted), ("completion.sampled_ids", sampled),
                         ("completion.consumed_endpoint", consumed_endpoint)):
         if value is None:
             b.fill(0, into=tensors[name])
+        elif name == "completion.sampled_ids" and width > 1:
+            b.column_write(value, index=0, into=tensors[name])
         else:
             b.copy(value, into=tensors[name])
     b.fill(-1, into=tensors["completion.draft_cursor"])

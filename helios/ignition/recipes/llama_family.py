@@ -32,9 +32,12 @@ from helios.ignition.preparation.contract import (
     sampling_inputs,
     state_transfer,
 )
+from helios.ignition.preparation.speculative import speculative_inputs
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.program import ACTIVATIONS, ProgramBuilder
+from helios.program.speculative import PROPOSAL_DRAW
+from helios.proto import manifest_pb2 as M
 from helios.proto import program_pb2
 
 RECIPE = "llama_family"
@@ -272,9 +275,9 @@ def weight_specs(cfg: LlamaFamilyConfig, checkpoint: Checkpoint) -> tuple[Weight
     return tuple(specs)
 
 
-def weight_resource(tensor: str) -> str:
-    """The ExecutableResource id of a stored checkpoint tensor."""
-    return f"weight/{tensor}"
+def weight_resource(tensor: str, prefix: str = "") -> str:
+    """The ExecutableResource id of a stored checkpoint tensor (`prefix` "draft." for the draft model's)."""
+    return f"draft/weight/{tensor}" if prefix else f"weight/{tensor}"
 
 
 def lm_head_tensor(cfg: LlamaFamilyConfig) -> str:
@@ -319,14 +322,101 @@ def _rope_attributes(cfg: LlamaFamilyConfig) -> dict[str, Any]:
     return attributes
 
 
+@dataclass(frozen=True, slots=True)
+class Decoder:
+    """One model's decoder as programs read it: its config, its cache planes per layer and the names
+    of its weights (`prefix` on program tensors and resources: "" for the target, "draft." for a
+    speculative core's draft model, whose tensors are resources of the same core)."""
+
+    cfg: LlamaFamilyConfig
+    histories: tuple[HistoryPlanes, ...]
+    weight_dtype: str
+    prefix: str = ""
+
+    def weights(self, b: ProgramBuilder, specs: dict[str, str]):
+        """The weight-declaring function of this model in program `b` (each tensor declared once)."""
+        def w(name: str, shape: tuple[int, ...]) -> str:
+            key = self.prefix + name
+            if key not in specs:
+                specs[key] = b.weight(key, resource=weight_resource(name, self.prefix), dtype=self.weight_dtype,
+                                      shape=shape)
+            return specs[key]
+        return w
+
+    def embed(self, b: ProgramBuilder, w, tokens: str, *, name: str) -> str:
+        cfg = self.cfg
+        return b.embedding(tokens, w("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size)), name=name)
+
+    def layers(self, b: ProgramBuilder, w, x: str, positions: str, token_lane: str, page_table: str, *,
+               tag: str) -> str:
+        """Every decoder layer over packed rows `x` (each row's KV written to its lane's pages)."""
+        cfg = self.cfg
+        h, q_width, kv_width = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        rope = _rope_attributes(cfg)
+        for i in range(cfg.layers):
+            p = f"model.layers.{i}."
+            n = f"{tag}l{i}"
+            planes = self.histories[i]
+            hn = b.rms_norm(x, w(p + "input_layernorm.weight", (h,)), eps=cfg.rms_norm_eps, name=f"{n}.attn_in")
+            qkv = []
+            for proj, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
+                bias = w(p + f"self_attn.{proj}_proj.bias", (width,)) if cfg.qkv_bias else None
+                qkv.append(b.matmul(hn, w(p + f"self_attn.{proj}_proj.weight", (width, h)), bias, name=f"{n}.{proj}"))
+            q, k, v = qkv
+            if cfg.qk_norm:
+                q = b.head_rms_norm(q, w(p + "self_attn.q_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
+                                    head_dim=cfg.head_dim, name=f"{n}.q_normed")
+                k = b.head_rms_norm(k, w(p + "self_attn.k_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
+                                    head_dim=cfg.head_dim, name=f"{n}.k_normed")
+            q = b.rotary(q, positions, **rope, name=f"{n}.q_rot")
+            k = b.rotary(k, positions, **rope, name=f"{n}.k_rot")
+            key_cache = _cache_state(b, f"{self.prefix}l{i}.key_cache", planes.key, planes)
+            value_cache = _cache_state(b, f"{self.prefix}l{i}.value_cache", planes.value, planes)
+            b.paged_cache_write(key_cache, k, token_lane, positions, page_table)
+            b.paged_cache_write(value_cache, v, token_lane, positions, page_table)
+            attended = b.paged_attention(q, key_cache, value_cache, token_lane, positions, page_table,
+                                         scale=cfg.head_dim ** -0.5, sliding_window=cfg.windows[i],
+                                         name=f"{n}.attn")
+            o_bias = w(p + "self_attn.o_proj.bias", (h,)) if cfg.o_bias else None
+            o = b.matmul(attended, w(p + "self_attn.o_proj.weight", (h, q_width)), o_bias, name=f"{n}.o")
+            x = b.add(x, o, name=f"{n}.x_attn")
+            hn = b.rms_norm(x, w(p + "post_attention_layernorm.weight", (h,)), eps=cfg.rms_norm_eps,
+                            name=f"{n}.mlp_in")
+            f = cfg.intermediate_size
+            mlp_bias = {m: (w(p + f"mlp.{m}.bias", (e,)) if cfg.mlp_bias else None)
+                        for m, e in (("gate_proj", f), ("up_proj", f), ("down_proj", h))}
+            gate = b.matmul(hn, w(p + "mlp.gate_proj.weight", (f, h)), mlp_bias["gate_proj"], name=f"{n}.gate")
+            up = b.matmul(hn, w(p + "mlp.up_proj.weight", (f, h)), mlp_bias["up_proj"], name=f"{n}.up")
+            act = b.gated_activation(gate, up, activation=cfg.activation, name=f"{n}.act")
+            down = b.matmul(act, w(p + "mlp.down_proj.weight", (h, f)), mlp_bias["down_proj"], name=f"{n}.down")
+            x = b.add(x, down, name=f"{n}.x")
+        return x
+
+    def head(self, b: ProgramBuilder, w, hidden: str, geometry: TextGeometry, *, tag: str) -> str:
+        """Final norm and the output head: f32 logits of every row of `hidden`."""
+        cfg = self.cfg
+        normed = b.rms_norm(hidden, w("model.norm.weight", (cfg.hidden_size,)), eps=cfg.rms_norm_eps,
+                            name=f"{tag}final_hidden")
+        head = w(lm_head_tensor(cfg), (cfg.vocab_size, cfg.hidden_size))
+        return b.logits(normed, head, sampled_tokens=geometry.sampled_tokens, name=f"{tag}logits")
+
+
+def _cache_state(b: ProgramBuilder, name: str, buffer: str, planes: HistoryPlanes) -> str:
+    if b.declared(name):  # one plane, read and written by several passes of one program
+        return name
+    return b.state(name, buffer, "bf16" if planes.dtype == M.DTYPE_BF16 else "f32", planes.shape)
+
+
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
-                 pending_token: str = "device"):
+                 pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
     `pending_token` "device" (the default): the program reads each lane's last sampled id from the
     `pending_tokens` STATE row and writes every sampled id back there (`device_pending_tokens`), so no
-    host binding feeds it; "host": a PENDING_TOKEN binding feeds it.
+    host binding feeds it; "host": a PENDING_TOKEN binding feeds it. With a `draft` (a speculative
+    core), the draft model consumes the same packed rows, so its history stays in step with the
+    target's for a later speculative round.
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
@@ -336,71 +426,103 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     tokens = text.tokens if device is None else device.tokens
     admission = admission_inputs(decl, geometry, b)
     sampling = sampling_inputs(decl, geometry, b)
-    h, q_width, kv_width = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    specs = {}
-
-    def w(name: str, shape: tuple[int, ...]) -> str:
-        if name not in specs:
-            specs[name] = b.weight(name, resource=weight_resource(name), dtype=weight_dtype, shape=shape)
-        return specs[name]
-
-    rope = _rope_attributes(cfg)
-    x = b.embedding(tokens, w("model.embed_tokens.weight", (cfg.vocab_size, h)), name="x")
-    for i in range(cfg.layers):
-        p = f"model.layers.{i}."
-        planes = histories[i]
-        hn = b.rms_norm(x, w(p + "input_layernorm.weight", (h,)), eps=cfg.rms_norm_eps, name=f"l{i}.attn_in")
-        qkv = []
-        for proj, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
-            bias = w(p + f"self_attn.{proj}_proj.bias", (width,)) if cfg.qkv_bias else None
-            qkv.append(b.matmul(hn, w(p + f"self_attn.{proj}_proj.weight", (width, h)), bias, name=f"l{i}.{proj}"))
-        q, k, v = qkv
-        if cfg.qk_norm:
-            q = b.head_rms_norm(q, w(p + "self_attn.q_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
-                                head_dim=cfg.head_dim, name=f"l{i}.q_normed")
-            k = b.head_rms_norm(k, w(p + "self_attn.k_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
-                                head_dim=cfg.head_dim, name=f"l{i}.k_normed")
-        q = b.rotary(q, text.positions, **rope, name=f"l{i}.q_rot")
-        k = b.rotary(k, text.positions, **rope, name=f"l{i}.k_rot")
-        key_cache = b.state(f"l{i}.key_cache", planes.key, weight_dtype, planes.shape)
-        value_cache = b.state(f"l{i}.value_cache", planes.value, weight_dtype, planes.shape)
-        b.paged_cache_write(key_cache, k, text.token_lane, text.positions, text.page_table)
-        b.paged_cache_write(value_cache, v, text.token_lane, text.positions, text.page_table)
-        attended = b.paged_attention(q, key_cache, value_cache, text.token_lane, text.positions, text.page_table,
-                                     scale=cfg.head_dim ** -0.5, sliding_window=cfg.windows[i], name=f"l{i}.attn")
-        o_bias = w(p + "self_attn.o_proj.bias", (h,)) if cfg.o_bias else None
-        o = b.matmul(attended, w(p + "self_attn.o_proj.weight", (h, q_width)), o_bias, name=f"l{i}.o")
-        x = b.add(x, o, name=f"l{i}.x_attn")
-        hn = b.rms_norm(x, w(p + "post_attention_layernorm.weight", (h,)), eps=cfg.rms_norm_eps, name=f"l{i}.mlp_in")
-        f = cfg.intermediate_size
-        mlp_bias = {n: (w(p + f"mlp.{n}.bias", (e,)) if cfg.mlp_bias else None)
-                    for n, e in (("gate_proj", f), ("up_proj", f), ("down_proj", h))}
-        gate = b.matmul(hn, w(p + "mlp.gate_proj.weight", (f, h)), mlp_bias["gate_proj"], name=f"l{i}.gate")
-        up = b.matmul(hn, w(p + "mlp.up_proj.weight", (f, h)), mlp_bias["up_proj"], name=f"l{i}.up")
-        act = b.gated_activation(gate, up, activation=cfg.activation, name=f"l{i}.act")
-        down = b.matmul(act, w(p + "mlp.down_proj.weight", (h, f)), mlp_bias["down_proj"], name=f"l{i}.down")
-        x = b.add(x, down, name=f"l{i}.x")
+    specs: dict[str, str] = {}
+    target = Decoder(cfg, tuple(histories), weight_dtype)
+    w = target.weights(b, specs)
+    x = target.embed(b, w, tokens, name="x")
+    x = target.layers(b, w, x, text.positions, text.token_lane, text.page_table, tag="")
+    if draft is not None:
+        dw = draft.weights(b, specs)
+        dx = draft.embed(b, dw, tokens, name="draft.x")
+        draft.layers(b, dw, dx, text.positions, text.token_lane, text.page_table, tag="draft.")
     last = b.last_row_gather(x, text.token_lane, lanes=geometry.slots, name="last_hidden")
-    last = b.rms_norm(last, w("model.norm.weight", (h,)), eps=cfg.rms_norm_eps, name="final_hidden")
-    head = w(lm_head_tensor(cfg), (cfg.vocab_size, h))
-    logits = b.logits(last, head, sampled_tokens=geometry.sampled_tokens, name="logits")
+    logits = target.head(b, w, last, geometry, tag="")
     last_position = b.last_row_gather(text.positions, text.token_lane, lanes=geometry.slots, name="last_position")
     endpoint = b.last_row_gather(text.next_positions, text.token_lane, lanes=geometry.slots, name="endpoint")
     sampled = sampling.sample(b, logits, last_position)
     if device is not None:
         device.commit(b, sampled, admission.sampling_decision, in_round=endpoint)
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=admission.sampling_decision,
-                   sampled=sampled, consumed_endpoint=endpoint)
+                   sampled=sampled, consumed_endpoint=endpoint, width=completion_width)
     program = b.build(decl.buffers)
     bindings = text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 
 
-def initialization_program(geometry: TextGeometry, decl: Declarations, *, graph: str):
+def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry, decl: Declarations, *,
+                        graph: str, batch: int, drafts: int, width: int, packed_tokens: int, confidence: bool,
+                        completion_width: int, confidence_capacity: int):
+    """One complete SPECULATIVE program (docs/speculative.md) and its value bindings.
+
+    The draft runs `passes = max(D, min(D + 1, W))` one-row-a-lane passes from each lane's pending
+    token: pass j (position consumed + j) writes the draft's KV and, for j < D, draws proposal j + 1
+    (`sample`, draw index 1) and its confidence. The lanes' target lengths are the host's
+    (QUERY_LENGTH) or allocated on the device within P from the confidences (SPECULATIVE_PREFIX_LIMIT:
+    the host's ceilings). The target then runs over the packed rows, every row's logits are judged
+    (`speculative_verify`), and the accepted run is committed: the pending token, the completion's
+    offers, accepted drafts, emitted ids, consumed endpoint and draft cursor (lag 0).
+    """
+    b = ProgramBuilder(graph)
+    spec = speculative_inputs(decl, geometry, b, batch=batch, passes=max(drafts, min(drafts + 1, width)),
+                              confidence=confidence, confidence_capacity=confidence_capacity)
+    admission = admission_inputs(decl, geometry, b, sampling_decision=False)
+    sampling = sampling_inputs(decl, geometry, b)
+    lanes = spec.lane_order
+    seed, parameters = b.gather(sampling.seed, lanes, name="lane_seed"), b.gather(sampling.parameters, lanes,
+                                                                                  name="lane_parameters")
+    histogram = b.gather(sampling.histogram, lanes, name="lane_histogram")
+    mask = b.gather(sampling.grammar_mask, lanes, name="lane_grammar_mask")
+    pending = b.gather(spec.pending_state, lanes, name="lane_pending")
+    columns = max(drafts, 1)
+    candidates = b.fill(-1, shape=(batch, columns + 1), dtype="i32", name="candidates")
+    b.column_write(pending, index=0, into=candidates)
+    vocab = target.cfg.vocab_size
+    draft_logits = b.fill(0, shape=(batch, columns, vocab), dtype="f32", name="draft_logits")
+    scores = b.fill(0, shape=(batch, confidence_capacity), dtype="f32", name="confidence") if confidence else None
+    specs: dict[str, str] = {}
+    dw = draft.weights(b, specs)
+    token = pending
+    for j, position in enumerate(spec.pass_positions):
+        dx = draft.embed(b, dw, token, name=f"draft.p{j}.x")
+        hidden = draft.layers(b, dw, dx, position, lanes, spec.page_table, tag=f"draft.p{j}.")
+        if j >= drafts:  # the last pass of a rectangular program only keeps the draft's history in step
+            continue
+        logits = draft.head(b, dw, hidden, geometry, tag=f"draft.p{j}.")
+        token = b.sample(logits, seed, position, parameters, histogram, mask, draw_index=PROPOSAL_DRAW,
+                         name=f"proposal{j + 1}")
+        b.column_write(token, index=j + 1, into=candidates)
+        b.column_write(logits, index=j, into=draft_logits)
+        if scores is not None:
+            score = b.token_probability(logits, token, parameters, histogram, mask, name=f"confidence{j + 1}")
+            b.column_write(score, index=j, into=scores)
+    if scores is not None:
+        lengths = b.speculative_allocate(scores, spec.limits, lanes, packed_tokens=packed_tokens, name="lengths")
+        spec.publish_confidence(b, scores)
+    else:
+        lengths = spec.limits
+    tokens, positions, _, token_lane = b.speculative_pack(lanes, lengths, spec.consumed, candidates,
+                                                          packed_tokens=packed_tokens)
+    tw = target.weights(b, specs)
+    x = target.embed(b, tw, tokens, name="x")
+    x = target.layers(b, tw, x, positions, token_lane, spec.page_table, tag="")
+    logits = target.head(b, tw, x, geometry, tag="")
+    ids, accepted = b.speculative_verify(logits, draft_logits, candidates, lengths, spec.consumed, seed, parameters,
+                                         histogram, mask, verify_tokens=completion_width)
+    next_pending, emitted, endpoint = b.speculative_commit(ids, accepted, lengths, spec.consumed)
+    b.scatter(next_pending, lanes, into=spec.pending_state)
+    spec.complete(b, generation=admission.generation, ids=ids, offers=lengths, accepted=accepted, emitted=emitted,
+                  endpoint=endpoint, width=completion_width)
+    program = b.build(decl.buffers)
+    bindings = spec.bindings + admission.bindings + sampling.bindings
+    return program, bindings, sorted({d.resource for d in program.tensors
+                                      if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
+
+
+def initialization_program(geometry: TextGeometry, decl: Declarations, *, graph: str, completion_width: int = 1):
     """Per-request setup: the lane's completion row announces its generation, nothing emitted or consumed."""
     b = ProgramBuilder(graph)
     admission = admission_inputs(decl, geometry, b, sampling_decision=False)
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=None, sampled=None,
-                   consumed_endpoint=None)
+                   consumed_endpoint=None, width=completion_width)
     return b.build(decl.buffers), admission.bindings
