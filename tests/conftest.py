@@ -26,6 +26,24 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_draft(tmp_path_factory):
+    """`tiny_draft(family, kind)` -> a draft checkpoint for `tiny_checkpoint(family)`: kind "same" (the
+    target itself), "small" (a smaller random model, same tokenizer) or "perturbed" (the target with
+    noisy weights); see tests/fixtures/checkpoints.py `make_draft`."""
+    from tests.fixtures.checkpoints import make_draft
+
+    built: dict[tuple[str, str], Path] = {}
+
+    def make(family: str, kind: str) -> Path:
+        if (family, kind) not in built:
+            directory = tmp_path_factory.mktemp(f"draft-{family}-{kind}") / f"draft-{family}-{kind}"
+            built[(family, kind)] = make_draft(family, directory, kind)
+        return built[(family, kind)]
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def hf_model(tiny_checkpoint):
     """`hf_model(family)` -> the transformers model of `tiny_checkpoint(family)`, fp32, eager attention."""
     from tests.fixtures.hf_oracle import load_hf_model

@@ -335,7 +335,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         histogram_width=geometry.histogram_width, mask_words=geometry.mask_words))
     model.input_vocabulary.CopyFrom(C.InputVocabularyContract(input_tokens=cfg.vocab_size))
     model.cache.CopyFrom(C.CacheContract(page_tokens=geometry.page_tokens,
-                                         histories=[h.region for h in histories],
+                                         histories=[h.region for h in histories + draft_histories],
                                          page_table_views=page_table_views()))
     specials = _special_tokens(checkpoint)
     eos_texts = [t for t, i in specials.items() if i in checkpoint.eos_token_ids]

@@ -28,7 +28,7 @@ from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
-from helios.runtime.completion import Completion, CompletionInvalid, validate_round
+from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
 from helios.runtime.rounds import single_round
@@ -46,7 +46,8 @@ class ReferenceEngine:
     """Runs requests sequentially over a core's programs with NumPy."""
 
     def __init__(self, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
-                 prepared: PreparedContract, executor: ReferenceExecutor) -> None:
+                 prepared: PreparedContract, executor: ReferenceExecutor, *,
+                 speculative_width: int | None = None) -> None:
         self.serving = serving
         self.manifest = manifest
         self.contract = prepared  # the PreparedContract
@@ -67,18 +68,34 @@ class ReferenceEngine:
                 raise EngineLoadError(f"the core has no {C.Operation.Name(operation)} graph")
         for group in self._by_operation.values():
             group.sort(key=lambda g: (g.packed_token_capacity, g.batch_capacity))
-
+        # Speculation: each round of a decoding request runs the one-lane SPECULATIVE graph of the
+        # selected width (None: plain decoding, also on a speculative core).
+        self.speculative: LoadedGraph | None = None
+        self._speculative_check: SpeculativeRound | None = None
+        if speculative_width is not None:
+            widths = sorted({g.speculative.verify_tokens for g in prepared.graphs if g.speculative is not None})
+            if speculative_width not in widths:
+                raise EngineLoadError(f"speculative width {speculative_width} is not captured by the core "
+                                      f"(captured widths: {widths or 'none'})")
+            chosen = min((g for g in prepared.graphs if g.speculative is not None
+                          and g.speculative.verify_tokens == speculative_width), key=lambda g: g.batch_capacity)
+            self.speculative = self.graphs[chosen.name]
+            self._speculative_check = SpeculativeRound.of(chosen)
+            self._speculative_graph = chosen
     # ------------------------------------------------------------------------------------------ load
 
     @classmethod
-    def load(cls, core: CoreSource, *, pages: int | None = None, keep: Sequence[str] = ()) -> ReferenceEngine:
+    def load(cls, core: CoreSource, *, pages: int | None = None, keep: Sequence[str] = (),
+             speculative_width: int | None = None) -> ReferenceEngine:
         """Load `core` (anything with `.contract`, `.manifest` and `.read(id)`); `keep` names program
-        tensors (e.g. "logits") whose values are copied into `kept` after every round."""
+        tensors (e.g. "logits") whose values are copied into `kept` after every round;
+        `speculative_width` decodes with the core's SPECULATIVE graphs of that width."""
         serving, manifest = core.contract, core.manifest
         prepared = PreparedContract.decode(serving, manifest)
         if pages is None:
             pages = pages_for(prepared.context_tokens, prepared.cache.page_tokens)
-        return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep))
+        return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep),
+                   speculative_width=speculative_width)
 
     # ------------------------------------------------------------------------------------------ rounds
 
@@ -100,9 +117,10 @@ class ReferenceEngine:
         """Reject completion rows that disagree with the round they answer, before any token is accepted
         (the shared rules of helios.runtime.completion: status, sequence, generation echo, emitted,
         consumed endpoint within the lane's pages, no draft cursor, reserved -1, sampled id in range)."""
+        check = self._speculative_check if self.speculative is not None and graph_name == self.speculative.name else None
         validate_round(graph_name, lanes, rows, sequence=self._sequence,
                        sampled_tokens=self.contract.vocabulary.sampled_tokens,
-                       page_tokens=self.contract.cache.page_tokens, frame=0)
+                       page_tokens=self.contract.cache.page_tokens, frame=0, speculative=check)
 
     def graph_for(self, operation: int, *, tokens: int, lanes: int = 1) -> LoadedGraph:
         """The smallest graph of `operation` holding `lanes` lanes and `tokens` tokens (else the largest)."""
@@ -122,11 +140,25 @@ class ReferenceEngine:
         if len(request.prompt_token_ids) >= self.contract.context_tokens:
             raise AdmissionRejected(f"the prompt's {len(request.prompt_token_ids)} tokens leave no room in the "
                                     f"context of {self.contract.context_tokens} tokens")
-        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.contract.context_tokens)
+        reach = self._reach(request)
         needed = pages_for(reach, self.contract.cache.page_tokens)
         if needed > self.allocator.free:
             raise AdmissionRejected(f"the request reaches {reach} tokens: {needed} pages, "
                                     f"{self.allocator.free} of the cache's {self.allocator.pages} are free")
+
+    def _reach(self, request: GenerationRequest) -> int:
+        """The positions a request's pages must hold: prompt and output within the context, plus, under
+        speculation, the draft passes of a round past its last token (they write the draft's history
+        from the pending token on)."""
+        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.contract.context_tokens)
+        if self.speculative is not None:
+            reach = min(reach + self._draft_passes(), self.contract.cache.page_tokens
+                        * pages_for(self.contract.context_tokens, self.contract.cache.page_tokens))
+        return reach
+
+    def _draft_passes(self) -> int:
+        s = self._speculative_graph.speculative
+        return max(s.draft_tokens, min(s.draft_tokens + 1, s.verify_tokens))
 
     def generate(self, request: GenerationRequest, *, slot: int = 0,
                  grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:
@@ -143,8 +175,7 @@ class ReferenceEngine:
             raise AdmissionRejected(f"slot {slot} outside the core's {self.contract.max_concurrency} slots")
         if slot in self._active_slots:
             raise AdmissionRejected(f"slot {slot} already holds a request")
-        reach = min(len(request.prompt_token_ids) + request.max_tokens, self.contract.context_tokens)
-        pages = self.allocator.allocate(pages_for(reach, self.contract.cache.page_tokens))
+        pages = self.allocator.allocate(pages_for(self._reach(request), self.contract.cache.page_tokens))
         self._active_slots.add(slot)
         self._generations[slot] += 1
         self.kept.clear()
@@ -162,12 +193,14 @@ class ReferenceEngine:
         eos = set(request.eos_token_ids or self.contract.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
-        def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool) -> LaneInput:
+        def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool,
+                 limit: int = 0) -> LaneInput:
             return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
                              prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages,
                              seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
                              eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt,
-                             grammar_mask=tuple(grammar_mask()) if grammar_mask is not None and samples else None)
+                             grammar_mask=tuple(grammar_mask()) if grammar_mask is not None and samples else None,
+                             speculative_limit=limit)
 
         init = self._by_operation[C.OPERATION_INITIALIZATION][0]
         self.run_round(init.name, [lane(0, (), 0, False)])
@@ -189,10 +222,35 @@ class ReferenceEngine:
                 return
             if consumed + 1 >= self.contract.context_tokens:
                 return  # the context is full: the next token would have no position
+            limit = self._speculative_limit(request, emitted, consumed, len(pages), grammar_mask is not None)
+            if limit:
+                (row,) = self.run_round(self.speculative.name, [lane(consumed, (pending,), 0, True, limit)])
+                consumed += row.emitted  # the pending token and the accepted proposals
+                *accepted, pending = row.tokens()
+                for token in accepted:  # stops and the output limit hold inside an accepted run
+                    yield token
+                    emitted += 1
+                    if (token in eos and not request.ignore_eos) or emitted >= request.max_tokens:
+                        return
+                continue
             graph = self.graph_for(C.OPERATION_DECODE, tokens=1)
             (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)])
             consumed += 1
             pending = row.sampled_id
+
+    def _speculative_limit(self, request: GenerationRequest, emitted: int, consumed: int, pages: int,
+                           constrained: bool) -> int:
+        """The target rows a speculative round may offer the request (0: decode plainly): within the
+        program's lane limit, the output limit (every row may emit a token), the context (the last
+        emitted token needs a position) and the pages (the draft passes write from the pending token
+        on). A grammar-constrained request decodes plainly: its mask is known one token ahead only."""
+        if self.speculative is None or constrained:
+            return 0
+        s = self._speculative_graph.speculative
+        if consumed + self._draft_passes() > pages * self.contract.cache.page_tokens:
+            return 0
+        return max(0, min(s.lane_token_limit, request.max_tokens - emitted,
+                          self.contract.context_tokens - consumed - 1))
 
 
 class _Generation(Iterator[int]):

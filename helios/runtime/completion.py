@@ -87,6 +87,15 @@ class SpeculativeRound:
     exact: bool
     lag_tokens: int = 0
 
+    @classmethod
+    def of(cls, graph) -> SpeculativeRound | None:
+        """The check of a contract graph (`helios.contract.model.Graph`); None unless it is SPECULATIVE."""
+        if graph.speculative is None:
+            return None
+        exact = any(b.source == contract_pb2.VALUE_SOURCE_QUERY_LENGTH for b in graph.value_bindings)
+        lag = graph.draft_cursor.lag_tokens if graph.draft_cursor is not None else 0
+        return cls(graph.speculative.packed_token_capacity, exact, lag)
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:
