@@ -43,6 +43,8 @@ class ServeOptions:
     frontend_workers: int | None = None
     trace: Path | None = None  # production: record every submission to this file (conformance trace)
     gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
+    speculative_width: int | None = None  # a speculative core: the width decoding uses (None: the widest)
+    speculation: bool = True  # False: plain decoding on a speculative core
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -86,6 +88,8 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         gpu_memory_fraction=options.gpu_memory_fraction,
         freeze_heap=options.runtime == "production",
         wrap_executor=None if options.trace is None else trace_recorder(core, options.trace),
+        speculative_width=options.speculative_width,
+        speculation=options.speculation,
     )
     return ServerState(runtime=load_runtime(core, options.runtime, runtime_options), preparer=preparer), core
 

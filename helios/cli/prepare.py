@@ -65,6 +65,17 @@ def register(subparsers) -> None:
                              "execution frames in flight (default); choose 'host' only for a runtime that "
                              "must feed every token from the host (a PENDING_TOKEN binding, one frame, "
                              "one round at a time)")
+    parser.add_argument("--draft", metavar="DRAFT",
+                        help="a second checkpoint (any supported family, the target's tokenizer and vocabulary) "
+                             "whose weights and history join the core for learned speculation: SPECULATIVE "
+                             "programs are captured at every batch capacity and --speculative-widths width")
+    parser.add_argument("--speculative-widths", type=_int_list, default=(2, 4), metavar="W,W,...",
+                        help="with --draft: target rows per request of each speculative program, the pending "
+                             "token included (W - 1 proposals; default: 2,4)")
+    parser.add_argument("--speculative-budget", type=int, metavar="P",
+                        help="with --draft: capture confidence programs instead of rectangular ones, which "
+                             "allocate at most P target rows a round on the device by the proposals' survival "
+                             "probability (default: rectangular programs, P = B * W)")
     parser.set_defaults(func=_prepare)
 
 
@@ -91,7 +102,9 @@ def _prepare(args) -> int:
 
     options = PreparationOptions(dtype=args.dtype, served_id=args.served_id, page_tokens=args.page_tokens,
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
-                                 context_tokens=args.context_tokens, pending_token=args.pending_token)
+                                 context_tokens=args.context_tokens, pending_token=args.pending_token,
+                                 draft=args.draft, speculative_widths=args.speculative_widths,
+                                 speculative_budget=args.speculative_budget)
     prepared = prepare_checkpoint(args.checkpoint, options)
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)

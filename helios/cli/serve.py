@@ -51,6 +51,11 @@ def register(subparsers) -> None:
     parser.add_argument("--gpu-memory-fraction", type=float, metavar="F",
                         help="with --runtime production: share of the GPU's memory Helios may hold, weights, "
                              "graphs and cache together; the cache gets what is left (default 0.9)")  # fmt: skip
+    parser.add_argument("--speculative-width", type=int, metavar="W",
+                        help="on a core prepared with --draft: decode with its speculative programs of width W "
+                             "(default: the widest captured)")  # fmt: skip
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="on a core prepared with --draft: decode plainly, one token a round")  # fmt: skip
     parser.set_defaults(func=_serve)
 
 
@@ -69,6 +74,8 @@ def _serve(args) -> int:
         runtime=args.runtime,
         max_active=args.max_active,
         queue_capacity=args.queue_capacity,
+        speculative_width=args.speculative_width,
+        speculation=not args.no_speculation,
         frontend_workers=args.frontend_workers,
         trace=None if args.trace is None else Path(args.trace),
         gpu_memory_fraction=args.gpu_memory_fraction,

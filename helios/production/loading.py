@@ -14,16 +14,22 @@ from typing import TYPE_CHECKING
 
 from helios.core.source import CoreSource
 from helios.engine.worker import BatchingRuntime
-from helios.runtime.options import RuntimeOptions
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, speculative_width
 
 if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
 
 
+class SpeculationNotScheduled(InvalidRuntimeOptions):
+    """A speculative core asked to speculate in a runtime that cannot yet."""
+
+
 def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
-                      pages: int | None = None, gpu_memory_fraction: float | None = None) -> NativeModel:
+                      pages: int | None = None, gpu_memory_fraction: float | None = None,
+                      speculation: bool = True) -> NativeModel:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
-    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores)."""
+    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). Without
+    `speculation` the core's SPECULATIVE graphs wider than one token are not loaded."""
     import os
 
     import torch  # NOTE: the device half starts here; importing this module imports no torch
@@ -35,7 +41,8 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
     from helios.contract import StartupOptions
     from helios.production.native_model import LoadOptions, NativeModel
 
-    startup = StartupOptions(max_concurrency=max_concurrency)
+    # Without speculation only the graphs of width 1 are exposed (selection drops wider SPECULATIVE ones).
+    startup = StartupOptions(max_concurrency=max_concurrency, speculative_width=None if speculation else 1)
     fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
     return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
 
@@ -48,8 +55,12 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     walk it every few rounds (measured by bench/host_round.py: 2 to 3 ms a round at 256 lanes on the
     2-core development machine)."""
     limits = options.limits
+    if speculative_width(tuple(core.contract.speculative_widths), options) is not None:
+        raise SpeculationNotScheduled(
+            "this core captured speculative programs, which the production runtime does not schedule yet: "
+            "serve it with --no-speculation (plain decoding; the draft is kept in step) or --runtime reference")
     model = load_native_model(core, max_concurrency=limits.max_active, device=options.device, pages=options.pages,
-                              gpu_memory_fraction=options.gpu_memory_fraction)
+                              gpu_memory_fraction=options.gpu_memory_fraction, speculation=False)
     if options.freeze_heap:
         import atexit
         import gc

@@ -13,7 +13,7 @@ from helios.core.source import CoreSource
 from helios.engine.sequential import SequentialRuntime
 from helios.reference.cache import pages_for
 from helios.reference.engine import AdmissionRejected, ReferenceEngine
-from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, speculative_width
 
 _PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memory-fraction"),
                     ("wrap_executor", "--trace"))
@@ -27,7 +27,8 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
     serving = core.contract
     limits = options.limits
     pages = options.pages or limits.max_active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)
-    engine = ReferenceEngine.load(core, pages=pages)
+    width = speculative_width(tuple(serving.speculative_widths), options)
+    engine = ReferenceEngine.load(core, pages=pages, speculative_width=width)
     contract = engine.contract  # the PreparedContract
     return SequentialRuntime(
         engine,

@@ -5,7 +5,7 @@ one line naming them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from helios.errors import HeliosError
@@ -30,12 +30,41 @@ class RuntimeOptions:
     prefix_reuse: bool = True  # production: reuse published prefix pages across requests
     freeze_heap: bool = False  # production: move what loading left out of the cyclic collector's reach (serving)
     wrap_executor: ExecutorWrapper | None = None  # production: wraps the executor the engine drives
+    # Learned speculation on a core with a draft: the width of the SPECULATIVE graphs decoding uses
+    # (None: the widest captured), or none at all (`speculation` False: plain decoding).
+    speculative_width: int | None = None
+    speculation: bool = True
 
     def __post_init__(self) -> None:
         if self.pages is not None and self.pages < 1:
             raise InvalidRuntimeOptions(f"pages must be >= 1, got {self.pages}")
+        if self.speculative_width is not None and self.speculative_width < 1:
+            raise InvalidRuntimeOptions(f"--speculative-width must be >= 1, got {self.speculative_width}")
+        if self.speculative_width is not None and not self.speculation:
+            raise InvalidRuntimeOptions("--speculative-width and --no-speculation exclude each other")
         if self.gpu_memory_fraction is not None and not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise InvalidRuntimeOptions(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
 
 
-__all__ = ["ExecutorWrapper", "InvalidRuntimeOptions", "RuntimeOptions"]
+def speculative_width(captured: Sequence[int], options: RuntimeOptions) -> int | None:
+    """The speculative width decoding uses on a core that captured `captured` widths: None for plain
+    decoding (no draft, --no-speculation, or width 1); InvalidRuntimeOptions names a width the core
+    did not capture or one above its widest."""
+    if not options.speculation or not captured:
+        if options.speculative_width not in (None, 1) and not captured:
+            raise InvalidRuntimeOptions(f"--speculative-width {options.speculative_width}: the core captured no "
+                                        "speculative programs (prepare it with --draft)")
+        return None
+    width = options.speculative_width or max(captured)
+    if width > max(captured):
+        raise InvalidRuntimeOptions(f"--speculative-width {width} exceeds the core's widest captured width "
+                                    f"{max(captured)} (captured: {', '.join(map(str, captured))})")
+    if width == 1 and 1 not in captured:
+        return None
+    if width not in captured:
+        raise InvalidRuntimeOptions(f"--speculative-width {width} was not captured by the core (captured: "
+                                    f"{', '.join(map(str, captured))})")
+    return width
+
+
+__all__ = ["ExecutorWrapper", "InvalidRuntimeOptions", "RuntimeOptions", "speculative_width"]

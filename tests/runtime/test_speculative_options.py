@@ -1,0 +1,38 @@
+"""Startup options of learned speculation: the width decoding uses, and one-line refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, speculative_width
+
+LIMITS = AdmissionLimits(max_active=2, queue_capacity=2)
+
+
+def _options(**kw):
+    return RuntimeOptions(LIMITS, **kw)
+
+
+def test_the_widest_captured_width_is_the_default_and_no_speculation_disables_it():
+    assert speculative_width((2, 4), _options()) == 4
+    assert speculative_width((2, 4), _options(speculative_width=2)) == 2
+    assert speculative_width((2, 4), _options(speculation=False)) is None
+    assert speculative_width((2, 4), _options(speculative_width=1)) is None  # width 1: plain decoding
+    assert speculative_width((), _options()) is None  # a core without a draft
+
+
+@pytest.mark.parametrize("width, message", [
+    (8, "--speculative-width 8 exceeds the core's widest captured width 4 \\(captured: 2, 4\\)"),
+    (3, "--speculative-width 3 was not captured by the core \\(captured: 2, 4\\)"),
+])
+def test_a_width_the_core_cannot_serve_is_one_line(width, message):
+    with pytest.raises(InvalidRuntimeOptions, match=message):
+        speculative_width((2, 4), _options(speculative_width=width))
+
+
+def test_width_options_need_a_draft_and_exclude_no_speculation():
+    with pytest.raises(InvalidRuntimeOptions, match="captured no speculative programs"):
+        speculative_width((), _options(speculative_width=4))
+    with pytest.raises(InvalidRuntimeOptions, match="exclude each other"):
+        _options(speculative_width=2, speculation=False)
