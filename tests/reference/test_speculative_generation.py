@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from helios.ignition.prepare import DraftMismatch, InvalidPreparationOptions, PreparationOptions, prepare_checkpoint
+from helios.ignition.prepare import (
+    DraftMismatch,
+    InvalidPreparationOptions,
+    PreparationOptions,
+    prepare_checkpoint,
+)
 from helios.reference.engine import ReferenceEngine
 from helios.reference.executor import EngineLoadError
 from helios.runtime.request import GenerationRequest, SamplingParams
