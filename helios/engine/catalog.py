@@ -28,6 +28,19 @@ class GraphVariant:
     packed_token_capacity: int  # P: tokens a round may hold
     device_pending: bool  # the pending token is device-owned (a state view, no host PENDING_TOKEN binding)
     page_table: bool = True  # the graph uploads page tables (binds a PAGE_TABLE source)
+    # SPECULATIVE graphs: W (target rows a lane, pending token included), D (proposals drawn), the lane
+    # limit min(D + 1, W), whether lane limits are exact lengths (QUERY_LENGTH) or ceilings, and the
+    # draft cursor's lag; 0 / True / 0 for every other operation.
+    width: int = 0
+    drafts: int = 0
+    lane_limit: int = 0
+    exact: bool = True
+    lag_tokens: int = 0
+
+    @property
+    def draft_passes(self) -> int:
+        """Positions the draft writes from a lane's pending token on, whatever its length."""
+        return max(self.drafts, min(self.drafts + 1, self.width))
 
     def __post_init__(self) -> None:
         if self.batch_capacity < 1 or self.packed_token_capacity < 1:
@@ -64,9 +77,14 @@ class GraphCatalog:
         for g in graphs:
             sources = {int(b.source) for b in g.value_bindings}
             host_pending = C.VALUE_SOURCE_PENDING_TOKEN in sources
+            spec = g.speculative
+            speculative = {} if spec is None else dict(
+                width=spec.verify_tokens, drafts=spec.draft_tokens, lane_limit=spec.lane_token_limit,
+                exact=C.VALUE_SOURCE_QUERY_LENGTH in sources,
+                lag_tokens=g.draft_cursor.lag_tokens if g.draft_cursor is not None else 0)
             variants.append(GraphVariant(g.name, int(g.operation), g.batch_capacity, g.packed_token_capacity,
                                          device_pending=g.pending_token_state is not None and not host_pending,
-                                         page_table=C.VALUE_SOURCE_PAGE_TABLE in sources))
+                                         page_table=C.VALUE_SOURCE_PAGE_TABLE in sources, **speculative))
         return cls(variants)
 
     def has(self, operation: int) -> bool:
@@ -81,6 +99,17 @@ class GraphCatalog:
             if variant.fits(lanes, tokens):
                 return variant
         return None
+
+    def speculative(self, width: int, *, lanes: int) -> GraphVariant | None:
+        """The SPECULATIVE variant of `width` with the fewest lanes holding `lanes` (None: none)."""
+        fitting = [v for v in self._by_operation.get(C.OPERATION_SPECULATIVE, ())
+                   if v.width == width and v.batch_capacity >= lanes]
+        return min(fitting, key=lambda v: (v.batch_capacity, v.packed_token_capacity, v.name), default=None)
+
+    def speculative_lanes(self, width: int) -> int:
+        """The most lanes a SPECULATIVE round of `width` holds (0: no such graph)."""
+        return max((v.batch_capacity for v in self._by_operation.get(C.OPERATION_SPECULATIVE, ())
+                    if v.width == width), default=0)
 
     def max_lanes(self, operation: int) -> int:
         return max((v.batch_capacity for v in self._by_operation.get(operation, ())), default=0)

@@ -33,18 +33,22 @@ class TokenDelivery:
         outbox = self._outbox = []
         put = self._put
         try:
-            for entry, token in zip(entries, outcomes.tokens, strict=True):
-                if entry is None:
+            ended_here: set[int] = set()  # a speculative round may emit several tokens of a request: a
+            for entry, token in zip(entries, outcomes.tokens, strict=True):  # stop among them ends it there
+                if entry is None or id(entry) in ended_here:
                     continue
                 try:
                     ended = entry.accept(token, stamp if entry.timed else None, put)
                 except GrammarViolated as error:  # the mask was not honoured: an execution fault of this request
+                    ended_here.add(id(entry))
                     self._end(entry, None, (), failure=f"model execution failed: {error}")
                     continue
                 except Exception as error:  # output errors (HTTP 500) of this request only
+                    ended_here.add(id(entry))
                     self._end(entry, None, (), failure=f"output decoding failed: {type(error).__name__}: {error}")
                     continue
                 if ended is not None:
+                    ended_here.add(id(entry))
                     self._end(entry, *ended)
         finally:
             outbox, self._outbox = self._outbox, None

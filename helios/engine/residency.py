@@ -57,6 +57,9 @@ class SchedulerCounters:
     constrained_max_inflight: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    speculative_rounds: int = 0  # SPECULATIVE rounds completed
+    offered_drafts: int = 0  # proposals offered for verification (each lane's offer less its pending row)
+    accepted_drafts: int = 0  # proposals accepted
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,7 @@ from helios.engine.residency import (
 from helios.engine.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
-from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
+from helios.runtime.completion import Completion, CompletionRows, SpeculativeRound, SubmissionOrderViolated
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 
 C = contract_pb2
@@ -91,9 +91,14 @@ class Scheduler(RequestResidency):
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._prefill_turn = False
+        self._speculative_turn = True  # speculative and other rounds alternate while both kinds wait
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
         self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
+        self._speculative_checks = {v.name: SpeculativeRound(v.packed_token_capacity, v.exact, v.lag_tokens)
+                                    for v in catalog.variants(C.OPERATION_SPECULATIVE)}
+        if config.speculative_width and catalog.speculative(config.speculative_width, lanes=1) is None:
+            raise ValueError(f"no SPECULATIVE graph of width {config.speculative_width} is selected")
 
     # ------------------------------------------------------------------------------------ state
 
@@ -151,6 +156,18 @@ class Scheduler(RequestResidency):
         if initialize:
             variant = self.catalog.smallest(C.OPERATION_INITIALIZATION, lanes=len(initialize), tokens=0)
             return self._submit(variant or self._init, initialize)
+        if self.config.speculative_width and decode:
+            speculating = [s for s in decode if self._speculates(s)]
+            if speculating and (self._speculative_turn or (len(speculating) == len(decode) and not prefill)):
+                plan = self._speculative_round(speculating)
+                if plan is not None:
+                    self._speculative_turn = False
+                    return plan
+                # no speculative round could be formed (pages): they decode plainly this round
+            elif speculating:  # they wait for their turn, the next round, while other lanes run this one
+                self._speculative_turn = True
+                waiting = set(map(id, speculating))
+                decode = [s for s in decode if id(s) not in waiting]
         mixed = self.catalog.has(C.OPERATION_MIXED)
         if decode and prefill and mixed:
             operation, order = C.OPERATION_MIXED, decode + prefill
@@ -180,9 +197,11 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
+        speculative = plan.operation == C.OPERATION_SPECULATIVE
+        check = self._speculative_checks.get(plan.graph) if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
                                   sampled_tokens=self.config.sampled_tokens, page_tokens=self.config.page_tokens,
-                                  frame=plan.frame)
+                                  frame=plan.frame, speculative=check)
         self._outstanding.popleft()
         name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
         self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
@@ -190,7 +209,12 @@ class Scheduler(RequestResidency):
             self.counters.constrained_max_inflight = max(self.counters.constrained_max_inflight, plan.outstanding)
             if plan.operation == C.OPERATION_DECODE and plan.constrained_lanes < len(plan.lanes):
                 self.counters.mixed_grammar_decode_steps += 1
-        if isinstance(rows, CompletionRows):  # columns: no Completion is built
+        if speculative:
+            self.counters.speculative_rounds += 1
+            self.counters.offered_drafts += sum(r.offer - 1 for r in rows)
+            self.counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
+            emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
+        elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
         else:
             emitted, sampled_ids = [r.emitted for r in rows], [r.sampled_id for r in rows]
@@ -206,6 +230,8 @@ class Scheduler(RequestResidency):
             count = len(lane.tokens)  # the lane retires: its tokens are committed
             s.in_flight -= 1
             s.submitted -= count
+            if speculative:  # the pending token and the accepted proposals are committed
+                count = emits
             consumed = s.consumed = s.consumed + count
             if lane.samples:
                 s.unknown -= 1
@@ -216,10 +242,19 @@ class Scheduler(RequestResidency):
             if initialization:
                 s.initialized = True
                 continue
+            if speculative:  # every emitted id, in order (delivery ends the request at a stop among them);
+                for token in sampled_id:  # known before publication: the accepted ones are committed history
+                    s.known.append(token)
+                    ids.append(request_id)
+                    tokens.append(token)
+                    counts.append(s.sampled + 1)
+                    s.sampled += 1
             pages = s.pages
             published = len(pages.keys)  # type: ignore[union-attr]
             if (published + 1) * page_tokens <= consumed and published < len(pages.pages):  # type: ignore[union-attr]
-                pages.publish(s.known, consumed)  # type: ignore[union-attr]  # a page was filled: key it once
+                pages.publish(s.known, consumed)  # type: ignore[union-attr]  # pages were filled: key them once
+            if speculative:
+                continue
             if emits:
                 s.known.append(sampled_id)
                 ids.append(request_id)
@@ -263,6 +298,48 @@ class Scheduler(RequestResidency):
                 and s.last_operation == C.OPERATION_DECODE
                 and s.sampled + s.unknown < s.request.generation.max_tokens)
 
+    def _speculates(self, s: SequenceState) -> bool:
+        """A decode lane may run a speculative round: none of its rounds is outstanding (the host
+        chooses its length from completed observations), its pending token is the device's (sampled
+        there, not fed after a readmission), no grammar masks it (its mask is known one token
+        ahead only), and its output limit and the context leave a token."""
+        if s.in_flight or s.request.constrained or s.request.grammar is not None:
+            return False
+        frontier = s.consumed + s.submitted
+        return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
+                and frontier + 1 < self.config.context_tokens)
+
+    def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
+        """A SPECULATIVE round of the configured width over `order`'s lanes: each lane's limit within
+        the program's lane limit, its output limit and the context; its pages cover the draft's
+        passes (they write from the pending token on, whatever the lane's length)."""
+        width = self.config.speculative_width
+        first = self.catalog.speculative(width, lanes=1)
+        if first is None:
+            return None
+        page_tokens = self.config.page_tokens
+        capacity_tokens = -(-self.config.context_tokens // page_tokens) * page_tokens  # the page table's reach
+        cohort: list[tuple[SequenceState, int]] = []
+        limits: list[int] = []
+        for s in order[:self.catalog.speculative_lanes(width)]:
+            if s.slot is None:  # preempted while this cohort was formed
+                continue
+            frontier = s.consumed + s.submitted
+            reach = frontier + first.draft_passes
+            limit = min(first.lane_limit, s.request.generation.max_tokens - s.sampled - s.unknown,
+                        self.config.context_tokens - frontier - 1)
+            if limit < 1 or reach > capacity_tokens:
+                continue
+            if reach > len(s.pages.pages) * page_tokens and not self._reserve(s, reach, keep=cohort):  # type: ignore[union-attr]
+                break
+            cohort.append((s, 1))
+            limits.append(limit)
+        if not cohort:
+            return None
+        variant = self.catalog.speculative(width, lanes=len(cohort))
+        assert variant is not None
+        return self._submit(variant, cohort, limits)
+
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
         lanes_limit = self.catalog.max_lanes(operation)
@@ -289,7 +366,8 @@ class Scheduler(RequestResidency):
             tokens += chunk
         return cohort
 
-    def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]]) -> RoundPlan:
+    def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]],
+                limits: list[int] | None = None) -> RoundPlan:
         self._sequence += 1
         lanes, updates, sequences = [], [], []
         constrained = 0
@@ -303,6 +381,8 @@ class Scheduler(RequestResidency):
                 lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids)
+            if limits is not None:
+                lane = dataclasses.replace(lane, speculative_limit=limits[len(lanes)])
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):

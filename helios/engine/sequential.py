@@ -187,11 +187,20 @@ class SequentialRuntime(ThreadedModelRuntime):
                 prompt_tokens=c.prompt_tokens,
                 output_tokens=c.output_tokens,
                 graph_launches=dict(c.launches),
+                **self._speculative_metrics(),
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight,
                 capacity=capacity,
                 available=dict(self._available()) if self._available is not None else {},
             )
+
+    def _speculative_metrics(self) -> dict[str, int]:
+        """The engine's speculative rounds and drafts, when it speculates (`speculative_counts`)."""
+        counts = getattr(self._engine, "speculative_counts", None)
+        if not counts:
+            return {}
+        return {"speculative_rounds": counts["rounds"], "offered_drafts": counts["offered"],
+                "accepted_drafts": counts["accepted"]}
 
     def residency(self) -> SequentialResidency:
         """A snapshot of the requests and slots held now (the engine's pages: `metrics().available`)."""

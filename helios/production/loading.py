@@ -20,16 +20,12 @@ if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
 
 
-class SpeculationNotScheduled(InvalidRuntimeOptions):
-    """A speculative core asked to speculate in a runtime that cannot yet."""
-
-
 def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
                       pages: int | None = None, gpu_memory_fraction: float | None = None,
-                      speculation: bool = True) -> NativeModel:
+                      speculative_width: int | None = None) -> NativeModel:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
-    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). Without
-    `speculation` the core's SPECULATIVE graphs wider than one token are not loaded."""
+    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
+    SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token)."""
     import os
 
     import torch  # NOTE: the device half starts here; importing this module imports no torch
@@ -41,8 +37,8 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
     from helios.contract import StartupOptions
     from helios.production.native_model import LoadOptions, NativeModel
 
-    # Without speculation only the graphs of width 1 are exposed (selection drops wider SPECULATIVE ones).
-    startup = StartupOptions(max_concurrency=max_concurrency, speculative_width=None if speculation else 1)
+    # Load-time selection exposes the SPECULATIVE graphs up to the width (width 1: none of a wider one).
+    startup = StartupOptions(max_concurrency=max_concurrency, speculative_width=speculative_width or 1)
     fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
     return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
 
@@ -55,12 +51,9 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     walk it every few rounds (measured by bench/host_round.py: 2 to 3 ms a round at 256 lanes on the
     2-core development machine)."""
     limits = options.limits
-    if speculative_width(tuple(core.contract.speculative_widths), options) is not None:
-        raise SpeculationNotScheduled(
-            "this core captured speculative programs, which the production runtime does not schedule yet: "
-            "serve it with --no-speculation (plain decoding; the draft is kept in step) or --runtime reference")
+    width = speculative_width(tuple(core.contract.speculative_widths), options)
     model = load_native_model(core, max_concurrency=limits.max_active, device=options.device, pages=options.pages,
-                              gpu_memory_fraction=options.gpu_memory_fraction, speculation=False)
+                              gpu_memory_fraction=options.gpu_memory_fraction, speculative_width=width)
     if options.freeze_heap:
         import atexit
         import gc
@@ -72,12 +65,26 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
 
 
 def runtime_for(model: NativeModel, options: RuntimeOptions) -> BatchingRuntime:
-    """The batching engine over an already loaded `NativeModel`."""
+    """The batching engine over an already loaded `NativeModel` (decode lanes run SPECULATIVE rounds
+    of the selected width when the model loaded them)."""
     executor = model.executor
     if options.wrap_executor is not None:
         executor = options.wrap_executor(executor, model.pages)
     return BatchingRuntime.for_executor(executor, model.contract, options.limits, pages=model.pages,
-                                        graph_names=model.graphs, prefix_reuse=options.prefix_reuse)
+                                        graph_names=model.graphs, prefix_reuse=options.prefix_reuse,
+                                        speculative_width=_loaded_width(model, options))
+
+
+def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:
+    width = speculative_width(tuple(model.contract.speculative_widths), options)
+    if width is None:
+        return None
+    loaded = {g.speculative.verify_tokens for g in model.contract.graphs
+              if g.name in model.graphs and g.speculative is not None}
+    if width not in loaded:
+        raise InvalidRuntimeOptions(f"--speculative-width {width}: the model was loaded without its speculative "
+                                    f"graphs of that width (loaded widths: {sorted(loaded) or 'none'})")
+    return width
 
 
 __all__ = ["load_native_model", "load_runtime", "runtime_for"]

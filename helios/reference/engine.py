@@ -70,6 +70,7 @@ class ReferenceEngine:
             group.sort(key=lambda g: (g.packed_token_capacity, g.batch_capacity))
         # Speculation: each round of a decoding request runs the one-lane SPECULATIVE graph of the
         # selected width (None: plain decoding, also on a speculative core).
+        self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0}  # SPECULATIVE rounds so far
         self.speculative: LoadedGraph | None = None
         self._speculative_check: SpeculativeRound | None = None
         if speculative_width is not None:
@@ -225,6 +226,10 @@ class ReferenceEngine:
             limit = self._speculative_limit(request, emitted, consumed, len(pages), grammar_mask is not None)
             if limit:
                 (row,) = self.run_round(self.speculative.name, [lane(consumed, (pending,), 0, True, limit)])
+                counts = self.speculative_counts
+                counts["rounds"] += 1
+                counts["offered"] += row.offer - 1
+                counts["accepted"] += row.accepted_drafts
                 consumed += row.emitted  # the pending token and the accepted proposals
                 *accepted, pending = row.tokens()
                 for token in accepted:  # stops and the output limit hold inside an accepted run

@@ -114,6 +114,10 @@ class Completion:
     accepted_drafts: int = -1  # proposals accepted (a speculative graph's lanes; -1 elsewhere)
     sampled_ids: tuple[int, ...] = ()  # every emitted id in order (a speculative graph's lanes)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.sampled_ids, tuple):  # e.g. a row read back from JSON
+            object.__setattr__(self, "sampled_ids", tuple(self.sampled_ids))
+
     def tokens(self) -> tuple[int, ...]:
         """The ids this row emits, in order."""
         if self.sampled_ids:

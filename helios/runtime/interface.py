@@ -96,6 +96,9 @@ class RuntimeMetrics:
     prefix_lookups: int = 0
     reused_prompt_tokens: int = 0
     graph_launches: dict[str, int] = field(default_factory=dict)  # operation -> rounds submitted
+    speculative_rounds: int = 0  # SPECULATIVE rounds completed
+    offered_drafts: int = 0  # proposals offered for verification
+    accepted_drafts: int = 0  # proposals accepted
     snapshots_published: int = 0
     snapshots_evicted: int = 0
     capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity

@@ -93,6 +93,12 @@ class HeliosCollector(Collector):
         for operation, value in sorted(m.graph_launches.items()):
             launches.add_metric([operation], value)
         yield launches
+        # learned speculation
+        yield counter("helios_speculative_rounds", "SPECULATIVE rounds completed.", m.speculative_rounds)
+        yield counter("helios_speculative_offered_drafts", "Draft proposals offered for verification.",
+                      m.offered_drafts)
+        yield counter("helios_speculative_accepted_drafts", "Draft proposals accepted by verification.",
+                      m.accepted_drafts)
         # prefix reuse
         yield counter("helios_prefix_lookups", "Prefix-cache lookups at admission.", m.prefix_lookups)
         yield counter(
