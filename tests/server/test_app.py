@@ -424,14 +424,15 @@ def test_metrics_parse_and_carry_the_flare_metrics() -> None:
 
 
 @pytest.mark.slow
-def test_shutdown_drains_for_five_seconds_then_drops() -> None:
-    """A stream still generating at shutdown keeps the server up for the five-second drain, then its
-    connection is dropped and its request cancelled."""
+def test_shutdown_drains_for_five_seconds_then_ends_the_stream() -> None:
+    """A stream still generating at shutdown keeps the server up for the five-second drain, then it
+    ends with its terminal error event and its request is cancelled."""
     import uvicorn
 
     from helios.engine.sequential import SequentialRuntime
     from helios.frontend.preparation import Preparer
     from helios.server.app import create_app
+    from helios.server.serve import CONNECTION_CLOSE_S, SHUTDOWN_DRAIN_S, HeliosServer
     from helios.server.state import ServerState
     from tests.server.inprocess import free_port
 
@@ -442,8 +443,9 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
         runtime=runtime, preparer=Preparer(bootstrap, served_id=SERVED_ID, context_tokens=8192)
     )
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=5))  # fmt: skip
+    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
+                            timeout_graceful_shutdown=SHUTDOWN_DRAIN_S + CONNECTION_CLOSE_S)  # fmt: skip
+    server = HeliosServer(config, state)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started)
@@ -455,8 +457,10 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
         next(lines)
         began = time.monotonic()
         server.should_exit = True
+        rest = [line for line in lines if line.startswith("data: ")]
         thread.join(20)
         elapsed = time.monotonic() - began
     assert not thread.is_alive()
-    assert 4.5 <= elapsed <= 10, elapsed
+    assert 4.5 <= elapsed <= 6, elapsed
+    assert json.loads(rest[-1][6:])["error"]["code"] == "shutting_down"
     assert runtime.metrics().requests_finished["cancelled"] == 1 and engine.released == 1
