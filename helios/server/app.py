@@ -73,7 +73,9 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
             state.runtime.metrics, state.counters, lambda: state.admission.in_use, state.admission.capacity
         )
     )
-    document = openapi_document(served_id=state.preparer.served_id, context_tokens=state.preparer.context_tokens,
+    preparer = state.preparer
+    document = openapi_document(served_id=preparer.served_id, aliases=preparer.aliases,
+                                context_tokens=preparer.context_tokens, vocab_size=preparer.bootstrap.vocab_size,
                                 version=_version())  # fmt: skip
 
     @app.exception_handler(RequestValidationError)

@@ -43,7 +43,7 @@ def _sampling() -> dict[str, Any]:
     }
 
 
-def _stops() -> dict[str, Any]:
+def _stops(vocab: int) -> dict[str, Any]:
     return {
         "stop": {
             "description": "null, one non-empty string or up to four, totalling at most 4096 UTF-8 bytes; "
@@ -51,12 +51,20 @@ def _stops() -> dict[str, Any]:
             "anyOf": [_NULL, {"type": "string", "minLength": 1},
                       {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}}],
         },  # fmt: skip
-        "stop_token_ids": _nullable({"type": "array", "items": {"type": "integer", "minimum": 0}}),
+        "stop_token_ids": _nullable({"type": "array", "items": _token(vocab)}),
         "stop_token_sequences": _nullable({
             "type": "array", "maxItems": 16,
-            "items": {"type": "array", "minItems": 1, "maxItems": 64, "items": {"type": "integer", "minimum": 0}},
+            "items": {"type": "array", "minItems": 1, "maxItems": 64, "items": _token(vocab)},
         }),  # fmt: skip
     }
+
+
+def _token(vocab: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "maximum": vocab - 1}
+
+
+def _model(names: list[str]) -> dict[str, Any]:
+    return {"enum": names, "description": "the served id or an alias; absent: the served one"}
 
 
 def _stream() -> dict[str, Any]:
@@ -119,28 +127,28 @@ _TOOL_CALL = {
         },
     },
 }  # fmt: skip
+_CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]}
 _MESSAGE = {
-    "type": "object",
-    "required": ["role"],
     "description": "system, developer, user and tool messages need content; an assistant message may carry "
                    "tool_calls instead",
-    "properties": {
-        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}, _NULL]},
-        "name": {"type": "string"},
-        "tool_call_id": {"type": "string"},
-        "reasoning_content": {"type": "string"},
-        "tool_calls": {"type": "array", "items": _TOOL_CALL},
-    },
+    "oneOf": [
+        {"type": "object", "required": ["role", "content"],
+         "properties": {"role": {"enum": ["system", "developer", "user", "tool"]}, "content": _CONTENT,
+                        "name": {"type": "string"}, "tool_call_id": {"type": "string"}}},
+        {"type": "object", "required": ["role"],
+         "properties": {"role": {"const": "assistant"}, "content": {"anyOf": [_CONTENT, _NULL]},
+                        "name": {"type": "string"}, "reasoning_content": {"type": "string"},
+                        "tool_calls": {"type": "array", "items": _TOOL_CALL}}},
+    ],
 }  # fmt: skip
 
 
-def chat_request_schema(context_tokens: int) -> dict[str, Any]:
+def chat_request_schema(context_tokens: int, names: list[str], vocab: int) -> dict[str, Any]:
     return {
         "type": "object",
         "required": ["messages"],
         "properties": {
-            "model": {"type": "string", "description": "the served id or an alias; absent: the served one"},
+            "model": _model(names),
             "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
             "tools": _nullable({"type": "array", "items": _TOOL}),
             "tool_choice": {
@@ -159,7 +167,7 @@ def chat_request_schema(context_tokens: int) -> dict[str, Any]:
             "max_tokens": _max_tokens(context_tokens),
             "max_completion_tokens": _max_tokens(context_tokens),
             **_sampling(),
-            **_stops(),
+            **_stops(vocab),
             **_stream(),
             "return_token_ids": _flag("prompt_token_ids and choices[0].token_ids in the response"),
             "return_token_timestamps": _flag("token_timestamps_ns; requires return_token_ids"),
@@ -169,20 +177,20 @@ def chat_request_schema(context_tokens: int) -> dict[str, Any]:
     }
 
 
-def completion_request_schema(context_tokens: int) -> dict[str, Any]:
-    ids = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
+def completion_request_schema(context_tokens: int, names: list[str], vocab: int) -> dict[str, Any]:
+    ids = {"type": "array", "minItems": 1, "items": _token(vocab)}
     return {
         "type": "object",
         "required": ["prompt"],
         "properties": {
-            "model": {"type": "string"},
+            "model": _model(names),
             "prompt": {"anyOf": [{"type": "string", "minLength": 1}, ids,
                                  {"type": "array", "minItems": 1, "maxItems": 1,
                                   "items": {"anyOf": [{"type": "string", "minLength": 1}, ids]}}],
                        "description": "one prompt: text, or token ids inside the input vocabulary"},  # fmt: skip
             "max_tokens": _max_tokens(context_tokens),
             **_sampling(),
-            **_stops(),
+            **_stops(vocab),
             **_stream(),
             "echo": {"enum": [False, None]},
             "best_of": _nullable({"type": "integer", "enum": [1]}),
@@ -216,7 +224,9 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return {str(s): {"description": meaning[s], "content": error} for s in statuses}
 
 
-def openapi_document(*, served_id: str, context_tokens: int, version: str) -> dict[str, Any]:
+def openapi_document(*, served_id: str, aliases: tuple[str, ...] = (), context_tokens: int, vocab_size: int,
+                     version: str) -> dict[str, Any]:  # fmt: skip
+    names = [served_id, *aliases]
     posted = (400, 401, 403, 413, 415, 429, 500, 503)
 
     def post(summary: str, schema: str) -> dict[str, Any]:
@@ -240,8 +250,9 @@ def openapi_document(*, served_id: str, context_tokens: int, version: str) -> di
         "info": {"title": "Helios", "version": version,
                  "description": f"OpenAI-compatible API serving {served_id!r} (context {context_tokens} tokens)"},
         "components": {
-            "schemas": {"ChatCompletionRequest": chat_request_schema(context_tokens),
-                        "CompletionRequest": completion_request_schema(context_tokens), "Error": _ERROR},
+            "schemas": {"ChatCompletionRequest": chat_request_schema(context_tokens, names, vocab_size),
+                        "CompletionRequest": completion_request_schema(context_tokens, names, vocab_size),
+                        "Error": _ERROR},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },  # fmt: skip
         "paths": {
