@@ -6,6 +6,8 @@ STAMP := $(VENV)/.helios-installed
 # The CPU build of torch that lies on these machines' disk; override on other machines.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
+# make demo PORT=8080 serves the demo on another port of 127.0.0.1
+PORT ?= 8000
 
 .PHONY: setup test lint demo proto proto-check clean
 
@@ -24,7 +26,7 @@ test: setup lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q
 
 demo: setup
-	$(PY) -m helios.demo
+	$(PY) -m helios.demo --port $(PORT)
 
 proto: setup
 	$(PY) -m helios.proto.generate

@@ -3,6 +3,10 @@
 Each module in COMMAND_MODULES exposes `register(subparsers)`, which adds its subcommands and sets
 `func` on each; `func(args) -> int` is the exit status. Modules import heavy dependencies inside
 their handlers, so `helios --help` stays fast and torch-free.
+
+Every failure is one line on standard error, `helios COMMAND: FILE: ErrorClass: cause` (FILE: the
+file the error concerns, else the command's input), never a traceback, and the exit status is one
+of EXIT_CODES (the README lists them).
 """
 
 from __future__ import annotations
@@ -12,6 +16,17 @@ import importlib
 import sys
 
 from helios.errors import HeliosError
+
+EXIT_CODES = {
+    0: "success",
+    1: "the command ran and found a failure (contract violations, a conformance divergence, a runtime "
+       "that refused the core at load, a server that cannot listen)",
+    2: "usage: invalid options or arguments, an input file that cannot be read or is not supported",
+    3: "verification: the core failed verification (signature, trust, namespace, format, resources)",
+    4: "conformance incomplete: a mechanism the core supports was not reached",
+    130: "interrupted (Ctrl-C)",
+}
+INPUT_ARGUMENTS = ("core", "file", "checkpoint")  # the attribute naming a command's input file, if any
 
 COMMAND_MODULES = (
     "helios.cli.contract",
@@ -53,14 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HeliosError as error:
-        print(f"helios {args.command}: {error}", file=sys.stderr)
+        print(_line(args, None, error, str(error)), file=sys.stderr)
         return error.exit_code
     except OSError as error:
-        print(f"helios {args.command}: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
+        print(_line(args, error.filename, error, error.strerror or str(error)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"helios {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _line(args: argparse.Namespace, filename: object, error: BaseException, cause: str) -> str:
+    """`helios COMMAND: FILE: ErrorClass: cause`, one line (FILE left out when the message starts
+    with it already, or when the command has no input file)."""
+    subject = filename if filename is not None else next(
+        (getattr(args, name) for name in INPUT_ARGUMENTS if isinstance(getattr(args, name, None), str)), None)  # fmt: skip
+    cause = " ".join(cause.split())  # one line
+    prefix = f"{subject}: " if subject is not None and not cause.startswith((str(subject), repr(str(subject)))) else ""
+    return f"helios {args.command}: {prefix}{type(error).__name__}: {cause}"
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from helios.frontend.preparation import Preparer
 from helios.runtime.interface import ModelRuntime
 from helios.runtime.limits import resolve_limits
 from helios.runtime.options import ExecutorWrapper, RuntimeOptions
+from helios.server.guard import DEFAULT_MAX_REQUEST_BYTES, GuardPolicy
 from helios.server.state import ServerState
 
 RUNTIMES = ("reference", "production")
@@ -28,6 +29,10 @@ RUNTIMES = ("reference", "production")
 
 class RuntimeUnavailable(HeliosError):
     """The selected runtime cannot serve on this machine or in this build."""
+
+
+class ApiKeyUnavailable(HeliosError):
+    """The API key option is contradictory, or its key file cannot be read or holds no key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,11 @@ class ServeOptions:
     gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
     speculative_width: int | None = None  # a speculative core: the width decoding uses (None: the widest)
     speculation: bool = True  # False: plain decoding on a speculative core
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # a POST body past this is refused (413)
+    api_key: str | None = None  # bearer token required on every endpoint but /health
+    api_key_file: Path | None = None  # the same, read from the first line of a file
+    allowed_hosts: tuple[str, ...] = ()  # Host header names answered (empty: the bound address's default)
+    public_metrics: bool = False  # /metrics without the API key
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -59,12 +69,30 @@ class ServeOptions:
                 raise RuntimeUnavailable(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
         if not 0 <= self.port < 65536:
             raise RuntimeUnavailable(f"--port must lie in [0, 65535], got {self.port}")
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ApiKeyUnavailable("give --api-key or --api-key-file, not both")
+
+    def policy(self) -> GuardPolicy:
+        """The request guard's policy (the API key read from its file here)."""
+        key = self.api_key
+        if self.api_key_file is not None:
+            try:
+                lines = self.api_key_file.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as error:
+                cause = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+                raise ApiKeyUnavailable(f"{self.api_key_file}: cannot read the API key file: {cause}") from None
+            key = lines[0].strip() if lines else ""
+            if not key:
+                raise ApiKeyUnavailable(f"{self.api_key_file}: the API key file's first line is empty")
+        return GuardPolicy.for_address(self.host, allowed_hosts=self.allowed_hosts, api_key=key,
+                                       max_request_bytes=self.max_request_bytes, public_metrics=self.public_metrics)  # fmt: skip
 
 
 def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
     """Open the core and build everything the app serves. Returns the state and the open core."""
     from helios.core import open_core
 
+    policy = options.policy()  # a bad key file fails before the core is opened
     core = open_core(options.core, trusted_keys=list(options.trust), accept=options.accept)
     contract = core.contract
     bootstrap = Bootstrap.from_core(core)
@@ -91,7 +119,8 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         speculative_width=options.speculative_width,
         speculation=options.speculation,
     )
-    return ServerState(runtime=load_runtime(core, options.runtime, runtime_options), preparer=preparer), core
+    runtime = load_runtime(core, options.runtime, runtime_options)
+    return ServerState(runtime=runtime, preparer=preparer, policy=policy), core
 
 
 def load_runtime(core: CoreSource, runtime: str, options: RuntimeOptions) -> ModelRuntime:

@@ -26,6 +26,7 @@ def register(subparsers) -> None:
         epilog="example:\n  helios keys new --out publisher.key\n  helios core pack --key publisher.key ...",
     )
     new.add_argument("--out", required=True, metavar="KEY", help="private key file to create (KEY.pub is created too)")
+    new.add_argument("--force", action="store_true", help="replace KEY and KEY.pub if they exist (default: refuse)")
     new.set_defaults(func=_keys_new)
     protection = keys_sub.add_parser(
         "protection", help="a new AES-256 key for index-v4 cores",
@@ -34,6 +35,7 @@ def register(subparsers) -> None:
         "file in HELIOS_PROTECTION_KEY_FILE.",
     )
     protection.add_argument("--out", required=True, metavar="FILE", help="key file to create")
+    protection.add_argument("--force", action="store_true", help="replace FILE if it exists (default: refuse)")
     protection.set_defaults(func=_keys_protection)
 
     core = subparsers.add_parser(
@@ -144,7 +146,7 @@ def _trust_arguments(parser) -> None:
 def _keys_new(args) -> int:
     from helios.core import generate_keypair
 
-    generate_keypair(args.out)
+    generate_keypair(args.out, overwrite=args.force)
     print(f"wrote {args.out} (private, keep it secret) and {args.out}.pub (give to verifiers)")
     return 0
 
@@ -152,7 +154,7 @@ def _keys_new(args) -> int:
 def _keys_protection(args) -> int:
     from helios.core import generate_protection_key
 
-    generate_protection_key(args.out)
+    generate_protection_key(args.out, overwrite=args.force)
     print(f"wrote {args.out} (AES-256 protection key, keep it secret)")
     return 0
 

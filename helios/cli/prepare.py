@@ -96,9 +96,12 @@ class _ProgressBar:
 
 
 def _prepare(args) -> int:
+    from helios.core.envelope import check_namespace
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
     from helios.ignition.seal import seal
     from helios.proto import core_pb2
+
+    check_namespace(args.publisher)  # before the preparation, not at sealing
 
     options = PreparationOptions(dtype=args.dtype, served_id=args.served_id, page_tokens=args.page_tokens,
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from helios.server.guard import DEFAULT_MAX_REQUEST_BYTES
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -19,7 +21,12 @@ def register(subparsers) -> None:
             "GET /metrics (Prometheus). The core is verified against --trust and --accept before anything\n"
             "runs. Admission: at most queue_capacity + max_active requests are held (429 past that);\n"
             "limits not given here come from the core's defaults. One log line per request.\n"
-            "Stop with Ctrl-C: open connections get five seconds to drain."
+            "Security: bound to loopback, only Host headers naming the bound address or localhost are\n"
+            "answered (--allowed-host adds names); --api-key or --api-key-file requires\n"
+            "`Authorization: Bearer KEY` on every endpoint but /health; POST bodies must be\n"
+            "application/json of at most --max-request-bytes.\n"
+            "Stop with SIGTERM or Ctrl-C: admission stops at once, running requests get five seconds,\n"
+            "then every open response ends with its error event; the process exits 0."
         ),
         epilog=(
             "example:\n"
@@ -56,6 +63,17 @@ def register(subparsers) -> None:
                              "(default: the widest captured)")  # fmt: skip
     parser.add_argument("--no-speculation", action="store_true",
                         help="on a core prepared with --draft: decode plainly, one token a round")  # fmt: skip
+    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
+                        help=f"largest POST body accepted; larger ones get 413 before they are read "
+                             f"(default: {DEFAULT_MAX_REQUEST_BYTES})")  # fmt: skip
+    parser.add_argument("--api-key", metavar="KEY",
+                        help="require `Authorization: Bearer KEY` on every endpoint but /health "
+                             "(visible to other local users in the process list: prefer --api-key-file)")  # fmt: skip
+    parser.add_argument("--api-key-file", metavar="FILE", help="the API key, read from the first line of FILE")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="a Host header name to answer (repeatable); default: the bound address and "
+                             "localhost when bound to loopback, any name otherwise")  # fmt: skip
+    parser.add_argument("--public-metrics", action="store_true", help="serve /metrics without the API key")
     parser.set_defaults(func=_serve)
 
 
@@ -79,6 +97,11 @@ def _serve(args) -> int:
         frontend_workers=args.frontend_workers,
         trace=None if args.trace is None else Path(args.trace),
         gpu_memory_fraction=args.gpu_memory_fraction,
+        max_request_bytes=args.max_request_bytes,
+        api_key=args.api_key,
+        api_key_file=None if args.api_key_file is None else Path(args.api_key_file),
+        allowed_hosts=tuple(args.allowed_host),
+        public_metrics=args.public_metrics,
     )
     state, core = load_state(options)
     serve(state, host=options.host, port=options.port, runtime=options.runtime, on_shutdown=core.close)

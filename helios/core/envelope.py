@@ -20,6 +20,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from helios.core.chunks import CHUNK_NBYTES, chunk_count
 from helios.core.errors import (
     EnvelopeInvalid,
+    NamespaceInvalid,
     NamespaceNotAccepted,
     SignatureInvalid,
     UnsupportedFormatVersion,
@@ -140,10 +141,18 @@ def parse_signed(body: core_pb2.CoreBody, *, strict: bool = True) -> SignedConte
     return content
 
 
+def check_namespace(namespace: str) -> None:
+    """A publisher namespace is non-empty and printable (`str.isprintable`: no control characters)."""
+    if not namespace:
+        raise NamespaceInvalid("the signed publisher namespace is empty")
+    bad = next((c for c in namespace if not c.isprintable()), None)
+    if bad is not None:
+        raise NamespaceInvalid(f"the publisher namespace {namespace!r} holds the unprintable character U+{ord(bad):04X}")
+
+
 def check_content(content: SignedContent) -> None:
     """The rules every signed envelope or index obeys (a writer checks them too)."""
-    if not content.publisher:
-        raise EnvelopeInvalid("the signed publisher namespace is empty")
+    check_namespace(content.publisher)
     protected = content.format == "index-v4"
     if protected:
         if not 1 <= content.encrypted_chunk_nbytes <= MAX_ENCRYPTED_CHUNK_NBYTES:

@@ -34,6 +34,11 @@ class NamespaceNotAccepted(CoreFormatError):
     """The acceptance string differs from the signed publisher namespace."""
 
 
+class NamespaceInvalid(CoreFormatError):
+    """A publisher namespace is empty or holds a character that is not printable (a control
+    character, a line or paragraph separator): what a verifier reads and accepts must be visible."""
+
+
 # --- file layout --------------------------------------------------------------------------------
 
 

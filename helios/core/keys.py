@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from helios.core.errors import KeyFileInvalid, ProtectionKeyMissing
+from helios.errors import HeliosError
 
 PROTECTION_KEY_ENV = "HELIOS_PROTECTION_KEY_FILE"
 PROTECTION_KEY_NBYTES = 32
@@ -30,8 +31,19 @@ TrustInput = Ed25519PublicKey | bytes | str | os.PathLike
 """A trusted key: a public key object, its 32 raw bytes, or a key file / trust directory path."""
 
 
-def generate_keypair(path: str | os.PathLike) -> None:
-    """Writes a new Ed25519 private key (PEM, mode 0600) at `path` and its public key at `path.pub`."""
+class KeyFileExists(HeliosError):
+    """A key file to create already exists: a signing key is never overwritten silently."""
+
+
+def _refuse_existing(*paths: str) -> None:
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing:
+        raise KeyFileExists(f"{existing[0]} already exists; keys are never overwritten (pass --force to replace it)")
+
+
+def generate_keypair(path: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Writes a new Ed25519 private key (PEM, mode 0600) at `path` and its public key at `path.pub`;
+    refuses (`KeyFileExists`) when either exists, unless `overwrite`."""
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -40,7 +52,10 @@ def generate_keypair(path: str | os.PathLike) -> None:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     path = os.fspath(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    if not overwrite:
+        _refuse_existing(path, path + ".pub")
+    # NOTE: O_EXCL closes the race between the check and the write
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL), 0o600)
     with os.fdopen(fd, "wb") as file:
         file.write(private_pem)
     Path(path + ".pub").write_bytes(public_pem)
@@ -108,9 +123,12 @@ def load_trusted_keys(trusted: TrustInput | Iterable[TrustInput]) -> dict[bytes,
 # --- protection keys (ProtectedIndex version 4) -----------------------------------------------
 
 
-def generate_protection_key(path: str | os.PathLike) -> None:
-    """Writes a new AES-256 protection key as 64 hexadecimal digits and a newline (mode 0600)."""
-    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def generate_protection_key(path: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Writes a new AES-256 protection key as 64 hexadecimal digits and a newline (mode 0600);
+    refuses (`KeyFileExists`) when the file exists, unless `overwrite`."""
+    if not overwrite:
+        _refuse_existing(os.fspath(path))
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL), 0o600)
     with os.fdopen(fd, "wb") as file:
         file.write(os.urandom(PROTECTION_KEY_NBYTES).hex().encode() + b"\n")
 

@@ -29,6 +29,7 @@ from helios.core.chunks import CHUNK_NBYTES, StoredBytes, VerifiedReader
 from helios.core.envelope import SignedContent, authorize, parse_signed, verify_signature
 from helios.core.errors import (
     BufferSizeMismatch,
+    CoreFileUnavailable,
     ProtectionKeyMismatch,
     ResourceNotFound,
     SiblingFileInvalid,
@@ -319,7 +320,10 @@ def open_core(
     trusted = load_trusted_keys(trusted_keys)
     if not trusted:
         raise UntrustedKey(f"no trusted public key was given to verify {path!r}")
-    fds: dict[str, int] = {"": os.open(path, os.O_RDONLY)}
+    try:
+        fds: dict[str, int] = {"": os.open(path, os.O_RDONLY)}
+    except OSError as error:  # the same exit (3) in every command that reads a core
+        raise CoreFileUnavailable(f"{path}: cannot read: {error.strerror}") from None
     try:
         container = read_container(fds[""])
         verify_signature(container.body, trusted)

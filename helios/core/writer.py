@@ -23,6 +23,7 @@ from helios.core.envelope import (
     ZSTD_INDEX_VERSION,
     SignedContent,
     check_content,
+    check_namespace,
     sign,
 )
 from helios.core.errors import EnvelopeInvalid, FormatNotWritable
@@ -88,6 +89,7 @@ def write_core(
     """
     if format not in FORMATS:
         raise FormatNotWritable(f"format {format!r} is not one of {', '.join(FORMATS)}")
+    check_namespace(publisher)  # before any resource is encoded
     key = resolve_protection_key(protection_key, f"format {format!r}") if format == "index-v4" else None
 
     def encoded() -> Iterator[StoredResource]:

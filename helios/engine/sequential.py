@@ -4,8 +4,9 @@
 Owns: `TokenEngine` (the engine seam: `generate(request) -> Iterator[int]`, EOS included; closing
 the iterator cancels and releases its resources) and `SequentialRuntime`.
 
-One worker thread owns the engine. Each loop it moves submitted requests into the pending deque
-(at most `queue_capacity`), starts pending requests while fewer than `max_active` generate, then
+One worker thread owns the engine. Each loop it moves submitted requests from the ingress channel
+into the pending deque (each holds at most `queue_capacity`; a full channel makes the server's
+submitters wait, never refuses them), starts pending requests while fewer than `max_active` generate, then
 runs one round: one token from every active request, in admission order. After each token it
 
     checks the id lies in the vocabulary -> reads the observation clock (timed requests only)
@@ -136,12 +137,10 @@ class SequentialRuntime(ThreadedModelRuntime):
             )
         if any(t >= self._input_vocab_size for t in generation.prompt_token_ids):
             return f"a prompt token is outside the input vocabulary of {self._input_vocab_size}"
-        with self._lock:
-            if self._status != "ok":
-                return f"the model worker is {self._status}"
-            if len(self._ingress) + len(self._pending) >= max(self.limits.queue_capacity, 1):
-                return f"the pending admission deque is full ({self.limits.queue_capacity} requests)"
         return None
+
+    def _ingress_full(self) -> bool:
+        return len(self._ingress) >= max(self.limits.queue_capacity, 1)
 
     def _count_rejection(self) -> None:
         with self._lock:
@@ -217,8 +216,7 @@ class SequentialRuntime(ThreadedModelRuntime):
                 while self._status == "ok" and not (self._ingress or self._pending or self._active):
                     self._lock.wait()
                 stopping = self._status != "ok"
-                while self._ingress:
-                    self._pending.append(self._ingress.popleft())
+                self._take_ingress()
                 for entry in [e for e in self._pending if e.cancelled]:
                     self._pending.remove(entry)
                     self._finish(entry, Termination.CANCELLED)
@@ -226,11 +224,23 @@ class SequentialRuntime(ThreadedModelRuntime):
                     entry = self._pending.popleft()
                     if not self._start(entry):
                         break
+                self._take_ingress()  # into the room the started requests left
                 cohort = list(self._active)
             if stopping and not cohort:
                 return
             for entry in cohort:
                 self._round(entry)
+
+    def _take_ingress(self) -> None:
+        """Under the lock: move submitted requests into the pending deque while it has room (each
+        holds at most `queue_capacity`), and wake submitters waiting for ingress room."""
+        capacity = max(self.limits.queue_capacity, 1)
+        moved = False
+        while self._ingress and len(self._pending) < capacity:
+            self._pending.append(self._ingress.popleft())
+            moved = True
+        if moved:
+            self._ingress_drained()
 
     def _start(self, entry: _Active) -> bool:
         """Give a pending request a slot and start its generation (under the lock). An engine

@@ -19,8 +19,9 @@ reporting; what happens to each retired token is `TokenDelivery`'s (delivery.py)
 `BatchingRuntime`. The scheduler's outstanding plans are the one queue of rounds in flight. A request
 with string stops (`host_stop`) or a grammar holds the scheduler to one outstanding round, so its next
 round is submitted only after its stop check. The ingress channel and the scheduler's pending deque
-each hold at most `queue_capacity` requests; a request outside the prepared capacities, or arriving
-at a full ingress channel, gets a `Rejected` event (HTTP 503). Temporary page shortages never
+each hold at most `queue_capacity` requests (the server waits for ingress room before it submits, so
+an admitted request is never refused for queue space); a request outside the prepared capacities
+gets a `Rejected` event (HTTP 503). Temporary page shortages never
 reject: the scheduler waits, evicts and preempts.
 """
 
@@ -112,15 +113,10 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     # ------------------------------------------------------------------------------------ submission
 
     def _admission_check(self, request: PreparedRequest) -> str | None:
-        reason = self._scheduler.admission_check(self._scheduler_request(request))
-        if reason is not None:
-            return reason
-        with self._lock:
-            if self._status != "ok":
-                return f"the model worker is {self._status}"
-            if len(self._ingress) >= max(self.limits.queue_capacity, 1):
-                return f"the ingress channel is full ({self.limits.queue_capacity} requests)"
-        return None
+        return self._scheduler.admission_check(self._scheduler_request(request))
+
+    def _ingress_full(self) -> bool:
+        return len(self._ingress) >= max(self.limits.queue_capacity, 1)
 
     def _count_rejection(self) -> None:
         with self._lock:
@@ -135,7 +131,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             if self._status != "ok":  # stopped since the admission check: no worker would ever take it
                 self._submitted += 1
                 self._rejected += 1
-                stream.put_nowait(Rejected(f"the model worker is {self._status}"))
+                stream.put_nowait(Rejected(f"the model worker is {self._status}", temporary=True))
                 return
             entry = RequestProgress(request, stream, self._scheduler.config.eos_ids)
             self._entries[request.request_id] = entry
@@ -201,9 +197,11 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             if self._status != "ok":
                 self._cancels.update(self._entries)
             self._apply_cancellations()
-            while self._ingress and scheduler.pending < scheduler.config.queue_capacity:
-                entry = self._ingress.popleft()
-                scheduler.add(self._scheduler_request(entry.request))
+            if self._ingress and scheduler.pending < scheduler.config.queue_capacity:
+                while self._ingress and scheduler.pending < scheduler.config.queue_capacity:
+                    entry = self._ingress.popleft()
+                    scheduler.add(self._scheduler_request(entry.request))
+                self._ingress_drained()  # submitters waiting for ingress room check again
             if self._status != "ok" and scheduler.idle and not self._ingress:
                 return False
             submitted = []

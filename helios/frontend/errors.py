@@ -44,3 +44,35 @@ class IncompatibleOptions(RequestFieldError):
 
 class PromptTooLong(RequestFieldError):
     """The rendered prompt alone does not fit the served context."""
+
+
+class InvalidJSON(RequestFieldError):
+    """The request body is not a JSON document (bad syntax or bytes that are not UTF-8)."""
+
+
+class NestingTooDeep(RequestFieldError):
+    """The request body nests arrays and objects deeper than the server reads."""
+
+
+class InvalidText(RequestFieldError):
+    """A string holds a lone surrogate: it is not Unicode text and cannot be encoded."""
+
+
+class NonFiniteNumber(RequestFieldError):
+    """A number is NaN or infinite (JSON has neither; Python's decoder accepts them)."""
+
+
+class InvalidToolSchema(RequestFieldError):
+    """A tool's `parameters` schema has a part of the wrong shape; `param` is its path."""
+
+
+class OutsideCapacity(HeliosError):
+    """A request that can never fit the prepared capacities (prompt plus `max_tokens` past the served
+    context): the specification's admission failure, HTTP 503 without `Retry-After` (it is permanent).
+    `param` names the field, `limit` the largest value that fits, `value` the request's."""
+
+    def __init__(self, param: str, message: str, *, limit: int, value: int) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.limit = limit
+        self.value = value

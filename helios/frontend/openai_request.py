@@ -10,6 +10,7 @@ and string stops cannot be combined with token stops or structured output.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from helios.frontend.errors import (
     IncompatibleOptions,
     InvalidFieldType,
     InvalidFieldValue,
+    InvalidToolSchema,
     MissingField,
     RequestFieldError,
 )
@@ -32,7 +34,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite JSON number (NaN and the infinities, which Python's decoder accepts, are not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _optional_bool(body: Mapping[str, Any], name: str, param: str | None = None) -> bool:
@@ -219,8 +222,10 @@ def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
             # NOTE: clients send arguments as JSON text; templates iterate them as a mapping
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise InvalidFieldValue(f"{where}.function.arguments", "is not valid JSON") from None
+        if not isinstance(arguments, Mapping):
+            raise InvalidFieldType(f"{where}.function.arguments", "must be a JSON object (or its JSON text)")
         normalized.append(
             {
                 "id": call.get("id"),
@@ -281,11 +286,43 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...]:
             or not function["name"]
         ):
             raise InvalidFieldValue(f"{param}.function.name", "must be a non-empty string")
-        parameters = function.get("parameters")
-        if parameters is not None and not isinstance(parameters, Mapping):
-            raise InvalidFieldType(f"{param}.function.parameters", "must be a JSON schema object")
+        if function.get("description") is not None and not isinstance(function["description"], str):
+            raise InvalidFieldType(f"{param}.function.description", "must be a string")
+        _check_parameters(function.get("parameters"), f"{param}.function.parameters")
         tools.append(json.loads(json.dumps(tool)))
     return tuple(tools)
+
+
+def _check_parameters(parameters: Any, param: str) -> None:
+    """The parts of a function's parameter schema that tool parsing and the structured-output grammar
+    read: an object schema whose `properties` map names to schemas and whose `required` lists names.
+    (The rest of the schema is llguidance's to compile; a schema it cannot compile is a 400 too.)"""
+    if parameters is None:
+        return
+    if not isinstance(parameters, Mapping):
+        raise InvalidToolSchema(param, "must be a JSON schema object")
+    if parameters.get("type") not in (None, "object"):
+        raise InvalidToolSchema(f"{param}.type", f'must be "object", got {json.dumps(parameters["type"])}')
+    properties = parameters.get("properties")
+    if properties is not None:
+        if not isinstance(properties, Mapping):
+            raise InvalidToolSchema(f"{param}.properties", "must be an object mapping parameter names to schemas")
+        for name, schema in properties.items():
+            where = f"{param}.properties.{name}"
+            if not isinstance(schema, Mapping | bool):
+                raise InvalidToolSchema(where, "must be a JSON schema (an object or a boolean)")
+            kind = schema.get("type") if isinstance(schema, Mapping) else None
+            if kind is not None and not (
+                isinstance(kind, str) or (isinstance(kind, list) and kind and all(isinstance(k, str) for k in kind))
+            ):
+                raise InvalidToolSchema(f"{where}.type", "must be a type name or an array of type names")
+    required = parameters.get("required")
+    if required is not None:
+        if not isinstance(required, list):
+            raise InvalidToolSchema(f"{param}.required", "must be an array of parameter names")
+        for index, name in enumerate(required):
+            if not isinstance(name, str):
+                raise InvalidToolSchema(f"{param}.required.{index}", f"must be a parameter name, got {json.dumps(name)}")
 
 
 def _tool_choice(body: Mapping[str, Any], tools: Sequence[Any]) -> bool:

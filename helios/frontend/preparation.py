@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from helios.frontend.bootstrap import Bootstrap
-from helios.frontend.errors import InvalidFieldValue, PromptTooLong, UnknownModel
+from helios.frontend.errors import InvalidFieldValue, OutsideCapacity, PromptTooLong, UnknownModel
 from helios.frontend.openai_request import ChatRequest, CompletionRequest, SamplingOptions
 from helios.frontend.pipeline import OutputPipeline
 from helios.frontend.stops import OutputFilter, StopSpec
@@ -28,7 +28,7 @@ from helios.frontend.structured import (
 )
 from helios.frontend.syntaxes.recipient import FrameState, initial_frame_state
 from helios.runtime.interface import PreparedRequest
-from helios.runtime.request import GenerationRequest, InvalidRequest, SamplingParams
+from helios.runtime.request import GenerationRequest, SamplingParams
 
 _SAMPLING_FIELDS = (
     "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
@@ -141,8 +141,9 @@ class Preparer:
         else:
             prompt_ids = request.prompt
             vocab = self.bootstrap.vocab_size
-            if any(t >= vocab for t in prompt_ids):
-                raise InvalidRequest(f"prompt: token ids must lie in [0, {vocab})")
+            for index, token in enumerate(prompt_ids):
+                if token >= vocab:
+                    raise InvalidFieldValue(f"prompt.{index}", f"token id {token} is outside the vocabulary [0, {vocab})")
         runtime_request = self._runtime_request(
             request_id,
             prompt_ids,
@@ -181,12 +182,16 @@ class Preparer:
                 f"the prompt is {len(prompt_ids)} tokens; the served context holds {self.context_tokens}",
             )
         if max_tokens is None:
-            # NOTE: an explicit max_tokens beyond the room is left to scheduler admission (503);
-            # the default never exceeds it.
             defaults = self.bootstrap.defaults
             max_tokens = (
                 min(defaults.max_output_tokens, room) if defaults.HasField("max_output_tokens") else room
             )
+        elif max_tokens > room:
+            # NOTE: outside the prepared capacities: the specification's admission failure (503), not
+            # a 400; it is permanent, so the response names the field and the limit, and no retry.
+            raise OutsideCapacity(
+                "max_tokens", f"{max_tokens} exceeds the {room} tokens the served context of {self.context_tokens} "
+                f"leaves after the {len(prompt_ids)}-token prompt", limit=room, value=max_tokens)  # fmt: skip
         stops.check_vocabulary(self.bootstrap.vocab_size)
         generation = GenerationRequest(
             prompt_token_ids=prompt_ids,

@@ -50,9 +50,13 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """Scheduler admission rejection: HTTP 503 for non-stream requests (or an SSE error event)."""
+    """Scheduler admission rejection: HTTP 503 for non-stream requests (or an SSE error event).
+    `temporary`: the same request may succeed later (the worker is stopping, or a submitter that did
+    not wait for ingress room found it full), so the 503 carries `Retry-After`; otherwise the
+    request can never fit the prepared capacities."""
 
     reason: str
+    temporary: bool = False
 
 
 Event = TokenEvent | Finished | Failed | Rejected

@@ -112,6 +112,11 @@ def _put_batch(batch: list[tuple[EventStream, Event]]) -> None:
         stream.put_nowait(event)
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class EventStream:
     """The events of one submitted request, read asynchronously. The queue grows as events arrive
     (never allocated at the request's full event budget), so a paused reader loses nothing and
@@ -202,7 +207,10 @@ class ModelRuntime(abc.ABC):
     """Submit prepared requests, read their events, cancel them; report health and metrics.
 
     `submit` is called on the event loop; it never blocks. A request the scheduler cannot admit
-    (outside prepared capacities, or no room in the ingress channel) gets a `Rejected` event."""
+    (outside prepared capacities) gets a `Rejected` event; so does one that finds the worker stopping
+    or the ingress channel full (`Rejected.temporary`). The ingress channel is bounded the way a
+    channel's sender waits: a submitter that first awaits `wait_for_ingress` (the server does) and
+    then submits without yielding is never refused for queue space."""
 
     def __init__(self, limits: AdmissionLimits) -> None:
         self.limits = limits
@@ -221,16 +229,25 @@ class ModelRuntime(abc.ABC):
         if request.observe_timestamps:
             stream.enqueue_ns = self.clock.now_ns()
         reason = self._admission_check(request)
+        temporary = reason is None and (reason := self._refusal_now()) is not None
         if reason is not None:
             self._count_rejection()
-            stream.put_nowait(Rejected(reason))
+            stream.put_nowait(Rejected(reason, temporary=temporary))
             return stream
         self._enqueue(request, stream)
         return stream
 
+    async def wait_for_ingress(self) -> None:  # noqa: B027 (a runtime without a bounded channel never waits)
+        """Wait on the event loop until the ingress channel has room (or the worker stops)."""
+
+    def _refusal_now(self) -> str | None:
+        """Why no request can be taken right now (the worker is stopping, the ingress channel is
+        full), or None: a temporary refusal."""
+        return None
+
     @abc.abstractmethod
     def _admission_check(self, request: PreparedRequest) -> str | None:
-        """Why the scheduler rejects this request, or None."""
+        """Why the scheduler can never admit this request, or None."""
 
     @abc.abstractmethod
     def _count_rejection(self) -> None: ...
@@ -264,6 +281,7 @@ class ThreadedModelRuntime(ModelRuntime):
         self._lock = threading.Condition()
         self._status = "starting"  # starting -> ok -> stopping -> stopped
         self._thread: threading.Thread | None = None
+        self._ingress_waiters: list[asyncio.Future[None]] = []  # submitters waiting for ingress room
 
     def start(self) -> None:
         if self._thread is not None:
@@ -279,6 +297,7 @@ class ThreadedModelRuntime(ModelRuntime):
                 return
             self._status = "stopping"
             self._stopping()
+            self._ingress_drained()
             self._lock.notify_all()
         if self._thread is not None:
             self._thread.join()
@@ -286,6 +305,38 @@ class ThreadedModelRuntime(ModelRuntime):
 
     def _stopping(self) -> None:
         """Called under the lock as shutdown begins (e.g. to cancel every known request)."""
+
+    def _ingress_full(self) -> bool:
+        """Under the lock: the ingress channel holds `queue_capacity` requests."""
+        return False
+
+    def _refusal_now(self) -> str | None:
+        with self._lock:
+            if self._status != "ok":
+                return f"the model worker is {self._status}"
+            if self._ingress_full():
+                return f"the ingress channel is full ({self.limits.queue_capacity} requests)"
+        return None
+
+    async def wait_for_ingress(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._lock:
+                if self._status != "ok" or not self._ingress_full():
+                    return
+                waiter = loop.create_future()
+                self._ingress_waiters.append(waiter)
+            await waiter
+
+    def _ingress_drained(self) -> None:
+        """Under the lock, by the worker after it took requests from the ingress channel (and at
+        shutdown): wake every submitter waiting for room; each checks again."""
+        waiters, self._ingress_waiters = self._ingress_waiters, []
+        for waiter in waiters:
+            try:
+                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            except RuntimeError:  # the waiter's loop has closed: nobody is waiting any more
+                pass
 
     def health(self) -> Health:
         alive = self._thread is not None and self._thread.is_alive()

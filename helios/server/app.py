@@ -1,11 +1,14 @@
 """The FastAPI app (host side): routes, HTTP admission, preparation slots, status codes, SSE.
 
-Owns: `create_app`, the routes on a `state.ServerState` (what they share); `responses.Responder` turns
-events into the JSON body or SSE stream. Status codes, as the specification
-sets them: 429 when HTTP admission is full; 400 for invalid requests (an OpenAI-style error body
-whose `param` names the field; FastAPI's default 422 is never used); 503 for a scheduler admission
-rejection of a non-stream request; 500 for execution failures; after SSE headers, one terminal
-`error` event and no [DONE]. A dropped connection cancels its request.
+Owns: `create_app`, the routes on a `state.ServerState` (what they share), wrapped in the request
+guard (guard.py: Host allow-list, API key, Content-Type, body size); `responses.Responder` turns
+events into the JSON body or SSE stream. Status codes, as the specification sets them: 429 when
+HTTP admission is full; 400 for invalid requests (an OpenAI-style error body whose `param` names the
+field; FastAPI's default 422 is never used); 503 for a scheduler admission rejection of a non-stream
+request (permanent, naming the field and limit, or temporary with `Retry-After`); 500 for execution
+failures and for anything unexpected in preparation (one log line, the connection kept); after SSE
+headers, one terminal `error` event and no [DONE]. A dropped connection cancels its request. While
+the server drains (drain.py) new requests get 503 with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,16 +29,30 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from helios.errors import HeliosError
+from helios.frontend.errors import OutsideCapacity
 from helios.frontend.openai_request import parse_chat_request, parse_completion_request
 from helios.frontend.presentation import ChatPresenter, CompletionPresenter, Timing
+from helios.frontend.request_body import decode_body
+from helios.server.drain import MESSAGE as SHUTTING_DOWN_MESSAGE
+from helios.server.guard import RequestGuard, where
 from helios.server.metrics import HeliosCollector, build_registry
-from helios.server.responses import RequestContext, Responder, error_response
+from helios.server.openapi import openapi_document
+from helios.server.responses import RequestContext, Responder, error_response, outside_capacity_response
 from helios.server.state import ServerState
 
 log = logging.getLogger("helios.server")
 
 
-def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+def _version() -> str:
+    try:
+        return version("helios")
+    except PackageNotFoundError:
+        return "0"
+
+
+def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = None) -> RequestGuard:
+    """The app wrapped in its request guard (an ASGI app; the FastAPI app is its `.app`)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.preparation_slots = asyncio.Semaphore(state.runtime.limits.frontend_workers)
@@ -42,6 +60,7 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
         try:
             yield
         finally:
+            state.drain.close()  # whatever is still open ends with its terminal error now
             await asyncio.to_thread(state.runtime.shutdown)  # joins the worker off the event loop
             state.executor.shutdown(wait=False, cancel_futures=True)
             if on_shutdown is not None:
@@ -54,22 +73,29 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
             state.runtime.metrics, state.counters, lambda: state.admission.in_use, state.admission.capacity
         )
     )
+    preparer = state.preparer
+    document = openapi_document(served_id=preparer.served_id, aliases=preparer.aliases,
+                                context_tokens=preparer.context_tokens, vocab_size=preparer.bootstrap.vocab_size,
+                                version=_version())  # fmt: skip
 
     @app.exception_handler(RequestValidationError)
     async def validationerror_response(request: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {}
-        param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        param = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"
         return error_response(
             400, str(first.get("msg", "invalid request")), kind="invalid_request_error", param=param
         )
 
     @app.exception_handler(StarletteHTTPException)
     async def httperror_response(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return error_response(error.status_code, str(error.detail), kind="invalid_request_error")
+        param = "path" if error.status_code == 404 else "method" if error.status_code == 405 else None
+        return error_response(error.status_code, str(error.detail), kind="invalid_request_error", param=param)
 
     @app.get("/health")
     async def health() -> JSONResponse:
         status = state.runtime.health()
+        if state.drain.draining and status.ok:
+            return JSONResponse({"status": "stopping", "detail": SHUTTING_DOWN_MESSAGE}, status_code=503)
         return JSONResponse(
             {"status": status.status, "detail": status.detail}, status_code=200 if status.ok else 503
         )
@@ -77,6 +103,10 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/openapi.json")
+    async def openapi() -> JSONResponse:
+        return JSONResponse(document)
 
     @app.get("/v1/models")
     async def models() -> JSONResponse:
@@ -102,16 +132,21 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
     async def completions(request: Request) -> Response:
         return await _handle(request, chat=False)
 
+    def shutting_down(endpoint: str) -> JSONResponse:
+        state.counters.record(endpoint, 503)
+        return error_response(503, SHUTTING_DOWN_MESSAGE, kind="server_error", code="shutting_down",
+                              retry_after=state.admission.retry_after())  # fmt: skip
+
     async def _handle(request: Request, *, chat: bool) -> Response:
         endpoint = "chat" if chat else "completions"
         started = time.monotonic()
+        if state.drain.draining:
+            return shutting_down(endpoint)
         try:
-            body = await request.json()
-        except ValueError:
+            body = decode_body(await request.body())  # the guard bounded its size
+        except HeliosError as error:
             state.counters.record(endpoint, 400)
-            return error_response(
-                400, "the request body is not valid JSON", kind="invalid_request_error", param="body"
-            )
+            return error_response(400, str(error), kind="invalid_request_error", param=getattr(error, "param", "body"))
         ingress_ns = state.runtime.clock.now_ns()  # chat-handler entry after JSON decoding
         permit = state.admission.try_acquire()
         if permit is None:
@@ -122,6 +157,7 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
                 f"the server holds its maximum of {state.admission.capacity} requests; retry later",
                 kind="rate_limit_error",
                 code="admission_full",
+                retry_after=state.admission.retry_after(),
             )
         request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         try:
@@ -132,16 +168,33 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
                 prepared = await asyncio.get_running_loop().run_in_executor(
                     state.executor, prepare, parsed, request_id
                 )
+            # NOTE: a bounded channel's sender waits: an admitted request is never refused for room
+            await state.runtime.wait_for_ingress()
+        except OutsideCapacity as error:
+            permit.release()
+            state.counters.record(endpoint, 503)
+            log.info("%s %s 503 outside capacity: %s", request_id, request.url.path, error)
+            return outside_capacity_response(error)
         except HeliosError as error:
             permit.release()
             state.counters.record(endpoint, 400)
             log.info("%s %s 400 %s", request_id, request.url.path, error)
             return error_response(
-                400, str(error), kind="invalid_request_error", param=getattr(error, "param", None)
+                400, str(error), kind="invalid_request_error", param=getattr(error, "param", None) or "body"
             )
+        except Exception as error:  # a bug in preparation: this request fails, the connection stays usable
+            permit.release()
+            state.counters.record(endpoint, 500)
+            log.error("%s %s 500 preparation failed: %s at %s", request_id, request.url.path,
+                      type(error).__name__, where(error))  # fmt: skip
+            return error_response(500, f"request preparation failed ({type(error).__name__})",
+                                  kind="server_error", code="preparation_failed")  # fmt: skip
         except BaseException:
             permit.release()
             raise
+        if state.drain.closed:
+            permit.release()
+            return shutting_down(endpoint)
         runtime_request = prepared.runtime_request
         stream = state.runtime.submit(runtime_request)
         timing_needed = runtime_request.observe_timestamps
@@ -183,4 +236,4 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
             )
         return await responder.whole(request, stream, presenter, pipeline, permit, context)
 
-    return app
+    return RequestGuard(app, state.policy)

@@ -1,8 +1,10 @@
 """Responses (host side): how one request's runtime events become an HTTP response.
 
 Owns: `Responder` (a JSON body after the terminal event, or an SSE stream as events arrive), the
-status-code mapping of terminal events, permit release after delivery, cancellation of a request
-whose client went away, and the one log line per request.
+status-code mapping of terminal events (a temporary rejection's 503 carries `Retry-After`, a
+permanent one names what can never fit and says not to retry), permit release after delivery,
+cancellation of a request whose client went away or that the shutdown drain ended, and the one log
+line per request.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from helios.frontend.detokenize import Piece
+from helios.frontend.errors import OutsideCapacity
 from helios.frontend.pipeline import OutputAccumulator
 from helios.frontend.presentation import (
     SSE_DONE,
@@ -31,15 +34,38 @@ from helios.frontend.presentation import (
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import EventStream
 from helios.server.admission import Permit
+from helios.server.drain import ShuttingDown
+from helios.server.guard import where
 from helios.server.state import ServerState
 
 log = logging.getLogger("helios.server")
 
 
 def error_response(
-    status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None
+    status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None,
+    retry_after: int | None = None,
 ) -> JSONResponse:
-    return JSONResponse(error_body(message, kind=kind, param=param, code=code), status_code=status)
+    """An OpenAI-style error; `retry_after` (seconds) marks it temporary with a `Retry-After` header."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse(error_body(message, kind=kind, param=param, code=code), status_code=status, headers=headers)
+
+
+def outside_capacity_response(error: OutsideCapacity) -> JSONResponse:
+    """The specification's 503 for a request that can never fit: the field, its limit and the
+    request's value; permanent, so no `Retry-After`, and `x-should-retry: false` (which the official
+    openai clients honour instead of retrying a 5xx)."""
+    body = error_body(str(error), kind="invalid_request_error", param=error.param, code="context_length_exceeded")
+    body["error"].update(limit=error.limit, value=error.value)
+    return JSONResponse(body, status_code=503, headers={"x-should-retry": "false"})
+
+
+def _rejection_response(state: ServerState, event: Rejected) -> JSONResponse:
+    if event.temporary:
+        return error_response(503, event.reason, kind="server_error", code="admission_rejected",
+                              retry_after=state.admission.retry_after())  # fmt: skip
+    response = error_response(503, event.reason, kind="server_error", code="admission_rejected")
+    response.headers["x-should-retry"] = "false"
+    return response
 
 
 class _PermitJSONResponse(JSONResponse):
@@ -120,6 +146,7 @@ class Responder:
             self.state.runtime.cancel(stream.request_id)
 
         watcher = asyncio.create_task(_watch_disconnect(request, client_gone))
+        self.state.drain.track(stream)
         accumulator = OutputAccumulator()
         text: list[str] = []
         token_ids: list[int] = []
@@ -142,10 +169,17 @@ class Responder:
             raise
         finally:
             watcher.cancel()
+            self.state.drain.untrack(stream)
+        if isinstance(event, ShuttingDown):
+            self.state.runtime.cancel(stream.request_id)
+            permit.release()
+            self.record(context, 503, "shutdown", len(token_ids))
+            return error_response(503, event.message, kind="server_error", code="shutting_down",
+                                  retry_after=self.state.admission.retry_after())  # fmt: skip
         if isinstance(event, Rejected):
             permit.release()
             self.record(context, 503, "rejected", 0)
-            return error_response(503, event.reason, kind="server_error", code="admission_rejected")
+            return _rejection_response(self.state, event)
         if isinstance(event, Failed):
             permit.release()
             self.record(context, 500, "failed", len(token_ids))
@@ -184,6 +218,7 @@ class Responder:
         context: RequestContext,
     ) -> AsyncIterator[str]:
         outcome, status, output_tokens = "dropped", 200, 0
+        self.state.drain.track(stream)
         try:
             yield sse(presenter.first_chunk())
             while True:
@@ -191,7 +226,7 @@ class Responder:
                 # write; their text is parsed together (fewer, larger deltas, the same result).
                 out: list[str] = []
                 pieces: list[Piece] = []
-                terminal: Finished | Failed | Rejected | None = None
+                terminal: Finished | Failed | Rejected | ShuttingDown | None = None
                 for event in [await stream.next(), *stream.ready()]:
                     if isinstance(event, TokenEvent):
                         output_tokens += 1
@@ -224,6 +259,12 @@ class Responder:
                     yield "".join(out)
                 if terminal is not None:
                     return
+        except Exception as error:  # a bug while presenting: the stream still ends with its error event
+            outcome = "failed"
+            log.error("%s %s presentation failed: %s at %s", context.request_id, context.path, type(error).__name__,
+                      where(error))  # fmt: skip
+            yield sse(error_body(f"output presentation failed ({type(error).__name__})", kind="server_error",
+                                 code="output_failed"))  # fmt: skip
         finally:
             self.close_stream(stream, permit, context, status, outcome, output_tokens)
 
@@ -231,8 +272,10 @@ class Responder:
                      output_tokens: int) -> None:
         """The end of a streamed response, however it ended: a stream the client dropped before its
         terminal event cancels the request; the admission permit returns; the request is recorded."""
+        self.state.drain.untrack(stream)
         if not stream.done:
-            self.state.counters.cancelled_by_client += 1
+            if outcome == "dropped":
+                self.state.counters.cancelled_by_client += 1
             self.state.runtime.cancel(stream.request_id)
         permit.release()
         self.record(context, status, outcome, output_tokens)
@@ -241,10 +284,11 @@ class Responder:
         self, stream: EventStream, presenter: CompletionPresenter, permit: Permit, context: RequestContext
     ) -> AsyncIterator[str]:
         outcome, status, output_tokens = "dropped", 200, 0
+        self.state.drain.track(stream)
         try:
             while True:
                 text: list[str] = []
-                terminal: Finished | Failed | Rejected | None = None
+                terminal: Finished | Failed | Rejected | ShuttingDown | None = None
                 for event in [await stream.next(), *stream.ready()]:
                     if isinstance(event, TokenEvent):
                         output_tokens += 1
@@ -272,16 +316,25 @@ class Responder:
                     yield "".join(out)
                 if terminal is not None:
                     return
+        except Exception as error:  # a bug while presenting: the stream still ends with its error event
+            outcome = "failed"
+            log.error("%s %s presentation failed: %s at %s", context.request_id, context.path, type(error).__name__,
+                      where(error))  # fmt: skip
+            yield sse(error_body(f"output presentation failed ({type(error).__name__})", kind="server_error",
+                                 code="output_failed"))  # fmt: skip
         finally:
             self.close_stream(stream, permit, context, status, outcome, output_tokens)
 
 
-def _sse_error(event: Failed | Rejected) -> tuple[str, int]:
+def _sse_error(event: Failed | Rejected | ShuttingDown) -> tuple[str, int]:
     """The logged outcome and the HTTP status (200: the headers were already sent)."""
-    return ("rejected" if isinstance(event, Rejected) else "failed"), 200
+    outcome = "rejected" if isinstance(event, Rejected) else "shutdown" if isinstance(event, ShuttingDown) else "failed"
+    return outcome, 200
 
 
-def _sse_error_body(event: Failed | Rejected) -> dict[str, Any]:
+def _sse_error_body(event: Failed | Rejected | ShuttingDown) -> dict[str, Any]:
     if isinstance(event, Rejected):
         return error_body(event.reason, kind="server_error", code="admission_rejected")
+    if isinstance(event, ShuttingDown):
+        return error_body(event.message, kind="server_error", code="shutting_down")
     return error_body(event.message, kind="server_error", code="execution_failed")

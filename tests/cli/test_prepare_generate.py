@@ -82,6 +82,7 @@ def test_unsupported_checkpoint_fails_with_one_line(tiny_checkpoint, key, tmp_pa
 
     broken = tmp_path / "moe"
     shutil.copytree(tiny_checkpoint("mistral"), broken)
+    capsys.readouterr()  # NOTE: building the fixture checkpoint writes a progress bar to stderr
     config = json.loads((broken / "config.json").read_text())
     config["num_local_experts"] = 8
     (broken / "config.json").write_text(json.dumps(config))

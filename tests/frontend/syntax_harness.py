@@ -31,6 +31,7 @@ TOOLS = [
         },
     },
     {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "f"}},  # no schema: values stay strings unless flagged
 ]
 
 TYPED_ARGUMENTS = {

@@ -16,7 +16,8 @@ from helios.frontend.tool_calls import convert_parameter
 from tests.frontend import tinyfront
 
 FRONTEND = tinyfront.frontend_contract()
-TOOLS = [tinyfront.WEATHER_TOOL]
+# NOTE: a call may name only one of the request's tools; `noop` and `f` are offered with no schema
+TOOLS = [tinyfront.WEATHER_TOOL, *({"type": "function", "function": {"name": n}} for n in ("noop", "f"))]
 TOKEN_ONLY = frozenset({"<think>", "</think>", "<tool_call>"})
 
 

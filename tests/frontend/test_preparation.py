@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from helios.frontend.errors import IncompatibleOptions, InvalidFieldValue, PromptTooLong, UnknownModel
+from helios.frontend.errors import (
+    IncompatibleOptions,
+    InvalidFieldValue,
+    OutsideCapacity,
+    PromptTooLong,
+    UnknownModel,
+)
 from helios.frontend.openai_request import parse_chat_request, parse_completion_request
 from helios.frontend.preparation import Preparer
 from tests.frontend import tinyfront
@@ -56,8 +62,12 @@ def test_sampling_precedence_and_output_limit() -> None:
         small.prepare_chat(parse_chat_request({"messages": USER}), "r2").runtime_request.generation.max_tokens
         == 5
     )
-    explicit = small.prepare_chat(parse_chat_request({"messages": USER, "max_tokens": 50}), "r3")
-    assert explicit.runtime_request.generation.max_tokens == 50  # left to scheduler admission
+    # an explicit output limit past the room the prompt leaves: outside the prepared capacities (503)
+    with pytest.raises(OutsideCapacity) as outside:
+        small.prepare_chat(parse_chat_request({"messages": USER, "max_tokens": 50}), "r3")
+    assert (outside.value.param, outside.value.limit, outside.value.value) == ("max_tokens", 5, 50)
+    assert small.prepare_chat(parse_chat_request({"messages": USER, "max_tokens": 5}), "r4").runtime_request \
+        .generation.max_tokens == 5
     with pytest.raises(PromptTooLong) as error:
         preparer(context_tokens=len(prepared.prompt_token_ids)).prepare_chat(
             parse_chat_request({"messages": USER}), "r"

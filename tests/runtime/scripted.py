@@ -54,3 +54,27 @@ class ScriptedEngine:
             with self.lock:
                 self.released += 1
                 self.slots_in_use.discard(slot)
+
+
+class MaskedEngine(ScriptedEngine):
+    """A scripted engine that honours grammar masks as a model does: a constrained request samples the
+    allowed id the script names when the mask allows it, else the lowest allowed id (EOS once the
+    grammar allows only EOS), so structured output runs end to end without a model."""
+
+    def generate(self, request: GenerationRequest, *, slot: int, grammar_mask=None) -> Iterator[int]:
+        tokens = super().generate(request, slot=slot)
+        if grammar_mask is None:
+            return tokens
+        return self._masked(tokens, grammar_mask)
+
+    @staticmethod
+    def _masked(tokens: Iterator[int], grammar_mask) -> Iterator[int]:
+        try:
+            for wanted in tokens:
+                words = grammar_mask()
+                allowed = [w * 32 + b for w, word in enumerate(words) if word for b in range(32) if (word >> b) & 1]
+                if not allowed:
+                    return
+                yield wanted if wanted in allowed else allowed[0]
+        finally:
+            tokens.close()  # type: ignore[attr-defined]

@@ -15,6 +15,8 @@ from helios.engine.sequential import SequentialRuntime
 from helios.frontend.preparation import Preparer
 from helios.runtime.limits import AdmissionLimits
 from helios.server.app import create_app
+from helios.server.guard import GuardPolicy
+from helios.server.serve import HeliosServer
 from helios.server.state import ServerState
 from tests.frontend import tinyfront
 
@@ -30,17 +32,17 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(engine, *, limits=AdmissionLimits(max_active=2, queue_capacity=2), context_tokens=2048,
-            rejections=()) -> Iterator[tuple[str, ServerState]]:  # fmt: skip
+            rejections=(), policy: GuardPolicy | None = None) -> Iterator[tuple[str, ServerState]]:  # fmt: skip
     bootstrap = tinyfront.make_bootstrap()
     runtime = SequentialRuntime(
         engine, limits, context_tokens=context_tokens, vocab_size=bootstrap.vocab_size, rejections=rejections
     )
     preparer = Preparer(bootstrap, served_id=SERVED_ID, aliases=ALIASES, context_tokens=context_tokens)
-    state = ServerState(runtime=runtime, preparer=preparer)
+    state = ServerState(runtime=runtime, preparer=preparer, policy=policy or GuardPolicy.for_address("127.0.0.1"))
     port = free_port()
     config = uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
-                            timeout_graceful_shutdown=5)  # fmt: skip
-    server = uvicorn.Server(config)
+                            timeout_graceful_shutdown=6)  # fmt: skip
+    server = HeliosServer(config, state)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 10

@@ -261,17 +261,40 @@ def test_429_when_admission_is_full() -> None:
 
 
 def test_503_for_admission_rejection() -> None:
-    with serving(ScriptedEngine([EOS]), context_tokens=256) as (base, _):
+    from tests.runtime.scripted import ShortOfPages
+
+    # the engine can never fit a prompt of more than 3 tokens: a scheduler admission rejection
+    engine = ScriptedEngine([EOS], reject=lambda request, _: len(request.prompt_token_ids) > 3)
+    with serving(engine, rejections=(ShortOfPages,)) as (base, _):
         with pytest.raises(openai.InternalServerError) as error:
-            client(base).chat.completions.create(model=SERVED_ID, messages=USER, max_tokens=250)
+            client(base).chat.completions.create(model=SERVED_ID, messages=USER)
         assert error.value.status_code == 503 and error.value.body["code"] == "admission_rejected"
-        body = {"model": SERVED_ID, "messages": USER, "max_tokens": 250, "stream": True}
+        assert error.value.response.headers.get("retry-after") is None  # it can never fit: permanent
+        body = {"model": SERVED_ID, "messages": USER, "stream": True}
         with httpx.stream("POST", base + "/v1/chat/completions", json=body) as response:
             assert response.status_code == 200
             lines = [line for line in response.iter_lines() if line.startswith("data: ")]
         assert "error" in json.loads(lines[-1][6:]) and "[DONE]" not in lines[-1]
         assert json.loads(lines[-1][6:])["error"]["code"] == "admission_rejected"
         assert httpx.get(base + "/health").json()["status"] == "ok"  # rejection leaves the model healthy
+
+
+def test_max_tokens_past_the_context_is_a_permanent_503_naming_the_field() -> None:
+    """Finding 7: the specification's admission failure, with the field, the limit and the value,
+    no Retry-After, and `x-should-retry: false` so the official client does not retry it."""
+    with serving(ScriptedEngine([EOS]), context_tokens=256) as (base, state):
+        retrying = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=3, timeout=20)
+        with pytest.raises(openai.InternalServerError) as error:
+            retrying.chat.completions.create(model=SERVED_ID, messages=USER, max_tokens=250)
+        response = error.value.response
+        assert response.status_code == 503 and "retry-after" not in response.headers
+        prompt = 256 - error.value.body["limit"]
+        assert error.value.body["param"] == "max_tokens" and error.value.body["value"] == 250 and prompt > 6
+        assert error.value.body["code"] == "context_length_exceeded" and "max_tokens" in error.value.body["message"]
+        assert state.counters.responses[("chat", 503)] == 1  # one request: the client did not retry
+        for stream in (False, True):  # rejected before any SSE header: a 503 either way
+            response = httpx.post(base + "/v1/completions", json={"prompt": "Hi", "max_tokens": 256, "stream": stream})
+            assert response.status_code == 503 and response.json()["error"]["param"] == "max_tokens"
 
 
 def test_500_for_execution_failure() -> None:
@@ -369,7 +392,7 @@ def test_finished_response_keeps_its_permit_until_read() -> None:
             "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
         }  # fmt: skip
-        async with app.router.lifespan_context(app):
+        async with app.app.router.lifespan_context(app.app):  # the FastAPI app inside the request guard
             task = asyncio.create_task(app(scope, receive, send))
             for _ in range(500):
                 if runtime.metrics().requests_finished["eos"] == 1:
@@ -401,14 +424,15 @@ def test_metrics_parse_and_carry_the_flare_metrics() -> None:
 
 
 @pytest.mark.slow
-def test_shutdown_drains_for_five_seconds_then_drops() -> None:
-    """A stream still generating at shutdown keeps the server up for the five-second drain, then its
-    connection is dropped and its request cancelled."""
+def test_shutdown_drains_for_five_seconds_then_ends_the_stream() -> None:
+    """A stream still generating at shutdown keeps the server up for the five-second drain, then it
+    ends with its terminal error event and its request is cancelled."""
     import uvicorn
 
     from helios.engine.sequential import SequentialRuntime
     from helios.frontend.preparation import Preparer
     from helios.server.app import create_app
+    from helios.server.serve import CONNECTION_CLOSE_S, SHUTDOWN_DRAIN_S, HeliosServer
     from helios.server.state import ServerState
     from tests.server.inprocess import free_port
 
@@ -419,8 +443,9 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
         runtime=runtime, preparer=Preparer(bootstrap, served_id=SERVED_ID, context_tokens=8192)
     )
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=5))  # fmt: skip
+    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
+                            timeout_graceful_shutdown=SHUTDOWN_DRAIN_S + CONNECTION_CLOSE_S)  # fmt: skip
+    server = HeliosServer(config, state)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started)
@@ -432,8 +457,10 @@ def test_shutdown_drains_for_five_seconds_then_drops() -> None:
         next(lines)
         began = time.monotonic()
         server.should_exit = True
+        rest = [line for line in lines if line.startswith("data: ")]
         thread.join(20)
         elapsed = time.monotonic() - began
     assert not thread.is_alive()
-    assert 4.5 <= elapsed <= 10, elapsed
+    assert 4.5 <= elapsed <= 6, elapsed
+    assert json.loads(rest[-1][6:])["error"]["code"] == "shutting_down"
     assert runtime.metrics().requests_finished["cancelled"] == 1 and engine.released == 1

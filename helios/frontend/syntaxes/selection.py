@@ -21,7 +21,7 @@ from helios.frontend.syntaxes.qwen_coder import qwen_coder_layout
 from helios.frontend.syntaxes.recipient import atem_layout
 from helios.frontend.syntaxes.tagged import TaggedToolParser, TagLayout
 from helios.frontend.syntaxes.xtml import xtml_layout, xtml_think_layout
-from helios.frontend.tool_calls import NoToolParser
+from helios.frontend.tool_calls import NoToolParser, parameter_schemas
 from helios.proto import contract_pb2
 
 C = contract_pb2
@@ -66,4 +66,10 @@ def tool_parser_for(
     if frontend.tool_parser == C.TOOL_PARSER_ATEM:
         return None  # ATEM blocks are read inside recipient frames, by `RecipientFrameParser`
     layout = tag_layout(frontend)
-    return TaggedToolParser(layout, tools=tools, token_only=token_only) if layout is not None else None
+    if layout is None:
+        return None
+    # NOTE: with tools given, a call may name only one of them (as in recipient frames): a block
+    # naming any other function is content. Without tools (`helios parse`), any name is a call.
+    registered = set(parameter_schemas(tools))
+    accept = registered.__contains__ if registered else None
+    return TaggedToolParser(layout, tools=tools, token_only=token_only, accept_name=accept)
