@@ -198,6 +198,9 @@ class RequestResidency:
             self.counters.prefix_lookups += 1
             self.counters.reused_tokens += match.tokens
             s.slot = self._free_slots.pop()
+            # A slot's generations count per slot: what the device holds of another slot's row says
+            # nothing of this one's, so the first round here rewrites the whole row.
+            s.table_generation = s.table_entries = -1
             self._slot_generations[s.slot] += 1
             s.generation = self._slot_generations[s.slot]
             s.pages, s.consumed, s.initialized, s.admitted = pages, match.tokens, False, True

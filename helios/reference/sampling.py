@@ -35,7 +35,8 @@ def penalize(logits: np.ndarray, counts: np.ndarray, parameters: np.ndarray) -> 
     c[:n] = counts[:n]
     seen = c > 0
     r = np.float32(parameters[REPETITION])
-    z = np.where(seen, np.where(z > 0, z / r, z * r), z).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a padding row's parameters may be all zero
+        z = np.where(seen, np.where(z > 0, z / r, z * r), z).astype(np.float32)
     z = (z - np.float32(parameters[FREQUENCY]) * c.astype(np.float32)).astype(np.float32)
     z = (z - np.float32(parameters[PRESENCE]) * seen.astype(np.float32)).astype(np.float32)
     return z
