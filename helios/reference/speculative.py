@@ -128,6 +128,13 @@ def fixed_probabilities(kept: np.ndarray) -> np.ndarray:
     return (kept.astype(np.int64) << PROBABILITY_BITS) // total  # kept <= 2^24: no overflow
 
 
+def accepts(p_x: int, q_x: int, word: int) -> bool:
+    """The acceptance test of a proposal of fixed-point probabilities P(x) (target) and Q(x) (draft)
+    under one uint32 word: min(1, p / q) > word / 2^32, as `P(x) >= Q(x) or word * Q(x) < P(x) * 2^32`
+    (exact integers: no division, and no product past 2^64)."""
+    return p_x >= q_x or word * q_x < p_x << PROBABILITY_BITS
+
+
 def speculative_verify(logits: np.ndarray, draft_logits: np.ndarray, candidates: np.ndarray, lengths: np.ndarray,
                        consumed: np.ndarray, seed: np.ndarray, parameters: np.ndarray, histogram: np.ndarray,
                        grammar_mask: np.ndarray, *, verify_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +179,7 @@ def speculative_verify(logits: np.ndarray, draft_logits: np.ndarray, candidates:
             draft = fixed_probabilities(sampling.row_weights(q, params)) if q is not None else target * 0
             p_x = int(target[proposal]) if 0 <= proposal < target.shape[0] else 0
             q_x = int(draft[proposal]) if 0 <= proposal < draft.shape[0] else 0
-            if p_x >= q_x or _word(key, position, ACCEPTANCE_DRAW) * q_x < p_x << PROBABILITY_BITS:
+            if accepts(p_x, q_x, _word(key, position, ACCEPTANCE_DRAW)):
                 emitted.append(proposal)
                 continue
             residual = np.maximum(target - draft, 0)
