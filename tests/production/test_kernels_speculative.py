@@ -16,6 +16,7 @@ from helios.reference import sampling
 from helios.reference import speculative as spec
 from tests.production.helpers import DEVICE, numpy, tensor
 from tests.reference.allocation_oracle import allocation_oracle, quantized_confidences
+from tests.reference.speculative_rounds import one_proposal_round
 
 VOCAB, BLOCK = 48, 16  # three vocabulary blocks a row
 
@@ -315,3 +316,14 @@ def test_scatter_skips_rows_outside_and_keeps_the_others(dtype):
     gather.scatter(produced, _t(x), _t(index), block=4)
     np.testing.assert_array_equal(numpy(produced), expected)
     assert (expected[[1, 3, 5]] == out[[1, 3, 5]]).all()
+
+
+def test_verify_emits_the_reference_tokens_of_the_losslessness_round():
+    """The losslessness round of the reference (tests/reference/test_speculative_losslessness.py),
+    fewer seeds: the kernels emit the very same tokens, so its distribution is theirs."""
+    inputs = one_proposal_round(32, first_seed=5)
+    ids, accepted = spec.speculative_verify(*inputs, verify_tokens=2)
+    produced = run_verify(inputs, 2, block=8)
+    np.testing.assert_array_equal(produced[0], ids)
+    np.testing.assert_array_equal(produced[1], accepted)
+    assert 0 < accepted.sum() < len(accepted)
