@@ -55,17 +55,19 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.maximum(lengths, 0))[:-1]]).astype(np.int64)
 
 
-def verify_round(rng: np.random.Generator, *, lanes: int = 9, drafts: int = 3, vocab: int = VOCAB, padding: int = 2):
+def verify_round(rng: np.random.Generator, *, lanes: int = 9, drafts: int = 3, vocab: int = VOCAB, padding: int = 2,
+                 packed: int | None = None):
     """A random verification round: every length 0..D+1 among the lanes, target rows and draft rows
     of related logits (so proposals are accepted and rejected), sampled lanes' proposals drawn as the
     program draws them (`sample` with draw_index 1 over the draft row), greedy lanes' proposals the
-    target's greedy id most of the time."""
+    target's greedy id most of the time; `packed`: P target rows (padding to it), else the lanes'
+    rows and `padding` more."""
     parameters, histogram, mask = sampling_lanes(rng, lanes, vocab)
     lengths = rng.integers(0, drafts + 2, size=lanes).astype(np.int32)
     lengths[2:drafts + 4] = rng.permutation(drafts + 2)
     lengths[:2] = drafts + 1  # the greedy lane 0 and the sampled lane 1 judge every proposal
     starts = _starts(lengths)
-    packed = int(lengths.sum()) + padding
+    packed = int(lengths.sum()) + padding if packed is None else packed
     consumed = rng.integers(0, 3000, size=lanes).astype(np.int32)
     seed = rng.integers(-2**63, 2**63 - 1, size=lanes, dtype=np.int64)
     logits = (rng.standard_normal((packed, vocab)) * 2.5).astype(np.float32)
