@@ -272,7 +272,9 @@ def _verify_kernel(target_kept_ptr, target_sum_ptr, target_greedy_ptr, plain_ptr
 
 class Verifier:
     """Static buffers and launches of `speculative_verify` for one (P, B, D, V, Vh) shape: the target's
-    rows and the draft's rows through their own samplers, under each lane's parameters."""
+    rows and the draft's rows through their own samplers, under each lane's parameters. Where the
+    reference raises (lengths summing past P, a length past D + 1: errors of the round the host
+    never submits), the kernels stay inside their buffers: rows clamp to P - 1, lengths to D + 1."""
 
     def __init__(self, packed: int, lanes: int, drafts: int, vocab: int, histogram_width: int, mask_words: int,
                  device: torch.device | str, *, block: int = 4096) -> None:
