@@ -32,9 +32,12 @@ from conformance.report import CaseResult, Divergence, LevelResult
 from conformance.tolerance import first_mismatch, tolerance
 from helios.program import OPERATORS
 from helios.program.builder import ProgramBuilder
+from helios.program.speculative import PROPOSAL_DRAW
 from helios.program.types import DTYPES_BY_NAME
 from helios.program.validate import validate_program
+from helios.reference import sampling
 from helios.reference.interpreter import execute, round_to_dtype
+from helios.reference.operators import sample
 
 QK_PROLOGUE = "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2"  # Qwen3-style layer
 PLAIN_PROLOGUE = "rotary & rotary+paged_cache_write*2"  # without head norms
@@ -42,6 +45,9 @@ FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOG
 # taken only on the Triton products (a GPU's timed choice, or the GPU-paths mode); torch runs them unfused
 PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation")
 INTEGER = ("i32", "i64")
+# operators whose inputs do not take the case's dtype: run in the f32 pass only
+F32_ONLY = ("argmax", "sample", "fill", "token_probability", "speculative_allocate", "speculative_pack",
+            "speculative_verify", "speculative_commit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,13 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     yield "logits", "softcap", first, _logits(cases.softcap)
     yield "argmax", "rows", first, _argmax
     yield "sample", "filters", first, _sample
+    yield "scatter", "rows", first, _scatter
+    yield "column_write", "columns", first, _column_write
+    yield "token_probability", "filters", first, _token_probability
+    yield "speculative_allocate", "ties", first, _speculative_allocate
+    yield "speculative_pack", "lanes", first, _speculative_pack
+    yield "speculative_verify", "greedy_and_sampled", first, _speculative_verify
+    yield "speculative_commit", "lanes", first, _speculative_commit
     yield "fill", "f32", first, _fill
 
 
@@ -416,6 +429,141 @@ def _sample(p, rng, cohort, g, cases):
                      p.input("grammar_mask", mask, "i32"), into=out)
 
 
+def _scatter(p, rng, cohort, g, cases):
+    """Per-lane rows into their physical rows (padding lanes, -1, and an index past the rows skipped),
+    and the integer case a speculative program uses: each lane's pending token into its slot."""
+    slots = len(cohort.history) + 2
+    index = rng.permutation(slots).astype(np.int32)
+    index[1], index[3] = -1, slots  # skipped: the other rows of out keep their values
+    out = p.input("out", _normal(rng, slots, g["hidden"]))
+    p.outputs.append(out)
+    p.builder.emit("scatter", [out, p.input("x", _normal(rng, slots, g["hidden"])), p.input("index", index, "i32")])
+    pending = p.input("pending", rng.integers(0, g["vocab"], size=slots).astype(np.int32), "i32")
+    p.outputs.append(pending)
+    p.builder.emit("scatter", [pending, p.input("tokens", rng.integers(0, g["vocab"], size=slots).astype(np.int32),
+                                                 "i32"), p.input("lane", index, "i32")])
+
+
+def _column_write(p, rng, cohort, g, cases):
+    """Stacked draft passes: a [B, D] i32 column of proposals, a [B, D, hidden] column of rows."""
+    lanes, drafts = len(cohort.history) + 1, 3
+    proposals = p.input("proposals", rng.integers(0, g["vocab"], size=(lanes, drafts)).astype(np.int32), "i32")
+    rows = p.input("rows", _normal(rng, lanes, drafts, g["hidden"]))
+    p.outputs += [proposals, rows]
+    p.builder.emit("column_write", [proposals, p.input("proposal", rng.integers(0, g["vocab"], size=lanes)
+                                                       .astype(np.int32), "i32")], {"index": 1})
+    p.builder.emit("column_write", [rows, p.input("row", _normal(rng, lanes, g["hidden"]))], {"index": drafts - 1})
+
+
+# temperature, top_p, top_k, min_p, repetition, presence, frequency
+_LANE_PARAMETERS = np.array([[0.8, 1.0, 20, 0.0, 1.0, 0.0, 0.0],
+                             [0.0, 1.0, 0, 0.0, 1.2, 0.0, 0.0],
+                             [1.0, 0.9, 0, 0.05, 1.2, 0.5, 0.0],
+                             [0.7, 0.95, 40, 0.02, 1.1, -0.5, 0.2],
+                             [1.3, 1.0, 0, 0.0, 1.0, 0.0, 0.3]], np.float32)
+
+
+def _lane_sampling(rng: np.random.Generator, lanes: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(parameters, histogram, grammar_mask) of `lanes` lanes: greedy and sampled lanes, rank filters,
+    penalties, and a grammar mask allowing some of the first 128 ids on lane 3."""
+    parameters = _LANE_PARAMETERS[np.arange(lanes) % len(_LANE_PARAMETERS)]
+    mask = np.full((lanes, -(-vocab // 32)), -1, np.int64)
+    if lanes > 3:
+        mask[3, :4] = rng.integers(0, 2**32, size=4)
+        mask[3, 4:] = 0
+    histogram = rng.integers(0, 3, size=(lanes, vocab)).astype(np.int32)
+    return parameters, histogram, mask.astype(np.uint32).view(np.int32)
+
+
+def _sampling_inputs(p, parameters, histogram, mask) -> list[str]:
+    return [p.input("parameters", parameters, "f32"), p.input("histogram", histogram, "i32"),
+            p.input("grammar_mask", mask, "i32")]
+
+
+def _token_probability(p, rng, cohort, g, cases):
+    """A proposal's probability under its lane's filters (a greedy lane scored at temperature 1), one id
+    outside the row."""
+    rows, vocab = 5, g["vocab"]
+    logits = _normal(rng, rows, vocab, scale=3.0)
+    logits[:, g["sampled_tokens"]:] = -np.inf
+    parameters, histogram, mask = _lane_sampling(rng, rows, vocab)
+    ids = np.argsort(-logits, axis=1)[:, 2].astype(np.int32)  # a likely id of each row
+    ids[4] = vocab + 1
+    out = p.output("probability", (rows,), "f32")
+    p.builder.emit("token_probability", [p.input("logits", logits, "f32"), p.input("ids", ids, "i32"),
+                                         *_sampling_inputs(p, parameters, histogram, mask)], into=[out])
+
+
+def _speculative_allocate(p, rng, cohort, g, cases):
+    """Quantized confidences (exact ties of survival, NaN and values outside [0, 1] among them), a
+    padding row, ceilings and P both binding."""
+    lanes, drafts = 6, 3
+    confidence = rng.choice(np.array([0.25, 0.5, 0.5, 0.75, 1.0, np.nan, 1.5], np.float32), size=(lanes, drafts))
+    ceilings = np.array([4, 2, 3, 4, 1, 4], np.int32)
+    lane_order = np.array([3, 0, -1, 5, 1, 2], np.int32)
+    out = p.output("lengths", (lanes,), "i32")
+    p.builder.emit("speculative_allocate", [p.input("confidence", confidence, "f32"),
+                                            p.input("ceilings", ceilings, "i32"),
+                                            p.input("lane_order", lane_order, "i32")], {"packed_tokens": 11},
+                   into=[out])
+
+
+def _speculative_pack(p, rng, cohort, g, cases):
+    lanes, width, packed = 5, 4, 14
+    lengths = np.array([3, 0, 4, 1, 6], np.int32)  # the last lane's 6 clipped to C = 4
+    outputs = [p.output(name, (packed,), "i32") for name in ("tokens", "positions", "next_positions", "token_lane")]
+    p.builder.emit("speculative_pack", [p.input("lane_order", np.array([2, -1, 0, 4, 1], np.int32), "i32"),
+                                        p.input("lengths", lengths, "i32"),
+                                        p.input("consumed", rng.integers(0, 4000, size=lanes).astype(np.int32), "i32"),
+                                        p.input("candidates", rng.integers(0, g["vocab"], size=(lanes, width))
+                                                .astype(np.int32), "i32")], {"packed_tokens": packed},
+                   into=outputs)
+
+
+def _speculative_verify(p, rng, cohort, g, cases):
+    """Greedy and sampled lanes in one batch, every length 0..D+1, a padding target row: proposals
+    drawn as a program draws them (`sample`, draw_index 1, over draft rows near the target's), the
+    greedy lane's first proposal its target's greedy id."""
+    lanes, drafts, vocab = 5, 2, g["vocab"]
+    lengths = np.array([3, 2, 0, 3, 1], np.int32)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    packed = int(lengths.sum()) + 1
+    parameters, histogram, mask = _lane_sampling(rng, lanes, vocab)
+    consumed = rng.integers(0, 4000, size=lanes).astype(np.int32)
+    seed = rng.integers(-2**62, 2**62, size=lanes).astype(np.int64)
+    logits = _normal(rng, packed, vocab, scale=3.0)
+    logits[:, g["sampled_tokens"]:] = -np.inf
+    draft_logits = _normal(rng, lanes, drafts, vocab, scale=3.0)
+    candidates = rng.integers(0, g["sampled_tokens"], size=(lanes, drafts + 1)).astype(np.int32)
+    for b in range(lanes):
+        for k in range(1, int(lengths[b])):
+            row = logits[starts[b] + k - 1]
+            draft_logits[b, k - 1] = row + _normal(rng, vocab, scale=0.3)
+            if parameters[b, 0] > 0:
+                candidates[b, k] = sample(draft_logits[b, k - 1][None], seed[b:b + 1],
+                                                    consumed[b:b + 1] + k - 1, parameters[b:b + 1],
+                                                    histogram[b:b + 1], mask[b:b + 1], draw_index=PROPOSAL_DRAW)[0]
+            elif k == 1:
+                candidates[b, k] = sampling.greedy(sampling.masked_logits(row, parameters[b], histogram[b], mask[b]))
+    ids = p.output("ids", (lanes, drafts + 1), "i32")
+    accepted = p.output("accepted", (lanes,), "i32")
+    p.builder.emit("speculative_verify", [
+        p.input("logits", logits, "f32"), p.input("draft_logits", draft_logits, "f32"),
+        p.input("candidates", candidates, "i32"), p.input("lengths", lengths, "i32"),
+        p.input("consumed", consumed, "i32"), p.input("seed", seed, "i64"),
+        *_sampling_inputs(p, parameters, histogram, mask)], {"verify_tokens": drafts + 1}, into=[ids, accepted])
+
+
+def _speculative_commit(p, rng, cohort, g, cases):
+    lanes, width = 5, 3
+    outputs = [p.output(name, (lanes,), "i32") for name in ("pending", "emitted", "endpoint")]
+    p.builder.emit("speculative_commit", [
+        p.input("ids", rng.integers(-1, g["vocab"], size=(lanes, width)).astype(np.int32), "i32"),
+        p.input("accepted", rng.integers(0, width, size=lanes).astype(np.int32), "i32"),
+        p.input("lengths", np.array([3, 0, 1, 2, 0], np.int32), "i32"),
+        p.input("consumed", rng.integers(0, 4000, size=lanes).astype(np.int32), "i32")], into=outputs)
+
+
 def _fill(p, rng, cohort, g, cases):
     out = p.output("out", (3, g["hidden"]))
     p.builder.fill(0.25, into=out)
@@ -482,8 +630,8 @@ def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = 
     results = []
     for dtype in dtypes:
         for operator, variant, cohort, build in builders:
-            if dtype != "f32" and operator in ("argmax", "sample", "fill"):
-                continue  # their inputs are f32 logits or no tensor at all: the f32 pass covers them
+            if dtype != "f32" and operator in F32_ONLY:
+                continue  # their inputs are f32 logits, integers or no tensor at all: the f32 pass covers them
             results.append(run_operator_case(operator, variant, cohort, build, cases, dtype, device, rng,
                                              gpu_paths=gpu_paths))
     return LevelResult("operators", tuple(results))

@@ -27,10 +27,12 @@ class SpeculativeOverflow(HeliosError):
     """A round's lanes ask for more target rows than the program packs (lengths summing past P)."""
 
 
-def _word(seed: int, position: int, draw_index: int) -> int:
-    """The Philox word of (seed, the drawn token's position, draw index), as docs/sampling.md."""
-    offsets = sampling_offset(np.asarray([position], dtype=np.int64), draw_index)
-    return int(randint(np.asarray([seed], dtype=np.int64), offsets)[0])
+def _words(seed: np.ndarray, consumed: np.ndarray, count: int, draw_index: int) -> np.ndarray:
+    """[B, count] uint32: the Philox word of (seed[b], the drawn token's position consumed[b] + k,
+    draw index) for k = 1 .. count, as docs/sampling.md (column k - 1 is position consumed[b] + k)."""
+    positions = np.asarray(consumed, dtype=np.int64)[:, None] + np.arange(1, count + 1, dtype=np.int64)
+    seeds = np.broadcast_to(np.asarray(seed, dtype=np.int64)[:, None], positions.shape)
+    return randint(seeds, sampling_offset(positions, draw_index))
 
 
 def token_probability(logits: np.ndarray, ids: np.ndarray, parameters: np.ndarray, histogram: np.ndarray,
@@ -128,6 +130,13 @@ def fixed_probabilities(kept: np.ndarray) -> np.ndarray:
     return (kept.astype(np.int64) << PROBABILITY_BITS) // total  # kept <= 2^24: no overflow
 
 
+def accepts(p_x: int, q_x: int, word: int) -> bool:
+    """The acceptance test of a proposal of fixed-point probabilities P(x) (target) and Q(x) (draft)
+    under one uint32 word: min(1, p / q) > word / 2^32, as `P(x) >= Q(x) or word * Q(x) < P(x) * 2^32`
+    (exact integers: no division, and no product past 2^64)."""
+    return p_x >= q_x or word * q_x < p_x << PROBABILITY_BITS
+
+
 def speculative_verify(logits: np.ndarray, draft_logits: np.ndarray, candidates: np.ndarray, lengths: np.ndarray,
                        consumed: np.ndarray, seed: np.ndarray, parameters: np.ndarray, histogram: np.ndarray,
                        grammar_mask: np.ndarray, *, verify_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,16 +155,17 @@ def speculative_verify(logits: np.ndarray, draft_logits: np.ndarray, candidates:
     ids = np.full((rows, verify_tokens), -1, dtype=np.int32)
     accepted = np.zeros(rows, dtype=np.int32)
     starts = _starts(np.maximum(lengths, 0), logits.shape[0])
+    acceptance_words = _words(seed, consumed, candidates.shape[1], ACCEPTANCE_DRAW)
+    target_words = _words(seed, consumed, candidates.shape[1], TARGET_DRAW)
     for b in range(rows):
         length = int(lengths[b])
         if length <= 0:
             continue
         start, params, counts, mask = int(starts[b]), parameters[b], histogram[b], grammar_mask[b]
         greedy = not np.float32(params[sampling.TEMPERATURE]) > 0
-        key = int(seed[b])
         emitted: list[int] = []
         for k in range(1, length):
-            proposal, position = int(candidates[b, k]), int(consumed[b]) + k  # the proposal's position
+            proposal = int(candidates[b, k])  # at position consumed[b] + k: words column k - 1
             z = sampling.masked_logits(np.asarray(logits[start + k - 1], dtype=np.float32), params, counts, mask)
             if z is None:
                 emitted.append(sampling.NO_TOKEN)
@@ -172,17 +182,17 @@ def speculative_verify(logits: np.ndarray, draft_logits: np.ndarray, candidates:
             draft = fixed_probabilities(sampling.row_weights(q, params)) if q is not None else target * 0
             p_x = int(target[proposal]) if 0 <= proposal < target.shape[0] else 0
             q_x = int(draft[proposal]) if 0 <= proposal < draft.shape[0] else 0
-            if p_x >= q_x or _word(key, position, ACCEPTANCE_DRAW) * q_x < p_x << PROBABILITY_BITS:
+            if accepts(p_x, q_x, int(acceptance_words[b, k - 1])):
                 emitted.append(proposal)
                 continue
             residual = np.maximum(target - draft, 0)
             if not residual.any():
                 residual = target
-            emitted.append(sampling.draw(residual, _word(key, position, TARGET_DRAW)))
+            emitted.append(sampling.draw(residual, int(target_words[b, k - 1])))
             break
         else:  # every proposal accepted: the bonus token, as plain decoding samples it
             row = np.asarray(logits[start + length - 1], dtype=np.float32)
-            word = _word(key, int(consumed[b]) + length, TARGET_DRAW)
+            word = int(target_words[b, length - 1])  # position consumed[b] + length
             emitted.append(sampling.sample_row(row, params, counts, mask, word))
         accepted[b] = len(emitted) - 1
         ids[b, :len(emitted)] = emitted

@@ -60,14 +60,16 @@ def test_where_rejects_bad_operands(cond, a, b, message):
 def test_gather_and_where_belong_to_operator_set_version_2():
     from helios.program import OPERATOR_SET_VERSION, SUPPORTED_OPERATOR_SET_VERSIONS, validate_program
 
-    assert OPERATOR_SET_VERSION >= 2 and {1, 2} <= SUPPORTED_OPERATOR_SET_VERSIONS
+    assert OPERATOR_SET_VERSION == 3 and SUPPORTED_OPERATOR_SET_VERSIONS == {1, 2, 3}
     b = ProgramBuilder("g")
     pending = b.state("pending", "pending_tokens", "i32", [4])
     decision = b.transport("decision", "decision", "i32", [4])
     sampled = b.transport("sampled", "sampled", "i32", [4])
     b.where(decision, sampled, pending, into=pending)
     program = b.build()
-    assert program.operator_set_version == 2
+    assert program.operator_set_version == OPERATOR_SET_VERSION
+    program.operator_set_version = 2
+    validate_program(program)  # a version-2 program may
     program.operator_set_version = 1  # a version-1 program may not use a version-2 operator
     with pytest.raises(E.OperatorNewerThanProgram, match=r"operators\[0\] \(where\).*version 2.*declares version 1"):
         validate_program(program)

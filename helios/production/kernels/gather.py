@@ -1,5 +1,5 @@
-"""Row gathers (device side): `embedding` (a table row per packed token) and `last_row_gather` (each
-lane's last packed row).
+"""Row gathers (device side): `embedding` (a table row per packed token), `last_row_gather` (each
+lane's last packed row) and their counterpart `scatter` (row t of x into row index[t] of out).
 
 One program per output row; the row is copied in blocks of `BLOCK` elements.
 """
@@ -60,3 +60,26 @@ def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor
     _last_row_kernel[(lanes,)](x, token_lane, out, rows, width,
                                ROWS_BLOCK=min(rows_block, triton.next_power_of_2(max(rows, 1))),
                                BLOCK=min(block, triton.next_power_of_2(max(width, 1))))
+
+
+@triton.jit
+def _scatter_kernel(x_ptr, index_ptr, out_ptr, rows, width, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    target = tl.load(index_ptr + row).to(tl.int64)
+    valid = (target >= 0) & (target < rows)
+    safe = tl.where(valid, target, 0)
+    writable = tl.where(valid, width, 0)  # the row's writable extent: none for an index outside out
+    for start in range(0, width, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        values = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0)
+        tl.store(out_ptr + safe * width + cols, values, mask=cols < writable)
+
+
+def scatter(out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, *, block: int = 1024) -> None:
+    """out[index[t]] = x[t] along the first axis, in place; rows whose index is outside [0, R) are
+    skipped (in-range indices of one call are distinct, so programs never race)."""
+    rows = out.shape[0]
+    width = out.numel() // rows if rows else 0
+    if index.shape[0]:
+        _scatter_kernel[(index.shape[0],)](x, index, out, rows, width,
+                                           BLOCK=min(block, triton.next_power_of_2(max(width, 1))))

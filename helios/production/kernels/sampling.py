@@ -203,20 +203,34 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor, parameters: torch.Tensor,
                  histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0
                  ) -> None:
+        kept = self.kept_weights(logits, parameters, histogram, grammar_mask)
+        self.draw(kept, parameters, seed, positions, out, draw_index=draw_index)
+
+    def kept_weights(self, logits: torch.Tensor, parameters: torch.Tensor, histogram: torch.Tensor,
+             grammar_mask: torch.Tensor, *, rank_stage: bool | None = None) -> torch.Tensor:
+        """Stages 1 and 2: each row's kept weights, [rows, V] i64 in id order (a static buffer of this
+        sampler), with their per-block sums in `block_sum` and the rows' greedy ids in `greedy` (-1:
+        the mask allows nothing). `rank_stage` None: as the device's `RankFilters` switch says."""
         rows, vocab = self.rows, self.vocab
         grid = (rows, self.blocks)
         _filter_kernel[grid](logits, parameters, histogram, grammar_mask, self.z, self.block_max, self.block_id,
                              vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block)
-        rank_stage = self.rank_filters.enabled
+        if rank_stage is None:
+            rank_stage = self.rank_filters.enabled
         _weights_kernel[grid](parameters, self.z, self.e, self.weights, self.block_max, self.block_id, self.greedy,
                               self.block_sum, vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2,
                               RANK_STAGE=rank_stage)
-        kept = self.weights
-        if rank_stage:
-            kept = self._rank_stage(parameters)
-            _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
-        _draw_kernel[(rows,)](kept, self.block_sum, parameters, seed, positions, self.greedy, out, vocab,
-                              self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
+        if not rank_stage:
+            return self.weights
+        kept = self._rank_stage(parameters)
+        _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
+        return kept
+
+    def draw(self, kept: torch.Tensor, parameters: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor,
+             out: torch.Tensor, *, draw_index: int = 0) -> None:
+        """Stage 3 over `kept` (what `kept_weights` returned): each row's token, the greedy id at temperature <= 0."""
+        _draw_kernel[(self.rows,)](kept, self.block_sum, parameters, seed, positions, self.greedy, out, self.vocab,
+                                   self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
 
     def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
         """Top-k, top-p and min-p in rank order; the kept weights in id order."""

@@ -30,6 +30,7 @@ The modules of this package, along the seams of the walk:
     linear.py     matrix products (matmul, logits, the matmul fusions): Triton GEMV kernels or torch
                   (cuBLAS on a GPU) per product shape, as the `LinearPolicy` of `product_choice.py` decides
                   (timed on a GPU; torch on a CPU unless a test injects Triton)
+    speculative.py  the speculative operators' lowerings (kernels/speculative.py, their samplers memoized)
 
 This module walks the program (`lower_program`). A scratch tensor returns to the arena after its
 last reader, so every layer of a program reuses one set of buffers. `gpu_paths` (a `GpuPaths`,

@@ -1,10 +1,10 @@
 """One lowering per operator of the set (device side): `LOWERINGS`, operator name -> `Lowering`.
 
 Each lowering binds the operator's tensors from the context once and returns the launch that runs
-it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where` and `fill` a small
-torch call on static tensors (`gather` and `where` move one integer per lane: a device-owned pending
-token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary` and
-`paged_cache_write` in `rotary.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where`, `column_write` and
+`fill` a small torch call on static tensors (`gather` and `where` move one integer per lane: a
+device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
+and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -23,6 +23,13 @@ from helios.production.kernels import activation, attention, gather, norm, sampl
 from helios.production.lowering.context import Context, Lowering
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
+from helios.production.lowering.speculative import (
+    lower_speculative_allocate,
+    lower_speculative_commit,
+    lower_speculative_pack,
+    lower_speculative_verify,
+    lower_token_probability,
+)
 from helios.program.validate import ValidatedOperator
 
 
@@ -153,6 +160,18 @@ def _where(c: Context, op: ValidatedOperator):
     return lambda: torch.where(cond != 0, a, b, out=out)
 
 
+def _scatter(c: Context, op: ValidatedOperator):
+    out, x, index = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.inputs[2])
+    block = _copy_block(c)
+    return lambda: gather.scatter(out, x, index, **block)
+
+
+def _column_write(c: Context, op: ValidatedOperator):
+    out, value = c.t(op.inputs[0]), c.t(op.inputs[1])
+    column = out.select(1, int(op.attributes["index"]))  # a strided view of out's column
+    return lambda: column.copy_(value)
+
+
 def _fill(c: Context, op: ValidatedOperator):
     out = c.t(op.outputs[0])
     value = float(op.attributes["value"])
@@ -179,6 +198,13 @@ LOWERINGS: Mapping[str, Lowering] = {
     "copy": _copy,
     "gather": _gather,
     "where": _where,
+    "scatter": _scatter,
+    "column_write": _column_write,
+    "token_probability": lower_token_probability,
+    "speculative_allocate": lower_speculative_allocate,
+    "speculative_pack": lower_speculative_pack,
+    "speculative_verify": lower_speculative_verify,
+    "speculative_commit": lower_speculative_commit,
     "fill": _fill,
 }
 

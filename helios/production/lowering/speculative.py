@@ -1,0 +1,67 @@
+"""The speculative operators' lowerings (device side): `kernels/speculative.py` on static tensors.
+
+The samplers of `token_probability` and `speculative_verify` are memoized by role and shape like the
+plain sampler, but with their own buffers: verification holds the target's and the draft's kept
+weights at once, and neither reads the device's `RankFilters` switch.
+"""
+
+from __future__ import annotations
+
+from helios.production.kernels import speculative
+from helios.production.lowering.context import Context
+from helios.program.validate import ValidatedOperator
+
+
+def _vocab_block(c: Context) -> int:
+    return 4096 if c.gpu_paths is None else c.gpu_paths.vocab_block
+
+
+def _rows_block(c: Context) -> dict:
+    return {} if c.gpu_paths is None else {"block": c.gpu_paths.copy_block}
+
+
+def lower_token_probability(c: Context, op: ValidatedOperator):
+    logits, ids, parameters, histogram, mask = (c.t(n) for n in op.inputs)
+    out = c.t(op.outputs[0])
+    rows, vocab = logits.shape
+    block = _vocab_block(c)
+    scorer = c.arena.memo(("token_probability", rows, vocab, block),
+                          lambda: speculative.ProbabilityScorer(rows, vocab, c.device, block=block))
+    return lambda: scorer(logits, ids, parameters, histogram, mask, out)
+
+
+def lower_speculative_allocate(c: Context, op: ValidatedOperator):
+    confidence, ceilings, lane_order = (c.t(n) for n in op.inputs)
+    lengths = c.t(op.outputs[0])
+    allocator = speculative.Allocator(int(op.attributes["packed_tokens"]), c.device)
+    return lambda: allocator(confidence, ceilings, lane_order, lengths)
+
+
+def lower_speculative_pack(c: Context, op: ValidatedOperator):
+    lane_order, lengths, consumed, candidates = (c.t(n) for n in op.inputs)
+    tokens, positions, next_positions, token_lane = (c.t(n) for n in op.outputs)
+    block = _rows_block(c)
+    return lambda: speculative.speculative_pack(lane_order, lengths, consumed, candidates, tokens, positions,
+                                                next_positions, token_lane, **block)
+
+
+def lower_speculative_verify(c: Context, op: ValidatedOperator):
+    logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, mask = (
+        c.t(n) for n in op.inputs)
+    ids, accepted = c.t(op.outputs[0]), c.t(op.outputs[1])
+    packed, vocab = logits.shape
+    lanes, drafts = draft_logits.shape[0], draft_logits.shape[1]
+    block = _vocab_block(c)
+    key = ("speculative_verify", packed, lanes, drafts, vocab, histogram.shape[1], mask.shape[1], block)
+    verifier = c.arena.memo(key, lambda: speculative.Verifier(packed, lanes, drafts, vocab, histogram.shape[1],
+                                                              mask.shape[1], c.device, block=block))
+    return lambda: verifier(logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, mask,
+                            ids, accepted)
+
+
+def lower_speculative_commit(c: Context, op: ValidatedOperator):
+    ids, accepted, lengths, consumed = (c.t(n) for n in op.inputs)
+    pending, emitted, endpoint = (c.t(n) for n in op.outputs)
+    block = _rows_block(c)
+    return lambda: speculative.speculative_commit(ids, accepted, lengths, consumed, pending, emitted, endpoint,
+                                                  **block)
