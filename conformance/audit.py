@@ -17,9 +17,11 @@ submitted. Each round is compared in this order, and the first disagreement ends
 5. the cache records the round wrote, plane by plane in layer order (`cache.<plane>`, the detail
    naming region, layer, page, position and head), then the logits rows of the sampling lanes
    (`logits`), within the precision's state tolerance (`conformance.state`);
-6. each lane's completion row, integer fields exactly: status, generation, emitted (accepted count),
+6. each lane's completion row, integer fields exactly: status, generation, offer and accepted
+   drafts (a speculative lane's allocation and acceptance; -1 elsewhere), emitted,
    consumed_endpoint, draft_cursor, model_reserved, frame_index (the frame it was submitted in),
-   submission_sequence (the sequence the transport wrote), then sampled_id (when emitted);
+   submission_sequence (the sequence the transport wrote), then a speculative lane's emitted ids
+   (`sampled_ids`) and sampled_id (when emitted);
 7. the state rows the round wrote (`state.<buffer>`: the device-owned pending token), after
    production's samples were adopted (below);
 8. production's executor must not have rejected a round the reference accepts identically (`error`).
@@ -34,9 +36,11 @@ exact tie is the rule's to break: the lowest id) and, for a greedy row whose log
 recorded, the rule applied to production's own logits picks production's id (else its sampler broke
 the rule): the tie is reported with its margin and the replay continues with production's token (later lanes carry production's tokens,
 so adopting it is automatic). Device-owned pending tokens (-1 in a lane) are the lane's previous
-production sample; on a core whose graphs keep the pending token in a state view, production's
-sample is also written into the reference's state row of the slot after every round, so the replay
-reads what production read there (after an adopted tie as well).
+production sample (a speculative lane's last emitted id); on a core whose graphs keep the pending
+token in a state view, production's sample is also written into the reference's state row of the
+slot after every round, so the replay reads what production read there (after an adopted tie as
+well). A speculative round has no tie judgement yet: a proposal or an acceptance that flips on a
+numeric near-tie is reported as a divergence of its offer, accepted drafts or emitted ids.
 """
 
 from __future__ import annotations
@@ -58,7 +62,9 @@ from helios.runtime.completion import Completion, transport_sequence
 from helios.runtime.packing import LaneInput
 
 M = manifest_pb2
-INTEGER_FIELDS = ("status", "generation", "emitted", "consumed_endpoint", "draft_cursor", "model_reserved")
+# Speculative rows add their offer (the allocation) and accepted drafts; other rows report -1 for both.
+INTEGER_FIELDS = ("status", "generation", "offer", "accepted_drafts", "emitted", "consumed_endpoint", "draft_cursor",
+                  "model_reserved")
 DTYPE_NAMES = {M.DTYPE_F32: "f32", M.DTYPE_BF16: "bf16", M.DTYPE_F16: "f16"}
 
 
@@ -135,9 +141,9 @@ class _Replay:
         found = found or self._rows(record, lanes, reference, kept)
         adopted = found is None
         for lane, row in zip(lanes, record.rows, strict=False):
-            if row.emitted:
-                self.last[lane.slot] = row.sampled_id
-                self._adopt_pending(record.graph, lane.slot, row.sampled_id)
+            if row.emitted:  # the last emitted id is the slot's next pending token
+                self.last[lane.slot] = row.tokens()[-1]
+                self._adopt_pending(record.graph, lane.slot, row.tokens()[-1])
         if adopted and state is not None:
             found = self.finding(record, compare_views(self.spec, record.graph, lanes, self.engine.buffers, state,
                                                        self.dtype))
@@ -204,6 +210,9 @@ class _Replay:
                 return self.divergence(record, "submission_sequence", transport_sequence(record.sequence),
                                        prod.submission_sequence,
                                        lane=lane.slot, detail="the row answers another submission")
+            if ref.sampled_ids and ref.tokens() != prod.tokens():  # a speculative lane's accepted run
+                return self.divergence(record, "sampled_ids", list(ref.tokens()), list(prod.tokens()),
+                                       lane=lane.slot, detail=f"slot {lane.slot}: the emitted ids differ")
             if ref.emitted and ref.sampled_id != prod.sampled_id:
                 logits = kept.get(self.site.inputs[0]) if self.site else None
                 if logits is None:

@@ -495,16 +495,19 @@ def _token_probability(p, rng, cohort, g, cases):
 
 
 def _speculative_allocate(p, rng, cohort, g, cases):
-    """Quantized confidences (exact ties of survival, NaN and values outside [0, 1] among them), a
-    padding row, ceilings and P both binding."""
+    """Two lanes (slots 3 and 5) with equal confidences contest an odd number of rows, so exact ties
+    of survival decide who gets the last one (the lower slot); NaN and values outside [0, 1] sit in
+    other lanes, with a padding row, and ceilings and P both binding."""
     lanes, drafts = 6, 3
-    confidence = rng.choice(np.array([0.25, 0.5, 0.5, 0.75, 1.0, np.nan, 1.5], np.float32), size=(lanes, drafts))
+    confidence = np.array([[0.5, 0.5, 0.5], [0.1, 0.1, 0.1], [0.9, 0.9, 0.9], [0.5, 0.5, 0.5],
+                           [1.0, 1.0, 1.0], [np.nan, 1.5, 0.1]], np.float32)
+    confidence[1:3] *= rng.choice(np.array([0.5, 1.0], np.float32), size=(2, drafts))  # lanes that never win
     ceilings = np.array([4, 2, 3, 4, 1, 4], np.int32)
     lane_order = np.array([3, 0, -1, 5, 1, 2], np.int32)
     out = p.output("lengths", (lanes,), "i32")
     p.builder.emit("speculative_allocate", [p.input("confidence", confidence, "f32"),
                                             p.input("ceilings", ceilings, "i32"),
-                                            p.input("lane_order", lane_order, "i32")], {"packed_tokens": 11},
+                                            p.input("lane_order", lane_order, "i32")], {"packed_tokens": 10},
                    into=[out])
 
 

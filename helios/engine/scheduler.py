@@ -158,7 +158,13 @@ class Scheduler(RequestResidency):
             return self._submit(variant or self._init, initialize)
         if self.config.speculative_width and decode:
             speculating = [s for s in decode if self._speculates(s)]
-            if speculating and (self._speculative_turn or (len(speculating) == len(decode) and not prefill)):
+            # One speculative round at a time: its lanes need completion feedback anyway, so lanes that
+            # wait for it join the next one together rather than splitting into alternating cohorts.
+            busy = any(p.operation == C.OPERATION_SPECULATIVE for p in self._outstanding)
+            if speculating and busy:
+                waiting = set(map(id, speculating))
+                decode = [s for s in decode if id(s) not in waiting]
+            elif speculating and (self._speculative_turn or (len(speculating) == len(decode) and not prefill)):
                 plan = self._speculative_round(speculating)
                 if plan is not None:
                     self._speculative_turn = False

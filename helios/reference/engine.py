@@ -71,8 +71,9 @@ class ReferenceEngine:
         # Speculation: each round of a decoding request runs the one-lane SPECULATIVE graph of the
         # selected width (None: plain decoding, also on a speculative core).
         self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0}  # SPECULATIVE rounds so far
+        self._speculative_checks = {g.name: SpeculativeRound.of(g) for g in prepared.graphs
+                                    if g.speculative is not None}  # what every SPECULATIVE graph's rows answer to
         self.speculative: LoadedGraph | None = None
-        self._speculative_check: SpeculativeRound | None = None
         if speculative_width is not None:
             widths = sorted({g.speculative.verify_tokens for g in prepared.graphs if g.speculative is not None})
             if speculative_width not in widths:
@@ -81,7 +82,6 @@ class ReferenceEngine:
             chosen = min((g for g in prepared.graphs if g.speculative is not None
                           and g.speculative.verify_tokens == speculative_width), key=lambda g: g.batch_capacity)
             self.speculative = self.graphs[chosen.name]
-            self._speculative_check = SpeculativeRound.of(chosen)
             self._speculative_graph = chosen
     # ------------------------------------------------------------------------------------------ load
 
@@ -118,7 +118,7 @@ class ReferenceEngine:
         """Reject completion rows that disagree with the round they answer, before any token is accepted
         (the shared rules of helios.runtime.completion: status, sequence, generation echo, emitted,
         consumed endpoint within the lane's pages, no draft cursor, reserved -1, sampled id in range)."""
-        check = self._speculative_check if self.speculative is not None and graph_name == self.speculative.name else None
+        check = self._speculative_checks.get(graph_name)
         validate_round(graph_name, lanes, rows, sequence=self._sequence,
                        sampled_tokens=self.contract.vocabulary.sampled_tokens,
                        page_tokens=self.contract.cache.page_tokens, frame=0, speculative=check)
