@@ -57,8 +57,14 @@ def replay_ms(model, graph: str, batch: int, context: int, limit: int, steps: in
 
     page_tokens = model.contract.cache.page_tokens
     per_lane = -(-(context + 16) // page_tokens)
-    model.run_round(graph, _lanes(batch, context, limit, per_lane))
+    lanes = _lanes(batch, context, limit, per_lane)
+    model.run_round(graph, lanes)
     capture = model.executor.capture
+    if capture is None:  # a CPU check of the script itself (interpreted kernels): whole rounds, wall clock
+        start_s = time.perf_counter()
+        for _ in range(steps):
+            model.run_round(graph, lanes)
+        return 1e3 * (time.perf_counter() - start_s) / steps
     for _ in range(3):
         capture.replay(graph, rank_filters=False)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -70,6 +76,13 @@ def replay_ms(model, graph: str, batch: int, context: int, limit: int, steps: in
     return start.elapsed_time(end) / steps
 
 
+def _free(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="llama-8b", choices=sorted(SHAPES))
@@ -77,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 64])
     parser.add_argument("--widths", nargs="+", type=int, default=[2, 4, 8])
     parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--context-tokens", type=int, default=2048, help="prepared context (default 2048)")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profile", nargs=2, type=int, metavar=("B", "W"),
+                        help="print the device kernels of the speculative_bB_wW graph (torch.profiler, 5 replays)")
     args = parser.parse_args(argv)
 
     import torch
@@ -92,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     target_dir = make_checkpoint(args.target, root / "target", args.device)
     draft_dir = make_checkpoint(f"{args.draft}-as-draft", root / "draft", args.device)
-    print(f"device: {torch.cuda.get_device_name()}; checkpoints written in {time.perf_counter() - t0:.1f}s", flush=True)
-    common = dict(dtype="bf16", page_tokens=16, batch_capacities=tuple(args.batches), prefill_capacities=(64,),
-                  context_tokens=2048)
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"device: {name}; checkpoints written in {time.perf_counter() - t0:.1f}s", flush=True)
+    common = dict(dtype="bf16" if args.device.startswith("cuda") else "fp32", page_tokens=16, batch_capacities=tuple(args.batches), prefill_capacities=(64,),
+                  context_tokens=args.context_tokens)
     results: dict = {"target": args.target, "draft": args.draft, "context": args.context, "rows": []}
 
     def load(directory, **extra):
@@ -110,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     for b in args.batches:
         decode[b] = replay_ms(model, f"decode_b{b}", b, args.context, 0, args.steps)
     del model
-    torch.cuda.empty_cache()
+    _free(args.device)
     model = load(draft_dir)
     for b in args.batches:
         draft_step[b] = replay_ms(model, f"decode_b{b}", b, args.context, 0, args.steps)
     del model
-    torch.cuda.empty_cache()
+    _free(args.device)
     model = load(target_dir, draft=draft_dir, speculative_widths=tuple(args.widths))
     print(f"\n{'B':>4} {'W':>3} {'decode ms':>10} {'draft ms':>9} {'spec ms':>9} {'spec/decode':>12} "
           f"{'verify/decode':>14} {'spec/(decode+D drafts)':>23}")
@@ -133,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{b:>4} {w:>3} {decode[b]:>10.3f} {draft_step[b]:>9.3f} {spec:>9.3f} "
                   f"{row['speculative_over_decode']:>12.2f} {row['verification_over_decode']:>14.2f} "
                   f"{row['round_over_decode_plus_drafts']:>23.2f}", flush=True)
+    if args.profile:
+        from bench.decode import profile
+
+        print(profile(model, f"speculative_b{args.profile[0]}_w{args.profile[1]}"), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

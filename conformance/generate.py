@@ -327,7 +327,8 @@ def _shortest(core: CoreSource, name: str, body: dict, *, needs_call: bool) -> l
     from helios.frontend.openai_request import parse_chat_request
 
     try:  # the output limit fits what the rendered prompt leaves of the context
-        prompt = preparer_for(core).prepare_chat(parse_chat_request({**body, "seed": 0}), "probe").prompt_token_ids
+        probe = parse_chat_request({**body, "seed": 0, "max_tokens": 1})  # the rendered prompt's length only
+        prompt = preparer_for(core).prepare_chat(probe, "probe").prompt_token_ids
     except HeliosError:
         return []
     body = {**body, "max_tokens": max(1, min(body["max_tokens"], core.contract.context_tokens - len(prompt)))}

@@ -11,7 +11,7 @@ proves it with the allocator's counters and Triton's kernel caches).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -34,7 +34,13 @@ class GraphCapture:
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.unfiltered: dict[str, torch.cuda.CUDAGraph] = {}  # sampling graphs without the rank stage
 
-    def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 2) -> None:
+    def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 2,
+                preserve: Sequence[torch.Tensor] = ()) -> None:
+        """Capture every plan (and its form without the rank stage). Warm-up and capture run each plan
+        on whatever its buffers hold: the tensors in `preserve` (persistent state, completion records)
+        get their bytes back afterwards, so startup leaves no state a round did not write. (A
+        speculative program run on zeroed transports reads slot 0 as a lane and commits into it.)"""
+        saved = [t.clone() for t in preserve]
         forms = [(name, plan, True) for name, plan in plans.items()]
         forms += [(name, plan, False) for name, plan in plans.items() if plan.rank_filters is not None]
         stream = torch.cuda.Stream(self.device)
@@ -50,6 +56,8 @@ class GraphCapture:
             with torch.cuda.graph(graph, pool=self.pool):
                 plan.run(rank_filters=filtered)
             (self.graphs if filtered else self.unfiltered)[name] = graph
+        for tensor, value in zip(preserve, saved, strict=True):
+            tensor.copy_(value)
         torch.cuda.synchronize(self.device)
 
     def replay(self, name: str, *, rank_filters: bool = True) -> None:

@@ -194,7 +194,9 @@ class NativeModel:
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
                 capture = GraphCapture(device)
-                capture.capture(plans)
+                persistent = [buffers[b.name] for b in manifest.buffers
+                              if b.role in (M.BUFFER_ROLE_STATE, M.BUFFER_ROLE_COMPLETION)]
+                capture.capture(plans, preserve=persistent)
             graphs = {name: ExecutorGraph(name, item.handle.operation, item.handle.batch_capacity,
                                           item.handle.packed_token_capacity, plans[name], packings[name])
                       for name, item in programs.items()}

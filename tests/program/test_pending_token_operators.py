@@ -67,8 +67,8 @@ def test_gather_and_where_belong_to_operator_set_version_2():
     sampled = b.transport("sampled", "sampled", "i32", [4])
     b.where(decision, sampled, pending, into=pending)
     program = b.build()
-    assert program.operator_set_version == OPERATOR_SET_VERSION
-    program.operator_set_version = 2
+    # stamped with the oldest version holding its operators: 2, below the newest
+    assert program.operator_set_version == 2 < OPERATOR_SET_VERSION
     validate_program(program)  # a version-2 program may
     program.operator_set_version = 1  # a version-1 program may not use a version-2 operator
     with pytest.raises(E.OperatorNewerThanProgram, match=r"operators\[0\] \(where\).*version 2.*declares version 1"):

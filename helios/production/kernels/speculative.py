@@ -15,8 +15,9 @@ greedy id, so the probabilities here are exactly the ones `sample` draws from. W
   `_commit_kernel`       one block of lanes: pending token, emitted count, consumed endpoint.
 
 All of it runs on static buffers with no host synchronisation, so a speculative program captures
-into one CUDA graph. The rank stage (top-k, top-p, min-p) always runs here (`rank_stage=True`): the
-device's `RankFilters` switch belongs to the plain samplers' rounds.
+into one CUDA graph. The rank stage (top-k, top-p, min-p) runs as the device's `RankFilters` switch
+says (given by the lowering; a sampler built without one always runs it): a round none of whose
+lanes filters by rank skips its sort, and the kept weights are the same (docs: kernels/sampling.py).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def _probability_kernel(kept_ptr, block_sum_ptr, greedy_ptr, ids_ptr, out_ptr, v
 class ProbabilityScorer:
     """Static buffers and launches of `token_probability` for one (rows, vocab) shape."""
 
-    def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096) -> None:
-        self.sampler = Sampler(rows, vocab, device, block=block, rank_filters=RankFilters())
+    def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
+                 rank_filters: RankFilters | None = None) -> None:
+        self.sampler = Sampler(rows, vocab, device, block=block, rank_filters=rank_filters or RankFilters())
         # [rows, 7] f32: the rows' parameters, a greedy row's scored at temperature 1 without rank filters
         self.scored = torch.empty((rows, 7), dtype=torch.float32, device=device)
         # temperature, top_p, top_k, min_p of a greedy row's score
@@ -60,7 +62,7 @@ class ProbabilityScorer:
         greedy = ~(parameters[:, 0:1] > 0)  # NaN temperature is greedy too, as the reference reads it
         self.scored[:, 0:4] = torch.where(greedy, self.neutral, parameters[:, 0:4])
         s = self.sampler
-        kept = s.kept_weights(logits, self.scored, histogram, grammar_mask, rank_stage=True)
+        kept = s.kept_weights(logits, self.scored, histogram, grammar_mask)
         _probability_kernel[(s.rows,)](kept, s.block_sum, s.greedy, ids, out, s.vocab, s.blocks,
                                        BLOCKS=s.blocks_pow2)
 
@@ -277,10 +279,11 @@ class Verifier:
     never submits), the kernels stay inside their buffers: rows clamp to P - 1, lengths to D + 1."""
 
     def __init__(self, packed: int, lanes: int, drafts: int, vocab: int, histogram_width: int, mask_words: int,
-                 device: torch.device | str, *, block: int = 4096) -> None:
+                 device: torch.device | str, *, block: int = 4096, rank_filters: RankFilters | None = None) -> None:
         self.packed, self.lanes, self.drafts, self.vocab = packed, lanes, drafts, vocab
-        self.target = Sampler(packed, vocab, device, block=block, rank_filters=RankFilters())
-        self.draft = Sampler(lanes * drafts, vocab, device, block=block, rank_filters=RankFilters())
+        switch = rank_filters or RankFilters()
+        self.target = Sampler(packed, vocab, device, block=block, rank_filters=switch)
+        self.draft = Sampler(lanes * drafts, vocab, device, block=block, rank_filters=switch)
         i32 = dict(dtype=torch.int32, device=device)
         self.row_lane = torch.empty(packed, **i32)  # [P] i32: each target row's submission row, -1 padding
         self.row_positions = torch.empty(packed, **i32)  # [P] i32: its position (consumed + k)
@@ -313,16 +316,14 @@ class Verifier:
                                     (grammar_mask, self.draft_mask, self.draft_lane)):
             torch.index_select(source, 0, index, out=rows)
         target, draft = self.target, self.draft
-        target_kept = target.kept_weights(logits, self.row_parameters, self.row_histogram, self.row_mask,
-                                          rank_stage=True)
+        target_kept = target.kept_weights(logits, self.row_parameters, self.row_histogram, self.row_mask)
         # row k of a lane sits at position consumed + k: its plain draw is the token at consumed + k + 1
         target.draw(target_kept, self.row_parameters, self.row_seed, self.row_positions, self.plain,
                     draw_index=TARGET_DRAW)
         draft_kept = target_kept
         if self.drafts:
             draft_kept = draft.kept_weights(draft_logits.reshape(self.lanes * self.drafts, self.vocab),
-                                            self.draft_parameters, self.draft_histogram, self.draft_mask,
-                                            rank_stage=True)
+                                            self.draft_parameters, self.draft_histogram, self.draft_mask)
         _verify_kernel[(self.lanes,)](
             target_kept, target.block_sum, target.greedy, self.plain, draft_kept, draft.block_sum, candidates,
             lengths, consumed, seed, parameters, ids, accepted, self.lanes, self.drafts, self.packed, self.vocab,

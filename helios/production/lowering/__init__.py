@@ -183,6 +183,6 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     missing = sorted(set(OPERATORS) - set(LOWERINGS))
     if missing:
         raise LoweringError(f"operators without a production lowering: {missing}")
-    samples = any(launch.kernel == "sample" for launch in launches)
+    samples = any(launch.kernel in ("sample", "token_probability", "speculative_verify") for launch in launches)
     switch = arena.memo(("rank_filters",), sampling.RankFilters) if samples else None
     return LaunchPlan(program.graph, tuple(launches), bound, len(operators), rank_filters=switch, scratch=intact)

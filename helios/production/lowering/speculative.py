@@ -2,12 +2,12 @@
 
 The samplers of `token_probability` and `speculative_verify` are memoized by role and shape like the
 plain sampler, but with their own buffers: verification holds the target's and the draft's kept
-weights at once, and neither reads the device's `RankFilters` switch.
+weights at once. Both follow the device's `RankFilters` switch, as the plain sampler does.
 """
 
 from __future__ import annotations
 
-from helios.production.kernels import speculative
+from helios.production.kernels import sampling, speculative
 from helios.production.lowering.context import Context
 from helios.program.validate import ValidatedOperator
 
@@ -25,8 +25,10 @@ def lower_token_probability(c: Context, op: ValidatedOperator):
     out = c.t(op.outputs[0])
     rows, vocab = logits.shape
     block = _vocab_block(c)
+    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)  # the device's: a round's lanes set it
     scorer = c.arena.memo(("token_probability", rows, vocab, block),
-                          lambda: speculative.ProbabilityScorer(rows, vocab, c.device, block=block))
+                          lambda: speculative.ProbabilityScorer(rows, vocab, c.device, block=block,
+                                                                rank_filters=switch))
     return lambda: scorer(logits, ids, parameters, histogram, mask, out)
 
 
@@ -53,8 +55,10 @@ def lower_speculative_verify(c: Context, op: ValidatedOperator):
     lanes, drafts = draft_logits.shape[0], draft_logits.shape[1]
     block = _vocab_block(c)
     key = ("speculative_verify", packed, lanes, drafts, vocab, histogram.shape[1], mask.shape[1], block)
+    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)  # the device's: a round's lanes set it
     verifier = c.arena.memo(key, lambda: speculative.Verifier(packed, lanes, drafts, vocab, histogram.shape[1],
-                                                              mask.shape[1], c.device, block=block))
+                                                              mask.shape[1], c.device, block=block,
+                                                              rank_filters=switch))
     return lambda: verifier(logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, mask,
                             ids, accepted)
 
