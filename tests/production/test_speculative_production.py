@@ -1,0 +1,81 @@
+"""Speculation in the production runtime (fp32, Triton interpreted, CPU): the batching scheduler runs
+decode lanes in SPECULATIVE rounds on the production executor, and every request's tokens equal plain
+greedy decoding in the reference runtime, for both program shapes; startup options refuse what the
+core did not capture in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+from helios.reference.engine import ReferenceEngine
+from helios.runtime.events import Finished, TokenEvent
+from helios.runtime.interface import PreparedRequest
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions
+from helios.runtime.request import GenerationRequest, SamplingParams
+
+pytestmark = pytest.mark.slow
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def cores(tiny_checkpoint, tiny_draft):
+    def core(budget):
+        return prepare_checkpoint(tiny_checkpoint("qwen2"), PreparationOptions(
+            dtype="fp32", draft=tiny_draft("qwen2", "perturbed"), page_tokens=4, batch_capacities=(1, 2, 4),
+            prefill_capacities=(8, 16), context_tokens=64, speculative_widths=(2, 4), speculative_budget=budget))
+    return {"rectangular": core(None), "confidence": core(6)}
+
+
+def _serve(runtime, requests):
+    async def collect(stream):
+        tokens = []
+        async for event in stream:
+            if isinstance(event, TokenEvent):
+                tokens.append(event.token_id)
+            else:
+                return tokens, event
+        raise AssertionError("no terminal event")
+
+    async def main():
+        runtime.start()
+        try:
+            streams = [runtime.submit(PreparedRequest(f"r{i}", r, observe_tokens=True))
+                       for i, r in enumerate(requests)]
+            return [await collect(s) for s in streams]
+        finally:
+            runtime.shutdown()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("shape", ["rectangular", "confidence"])
+def test_production_speculation_gives_the_plain_greedy_tokens(cores, shape):
+    from helios.production.loading import load_native_model, runtime_for
+
+    core = cores[shape]
+    rng = random.Random(5)
+    requests = [GenerationRequest(tuple(rng.randrange(256) for _ in range(rng.randrange(5, 20))),
+                                  max_tokens=rng.randrange(5, 15), sampling=GREEDY, ignore_eos=True) for _ in range(4)]
+    plain = ReferenceEngine.load(core, pages=64)
+    expected = [list(plain.generate(r)) for r in requests]
+    options = RuntimeOptions(AdmissionLimits(max_active=4, queue_capacity=8), speculative_width=4)
+    model = load_native_model(core, device="cpu", pages=40, speculative_width=4)
+    runtime = runtime_for(model, options)
+    results = _serve(runtime, requests)
+    assert [tokens for tokens, _ in results] == expected
+    assert all(isinstance(terminal, Finished) for _, terminal in results)
+    counters = runtime.scheduler.counters
+    assert counters.speculative_rounds >= 1 and 0 < counters.accepted_drafts <= counters.offered_drafts
+
+
+def test_a_width_above_the_captured_ones_is_refused_in_one_line(cores):
+    from helios.production.loading import load_runtime
+
+    options = RuntimeOptions(AdmissionLimits(max_active=2), speculative_width=8, device="cpu")
+    with pytest.raises(InvalidRuntimeOptions, match="--speculative-width 8 exceeds the core's widest captured width 4"):
+        load_runtime(cores["rectangular"], options)
