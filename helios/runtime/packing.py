@@ -65,6 +65,21 @@ class UnsupportedValueSource(PackingError):
     """The binding's source is one this packer does not supply (e.g. image tensors)."""
 
 
+class ShiftedPageTableView(PackingError):
+    """A page-table view declares a nonzero page offset, which no runtime applies yet."""
+
+
+def check_page_table_views(serving: contract_pb2.ServingContract) -> None:
+    """Refuse, in one line naming it, a page-table view with a nonzero `page_offset`: packing writes
+    every view's rows unshifted, so such a core would be served with the wrong pages. (Helios's own
+    speculative cores keep the draft in step with the target: their one view is unshifted.)"""
+    for i, view in enumerate(serving.model.cache.page_table_views):
+        if view.page_offset:
+            raise ShiftedPageTableView(
+                f"model.cache.page_table_views[{i}].page_offset = {view.page_offset} ({view.destination!r}): "
+                "shifted page-table views are not supported by this runtime")
+
+
 class BindingExtentMismatch(PackingError):
     """The destination buffer's dtype or extents cannot hold the source under the declared indexing."""
 

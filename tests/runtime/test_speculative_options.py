@@ -36,3 +36,17 @@ def test_width_options_need_a_draft_and_exclude_no_speculation():
         speculative_width((), _options(speculative_width=4))
     with pytest.raises(InvalidRuntimeOptions, match="exclude each other"):
         _options(speculative_width=2, speculation=False)
+
+
+def test_a_shifted_page_table_view_fails_load_in_one_line(tiny_checkpoint):
+    """Packing never applies a page offset, so a core declaring one must not load (never a field
+    decoded and ignored)."""
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from helios.reference.engine import ReferenceEngine
+    from helios.runtime.packing import ShiftedPageTableView
+
+    core = prepare_checkpoint(tiny_checkpoint("qwen2"), PreparationOptions(dtype="fp32", batch_capacities=(1,),
+                                                                            prefill_capacities=(8,), context_tokens=32))
+    core.contract.model.cache.page_table_views[0].page_offset = 1
+    with pytest.raises(ShiftedPageTableView, match=r"page_table_views\[0\]\.page_offset = 1 .*not supported"):
+        ReferenceEngine.load(core)
