@@ -39,6 +39,13 @@ def serving(engine, *, limits=AdmissionLimits(max_active=2, queue_capacity=2), c
     )
     preparer = Preparer(bootstrap, served_id=SERVED_ID, aliases=ALIASES, context_tokens=context_tokens)
     state = ServerState(runtime=runtime, preparer=preparer, policy=policy or GuardPolicy.for_address("127.0.0.1"))
+    with serving_state(state) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving_state(state: ServerState) -> Iterator[tuple[str, ServerState]]:
+    """`state` (any runtime) served by uvicorn on a free loopback port in a thread."""
     port = free_port()
     config = uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=6)  # fmt: skip

@@ -90,3 +90,71 @@ def test_soak_with_disconnects_leaks_nothing() -> None:
         assert outcomes.get("200", 0) > REQUESTS // 2 and outcomes.get("dropped", 0) > REQUESTS // 10, outcomes
         assert set(outcomes) <= {"200", "429", "dropped"}, outcomes
         assert max(samples) - statistics.mean(samples) <= 100, samples
+
+
+@pytest.mark.slow
+def test_soak_on_a_core_returns_every_page(tiny_checkpoint) -> None:
+    """The same traffic, smaller, against a tiny real core under the batching scheduler (the
+    production runtime's engine over the reference executor): afterwards every cache page is
+    allocatable again, and no slot, request or permit is held."""
+    from conformance.e2e import preparer_for
+    from helios.engine.worker import BatchingRuntime
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from helios.reference.engine import ReferenceEngine
+    from helios.server.guard import GuardPolicy
+    from helios.server.state import ServerState
+    from tests.server.inprocess import serving_state
+
+    core = prepare_checkpoint(tiny_checkpoint("qwen2"), PreparationOptions(
+        dtype="fp32", page_tokens=4, batch_capacities=(1, 2, 4), prefill_capacities=(8, 32), context_tokens=64))
+    pages = 24
+    engine = ReferenceEngine.load(core, pages=pages)
+    runtime = BatchingRuntime.for_executor(engine.executor, engine.contract,
+                                           AdmissionLimits(max_active=4, queue_capacity=16), pages=pages)
+    state = ServerState(runtime=runtime, preparer=preparer_for(core), policy=GuardPolicy.for_address("127.0.0.1"))
+    chance = random.Random(7)
+    outcomes: dict[str, int] = {}
+    served = core.contract.served_id
+
+    async def one(client: httpx.AsyncClient, index: int) -> None:
+        body = {"model": served, "prompt": f"req {index} " * chance.randrange(1, 5), "max_tokens": 6,
+                "temperature": 0.8, "seed": index}
+        drop = chance.random() < 0.2
+        try:
+            if drop:
+                async with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            break  # the client goes away mid-stream
+                outcomes["dropped"] = outcomes.get("dropped", 0) + 1
+            else:
+                response = await client.post("/v1/completions", json=body)
+                outcomes[str(response.status_code)] = outcomes.get(str(response.status_code), 0) + 1
+        except (TimeoutError, httpx.HTTPError):
+            outcomes["dropped"] = outcomes.get("dropped", 0) + 1
+
+    with serving_state(state) as (base, _):
+        async def main() -> None:
+            gate = asyncio.Semaphore(8)
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                async def bounded(index: int) -> None:
+                    async with gate:
+                        await one(client, index)
+                await asyncio.gather(*(bounded(i) for i in range(200)))
+
+        asyncio.run(main())
+
+        def idle() -> bool:
+            return state.admission.in_use == 0 and not runtime.requests_held() and runtime.scheduler.idle
+
+        for _ in range(200):
+            if idle():
+                break
+            asyncio.run(asyncio.sleep(0.05))
+        assert idle(), (state.admission.in_use, runtime.requests_held(), runtime.scheduler.residency())
+        held = runtime.scheduler.residency()
+        assert sorted(held.free_slots) == list(range(4)) and not held.outstanding
+        metrics = runtime.metrics()
+        assert metrics.available["pages"] == metrics.capacity["pages"] == pages  # every page allocatable
+        assert outcomes.get("200", 0) > 100 and outcomes.get("dropped", 0) > 20, outcomes
+        assert set(outcomes) <= {"200", "429", "dropped"}, outcomes
