@@ -109,3 +109,14 @@ def test_the_drafter_proposes_the_targets_next_token(greedy):
     rates = acceptance_by_position(drafter, continuations, tokenizer.token_to_id("<|endoftext|>"), depth=4)
     assert rates[0] >= 0.7  # the bar for the first draft position
     assert rates == sorted(rates, reverse=True)
+
+
+def test_the_drafter_prepares_like_any_checkpoint(tmp_path, offline):
+    from helios.cli import main as helios
+
+    key = tmp_path / "drafter.key"
+    assert helios(["keys", "new", "--out", str(key)]) == 0
+    core = tmp_path / "drafter.hcore"
+    assert helios(["prepare", str(DRAFTER_DIR), "--out", str(core), "--publisher", "helios/demo", "--key", str(key),
+                   "--dtype", "fp32", "--served-id", "helios-demo-drafter"]) == 0
+    assert helios(["verify", str(core), "--accept", "helios/demo", "--trust", f"{key}.pub"]) == 0
