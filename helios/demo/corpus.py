@@ -25,7 +25,7 @@ from helios.errors import HeliosError
 
 TRAIN_SEED = 0  # the seed of the training stream
 HELD_OUT_SEED = 1  # a different seed: the held-out evaluation prompts
-HELD_OUT_COUNT = 200  # the acceptance evaluation size of issue #9
+HELD_OUT_COUNT = 360  # the acceptance evaluation size of issue #17 (24 prompts per task kind)
 VALIDATION_SEED = 2  # prompts for choosing between training runs, never the held-out ones
 END_OF_TURN = "<|im_end|>"
 

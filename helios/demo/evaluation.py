@@ -15,14 +15,28 @@ import torch
 from tokenizers import Tokenizer
 
 from helios.demo.corpus import render_pair
+from helios.demo.drafting import Continuation, greedy_continuations
 from helios.demo.scoring import Accuracy, Verdict, score_text, summarize
 from helios.demo.tasks import Example
 from helios.demo.tokenizer import EOS_TOKEN, PAD_TOKEN
 
-MAX_NEW_TOKENS = 128  # the longest demo completion is about 90 tokens
+MAX_NEW_TOKENS = 160  # the longest demo completion is about 110 tokens
 
 
-@torch.no_grad()
+def greedy_continuations_of(
+    model: torch.nn.Module,
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    batch_size: int = 64,
+) -> list[Continuation]:
+    """Greedy continuations (token ids, EOS included when reached) of text `prompts`, in order."""
+    eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    pad_id = tokenizer.token_to_id(PAD_TOKEN)
+    encoded = [tokenizer.encode(prompt).ids for prompt in prompts]
+    return greedy_continuations(model, encoded, eos_id, pad_id, max_new_tokens, batch_size)
+
+
 def greedy_generate(
     model: torch.nn.Module,
     tokenizer: Tokenizer,
@@ -32,40 +46,36 @@ def greedy_generate(
 ) -> list[str]:
     """Greedy completions of `prompts` (text up to, not including, the first EOS)."""
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
-    pad_id = tokenizer.token_to_id(PAD_TOKEN)
-    device = next(model.parameters()).device
-    completions: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        encoded = [tokenizer.encode(prompt).ids for prompt in prompts[start : start + batch_size]]
-        width = max(len(ids) for ids in encoded)
-        input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, ids in enumerate(encoded):  # left padding: every prompt ends at column width-1
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention_mask[row, width - len(ids) :] = 1
-        output = model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=eos_id,
-            pad_token_id=pad_id,
-        )
-        for row in output[:, width:].tolist():
-            if eos_id in row:
-                row = row[: row.index(eos_id)]
-            completions.append(tokenizer.decode(row, skip_special_tokens=False))
-    return completions
+    texts = []
+    for continuation in greedy_continuations_of(model, tokenizer, prompts, max_new_tokens, batch_size):
+        ids = continuation.completion
+        if ids and ids[-1] == eos_id:
+            ids = ids[:-1]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+    return texts
 
 
 def evaluate(
     model: torch.nn.Module, tokenizer: Tokenizer, examples: Sequence[Example], batch_size: int = 64
 ) -> tuple[list[Verdict], list[str]]:
     """Generate greedily for each example's prompt and score it; returns verdicts and completions."""
-    prompts = [render_pair(example).prompt for example in examples]
-    completions = greedy_generate(model, tokenizer, prompts, batch_size=batch_size)
-    verdicts = [score_text(example.expectation, text) for example, text in zip(examples, completions, strict=True)]
+    verdicts, completions, _ = evaluate_with_ids(model, tokenizer, examples, batch_size)
     return verdicts, completions
+
+
+def evaluate_with_ids(
+    model: torch.nn.Module, tokenizer: Tokenizer, examples: Sequence[Example], batch_size: int = 64
+) -> tuple[list[Verdict], list[str], list[Continuation]]:
+    """`evaluate`, also returning the greedy continuations as token ids (for drafter acceptance)."""
+    eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    prompts = [render_pair(example).prompt for example in examples]
+    continuations = greedy_continuations_of(model, tokenizer, prompts, batch_size=batch_size)
+    completions = []
+    for continuation in continuations:
+        ids = continuation.completion
+        completions.append(tokenizer.decode(ids[:-1] if ids and ids[-1] == eos_id else ids, skip_special_tokens=False))
+    verdicts = [score_text(example.expectation, text) for example, text in zip(examples, completions, strict=True)]
+    return verdicts, completions, continuations
 
 
 def load_checkpoint(path: Path, device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer]:

@@ -25,7 +25,7 @@ from helios.demo.scoring import Verdict, score_text, summarize
 from helios.demo.tasks import Example, held_out_examples
 from helios.errors import HeliosError
 
-MAX_TOKENS = 160  # above the longest demo completion (about 90 tokens), EOS included
+MAX_TOKENS = 160  # above the longest demo completion (about 110 tokens), EOS included
 
 
 class GenerateFailed(HeliosError):

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helios.demo.tasks import TASK_GROUPS, Expectation, TaskKind
+from helios.demo.kinds import TASK_GROUPS, WORDED_KINDS, Expectation, TaskKind
 from helios.errors import HeliosError
 
 
@@ -113,14 +113,36 @@ def parse_reply(text: str) -> ParsedReply:
     return ParsedReply(reasoning, content.strip(), tuple(calls))
 
 
+_NUMBERED_KINDS = frozenset(
+    {TaskKind.ADDITION, TaskKind.SUBTRACTION, TaskKind.MULTIPLICATION, TaskKind.DIVISION, TaskKind.UNIT_CONVERSION})
+
+
 def _same_value(generated: str, expected: str) -> bool:
+    """Equal as text, as numbers, as booleans (the template writes True, JSON true) or as JSON arrays."""
     generated, expected = generated.strip(), expected.strip()
     if generated == expected:
         return True
+    if {generated.lower(), expected.lower()} <= {"true", "false"}:
+        return generated.lower() == expected.lower()
     try:
         return float(generated) == float(expected)
     except ValueError:
+        pass
+    try:
+        return isinstance(json.loads(expected), list) and json.loads(generated) == json.loads(expected)
+    except ValueError:
         return False
+
+
+def _worded(content: str) -> str | None:
+    """Why `content` is not a printable answer in words, or None when it is one."""
+    if not any(character.isalpha() for character in content):
+        return f"answer {content!r} holds no words"
+    if not all(character.isprintable() or character == "\n" for character in content):
+        return f"answer {content!r} holds unprintable characters"
+    if "<" in content and ">" in content:
+        return f"answer {content!r} holds markup"
+    return None
 
 
 def _check(expectation: Expectation, content: str, tool_calls: tuple[ToolCall, ...]) -> str:
@@ -144,7 +166,7 @@ def _check(expectation: Expectation, content: str, tool_calls: tuple[ToolCall, .
         return "ok"
     if tool_calls:
         return f"called {tool_calls[0].name} where an answer was expected"
-    if kind in (TaskKind.ADDITION, TaskKind.SUBTRACTION, TaskKind.UNIT_CONVERSION):
+    if kind in _NUMBERED_KINDS or (kind is TaskKind.MULTI_TURN and expectation.number is not None):
         numbers = _NUMBER.findall(content)
         if not numbers:
             return "the answer holds no number"
@@ -159,6 +181,8 @@ def _check(expectation: Expectation, content: str, tool_calls: tuple[ToolCall, .
             return f"answer is not JSON ({error.msg})"
         expected_object = json.loads(expectation.json_text or "{}")
         return "ok" if generated_object == expected_object else f"object {generated_object!r}, expected {expected_object!r}"
+    if kind in WORDED_KINDS and (problem := _worded(content)) is not None:
+        return problem
     missing = [fact for fact in expectation.facts if fact not in content]
     return "ok" if not missing else f"answer {content!r} misses {missing}"
 

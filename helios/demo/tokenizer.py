@@ -30,7 +30,7 @@ START_TOKEN = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, START_TOKEN, EOS_TOKEN)  # ids 0, 1, 2
 MARKUP_TOKENS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")  # the last ids
-VOCAB_SIZE = 3072  # at most: BPE vocabulary plus the four markup tokens (the demo corpus yields 1,186)
+VOCAB_SIZE = 3072  # at most: BPE vocabulary plus the four markup tokens (the demo corpus fills all of it)
 TOKENIZER_EXAMPLES = 20000  # corpus examples the BPE merges are learned from
 MODEL_MAX_LENGTH = 1024
 

@@ -1,9 +1,21 @@
-"""Training of the demo model (device side: imports torch and transformers; preparation, not serving).
+"""Training of the demo model and its drafter (device side: imports torch and transformers;
+preparation, not serving).
 
-`python -m helios.demo.train` generates the seeded corpus, encodes it with the demo tokenizer,
-trains a small `LlamaForCausalLM` on the assistant completions only, saves a Hugging Face
-checkpoint (bf16 safetensors, config, generation config, tokenizer, chat template) and reports
-greedy accuracy on the held-out prompts. It runs on a CPU or a CUDA GPU; `--help` says how.
+`python -m helios.demo.train` generates the seeded corpus, encodes it with the demo tokenizer and,
+within one time budget (`--minutes`), trains:
+
+1. the target, a `LlamaForCausalLM` trained on the assistant completions only, with the drafter
+   learning the same completions beside it; the cosine learning-rate schedule runs over the
+   phase's share of the budget by the clock (or over `--steps`), and validation accuracy is printed
+   as it goes;
+2. the drafter's distillation: the saved target decodes training prompts greedily, and the drafter
+   learns those continuations (cross-entropy on the target's tokens plus the KL divergence to its
+   distribution).
+
+It saves both as Hugging Face checkpoints (bf16 safetensors, config, generation config, tokenizer,
+chat template), then reports the target's greedy accuracy on the validation and held-out prompts
+and the drafter's acceptance per draft position on the held-out completions. It runs on a CPU or a
+CUDA GPU; `--help` says how.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from helios.demo import CHECKPOINT_DIR
+from helios.demo import CHECKPOINT_DIR, DRAFTER_DIR
 from helios.demo.corpus import (
     HELD_OUT_COUNT,
     HELD_OUT_SEED,
@@ -32,7 +44,8 @@ from helios.demo.corpus import (
     encode_training_slice,
     held_out_questions,
 )
-from helios.demo.evaluation import evaluate, format_report, load_checkpoint
+from helios.demo.drafting import acceptance_by_position, distill_step, greedy_continuations
+from helios.demo.evaluation import evaluate_with_ids, format_report, load_checkpoint
 from helios.demo.scoring import summarize
 from helios.demo.tasks import held_out_examples
 from helios.demo.tokenizer import (
@@ -46,6 +59,11 @@ from helios.errors import HeliosError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 SLICE = 2000  # examples per encoding task
+# Shares of the whole budget kept for what follows the target's training.
+GENERATION_SHARE = 0.08  # the target's greedy continuations for distillation
+DISTILLATION_SHARE = 0.07  # the drafter's distillation
+FINAL_SHARE = 0.08  # saving, the final evaluations and the acceptance measurement
+VALIDATION_PROMPTS = 120  # validation prompts scored during training
 
 
 class InvalidTrainingPlan(HeliosError):
@@ -54,12 +72,12 @@ class InvalidTrainingPlan(HeliosError):
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """The Llama geometry of the demo model (about 4.3 million parameters, 8.7 MB in bf16)."""
+    """A Llama geometry; the defaults are the target's (10.6M parameters, 21.2 MB in bf16)."""
 
-    hidden_size: int = 256
-    intermediate_size: int = 512
+    hidden_size: int = 384
+    intermediate_size: int = 1024
     num_layers: int = 6
-    num_heads: int = 4
+    num_heads: int = 6
     num_kv_heads: int = 2
     max_positions: int = 1024
 
@@ -68,33 +86,45 @@ class ModelShape:
             raise InvalidTrainingPlan(f"hidden_size {self.hidden_size} must split into {self.num_heads} even heads")
         if self.num_heads % self.num_kv_heads:
             raise InvalidTrainingPlan(f"num_heads {self.num_heads} must be a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.num_layers < 1 or self.intermediate_size < 1:
+            raise InvalidTrainingPlan("num_layers and intermediate_size must be at least 1")
+
+
+TARGET_SHAPE = ModelShape()
+DRAFTER_SHAPE = ModelShape(hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4, num_kv_heads=2)
 
 
 @dataclass(frozen=True, slots=True)
 class TrainingPlan:
-    """Everything a training run depends on; the same plan reproduces the same run."""
+    """Everything a training run depends on; the same plan on the same machine reproduces the run."""
 
     seed: int = TRAIN_SEED  # corpus stream, initialization and batch order
     examples: int = 400_000  # distinct training examples drawn from the stream
-    steps: int = 10_000  # optimizer steps (the cosine schedule's length)
+    steps: int = 0  # optimizer steps of the target (the cosine schedule's length); 0: the schedule follows the clock
     batch_size: int = 128  # sequences per step
-    learning_rate: float = 2e-3  # peak AdamW learning rate
+    learning_rate: float = 1.5e-3  # peak AdamW learning rate of the target
+    drafter_learning_rate: float = 2e-3  # peak AdamW learning rate of the drafter
     warmup_steps: int = 300  # linear warmup, then cosine decay to a tenth of the peak
     weight_decay: float = 0.05
-    max_tokens: int = 640  # longer examples are left out
-    eval_every: int = 2000  # steps between validation evaluations (0: only at the end)
-    stop_at_step: int = 0  # end the run at this step of the `steps` schedule (0: run it all)
+    max_tokens: int = 768  # longer examples are left out
+    minutes: float = 8.0  # the whole run's budget, from start to the reported scores
+    distillation_prompts: int = 20_000  # training prompts the target continues for the drafter (at most)
+    distillation_batch: int = 256  # sequences per distillation step
 
     def __post_init__(self) -> None:
         if self.seed in (HELD_OUT_SEED, VALIDATION_SEED):
             raise InvalidTrainingPlan(f"seed {self.seed} is reserved for held-out or validation prompts")
-        for name in ("examples", "steps", "batch_size", "warmup_steps", "max_tokens"):
+        for name in ("examples", "batch_size", "warmup_steps", "max_tokens", "distillation_prompts",
+                     "distillation_batch"):
             if getattr(self, name) < 1:
                 raise InvalidTrainingPlan(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not (0 <= self.stop_at_step <= self.steps):
-            raise InvalidTrainingPlan(f"stop_at_step must be within 0..steps, got {self.stop_at_step}")
-        if not (0 < self.learning_rate < 1) or self.weight_decay < 0 or self.eval_every < 0:
-            raise InvalidTrainingPlan("learning_rate must be in (0, 1), weight_decay and eval_every >= 0")
+        if self.steps < 0 or self.minutes <= 0:
+            raise InvalidTrainingPlan(f"steps must be >= 0 and minutes > 0, got {self.steps} and {self.minutes}")
+        for name in ("learning_rate", "drafter_learning_rate"):
+            if not 0 < getattr(self, name) < 1:
+                raise InvalidTrainingPlan(f"{name} must be in (0, 1), got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise InvalidTrainingPlan("weight_decay must be >= 0")
 
 
 def build_model(shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) -> torch.nn.Module:
@@ -183,11 +213,16 @@ def make_batch(indices: np.ndarray, corpus: EncodedCorpus, pad_id: int) -> tuple
     return torch.from_numpy(inputs), torch.from_numpy(targets)
 
 
-def learning_rate(plan: TrainingPlan, step: int) -> float:
-    if step < plan.warmup_steps:
-        return plan.learning_rate * (step + 1) / plan.warmup_steps
-    progress = (step - plan.warmup_steps) / max(1, plan.steps - plan.warmup_steps)
-    return plan.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+def learning_rate(peak: float, warmup_steps: int, total_steps: int, step: int) -> float:
+    """Linear warmup to `peak`, then cosine decay to a tenth of it at `total_steps`."""
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    return decayed_rate(peak, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+
+
+def decayed_rate(peak: float, progress: float) -> float:
+    """The cosine decay from `peak` at progress 0 to a tenth of it at progress 1 (and after)."""
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0.0, progress)))))
 
 
 def save_checkpoint(model: torch.nn.Module, tokenizer_dir: Path, out_dir: Path, pad_id: int, eos_id: int) -> None:
@@ -209,18 +244,48 @@ def save_checkpoint(model: torch.nn.Module, tokenizer_dir: Path, out_dir: Path, 
             shutil.copyfile(tokenizer_dir / name, out_dir / name)
 
 
-def train(
-    plan: TrainingPlan,
-    shape: ModelShape,
-    tokenizer_dir: Path,
-    out_dir: Path,
-    device: str,
-    workers: int,
-    time_limit_s: float,
-) -> dict[str, object]:
+def _optimizer(model: torch.nn.Module, plan: TrainingPlan, peak: float, device: str) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": plan.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=peak, betas=(0.9, 0.95), eps=1e-8, fused=device.startswith("cuda"),
+    )
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+def _completion_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
+                     autocast: torch.autocast) -> torch.Tensor:
+    with autocast:
+        logits = model(input_ids=inputs).logits
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-100)
+
+
+def _validate(model: torch.nn.Module, tokenizer, label: str, count: int) -> None:
+    model.eval()
+    examples = held_out_examples(VALIDATION_SEED, count)
+    verdicts, _, _ = evaluate_with_ids(model, tokenizer, examples, batch_size=count)
+    print(f"validation ({count} prompts, held-out phrasings) {label}: "
+          f"{format_report(summarize(verdicts))}", flush=True)
+    model.train()
+
+
+def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_dir: Path, out_dir: Path,
+          drafter_dir: Path, device: str, workers: int, eval_count: int = HELD_OUT_COUNT) -> dict[str, object]:
     from tokenizers import Tokenizer
 
     started = time.perf_counter()
+    budget = plan.minutes * 60
+    deadline = started + budget
+    target_end = deadline - (GENERATION_SHARE + DISTILLATION_SHARE + FINAL_SHARE) * budget
+    generation_end = deadline - (DISTILLATION_SHARE + FINAL_SHARE) * budget
+    distillation_end = deadline - FINAL_SHARE * budget
     random.seed(plan.seed)
     np_rng = np.random.default_rng(plan.seed)
     torch.manual_seed(plan.seed)
@@ -230,82 +295,150 @@ def train(
     corpus = encode_corpus(plan, tokenizer_dir / "tokenizer.json", workers)
     lengths = corpus.lengths
     completion_tokens = int(lengths.sum() - corpus.prompt_lengths.sum())
+    encode_seconds = time.perf_counter() - started
     print(f"corpus: {len(lengths)} examples, {int(lengths.sum())} tokens ({completion_tokens} trained on), "
-          f"encoded in {time.perf_counter() - started:.1f}s", flush=True)
+          f"encoded in {encode_seconds:.1f}s", flush=True)
 
-    model = build_model(shape, tokenizer.get_vocab_size(), pad_id, eos_id).to(device)
+    vocab_size = tokenizer.get_vocab_size()
+    model = build_model(shapes[0], vocab_size, pad_id, eos_id).to(device)
+    drafter = build_model(shapes[1], vocab_size, pad_id, eos_id).to(device)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    print(f"model: {parameters / 1e6:.2f}M parameters, {asdict(shape)}", flush=True)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": plan.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=plan.learning_rate, betas=(0.9, 0.95), eps=1e-8, fused=device.startswith("cuda"),
-    )
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast(
-        "cpu", enabled=False)
-    validation = held_out_examples(VALIDATION_SEED, HELD_OUT_COUNT)
+    drafter_parameters = sum(parameter.numel() for parameter in drafter.parameters())
+    print(f"target: {parameters / 1e6:.2f}M parameters, {asdict(shapes[0])}", flush=True)
+    print(f"drafter: {drafter_parameters / 1e6:.2f}M parameters, {asdict(shapes[1])}", flush=True)
+    optimizer = _optimizer(model, plan, plan.learning_rate, device)
+    drafter_optimizer = _optimizer(drafter, plan, plan.drafter_learning_rate, device)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
 
+    # Phase 1: the target (and the drafter beside it) on the corpus completions. With --steps the
+    # cosine schedule runs over the steps; otherwise over the phase's share of the budget, by time.
+    # NOTE: a step count fitted from the first steps' times undershoots badly on a GPU (the first
+    # steps of new batch shapes are several times slower than the steady ones), so the schedule
+    # follows the clock instead.
     batches: list[np.ndarray] = []
-    step, trained_tokens, window_loss, window_tokens = 0, 0, 0.0, 0
-    window_start = time.perf_counter()
-    train_start = window_start
-    stopped_early = False
+    step, trained_tokens, window_tokens = 0, 0, 0
+    train_start = window_start = time.perf_counter()
+    validations = 0
+    stopped_by_time = False
     model.train()
-    while step < plan.steps:
+    drafter.train()
+
+    def progress() -> float:
+        if plan.steps:
+            return step / plan.steps
+        return (time.perf_counter() - train_start) / max(1e-6, target_end - train_start)
+
+    def rate(peak: float) -> float:
+        if step < plan.warmup_steps:
+            return peak * (step + 1) / plan.warmup_steps
+        if plan.steps:
+            return learning_rate(peak, plan.warmup_steps, plan.steps, step)
+        return decayed_rate(peak, progress())
+
+    while (step < plan.steps) if plan.steps else (time.perf_counter() < target_end):
         if not batches:
             batches = batch_order(lengths, plan.batch_size, np_rng)
         inputs, targets = make_batch(batches.pop(), corpus, pad_id)
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(plan, step)
-        with autocast:
-            logits = model(input_ids=inputs).logits
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-100)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+            group["lr"] = rate(plan.learning_rate)
+        for group in drafter_optimizer.param_groups:
+            group["lr"] = rate(plan.drafter_learning_rate)
+        loss = _completion_loss(model, inputs, targets, autocast)
+        _step(model, optimizer, loss)
+        drafter_loss = _completion_loss(drafter, inputs, targets, autocast)
+        _step(drafter, drafter_optimizer, drafter_loss)
         step += 1
         trained_tokens += inputs.numel()
         window_tokens += inputs.numel()
-        if step % 100 == 0 or step == plan.steps:
-            window_loss = loss.item()
+        if step % 100 == 0:
             elapsed = time.perf_counter() - window_start
-            print(f"step {step}/{plan.steps}  loss {window_loss:.4f}  lr {learning_rate(plan, step - 1):.2e}  "
+            print(f"step {step}{f'/{plan.steps}' if plan.steps else ''}  progress {progress():.2f}  "
+                  f"loss {loss.item():.4f}  drafter {drafter_loss.item():.4f}  lr {rate(plan.learning_rate):.2e}  "
                   f"{window_tokens / elapsed:,.0f} tokens/s", flush=True)
             window_start, window_tokens = time.perf_counter(), 0
-        if plan.eval_every and step % plan.eval_every == 0 and step < plan.steps:
-            model.eval()
-            verdicts, _ = evaluate(model, tokenizer, validation, batch_size=HELD_OUT_COUNT)
-            print(f"validation at step {step}: {format_report(summarize(verdicts))}", flush=True)
-            model.train()
-        if step == plan.stop_at_step:
-            print(f"stopping at step {step} of the {plan.steps}-step schedule, as planned", flush=True)
-            stopped_early = True
+        if validations < 2 and progress() >= (validations + 1) / 3:
+            validations += 1
+            _validate(model, tokenizer, f"at step {step}", min(VALIDATION_PROMPTS, eval_count))
+        if plan.steps and time.perf_counter() > target_end:
+            print(f"the target's share of the budget is spent: stopping at step {step} of {plan.steps}", flush=True)
+            stopped_by_time = True
             break
-        if time.perf_counter() - started > time_limit_s:
-            print(f"time limit of {time_limit_s:.0f}s reached: stopping at step {step}", flush=True)
-            stopped_early = True
-            break
-    train_seconds = time.perf_counter() - train_start
-
+    target_seconds = time.perf_counter() - train_start
+    loss_value, drafter_loss_value = loss.item(), drafter_loss.item()
     save_checkpoint(model, tokenizer_dir, out_dir, pad_id, eos_id)
-    model, tokenizer = load_checkpoint(out_dir, device)
+    del model, optimizer
+    target, _ = load_checkpoint(out_dir, device)  # the saved bf16 weights, computed in fp32 as served
+
+    # Phase 2: the target's greedy continuations of training prompts.
+    phase_start = time.perf_counter()
+    count = min(plan.distillation_prompts, len(lengths))
+    chosen = np_rng.choice(len(lengths), size=count, replace=False)
+    prompts = [corpus.tokens[corpus.offsets[i] : corpus.offsets[i] + corpus.prompt_lengths[i]].tolist() for i in chosen]
+    continuations = greedy_continuations(target, prompts, eos_id, pad_id, max_new_tokens=160,
+                                         batch_size=512, deadline=generation_end)
+    generation_seconds = time.perf_counter() - phase_start
+    print(f"distillation data: {len(continuations)} greedy continuations of training prompts in "
+          f"{generation_seconds:.1f}s", flush=True)
+
+    # Phase 3: the drafter distilled on them, the learning rate decaying over the share's time.
+    phase_start = time.perf_counter()
+    distillation_steps, distillation_loss = 0, float("nan")
+    order: list[int] = []
+    drafter.train()
+    peak = plan.drafter_learning_rate * 0.3
+    distillation_batch = min(plan.distillation_batch, len(continuations))
+    # NOTE: a few steps even when the earlier phases overran their shares, so the drafter is distilled.
+    while continuations and (time.perf_counter() < distillation_end or distillation_steps < 20):
+        if len(order) < distillation_batch:
+            order = np_rng.permutation(len(continuations)).tolist()
+        batch = [continuations[order.pop()] for _ in range(distillation_batch)]
+        progress = (time.perf_counter() - phase_start) / max(1e-6, distillation_end - phase_start)
+        for group in drafter_optimizer.param_groups:
+            group["lr"] = decayed_rate(peak, progress)
+        loss = distill_step(drafter, target, batch, pad_id, autocast)
+        _step(drafter, drafter_optimizer, loss)
+        distillation_steps += 1
+        if distillation_steps % 50 == 0:
+            distillation_loss = loss.item()
+            print(f"distillation step {distillation_steps}  loss {distillation_loss:.4f}", flush=True)
+    distillation_seconds = time.perf_counter() - phase_start
+    if distillation_steps:
+        distillation_loss = loss.item()
+    print(f"distillation: {distillation_steps} steps in {distillation_seconds:.1f}s", flush=True)
+    save_checkpoint(drafter, tokenizer_dir, drafter_dir, pad_id, eos_id)
+    del drafter, drafter_optimizer
+    drafter, _ = load_checkpoint(drafter_dir, device)
+
     report: dict[str, object] = {
-        "plan": asdict(plan), "shape": asdict(shape), "device": device, "parameters": parameters,
-        "steps_run": step, "stopped_early": stopped_early, "train_seconds": round(train_seconds, 1),
-        "trained_tokens": trained_tokens, "final_loss": window_loss,
+        "plan": asdict(plan), "target_shape": asdict(shapes[0]), "drafter_shape": asdict(shapes[1]),
+        "device": device, "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "target_parameters": parameters, "drafter_parameters": drafter_parameters,
+        "corpus_examples": len(lengths), "corpus_tokens": int(lengths.sum()), "completion_tokens": completion_tokens,
+        "encode_seconds": round(encode_seconds, 1), "steps_run": step, "schedule": f"{plan.steps} steps" if plan.steps
+        else "cosine over the target's share of the budget, by time",
+        "stopped_by_time": stopped_by_time, "target_seconds": round(target_seconds, 1),
+        "trained_tokens": trained_tokens, "final_loss": loss_value, "final_drafter_loss": drafter_loss_value,
+        "distillation_sequences": len(continuations), "generation_seconds": round(generation_seconds, 1),
+        "distillation_steps": distillation_steps, "distillation_seconds": round(distillation_seconds, 1),
+        "distillation_loss": distillation_loss,
     }
     for name, seed in (("validation", VALIDATION_SEED), ("held_out", HELD_OUT_SEED)):
-        examples = held_out_examples(seed, HELD_OUT_COUNT)
-        verdicts, completions = evaluate(model, tokenizer, examples, batch_size=HELD_OUT_COUNT)
+        examples = held_out_examples(seed, eval_count)
+        verdicts, completions, greedy = evaluate_with_ids(target, tokenizer, examples, batch_size=eval_count)
         summary = summarize(verdicts)
         report[name] = {key: [value.correct, value.total] for key, value in summary.items()}
         print(f"{name} accuracy (saved checkpoint, greedy): {format_report(summary)}", flush=True)
+        acceptance = acceptance_by_position(drafter, greedy, pad_id)
+        report[f"{name}_acceptance"] = [round(value, 4) for value in acceptance]
+        print(f"{name} drafter acceptance, positions 1-4 (all proposals up to j accepted): "
+              f"{' '.join(f'{value:.3f}' for value in acceptance)}", flush=True)
         if name == "held_out":
             wrong = [(e, v, t) for e, v, t in zip(examples, verdicts, completions, strict=True) if not v.correct]
-            for example, verdict, text in wrong[:40]:
+            for example, verdict, text in wrong[:60]:
                 print(f"  wrong {example.kind}: {example.question!r} -> {text[:160]!r} ({verdict.reason[:160]})")
     report["total_seconds"] = round(time.perf_counter() - started, 1)
     return report
@@ -315,18 +448,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m helios.demo.train",
         description=(
-            "Train the Helios demo model: a ~4M-parameter Llama on a seeded synthetic chat corpus "
-            "(arithmetic with think traces, unit conversions, copying and reversing strings, JSON "
-            "answers, tool calls and answers from tool results). Prints loss and tokens/s, saves a "
-            "Hugging Face checkpoint and prints greedy accuracy on 200 held-out prompts (seed "
-            f"{HELD_OUT_SEED}). The committed checkpoint was trained on an H200 with the defaults "
-            "(about seven minutes); on a CPU, lower --steps and --examples."
+            "Train the Helios demo model (a 10.6M-parameter Llama) and its drafter (a 2-layer Llama with the "
+            "same tokenizer) on the seeded synthetic chat corpus within one time budget: the target and the "
+            "drafter on the corpus completions, then the drafter distilled on the target's greedy continuations. "
+            "Prints loss, tokens/s and validation accuracy as it goes, saves both Hugging Face checkpoints and "
+            f"prints greedy accuracy on {HELD_OUT_COUNT} held-out prompts (seed {HELD_OUT_SEED}) and the drafter's "
+            "acceptance per draft position. The committed checkpoints came from an H200 run with --minutes 8.5 "
+            "of the version before the clock-driven schedule (BENCHMARKS.md); on a CPU, use small shapes, "
+            "--steps and --examples."
         ),
-        epilog="Example: python -m helios.demo.train --out /tmp/demo --device cuda",
+        epilog="Example: python -m helios.demo.train --out /tmp/demo --drafter-out /tmp/drafter --device cuda",
     )
     defaults = TrainingPlan()
     parser.add_argument("--out", type=Path, default=CHECKPOINT_DIR,
-                        help="checkpoint output directory (default: the committed checkpoint, overwritten)")
+                        help="target checkpoint directory (default: the committed checkpoint, overwritten)")
+    parser.add_argument("--drafter-out", type=Path, default=DRAFTER_DIR,
+                        help="drafter checkpoint directory (default: the committed drafter, overwritten)")
     parser.add_argument("--tokenizer-dir", type=Path, default=CHECKPOINT_DIR,
                         help="directory holding tokenizer.json, tokenizer_config.json and chat_template.jinja "
                              "(default: the committed checkpoint's)")
@@ -335,28 +472,37 @@ def main(argv: list[str] | None = None) -> int:
                              "(the from-scratch path) instead of reading --tokenizer-dir")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="corpus, init and batch-order seed (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps (default %(default)s)")
+    parser.add_argument("--minutes", type=float, default=defaults.minutes,
+                        help="the whole run's time budget, evaluation included (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=defaults.steps,
+                        help="the target's optimizer steps; 0 runs the schedule over the target's share of the "
+                             "budget by the clock (default %(default)s)")
     parser.add_argument("--examples", type=int, default=defaults.examples, help="distinct training examples (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak learning rate (default %(default)s)")
-    parser.add_argument("--eval-every", type=int, default=defaults.eval_every,
-                        help="steps between validation evaluations, 0 for none (default %(default)s)")
-    parser.add_argument("--layers", type=int, default=ModelShape().num_layers, help="transformer layers (default %(default)s)")
-    parser.add_argument("--workers", type=int, default=max(1, min(8, (multiprocessing.cpu_count() or 1) - 1)),
-                        help="corpus encoding processes (default: CPUs - 1, at most 8)")
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="the target's peak learning rate (default %(default)s)")
+    parser.add_argument("--distillation-prompts", type=int, default=defaults.distillation_prompts,
+                        help="training prompts the target continues for the drafter, at most (default %(default)s)")
+    for prefix, shape in (("", TARGET_SHAPE), ("drafter-", DRAFTER_SHAPE)):
+        for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
+            flag = f"--{prefix}{name.replace('_', '-')}"
+            parser.add_argument(flag, type=int, default=getattr(shape, name), help="(default %(default)s)")
+    parser.add_argument("--workers", type=int, default=max(1, min(15, (multiprocessing.cpu_count() or 1) - 1)),
+                        help="corpus encoding processes (default: CPUs - 1, at most 15)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--time-limit", type=float, default=float("inf"),
-                        help="stop training once this many seconds have passed since the start, then save and evaluate")
-    parser.add_argument("--stop-at-step", type=int, default=0,
-                        help="end the run at this step of the --steps schedule, keeping the schedule's learning "
-                             "rates")
+    parser.add_argument("--eval-count", type=int, default=HELD_OUT_COUNT,
+                        help="validation and held-out prompts scored at the end (default %(default)s, the acceptance set)")
     parser.add_argument("--report", type=Path, default=None, help="also write the run's report as JSON here")
     args = parser.parse_args(argv)
     try:
         plan = TrainingPlan(seed=args.seed, examples=args.examples, steps=args.steps, batch_size=args.batch_size,
-                            learning_rate=args.lr, warmup_steps=min(defaults.warmup_steps, max(1, args.steps // 10)),
-                            eval_every=args.eval_every, stop_at_step=args.stop_at_step)
-        shape = ModelShape(num_layers=args.layers)
+                            learning_rate=args.lr, minutes=args.minutes,
+                            warmup_steps=min(defaults.warmup_steps, max(1, args.steps // 10)) if args.steps
+                            else defaults.warmup_steps,
+                            distillation_prompts=args.distillation_prompts)
+        shapes = tuple(
+            ModelShape(**{name: getattr(args, f"{prefix}{name}") for name in
+                          ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")})
+            for prefix in ("", "drafter_"))
     except HeliosError as error:
         parser.error(str(error))
     device = args.device
@@ -370,10 +516,10 @@ def main(argv: list[str] | None = None) -> int:
 
         write_tokenizer_files(train_tokenizer(training_texts(plan.seed, 0, TOKENIZER_EXAMPLES)), args.out)
         tokenizer_dir = args.out
-    report = train(plan, shape, tokenizer_dir, args.out, device, args.workers, args.time_limit)
+    report = train(plan, shapes, tokenizer_dir, args.out, args.drafter_out, device, args.workers, args.eval_count)
     if args.report is not None:
         args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"saved the checkpoint to {args.out} in {report['total_seconds']}s")
+    print(f"saved the target to {args.out} and the drafter to {args.drafter_out} in {report['total_seconds']}s")
     return 0
 
 

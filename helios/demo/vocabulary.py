@@ -62,12 +62,17 @@ class UnitConversion:
     source: str  # plural unit name as written in prompts, e.g. "kilometers"
     target: str  # plural unit name of the result, e.g. "meters"
     singular: str  # the source unit for a quantity of one, e.g. "kilometer"
+    target_singular: str  # the target unit for a quantity of one, e.g. "meter"
     factor: int  # how many target units one source unit is
     max_amount: int  # amounts are drawn from 1..max_amount
+    source_abbreviations: tuple[str, ...]  # other ways prompts write the source unit, e.g. ("km",)
+    target_abbreviations: tuple[str, ...]  # other ways prompts write the target unit
 
     def __post_init__(self) -> None:
-        if not (self.source and self.target and self.singular):
+        if not (self.source and self.target and self.singular and self.target_singular):
             raise InvalidUnitConversion(f"unit names must be non-empty, got {self!r}")
+        if not (self.source_abbreviations and self.target_abbreviations):
+            raise InvalidUnitConversion(f"{self.source}->{self.target} needs at least one abbreviation of each unit")
         if self.factor < 2 or self.max_amount < 1:
             raise InvalidUnitConversion(
                 f"factor must be >= 2 and max_amount >= 1 in {self.source}->{self.target}, "
@@ -75,16 +80,28 @@ class UnitConversion:
             )
 
 
+def _row(source: str, target: str, factor: int, max_amount: int, source_abbreviations: tuple[str, ...],
+         target_abbreviations: tuple[str, ...]) -> UnitConversion:
+    singular = {"feet": "foot", "inches": "inch"}
+    return UnitConversion(source, target, singular.get(source, source[:-1]), singular.get(target, target[:-1]),
+                          factor, max_amount, source_abbreviations, target_abbreviations)
+
+
 UNIT_CONVERSIONS: tuple[UnitConversion, ...] = (
-    UnitConversion("kilometers", "meters", "kilometer", 1000, 99),
-    UnitConversion("meters", "centimeters", "meter", 100, 99),
-    UnitConversion("centimeters", "millimeters", "centimeter", 10, 99),
-    UnitConversion("kilograms", "grams", "kilogram", 1000, 99),
-    UnitConversion("liters", "milliliters", "liter", 1000, 99),
-    UnitConversion("hours", "minutes", "hour", 60, 12),
-    UnitConversion("minutes", "seconds", "minute", 60, 12),
-    UnitConversion("days", "hours", "day", 24, 12),
-    UnitConversion("weeks", "days", "week", 7, 12),
+    _row("kilometers", "meters", 1000, 99, ("km",), ("m",)),
+    _row("meters", "centimeters", 100, 99, ("m",), ("cm",)),
+    _row("centimeters", "millimeters", 10, 99, ("cm",), ("mm",)),
+    _row("meters", "millimeters", 1000, 99, ("m",), ("mm",)),
+    _row("kilograms", "grams", 1000, 99, ("kg",), ("g",)),
+    _row("liters", "milliliters", 1000, 99, ("l", "L"), ("ml", "mL")),
+    _row("hours", "minutes", 60, 12, ("h", "hrs"), ("min", "mins")),
+    _row("minutes", "seconds", 60, 12, ("min", "mins"), ("s", "sec")),
+    _row("hours", "seconds", 3600, 12, ("h", "hrs"), ("s", "sec")),
+    _row("days", "hours", 24, 12, ("d",), ("h", "hrs")),
+    _row("weeks", "days", 7, 12, ("wk", "wks"), ("d",)),
+    _row("feet", "inches", 12, 12, ("ft",), ("in",)),
+    _row("yards", "feet", 3, 12, ("yd", "yds"), ("ft",)),
+    _row("pounds", "ounces", 16, 12, ("lb", "lbs"), ("oz",)),
 )
 
 # Copy and reverse strings are capital letters: the tokenizer keeps each capital a token of its own,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from helios.demo.corpus import (
+    HELD_OUT_COUNT,
     HELD_OUT_SEED,
     VALIDATION_SEED,
     held_out_questions,
@@ -27,17 +28,20 @@ def test_examples_are_a_pure_function_of_seed_and_index():
 
 
 def test_held_out_prompts_come_from_their_own_seed_in_equal_shares():
-    examples = held_out_examples(HELD_OUT_SEED, 200)
+    examples = held_out_examples(HELD_OUT_SEED, HELD_OUT_COUNT)
+    assert HELD_OUT_COUNT >= 300
     counts = {kind: sum(example.kind is kind for example in examples) for kind in TaskKind}
-    assert set(counts.values()) == {25}
-    assert examples != held_out_examples(VALIDATION_SEED, 200)
+    assert set(counts.values()) == {HELD_OUT_COUNT // len(TaskKind)}
+    assert examples != held_out_examples(VALIDATION_SEED, HELD_OUT_COUNT)
 
 
 def test_training_never_shows_a_held_out_question():
     excluded = held_out_questions()
     training = list(training_examples(0, 0, 3000))
-    assert len(training) < 3000  # some stream examples repeat a held-out question and are skipped
+    assert len(training) == 3000  # held-out phrasings are written apart: no training question repeats one
     assert not {example.question for example in training} & excluded
+    # and the exclusion itself works: a stream whose questions are excluded yields nothing
+    assert not list(training_examples(0, 0, 50, excluded=frozenset(make_example(0, i).question for i in range(50))))
 
 
 def test_prompt_and_completion_are_the_templates_own_rendering():
@@ -54,6 +58,7 @@ def test_prompt_and_completion_are_the_templates_own_rendering():
         if example.kind is TaskKind.TOOL_CALL:
             name = example.expectation.tool_name
             assert f"</think>\n\n<tool_call>\n<function={name}>\n" in pair.completion
+            assert f"<name>{name}</name>" in pair.prompt  # the called tool is one the prompt offers
         if example.kind is TaskKind.TOOL_ANSWER:
             assert "<|im_start|>tool\n" in pair.prompt
 
@@ -61,14 +66,14 @@ def test_prompt_and_completion_are_the_templates_own_rendering():
 def test_corpus_cli_writes_json_lines(tmp_path):
     out = tmp_path / "held_out.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "helios.demo.corpus", "--held-out", "--count", "16", "--out", str(out)],
+        [sys.executable, "-m", "helios.demo.corpus", "--held-out", "--count", "15", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
     import json
 
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [record["kind"] for record in records[:8]] == [str(kind) for kind in TaskKind]
+    assert [record["kind"] for record in records[:15]] == [str(kind) for kind in TaskKind][:15]
     assert all(record["prompt"].endswith("<|im_start|>assistant\n") for record in records)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helios.demo.corpus import render_pair
+from helios.demo.corpus import HELD_OUT_COUNT, render_pair
 from helios.demo.scoring import parse_reply, score_reply, score_text, summarize
 from helios.demo.tasks import Expectation, InvalidExpectation, TaskKind, held_out_examples
 
@@ -89,11 +89,43 @@ def test_parse_reply_splits_reasoning_content_and_calls():
 
 
 def test_every_reference_completion_scores_correct_and_summarizes_by_group():
-    examples = held_out_examples(1, 200)
+    examples = held_out_examples(1, HELD_OUT_COUNT)
     verdicts = [score_text(example.expectation, render_pair(example).completion) for example in examples]
     report = summarize(verdicts)
-    assert report["all"].correct == report["all"].total == 200
-    assert report["group:arithmetic"].total == 75 and report["group:strings"].total == 50
+    assert report["all"].correct == report["all"].total == HELD_OUT_COUNT
+    share = HELD_OUT_COUNT // len(TaskKind)
+    assert report["group:arithmetic"].total == 5 * share and report["group:tool_calls"].total == share
+    assert report["group:rest"].total == 9 * share
+
+
+def test_typed_arguments_compare_by_value():
+    flags = Expectation(TaskKind.TOOL_CALL, tool_name="set_lights",
+                        tool_arguments=(("on", "False"), ("items", '["milk", "eggs"]'), ("temperature", "21.5")))
+    call = ("<tool_call>\n<function=set_lights>\n<parameter=on>\nFalse\n</parameter>\n<parameter=items>\n"
+            '["milk", "eggs"]\n</parameter>\n<parameter=temperature>\n21.5\n</parameter>\n</function>\n</tool_call>')
+    assert score_text(flags, THINK + call).correct
+    served = {"function": {"name": "set_lights", "arguments": {"on": False, "items": ["milk", "eggs"], "temperature": 21.5}}}
+    assert score_reply(flags, None, [served]).correct
+    wrong = {"function": {"name": "set_lights", "arguments": {"on": True, "items": ["milk", "eggs"], "temperature": 21.5}}}
+    assert "argument on" in score_reply(flags, None, [wrong]).reason
+    reordered = {"function": {"name": "set_lights", "arguments": {"on": False, "items": ["eggs", "milk"], "temperature": 21.5}}}
+    assert "argument items" in score_reply(flags, None, [reordered]).reason
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (THINK + "Sorry, none of the available tools can do that.", "ok"),
+        (THINK + "Sorry 4 5", "ok"),
+        (THINK + "1 2 3", "holds no words"),
+        (THINK + "Sorry \x07", "unprintable"),
+        (THINK + "Sorry <function=x>", "markup"),
+        (THINK + "I can do that.", "misses ['Sorry']"),
+    ],
+)
+def test_worded_answers_must_be_printable_prose(text, reason):
+    verdict = score_text(Expectation(TaskKind.NO_TOOL, facts=("Sorry",)), text)
+    assert reason in verdict.reason
 
 
 def test_expectations_carry_exactly_their_kinds_fields():
@@ -101,3 +133,7 @@ def test_expectations_carry_exactly_their_kinds_fields():
         Expectation(TaskKind.ADDITION, text="117")
     with pytest.raises(InvalidExpectation, match="tool_call"):
         Expectation(TaskKind.TOOL_CALL, tool_name="get_weather")
+    assert Expectation(TaskKind.MULTI_TURN, number=42).number == 42
+    assert Expectation(TaskKind.MULTI_TURN, facts=("Alice",)).facts == ("Alice",)
+    with pytest.raises(InvalidExpectation, match="multi_turn"):
+        Expectation(TaskKind.MULTI_TURN, number=42, facts=("Alice",))

@@ -40,8 +40,7 @@ def test_epochs_use_every_full_batch_once_and_the_schedule_decays():
     batches = train.batch_order(lengths, 8, np.random.default_rng(1))
     used = np.concatenate(batches)
     assert len(used) == len(set(used.tolist())) == 1000
-    plan = train.TrainingPlan(steps=1000, warmup_steps=100, learning_rate=1e-3)
-    rates = [train.learning_rate(plan, step) for step in range(1000)]
+    rates = [train.learning_rate(1e-3, 100, 1000, step) for step in range(1000)]
     assert rates[0] < rates[50] < rates[99] == pytest.approx(1e-3)
     assert rates[999] == pytest.approx(1e-4, rel=1e-3) and rates[500] > rates[900]
 
@@ -50,5 +49,9 @@ def test_training_plans_are_validated():
     train = pytest.importorskip("helios.demo.train")
     with pytest.raises(train.InvalidTrainingPlan, match="reserved"):
         train.TrainingPlan(seed=1)
-    with pytest.raises(train.InvalidTrainingPlan, match="stop_at_step"):
-        train.TrainingPlan(steps=10, warmup_steps=1, stop_at_step=11)
+    with pytest.raises(train.InvalidTrainingPlan, match="minutes"):
+        train.TrainingPlan(minutes=0)
+    with pytest.raises(train.InvalidTrainingPlan, match="drafter_learning_rate"):
+        train.TrainingPlan(drafter_learning_rate=2.0)
+    with pytest.raises(train.InvalidTrainingPlan, match="heads"):
+        train.ModelShape(hidden_size=100, num_heads=3)

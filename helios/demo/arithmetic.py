@@ -1,0 +1,205 @@
+"""Arithmetic and unit-conversion tasks of the demo (host side).
+
+Numbers go up to three digits. Every reasoning trace first restates the problem in digits (so a
+number written in words is read once), then works column by column: sums and differences with
+carries and borrows, products by a one-digit factor, long division by a one-digit divisor. A
+conversion multiplies by the unit table's factor, or divides when it goes to the larger unit.
+"""
+
+from __future__ import annotations
+
+import random
+
+from helios.demo.kinds import Expectation, Split, Task, TaskKind
+from helios.demo.phrasing import Phrasings, dress, write_number
+from helios.demo.vocabulary import UNIT_CONVERSIONS
+
+COLUMNS = ("Ones", "Tens", "Hundreds", "Thousands")
+
+ADDITION = Phrasings(
+    train=("What is {a} + {b}?", "{a}+{b}=?", "{a} + {b} = ?", "{a} + {b}", "Add {a} and {b}.", "Compute {a} plus {b}.",
+           "How much is {a} + {b}?", "What's {a} plus {b}?", "Calculate {a} + {b}.", "What is the sum of {a} and {b}?",
+           "{a} plus {b}?", "Sum {a} and {b}.", "What do you get when you add {a} and {b}?", "how much is {a} plus {b}",
+           "What is {a}+{b}", "Work out {a} + {b}.", "{a} + {b} equals?", "Please add {a} to {b}."),
+    held_out=("Could you work out {a} + {b}?", "{a} and {b} added together is what?", "Tell me {a} plus {b}.",
+              "what does {a}+{b} make", "Find the total of {a} and {b}.", "What's {a} + {b} equal to?"),
+)
+SUBTRACTION = Phrasings(
+    train=("What is {a} - {b}?", "{a}-{b}=?", "{a} - {b} = ?", "{a} - {b}", "Compute {a} minus {b}.",
+           "What's {a} minus {b}?", "How much is {a} - {b}?", "Calculate {a} - {b}.", "{a} minus {b}?",
+           "What is {a}-{b}", "Work out {a} - {b}.", "how much is {a} minus {b}", "{a} - {b} equals?"),
+    held_out=("Could you work out {a} - {b}?", "Tell me {a} minus {b}.", "what does {a}-{b} make",
+              "What's {a} - {b} equal to?", "{a} take away {b} is?"),
+)
+# Phrasings that name the larger number first; they never ask for a negative result.
+SUBTRACTION_FROM = Phrasings(
+    train=("Subtract {b} from {a}.", "Take {b} away from {a}.", "What is the difference between {a} and {b}?",
+           "What do you get if you subtract {b} from {a}?", "Take away {b} from {a}."),
+    held_out=("Remove {b} from {a}. What is left?", "How much is left when {b} is taken from {a}?"),
+)
+MULTIPLICATION = Phrasings(
+    train=("What is {a} * {b}?", "{a}*{b}=?", "{a} × {b} = ?", "{a} x {b}", "What is {a} times {b}?",
+           "Compute {a} times {b}.", "Multiply {a} by {b}.", "How much is {a} * {b}?", "What's {a} multiplied by {b}?",
+           "Calculate {a} × {b}.", "What is the product of {a} and {b}?", "{a} times {b}?", "What is {a}*{b}",
+           "Work out {a} * {b}.", "how much is {a} times {b}", "{a} * {b}"),
+    held_out=("Could you work out {a} * {b}?", "Tell me {a} times {b}.", "what does {a}x{b} make",
+              "{a} multiplied with {b} is what?", "What's {a} * {b} equal to?"),
+)
+DIVISION = Phrasings(
+    train=("What is {a} / {b}?", "{a}/{b}=?", "{a} ÷ {b} = ?", "{a} / {b}", "What is {a} divided by {b}?",
+           "Divide {a} by {b}.", "Compute {a} divided by {b}.", "How much is {a} / {b}?", "What's {a} over {b}?",
+           "Calculate {a} ÷ {b}.", "How many times does {b} go into {a}?", "{a} divided by {b}?", "What is {a}/{b}",
+           "Work out {a} / {b}.", "how much is {a} divided by {b}"),
+    held_out=("Could you work out {a} / {b}?", "Tell me {a} divided by {b}.", "what does {a}/{b} make",
+              "{a} shared equally by {b} is what?", "What's {a} / {b} equal to?"),
+)
+CONVERSION = Phrasings(
+    train=("Convert {n} {s} to {t}.", "How many {t} are in {n} {s}?", "What is {n} {s} in {t}?", "Express {n} {s} in {t}.",
+           "{n} {s} to {t}", "{n} {s} in {t}?", "How many {t} is {n} {s}?", "Turn {n} {s} into {t}.",
+           "{n} {s} equals how many {t}?", "Change {n} {s} to {t}.", "convert {n} {s} into {t}", "What's {n} {s} in {t}?"),
+    held_out=("Please convert {n} {s} into {t}.", "What's {n} {s} expressed in {t}?", "{n} {s} makes how many {t}?",
+              "I have {n} {s}. How many {t} is that?", "Could you give me {n} {s} in {t}?"),
+)
+
+
+def _operand(rng: random.Random, low: int = 0) -> int:
+    digits = rng.choices((1, 2, 3), weights=(0.2, 0.45, 0.35))[0]
+    return rng.randint(max(low, 0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1)
+
+
+def _digit(number: int, column: int) -> int:
+    return number // 10**column % 10
+
+
+def _width(*numbers: int) -> int:
+    return max(len(str(number)) for number in numbers)
+
+
+def addition_trace(a: int, b: int) -> str:
+    """Column sums with carries; the last column's sum is written whole."""
+    lines, carry = [f"{a} + {b}:"], 0
+    width = _width(a, b)
+    for column in range(width):
+        x, y = _digit(a, column), _digit(b, column)
+        total = x + y + carry
+        terms = f"{x} + {y}" if column == 0 else f"{x} + {y} + {carry}"
+        if column == width - 1:
+            lines.append(f"{COLUMNS[column]}: {terms} = {total}.")
+        else:
+            lines.append(f"{COLUMNS[column]}: {terms} = {total}, write {total % 10}, carry {total // 10}.")
+        carry = total // 10
+    return "\n".join(lines)
+
+
+def subtraction_trace(a: int, b: int) -> str:
+    """Column differences of a - b (a >= b) with borrows; leading zeros are written too."""
+    lines, borrow = [], 0
+    for column in range(_width(a, b)):
+        x, y = _digit(a, column), _digit(b, column)
+        terms = f"{x} - {y}" if column == 0 else f"{x} - {borrow} - {y}"
+        value = x - borrow - y
+        if value < 0:
+            lifted = f"{x + 10} - {y}" if column == 0 else f"{x + 10} - {borrow} - {y}"
+            lines.append(f"{COLUMNS[column]}: {terms} needs a borrow: {lifted} = {value + 10}.")
+            borrow = 1
+        else:
+            lines.append(f"{COLUMNS[column]}: {terms} = {value}.")
+            borrow = 0
+    return "\n".join(lines)
+
+
+def multiplication_trace(a: int, factor: int) -> str:
+    """Column products of a by a one-digit factor with carries; the last column's value whole."""
+    lines, carry = [f"{a} × {factor}:"], 0
+    width = len(str(a))
+    for column in range(width):
+        x = _digit(a, column)
+        value = x * factor + carry
+        terms = f"{x} × {factor}" if column == 0 else f"{x} × {factor} + {carry}"
+        if column == width - 1:
+            lines.append(f"{COLUMNS[column]}: {terms} = {value}.")
+        else:
+            lines.append(f"{COLUMNS[column]}: {terms} = {value}, write {value % 10}, carry {value // 10}.")
+        carry = value // 10
+    return "\n".join(lines)
+
+
+def division_trace(a: int, divisor: int) -> str:
+    """Long division of a by a one-digit divisor, one digit of a at a time."""
+    lines, remainder = [f"{a} ÷ {divisor}:"], 0
+    for digit in str(a):
+        current = remainder * 10 + int(digit)
+        lines.append(f"{current} ÷ {divisor} = {current // divisor}, remainder {current % divisor}.")
+        remainder = current % divisor
+    return "\n".join(lines)
+
+
+def addition(rng: random.Random, split: Split) -> Task:
+    a, b = _operand(rng), _operand(rng)
+    question = ADDITION.pick(rng, split).format(a=write_number(rng, a), b=write_number(rng, b))
+    return Task(dress(rng, question, split), addition_trace(a, b), f"{a} + {b} = {a + b}",
+                Expectation(TaskKind.ADDITION, number=a + b))
+
+
+def subtraction(rng: random.Random, split: Split) -> Task:
+    a, b = _operand(rng), _operand(rng)
+    negative = rng.random() < 0.12 and a != b
+    if negative:
+        a, b = min(a, b), max(a, b)
+        pool = SUBTRACTION
+    else:
+        a, b = max(a, b), min(a, b)
+        pool = SUBTRACTION if rng.random() < 0.75 else SUBTRACTION_FROM
+    question = pool.pick(rng, split).format(a=write_number(rng, a), b=write_number(rng, b))
+    if negative:
+        reasoning = f"{a} - {b}: {b} is larger, so the result is -({b} - {a}).\n" + subtraction_trace(b, a)
+    else:
+        reasoning = f"{a} - {b}:\n" + subtraction_trace(a, b)
+    return Task(dress(rng, question, split), reasoning, f"{a} - {b} = {a - b}",
+                Expectation(TaskKind.SUBTRACTION, number=a - b))
+
+
+def multiplication(rng: random.Random, split: Split) -> Task:
+    factor = rng.randint(2, 9) if rng.random() < 0.9 else rng.randint(0, 1)
+    a = _operand(rng)
+    first, second = (a, factor) if rng.random() < 0.6 else (factor, a)
+    question = MULTIPLICATION.pick(rng, split).format(a=write_number(rng, first), b=write_number(rng, second))
+    return Task(dress(rng, question, split), multiplication_trace(a, factor), f"{first} × {second} = {a * factor}",
+                Expectation(TaskKind.MULTIPLICATION, number=a * factor))
+
+
+def division(rng: random.Random, split: Split) -> Task:
+    divisor = rng.randint(2, 9)
+    quotient = rng.randint(1, 999 // divisor) if rng.random() < 0.8 else rng.randint(1, 12)
+    a = divisor * quotient
+    question = DIVISION.pick(rng, split).format(a=write_number(rng, a), b=write_number(rng, divisor))
+    return Task(dress(rng, question, split), division_trace(a, divisor), f"{a} ÷ {divisor} = {quotient}",
+                Expectation(TaskKind.DIVISION, number=quotient))
+
+
+def unit_conversion(rng: random.Random, split: Split) -> Task:
+    row = rng.choice(UNIT_CONVERSIONS)
+    to_larger = rng.random() < 0.25
+    if to_larger:  # e.g. 5000 meters to kilometers: a multiple of the factor, divided
+        result = rng.randint(1, row.max_amount)
+        amount = result * row.factor
+        source_names, target_names = (row.target, row.target_abbreviations), (row.source, row.source_abbreviations)
+        source_singular, target_singular = row.target_singular, row.singular
+    else:
+        amount = rng.randint(1, row.max_amount)
+        result = amount * row.factor
+        source_names, target_names = (row.source, row.source_abbreviations), (row.target, row.target_abbreviations)
+        source_singular, target_singular = row.singular, row.target_singular
+    source_word = source_singular if amount == 1 else source_names[0]
+    target_word = target_names[0]
+    source = rng.choice(source_names[1]) if rng.random() < 0.3 else source_word
+    target = rng.choice(target_names[1]) if rng.random() < 0.3 else target_word
+    question = CONVERSION.pick(rng, split).format(n=amount, s=source, t=target)
+    if to_larger:
+        reasoning = f"1 {row.singular} is {row.factor} {row.target}, so {amount} ÷ {row.factor} = {result}."
+    else:
+        reasoning = f"1 {row.singular} is {row.factor} {row.target}, so {amount} × {row.factor} = {result}."
+    result_word = target_singular if result == 1 else target_word
+    content = f"{amount} {source_word} is {result} {result_word}."
+    return Task(dress(rng, question, split, casing=False), reasoning, content,
+                Expectation(TaskKind.UNIT_CONVERSION, number=result))

@@ -1,0 +1,128 @@
+"""Text and record tasks of the demo (host side): copying and reversing capital-letter strings, and
+JSON answers that follow a schema given in the request.
+
+The JSON task describes a person, a product or an event in a sentence and asks for an object whose
+keys (drawn from synonyms, split like tool parameter names) and types the request spells out, in one
+of three schema notations.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from helios.demo.kinds import Expectation, Split, Task, TaskKind
+from helios.demo.phrasing import Phrasings, dress
+from helios.demo.toolspace import split_options
+from helios.demo.vocabulary import CITIES, LETTERS, NAMES
+
+COPY = Phrasings(train=("Repeat exactly: {s}", "Copy this text: {s}", "Say back exactly: {s}", "Echo the following: {s}",
+                        "Repeat after me: {s}", "copy: {s}", "Please repeat {s}", "Write {s} again."),
+                 held_out=("Could you parrot this back: {s}", "Type {s} exactly as given.", "Mirror this: {s}"))
+REVERSE = Phrasings(train=("Reverse the string: {s}", "Write {s} backwards.", "Spell {s} in reverse.",
+                           "Reverse the letters of {s}.", "reverse {s}", "What is {s} backwards?", "Flip {s} around."),
+                    held_out=("Could you spell {s} back to front?", "Give me {s} in reverse order.",
+                              "Read {s} from the end."))
+
+
+def _random_word(rng: random.Random, shortest: int, longest: int) -> str:
+    return "".join(rng.choice(LETTERS) for _ in range(rng.randint(shortest, longest)))
+
+
+def copy(rng: random.Random, split: Split) -> Task:
+    words = 1 if rng.random() < 0.7 else 2
+    text = " ".join(_random_word(rng, 3, 8) for _ in range(words))
+    question = COPY.pick(rng, split).format(s=text)
+    return Task(question, "The user wants the text repeated exactly.", text, Expectation(TaskKind.COPY, text=text))
+
+
+def reverse(rng: random.Random, split: Split) -> Task:
+    word = _random_word(rng, 3, 7)
+    question = REVERSE.pick(rng, split).format(s=word)
+    backwards = word[::-1]
+    # Numbered letters make the reversal a count-down plus lookups, robust to repeated letters.
+    forward = " ".join(f"{position} {letter}" for position, letter in enumerate(word, start=1))
+    backward = " ".join(f"{len(word) - offset} {letter}" for offset, letter in enumerate(backwards))
+    return Task(question, f"{forward}\nBackwards: {backward}", backwards, Expectation(TaskKind.REVERSE, text=backwards))
+
+
+JOBS = ("teacher", "doctor", "engineer", "pilot", "chef", "nurse", "artist", "farmer", "lawyer")
+PRODUCTS = ("lamp", "chair", "phone", "backpack", "kettle", "bicycle", "guitar", "desk", "jacket")
+COLORS = ("red", "blue", "green", "black", "white", "yellow", "gray")
+EVENTS = ("concert", "meeting", "party", "workshop", "wedding", "match", "lecture")
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+# field role: (key synonyms, JSON type)
+FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "name": (("name", "full_name", "person", "first_name"), "string"),
+    "age": (("age", "years", "age_years"), "integer"),
+    "city": (("city", "town", "home_city", "lives_in"), "string"),
+    "job": (("job", "occupation", "profession", "work"), "string"),
+    "product": (("product", "item", "product_name", "article"), "string"),
+    "price": (("price", "cost", "price_usd", "amount"), "number"),
+    "color": (("color", "colour", "shade"), "string"),
+    "quantity": (("quantity", "count", "units", "pieces"), "integer"),
+    "event": (("event", "event_name", "occasion", "what"), "string"),
+    "day": (("day", "weekday", "on_day"), "string"),
+    "time": (("time", "start_time", "starts_at", "hour"), "string"),
+}
+RECORDS: dict[str, tuple[tuple[str, ...], Phrasings]] = {
+    "person": (("name", "age", "city", "job"), Phrasings(
+        train=("{name} is {age} years old and lives in {city}, working as a {job}.",
+               "{name}, aged {age}, is a {job} in {city}.", "Meet {name} from {city}, a {job} who is {age}.",
+               "In {city} lives {name}, a {age}-year-old {job}."),
+        held_out=("Our new {job} is {name}; {name} is {age} and comes from {city}.",
+                  "{name} ({age}) works as a {job} and calls {city} home."))),
+    "product": (("product", "price", "color", "quantity"), Phrasings(
+        train=("I bought {quantity} {color} {product}s for {price} dollars each.",
+               "The {color} {product} costs {price} dollars and {quantity} are in stock.",
+               "Order: {quantity} x {product}, color {color}, price {price}."),
+        held_out=("We have {quantity} of the {color} {product} left, each at {price} dollars.",))),
+    "event": (("event", "day", "time", "city"), Phrasings(
+        train=("The {event} is on {day} at {time} in {city}.", "Join us for a {event} in {city} on {day}, {time}.",
+               "{day} at {time}: {event} in {city}."),
+        held_out=("Save the date: a {event} takes place in {city} this {day} starting {time}.",))),
+}
+REQUESTS = Phrasings(
+    train=("Reply only with JSON of the shape {shape}.", "Answer in JSON as {shape}.", "Extract {shape} as JSON.",
+           "Give me JSON: {shape}", "Return a JSON object {shape}.", "Output JSON matching {shape}."),
+    held_out=("Please format this as JSON following {shape}.", "I need the data as JSON, schema {shape}."),
+)
+
+
+def _value(rng: random.Random, role: str) -> Any:
+    draw = {
+        "name": lambda: rng.choice(NAMES), "age": lambda: rng.randint(18, 90), "city": lambda: rng.choice(CITIES),
+        "job": lambda: rng.choice(JOBS), "product": lambda: rng.choice(PRODUCTS),
+        "price": lambda: rng.randint(2, 400) if rng.random() < 0.6 else rng.randint(20, 4000) / 10,
+        "color": lambda: rng.choice(COLORS), "quantity": lambda: rng.randint(2, 50), "event": lambda: rng.choice(EVENTS),
+        "day": lambda: rng.choice(DAYS), "time": lambda: f"{rng.randint(7, 22):02d}:{rng.choice((0, 15, 30, 45)):02d}",
+    }
+    return draw[role]()
+
+
+def _shape(rng: random.Random, keys: list[tuple[str, str]]) -> str:
+    notation = rng.randrange(3)
+    if notation == 0:
+        return "{" + ", ".join(f'"{key}": {kind}' for key, kind in keys) + "}"
+    if notation == 1:
+        return "with keys " + ", ".join(f'"{key}" ({kind})' for key, kind in keys)
+    properties = {key: {"type": kind} for key, kind in keys}
+    return json.dumps({"type": "object", "properties": properties})
+
+
+def json_extraction(rng: random.Random, split: Split) -> Task:
+    record = rng.choice(sorted(RECORDS))
+    roles, sentences = RECORDS[record]
+    values = {role: _value(rng, role) for role in roles}
+    sentence = sentences.pick(rng, split).format(**values)
+    chosen = rng.sample(roles, rng.randint(2, len(roles)))
+    keys = [(rng.choice(split_options(FIELDS[role][0], split)), FIELDS[role][1]) for role in chosen]
+    request = REQUESTS.pick(rng, split).format(shape=_shape(rng, keys))
+    question = f"{sentence} {request}" if rng.random() < 0.5 else f"{request}\n{sentence}"
+    answer = {key: values[role] for (key, _), role in zip(keys, chosen, strict=True)}
+    reasoning = "\n".join(f"{key}: {values[role]}" for (key, _), role in zip(keys, chosen, strict=True))
+    text = json.dumps(answer)
+    return Task(dress(rng, question, split, casing=False, punctuation=False, fillers=False), reasoning, text,
+                Expectation(TaskKind.JSON_EXTRACTION, json_text=text))

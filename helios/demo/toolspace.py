@@ -1,0 +1,187 @@
+"""The generated tool space of the demo (host side): tool concepts and how their schemas are drawn.
+
+A `Concept` is something a tool can do (the weather in a city, a timer, a shopping list…). A schema
+for it is drawn from a large space: the function name from verbs, nouns and a naming style, the
+description from several wordings, each parameter's name from its synonyms, optional parameters in
+or out. Every name, description and parameter name belongs to one split by a stable hash, so the
+held-out prompts offer schemas (and distractors) whose names and wordings training never showed,
+and the model has to read the rendered schemas to pick the tool and name its arguments.
+
+`helios.demo.tool_concepts` holds the concept table; `helios.demo.tool_tasks` builds the tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from helios.demo.kinds import Split
+from helios.demo.phrasing import Phrasings
+from helios.errors import HeliosError
+
+
+class InvalidConcept(HeliosError):
+    """A tool concept's tables are inconsistent (no names in a split, a request with unknown slots)."""
+
+
+JSON_TYPES = ("string", "integer", "number", "boolean", "array")
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """One parameter of a concept: its role in requests, and the names and wordings a schema uses."""
+
+    role: str  # the slot name in request templates, e.g. "city"
+    names: tuple[str, ...]  # snake_case synonyms a schema may call it, e.g. ("city", "location")
+    type: str  # a JSON schema type of JSON_TYPES (an enum is a string with `enum` values)
+    descriptions: tuple[str, ...]  # wordings of its schema description
+    enum: tuple[str, ...] = ()  # the allowed values of an enum parameter
+    required: bool = True  # optional parameters are in some schemas and some requests only
+
+    def __post_init__(self) -> None:
+        if self.type not in JSON_TYPES or not self.names or not self.descriptions:
+            raise InvalidConcept(f"parameter {self.role}: type must be one of {JSON_TYPES}, with names and descriptions")
+
+
+Values = dict[str, Any]  # role -> the argument value a call carries
+Spoken = dict[str, str]  # role -> how the request says it
+
+
+@dataclass(frozen=True, slots=True)
+class Concept:
+    """Something a tool does, with every way a schema and a request can express it."""
+
+    key: str  # a stable identifier, e.g. "weather"
+    verbs: tuple[str, ...]  # function-name verbs, e.g. ("get", "fetch"); "" for a bare noun
+    nouns: tuple[str, ...]  # function-name nouns in snake_case, e.g. ("weather", "current_weather")
+    descriptions: tuple[str, ...]  # wordings of the function's description
+    parameters: tuple[Parameter, ...]
+    requests: Phrasings  # request templates with {role} slots; the slots say which arguments a call has
+    gist: str  # what the user wants, with {role} slots of required roles, for the reasoning
+    draw: Callable[[random.Random], tuple[Values, Spoken]]  # argument values and their spoken forms
+    # the tool's result payload for a call, the answer citing it and the facts the answer must hold
+    answer: Callable[[random.Random, Values], tuple[dict[str, Any], str, tuple[str, ...]]]
+    fixed_names: tuple[str, ...] = ()  # names always in the training split (the demo's own tools)
+
+    def __post_init__(self) -> None:
+        roles = {parameter.role for parameter in self.parameters}
+        for template in (*self.requests.train, *self.requests.held_out):
+            slots = _slots(template)
+            if not slots <= roles or not {p.role for p in self.parameters if p.required} <= slots:
+                raise InvalidConcept(f"{self.key}: request {template!r} must name every required role and no other")
+
+    def function_names(self, split: Split) -> tuple[str, ...]:
+        names = []
+        for verb in self.verbs:
+            for noun in self.nouns:
+                words = ([verb] if verb else []) + noun.split("_")
+                names.append("_".join(words))
+                if len(words) > 1:
+                    names.append(words[0] + "".join(word.capitalize() for word in words[1:]))
+        return split_options(names, split, self.fixed_names)
+
+
+def _slots(template: str) -> set[str]:
+    import string
+
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def _in_held_out(text: str) -> bool:
+    return hashlib.sha256(f"helios-demo-tools:{text}".encode()).digest()[0] % 3 == 0
+
+
+def split_options(options: list[str] | tuple[str, ...], split: Split, fixed: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The options of one split: a stable third held out, never one of `fixed`; each split non-empty."""
+    unique = list(dict.fromkeys(options))
+    held = [option for option in unique if _in_held_out(option) and option not in fixed]
+    if not held:
+        held = [unique[-1]]
+    train = [option for option in unique if option not in held]
+    if not train:
+        train, held = held[:1], held[1:] or held[:1]
+    chosen = train if split is Split.TRAIN else held
+    return tuple(chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnTool:
+    """One schema drawn for a concept, and how its parameter names map to the concept's roles."""
+
+    concept: Concept
+    schema: dict[str, Any]  # the OpenAI-style tool: {"type": "function", "function": {...}}
+    names: dict[str, str] = field(default_factory=dict)  # role -> parameter name, for the parameters in the schema
+
+    @property
+    def name(self) -> str:
+        return self.schema["function"]["name"]
+
+
+def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split: Split) -> str:
+    name = rng.choice(split_options(parameter.names, split))
+    if style == "camel" and "_" in name:
+        first, *rest = name.split("_")
+        return first + "".join(word.capitalize() for word in rest)
+    return name
+
+
+def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
+    """A schema for `concept` from the names and wordings of `split`; optional parameters in or out."""
+    name = rng.choice(concept.function_names(split))
+    style = "camel" if any(character.isupper() for character in name) else "snake"
+    properties: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    required = []
+    for parameter in concept.parameters:
+        if not parameter.required and rng.random() < 0.35:
+            continue
+        parameter_name = _parameter_name(parameter, style, rng, split)
+        if parameter_name in properties:  # two roles drew the same synonym: keep the schema unambiguous
+            parameter_name = f"{parameter_name}_{len(properties)}"
+        entry: dict[str, Any] = {"type": parameter.type, "description": rng.choice(split_options(parameter.descriptions, split))}
+        if parameter.enum:
+            entry["enum"] = list(parameter.enum)
+        if parameter.type == "array":
+            entry["items"] = {"type": "string"}
+        properties[parameter_name] = entry
+        names[parameter.role] = parameter_name
+        if parameter.required:
+            required.append(parameter_name)
+    schema = {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": rng.choice(split_options(concept.descriptions, split)),
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+    return DrawnTool(concept, schema, names)
+
+
+def pick_request(tool: DrawnTool, rng: random.Random, split: Split) -> str:
+    """A request template of `split` whose slots the drawn schema can carry (required roles always)."""
+    pool = tool.concept.requests.train if split is Split.TRAIN else tool.concept.requests.held_out
+    fitting = [template for template in pool if _slots(template) <= set(tool.names)]
+    if not fitting:
+        raise InvalidConcept(f"{tool.concept.key}: no {split} request fits the parameters {sorted(tool.names)}")
+    # prefer requests that use every optional parameter the schema has, half of the time
+    complete = [template for template in fitting if _slots(template) == set(tool.names)]
+    return rng.choice(complete if complete and rng.random() < 0.5 else fitting)
+
+
+def call_arguments(tool: DrawnTool, template: str, values: Values) -> dict[str, Any]:
+    """The call's arguments in schema order: the roles the request names."""
+    slots = _slots(template)
+    return {tool.names[role]: values[role] for role in tool.names if role in slots}
+
+
+def rendered_value(value: Any) -> str:
+    """A call argument as the chat template writes it (the scorer compares these)."""
+    import json
+
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
