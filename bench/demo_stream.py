@@ -71,11 +71,13 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path(".demo-bench"))
     parser.add_argument("--port", type=int, default=8011)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--no-speculation", action="store_true", help="serve without the drafter's speculation")
     args = parser.parse_args()
     demo.prepare_demo(args.workdir)
     base = f"http://127.0.0.1:{args.port}"
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "helios.demo", "--workdir", str(args.workdir), "--port",
+    process = subprocess.Popen([sys.executable, "-m", "helios.demo", "--workdir", str(args.workdir),
+                                *(["--no-speculation"] if args.no_speculation else []), "--port",
                                 str(args.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
     results: dict[str, object] = {}

@@ -2,8 +2,9 @@
 
 Everything lands in `.demo/` under the current directory: a signing key made for the demo alone
 (trusted by this command only), the prepared core, and nothing else. The core is prepared again
-whenever the committed checkpoint is newer than it. Then `helios serve` runs on 127.0.0.1 until
-Ctrl-C.
+whenever the committed checkpoint or drafter is newer than it. The drafter joins the core
+(`helios prepare --draft`), so `helios serve` decodes with speculation (lossless: the same tokens
+as plain decoding) on 127.0.0.1 until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from helios.demo import CHECKPOINT_DIR
+from helios.demo import CHECKPOINT_DIR, DRAFTER_DIR
 
 PUBLISHER = "helios/demo"
 SERVED_ID = "helios-demo"
@@ -28,11 +29,12 @@ def prepare_demo(workdir: Path) -> tuple[Path, Path]:
         if helios(["keys", "new", "--out", str(key)]) != 0:
             raise SystemExit("helios demo: could not create the demo signing key")
     core = workdir / "demo.hcore"
-    newest_input = max(p.stat().st_mtime for p in CHECKPOINT_DIR.iterdir())
+    newest_input = max(p.stat().st_mtime for d in (CHECKPOINT_DIR, DRAFTER_DIR) for p in d.iterdir())
     if not core.exists() or core.stat().st_mtime < newest_input:
         print(f"helios demo: preparing {CHECKPOINT_DIR.name}/ into {core}", file=sys.stderr)
         status = helios(["prepare", str(CHECKPOINT_DIR), "--out", str(core), "--publisher", PUBLISHER,
-                         "--key", str(key), "--dtype", "fp32", "--served-id", SERVED_ID])
+                         "--key", str(key), "--dtype", "fp32", "--served-id", SERVED_ID,
+                         "--draft", str(DRAFTER_DIR)])
         if status != 0:
             raise SystemExit("helios demo: preparation failed")
     return core, Path(f"{key}.pub")
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(".demo"), help="where the key and core go (.demo)")
     parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default 8000)")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the core and exit")
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="decode one token a round (default: speculation with the committed drafter)")
     args = parser.parse_args(argv)
     core, public_key = prepare_demo(args.workdir)
     if args.prepare_only:
@@ -61,7 +65,8 @@ try:
     from helios.cli import main as helios
 
     return helios(["serve", str(core), "--accept", PUBLISHER, "--trust", str(public_key),
-                   "--host", "127.0.0.1", "--port", str(args.port)])
+                   "--host", "127.0.0.1", "--port", str(args.port),
+                   *(["--no-speculation"] if args.no_speculation else [])])
 
 
 if __name__ == "__main__":
