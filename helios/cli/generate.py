@@ -50,6 +50,11 @@ def register(subparsers) -> None:
     parser.add_argument("--top-p", type=float, metavar="P", help="nucleus mass in (0, 1] (default: the core's, else 1)")
     parser.add_argument("--top-k", type=int, metavar="K", help="0 disables (default: the core's, else 0)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="Philox seed (default: 0)")
+    parser.add_argument("--speculative-width", type=int, metavar="W",
+                        help="on a core prepared with --draft: decode with its speculative programs of width W "
+                             "(default: the widest captured)")
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="on a core prepared with --draft: decode plainly, one token a round")
     parser.add_argument("--runtime", choices=RUNTIMES, default="reference",
                         help="which runtime executes the programs: reference (NumPy) or production (Triton "
                              "kernels and the batching scheduler; GPU, else interpreted on the CPU) "
@@ -93,7 +98,9 @@ def _generate(args) -> int:
         raise CoreUnreadable(f"{args.core}: cannot read: {error.strerror}") from None
     with core_context as core:
         bootstrap = Bootstrap.from_core(core)
-        runtime = load_runtime(core, args.runtime, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1)))
+        runtime = load_runtime(core, args.runtime, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1),
+                                                                  speculative_width=args.speculative_width,
+                                                                  speculation=not args.no_speculation))
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         prompt_ids = bootstrap.encode(text)

@@ -94,3 +94,19 @@ def test_a_draft_with_another_vocabulary_is_refused_in_one_line(tiny_checkpoint,
 def test_a_draft_needs_the_device_pending_token(tiny_checkpoint, tiny_draft):
     with pytest.raises(InvalidPreparationOptions, match="--draft needs --pending-token device"):
         _options(tiny_draft("qwen2", "small"), pending_token="host")
+
+
+def test_width_one_programs_draw_nothing_and_keep_the_draft_in_step(tiny_checkpoint, tiny_draft):
+    """W = 1: one target row a lane, no proposal drawn (the draft's one pass only writes its history):
+    the tokens are plain decoding's, as the wider program's are."""
+    core = prepare_checkpoint(tiny_checkpoint("qwen3"), PreparationOptions(
+        dtype="fp32", draft=tiny_draft("qwen3", "same"), batch_capacities=(1, 2), prefill_capacities=(16,),
+        context_tokens=96, page_tokens=4, speculative_widths=(1, 4)))
+    graph = next(g for g in core.contract.model.graphs if g.name == "speculative_b1_w1")
+    assert (graph.speculative.draft_tokens, graph.speculative.verify_tokens) == (0, 1)
+    plain, _ = _generate(core, None, max_tokens=9, ignore_eos=True)
+    narrow, engine = _generate(core, 1, max_tokens=9, ignore_eos=True)
+    assert narrow == plain and engine.speculative_counts["rounds"] == 8
+    assert engine.speculative_counts["offered"] == engine.speculative_counts["accepted"] == 0
+    wide, _ = _generate(core, 4, max_tokens=9, ignore_eos=True)
+    assert wide == plain
