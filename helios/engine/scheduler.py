@@ -97,8 +97,12 @@ class Scheduler(RequestResidency):
         self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
         self._speculative_checks = {v.name: SpeculativeRound(v.packed_token_capacity, v.exact, v.lag_tokens)
                                     for v in catalog.variants(C.OPERATION_SPECULATIVE)}
-        if config.speculative_width and catalog.speculative(config.speculative_width, lanes=1) is None:
+        first = catalog.speculative(config.speculative_width, lanes=1) if config.speculative_width else None
+        if config.speculative_width and first is None:
             raise ValueError(f"no SPECULATIVE graph of width {config.speculative_width} is selected")
+        self._draft_passes = first.draft_passes if first is not None else 0
+        # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
+        self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
     # ------------------------------------------------------------------------------------ state
 
@@ -313,7 +317,8 @@ class Scheduler(RequestResidency):
             return False
         frontier = s.consumed + s.submitted
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
-                and frontier + 1 < self.config.context_tokens)
+                and frontier + 1 < self.config.context_tokens
+                and frontier + self._draft_passes <= self._table_tokens)  # the draft's passes have positions
 
     def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
         """A SPECULATIVE round of the configured width over `order`'s lanes: each lane's limit within
@@ -324,7 +329,7 @@ class Scheduler(RequestResidency):
         if first is None:
             return None
         page_tokens = self.config.page_tokens
-        capacity_tokens = -(-self.config.context_tokens // page_tokens) * page_tokens  # the page table's reach
+        capacity_tokens = self._table_tokens
         cohort: list[tuple[SequenceState, int]] = []
         limits: list[int] = []
         for s in order[:self.catalog.speculative_lanes(width)]:
