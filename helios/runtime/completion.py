@@ -171,13 +171,9 @@ class CompletionRows(ColumnRows):
         return len(self._columns["status"])
 
 
-def validate_speculative(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int, sampled_tokens: int,
-                         speculative: SpeculativeRound, frame: int | None = None,
-                         reservation_tokens: int | None = None) -> None:
-    """Reject a SPECULATIVE lane's `row` unless it answers the lane: the offer within the lane's
-    ceiling (equal to it for exact lengths), accepted drafts within the offer, emitted = accepted + 1,
-    the endpoint advanced by the emitted count, the draft cursor at max(endpoint - lag, 0) and every
-    emitted id in range."""
+def _echoes(graph_name: str, lane: LaneInput, row: Completion, sequence: int, frame: int | None) -> str:
+    """Check what every row echoes (status, submission sequence, frame, slot generation); returns the
+    row's name for later messages."""
     where = f"graph {graph_name}, slot {lane.slot}"
     if row.status != 0:
         raise ExecutionStatusFailed(f"{where}: status {row.status} (execution failed)")
@@ -189,6 +185,17 @@ def validate_speculative(graph_name: str, lane: LaneInput, row: Completion, *, s
                                       f"frame {frame}")
     if row.generation != lane.generation:
         raise GenerationMismatch(f"{where}: generation echo {row.generation}, lane generation {lane.generation}")
+    return where
+
+
+def validate_speculative(graph_name: str, lane: LaneInput, row: Completion, *, sequence: int, sampled_tokens: int,
+                         speculative: SpeculativeRound, frame: int | None = None,
+                         reservation_tokens: int | None = None) -> None:
+    """Reject a SPECULATIVE lane's `row` unless it answers the lane: the offer within the lane's
+    ceiling (equal to it for exact lengths), accepted drafts within the offer, emitted = accepted + 1,
+    the endpoint advanced by the emitted count, the draft cursor at max(endpoint - lag, 0) and every
+    emitted id in range."""
+    where = _echoes(graph_name, lane, row, sequence, frame)
     ceiling = lane.speculative_limit
     if not 1 <= row.offer <= ceiling or (speculative.exact and row.offer != ceiling):
         rule = f"the lane's length {ceiling}" if speculative.exact else f"within the lane's ceiling {ceiling}"
@@ -224,17 +231,7 @@ def validate_completion(graph_name: str, lane: LaneInput, row: Completion, *, se
     `offer` is the most tokens the lane may accept (default: 1 when it samples, else 0); a graph that
     is not speculative must emit exactly its sampling decision. `reservation_tokens` bounds the
     consumed endpoint (default: the lane's pages hold no bound)."""
-    where = f"graph {graph_name}, slot {lane.slot}"
-    if row.status != 0:
-        raise ExecutionStatusFailed(f"{where}: status {row.status} (execution failed)")
-    if row.submission_sequence != transport_sequence(sequence):
-        raise SubmissionOrderViolated(f"{where}: submission_sequence {row.submission_sequence}, "
-                                      f"the round was submitted as {transport_sequence(sequence)}")
-    if frame is not None and row.frame_index != frame:
-        raise SubmissionOrderViolated(f"{where}: frame_index {row.frame_index}, the round was submitted in "
-                                      f"frame {frame}")
-    if row.generation != lane.generation:
-        raise GenerationMismatch(f"{where}: generation echo {row.generation}, lane generation {lane.generation}")
+    where = _echoes(graph_name, lane, row, sequence, frame)
     expected = int(lane.samples)
     limit = expected if offer is None else offer
     if row.emitted > limit:
@@ -268,21 +265,7 @@ def validate_round(graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[C
     (`speculative`) checks each lane by `validate_speculative` and the offers' sum against P."""
     if len(rows) != len(lanes):
         raise SubmissionOrderViolated(f"graph {graph_name}: {len(rows)} completion rows for {len(lanes)} lanes")
-    if speculative is not None:
-        seen_slots: set[int] = set()
-        for lane, row in zip(lanes, rows, strict=True):
-            if lane.slot in seen_slots:
-                raise SubmissionOrderViolated(f"graph {graph_name}: slot {lane.slot} appears twice in one round")
-            seen_slots.add(lane.slot)
-            validate_speculative(graph_name, lane, row, sequence=sequence, sampled_tokens=sampled_tokens,
-                                 speculative=speculative, frame=frame,
-                                 reservation_tokens=len(lane.page_ids) * page_tokens)
-        total = sum(row.offer for row in rows)
-        if total > speculative.packed_tokens:
-            raise OfferInvalid(f"graph {graph_name}: offers sum to {total}, past the program's "
-                               f"{speculative.packed_tokens} packed rows")
-        return
-    if offers is None:
+    if offers is None and speculative is None:
         if isinstance(rows, CompletionRows):
             valid = _columns_valid(lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame)
         else:
@@ -294,9 +277,16 @@ def validate_round(graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[C
         if lane.slot in seen:
             raise SubmissionOrderViolated(f"graph {graph_name}: slot {lane.slot} appears twice in one round")
         seen.add(lane.slot)
-        validate_completion(graph_name, lane, row, sequence=sequence, sampled_tokens=sampled_tokens, frame=frame,
-                            offer=None if offers is None else offers[i],
-                            reservation_tokens=len(lane.page_ids) * page_tokens)
+        reservation = len(lane.page_ids) * page_tokens
+        if speculative is not None:
+            validate_speculative(graph_name, lane, row, sequence=sequence, sampled_tokens=sampled_tokens,
+                                 speculative=speculative, frame=frame, reservation_tokens=reservation)
+        else:
+            validate_completion(graph_name, lane, row, sequence=sequence, sampled_tokens=sampled_tokens, frame=frame,
+                                offer=None if offers is None else offers[i], reservation_tokens=reservation)
+    if speculative is not None and (total := sum(row.offer for row in rows)) > speculative.packed_tokens:
+        raise OfferInvalid(f"graph {graph_name}: offers sum to {total}, past the program's "
+                           f"{speculative.packed_tokens} packed rows")
 
 
 def _round_valid(lanes: Sequence[LaneInput], rows: Sequence[Completion], written: int, sampled_tokens: int,
