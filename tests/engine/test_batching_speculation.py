@@ -6,7 +6,6 @@ metrics count the rounds, offered and accepted drafts."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -14,10 +13,11 @@ import pytest
 from helios.engine.worker import BatchingRuntime
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
-from helios.runtime.events import Finished, TokenEvent
+from helios.runtime.events import Finished
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest, SamplingParams
+from tests.runtime.streams import serve_all
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -44,25 +44,8 @@ def _serve(core, requests, *, pages, width):
     engine = ReferenceEngine.load(core, pages=pages)
     rt = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
                                       pages=pages, speculative_width=width)
-
-    async def collect(stream):
-        tokens = []
-        async for event in stream:
-            if isinstance(event, TokenEvent):
-                tokens.append(event.token_id)
-            else:
-                return tokens, event
-        raise AssertionError("no terminal event")
-
-    async def main():
-        rt.start()
-        try:
-            streams = [rt.submit(PreparedRequest(f"r{i}", r, observe_tokens=True)) for i, r in enumerate(requests)]
-            return [await collect(s) for s in streams]
-        finally:
-            rt.shutdown()
-
-    return asyncio.run(main()), rt
+    prepared = [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)]
+    return serve_all(rt, prepared), rt
 
 
 def _workload(count, seed):

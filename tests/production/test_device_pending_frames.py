@@ -5,7 +5,6 @@ completion feedback (a string stop, a grammar) holds the runtime to one outstand
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
 import pytest
@@ -15,7 +14,7 @@ from helios.production.executor import FrameBusy, FrameOrderViolated
 from helios.production.loading import runtime_for
 from helios.production.native_model import LoadOptions, NativeModel
 from helios.reference.engine import ReferenceEngine
-from helios.runtime.events import Finished, TokenEvent
+from helios.runtime.events import Finished
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.options import RuntimeOptions
@@ -23,6 +22,7 @@ from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest, SamplingParams
 from helios.runtime.rounds import single_round
 from tests.production.helpers import DEVICE, GPU, PAGES, TINY_OPTIONS
+from tests.runtime.streams import serve_all
 
 pytestmark = pytest.mark.skipif(GPU, reason="fp32 token equality is a CPU test; the GPU runs bf16")
 
@@ -63,26 +63,7 @@ def setup(tiny_checkpoint):
 
 
 def serve(model, requests: list[PreparedRequest]) -> list[tuple[list[int], object]]:
-    runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=8)))
-
-    async def collect(stream):
-        tokens = []
-        async for event in stream:
-            if isinstance(event, TokenEvent):
-                tokens.append(event.token_id)
-            else:
-                return tokens, event
-        raise AssertionError("no terminal event")
-
-    async def main():
-        runtime.start()
-        try:
-            streams = [runtime.submit(r) for r in requests]
-            return [await collect(s) for s in streams]
-        finally:
-            runtime.shutdown()
-
-    return asyncio.run(main())
+    return serve_all(runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=8))), requests)
 
 
 def _prepared(i: int, request: GenerationRequest, **extra) -> PreparedRequest:

@@ -5,18 +5,18 @@ core did not capture in one line."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
 
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
-from helios.runtime.events import Finished, TokenEvent
+from helios.runtime.events import Finished
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions
 from helios.runtime.request import GenerationRequest, SamplingParams
+from tests.runtime.streams import serve_all
 
 pytestmark = pytest.mark.slow
 GREEDY = SamplingParams(temperature=0.0)
@@ -29,28 +29,6 @@ def cores(tiny_checkpoint, tiny_draft):
             dtype="fp32", draft=tiny_draft("qwen2", "perturbed"), page_tokens=4, batch_capacities=(1, 2, 4),
             prefill_capacities=(8, 16), context_tokens=64, speculative_widths=(2, 4), speculative_budget=budget))
     return {"rectangular": core(None), "confidence": core(6)}
-
-
-def _serve(runtime, requests):
-    async def collect(stream):
-        tokens = []
-        async for event in stream:
-            if isinstance(event, TokenEvent):
-                tokens.append(event.token_id)
-            else:
-                return tokens, event
-        raise AssertionError("no terminal event")
-
-    async def main():
-        runtime.start()
-        try:
-            streams = [runtime.submit(PreparedRequest(f"r{i}", r, observe_tokens=True))
-                       for i, r in enumerate(requests)]
-            return [await collect(s) for s in streams]
-        finally:
-            runtime.shutdown()
-
-    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("shape", ["rectangular", "confidence"])
@@ -66,7 +44,7 @@ def test_production_speculation_gives_the_plain_greedy_tokens(cores, shape):
     options = RuntimeOptions(AdmissionLimits(max_active=4, queue_capacity=8), speculative_width=4)
     model = load_native_model(core, device="cpu", pages=40, speculative_width=4)
     runtime = runtime_for(model, options)
-    results = _serve(runtime, requests)
+    results = serve_all(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
     assert [tokens for tokens, _ in results] == expected
     assert all(isinstance(terminal, Finished) for _, terminal in results)
     counters = runtime.scheduler.counters
