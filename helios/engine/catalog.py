@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from helios.errors import HeliosError
 from helios.proto import contract_pb2
+from helios.runtime.completion import SpeculativeRound
 
 C = contract_pb2
 
@@ -29,13 +30,12 @@ class GraphVariant:
     device_pending: bool  # the pending token is device-owned (a state view, no host PENDING_TOKEN binding)
     page_table: bool = True  # the graph uploads page tables (binds a PAGE_TABLE source)
     # SPECULATIVE graphs: W (target rows a lane, pending token included), D (proposals drawn), the lane
-    # limit min(D + 1, W), whether lane limits are exact lengths (QUERY_LENGTH) or ceilings, and the
-    # draft cursor's lag; 0 / True / 0 for every other operation.
+    # limit min(D + 1, W), and what its completion rows are validated against; 0 / None for every
+    # other operation.
     width: int = 0
     drafts: int = 0
     lane_limit: int = 0
-    exact: bool = True
-    lag_tokens: int = 0
+    check: SpeculativeRound | None = None
 
     @property
     def draft_passes(self) -> int:
@@ -59,8 +59,10 @@ class GraphCatalog:
         self._by_operation: dict[int, list[GraphVariant]] = {}
         self._max_tokens: dict[tuple[int, int], int] = {}
         self._limits: dict[tuple[int, int], list[int]] = {}
+        self._by_name: dict[str, GraphVariant] = {}
         for variant in variants:
             self._by_operation.setdefault(int(variant.operation), []).append(variant)
+            self._by_name[variant.name] = variant
         for group in self._by_operation.values():
             group.sort(key=lambda v: (v.packed_token_capacity, v.batch_capacity, v.name))
         for operation in self.REQUIRED:
@@ -80,8 +82,7 @@ class GraphCatalog:
             spec = g.speculative
             speculative = {} if spec is None else dict(
                 width=spec.verify_tokens, drafts=spec.draft_tokens, lane_limit=spec.lane_token_limit,
-                exact=C.VALUE_SOURCE_QUERY_LENGTH in sources,
-                lag_tokens=g.draft_cursor.lag_tokens if g.draft_cursor is not None else 0)
+                check=SpeculativeRound.of(g))
             variants.append(GraphVariant(g.name, int(g.operation), g.batch_capacity, g.packed_token_capacity,
                                          device_pending=g.pending_token_state is not None and not host_pending,
                                          page_table=C.VALUE_SOURCE_PAGE_TABLE in sources, **speculative))
@@ -99,6 +100,10 @@ class GraphCatalog:
             if variant.fits(lanes, tokens):
                 return variant
         return None
+
+    def variant(self, name: str) -> GraphVariant:
+        """The variant of graph `name`."""
+        return self._by_name[name]
 
     def speculative(self, width: int, *, lanes: int) -> GraphVariant | None:
         """The SPECULATIVE variant of `width` with the fewest lanes holding `lanes` (None: none)."""

@@ -68,7 +68,7 @@ from helios.engine.residency import (
 from helios.engine.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
-from helios.runtime.completion import Completion, CompletionRows, SpeculativeRound, SubmissionOrderViolated
+from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 
 C = contract_pb2
@@ -95,12 +95,11 @@ class Scheduler(RequestResidency):
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
         self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
-        self._speculative_checks = {v.name: SpeculativeRound(v.packed_token_capacity, v.exact, v.lag_tokens)
-                                    for v in catalog.variants(C.OPERATION_SPECULATIVE)}
+        # the one-lane variant of the configured width: its lane limit and draft passes are every variant's
         first = catalog.speculative(config.speculative_width, lanes=1) if config.speculative_width else None
         if config.speculative_width and first is None:
             raise ValueError(f"no SPECULATIVE graph of width {config.speculative_width} is selected")
-        self._draft_passes = first.draft_passes if first is not None else 0
+        self._first_speculative = first
         # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
         self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
@@ -208,7 +207,7 @@ class Scheduler(RequestResidency):
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
         speculative = plan.operation == C.OPERATION_SPECULATIVE
-        check = self._speculative_checks.get(plan.graph) if speculative else None
+        check = self.catalog.variant(plan.graph).check if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
                                   sampled_tokens=self.config.sampled_tokens, page_tokens=self.config.page_tokens,
                                   frame=plan.frame, speculative=check)
@@ -318,29 +317,26 @@ class Scheduler(RequestResidency):
         frontier = s.consumed + s.submitted
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
                 and frontier + 1 < self.config.context_tokens
-                and frontier + self._draft_passes <= self._table_tokens)  # the draft's passes have positions
+                and self._first_speculative is not None
+                and frontier + self._first_speculative.draft_passes <= self._table_tokens)  # the draft's passes have positions
 
     def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
         """A SPECULATIVE round of the configured width over `order`'s lanes: each lane's limit within
         the program's lane limit, its output limit and the context; its pages cover the draft's
         passes (they write from the pending token on, whatever the lane's length)."""
-        width = self.config.speculative_width
-        first = self.catalog.speculative(width, lanes=1)
-        if first is None:
-            return None
+        width, first = self.config.speculative_width, self._first_speculative
+        assert first is not None  # `_speculates` admits lanes only with a speculative width configured
         page_tokens = self.config.page_tokens
-        capacity_tokens = self._table_tokens
         cohort: list[tuple[SequenceState, int]] = []
         limits: list[int] = []
         for s in order[:self.catalog.speculative_lanes(width)]:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
             frontier = s.consumed + s.submitted
-            reach = frontier + first.draft_passes
+            reach = frontier + first.draft_passes  # within the page table: `_speculates` checked it
+            # at least 1: `_speculates` left the request an output token and the context a position
             limit = min(first.lane_limit, s.request.generation.max_tokens - s.sampled - s.unknown,
                         self.config.context_tokens - frontier - 1)
-            if limit < 1 or reach > capacity_tokens:
-                continue
             if reach > len(s.pages.pages) * page_tokens and not self._reserve(s, reach, keep=cohort):  # type: ignore[union-attr]
                 break
             cohort.append((s, 1))
