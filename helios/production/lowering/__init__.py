@@ -45,9 +45,8 @@ import torch
 
 from helios.production.buffers import ScratchArena, torch_dtype
 from helios.production.gpu_paths import GpuPaths
-from helios.production.kernels import sampling
 from helios.production.lowering import linear, rotary
-from helios.production.lowering.context import Context, LoweringError
+from helios.production.lowering.context import Context, LoweringError, rank_filters
 from helios.production.lowering.operators import LOWERINGS, lower_add_rms_norm
 from helios.production.lowering.product_choice import LinearPolicy, default_policy, policy_for
 from helios.production.plan import Launch, LaunchPlan
@@ -184,5 +183,5 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     if missing:
         raise LoweringError(f"operators without a production lowering: {missing}")
     samples = any(launch.kernel in ("sample", "token_probability", "speculative_verify") for launch in launches)
-    switch = arena.memo(("rank_filters",), sampling.RankFilters) if samples else None
+    switch = rank_filters(arena) if samples else None
     return LaunchPlan(program.graph, tuple(launches), bound, len(operators), rank_filters=switch, scratch=intact)

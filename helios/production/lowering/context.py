@@ -15,6 +15,7 @@ import torch
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, torch_dtype
 from helios.production.gpu_paths import GpuPaths
+from helios.production.kernels.sampling import RankFilters
 from helios.production.lowering.product_choice import LinearPolicy
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
@@ -45,3 +46,9 @@ class Context:
 
 
 Lowering = Callable[[Context, ValidatedOperator], Callable[[], None]]
+
+
+def rank_filters(arena: ScratchArena) -> RankFilters:
+    """The device's one rank-filter switch: every sampler of its plans reads it, the executor sets it
+    for each round from its lanes."""
+    return arena.memo(("rank_filters",), RankFilters)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import torch
 
 from helios.production.kernels import activation, attention, gather, norm, sampling
-from helios.production.lowering.context import Context, Lowering
+from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
 from helios.production.lowering.speculative import (
@@ -122,7 +122,7 @@ def _sample(c: Context, op: ValidatedOperator):
     logits, seed, positions, parameters, histogram, mask = (c.t(n) for n in op.inputs)
     out = c.t(op.outputs[0])
     rows, vocab = logits.shape
-    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)
+    switch = rank_filters(c.arena)
     block = 4096 if c.gpu_paths is None else c.gpu_paths.vocab_block
     sampler = c.arena.memo(("sampler", rows, vocab, block),
                            lambda: sampling.Sampler(rows, vocab, c.device, block=block, rank_filters=switch))

@@ -7,8 +7,8 @@ weights at once. Both follow the device's `RankFilters` switch, as the plain sam
 
 from __future__ import annotations
 
-from helios.production.kernels import sampling, speculative
-from helios.production.lowering.context import Context
+from helios.production.kernels import speculative
+from helios.production.lowering.context import Context, rank_filters
 from helios.program.validate import ValidatedOperator
 
 
@@ -25,7 +25,7 @@ def lower_token_probability(c: Context, op: ValidatedOperator):
     out = c.t(op.outputs[0])
     rows, vocab = logits.shape
     block = _vocab_block(c)
-    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)  # the device's: a round's lanes set it
+    switch = rank_filters(c.arena)
     scorer = c.arena.memo(("token_probability", rows, vocab, block),
                           lambda: speculative.ProbabilityScorer(rows, vocab, c.device, block=block,
                                                                 rank_filters=switch))
@@ -55,7 +55,7 @@ def lower_speculative_verify(c: Context, op: ValidatedOperator):
     lanes, drafts = draft_logits.shape[0], draft_logits.shape[1]
     block = _vocab_block(c)
     key = ("speculative_verify", packed, lanes, drafts, vocab, histogram.shape[1], mask.shape[1], block)
-    switch = c.arena.memo(("rank_filters",), sampling.RankFilters)  # the device's: a round's lanes set it
+    switch = rank_filters(c.arena)
     verifier = c.arena.memo(key, lambda: speculative.Verifier(packed, lanes, drafts, vocab, histogram.shape[1],
                                                               mask.shape[1], c.device, block=block,
                                                               rank_filters=switch))
