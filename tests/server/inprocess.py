@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import uvicorn
 
 from helios.engine.sequential import SequentialRuntime
@@ -22,6 +23,22 @@ from tests.frontend import tinyfront
 
 SERVED_ID = "tiny-chat"
 ALIASES = ("tiny",)
+
+
+def wait_healthy(base: str, process, log, *, timeout_s: float, what: str) -> None:
+    """Wait until the server process at `base` answers /health with 200; kill it and fail with its
+    log when it exits or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"{what} did not start:\n" + log.read_text())
+        time.sleep(0.05)
 
 
 def free_port() -> int:

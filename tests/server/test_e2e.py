@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from helios.cli import main
 from tests.server.cases import INVALID
-from tests.server.inprocess import free_port
+from tests.server.inprocess import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -88,17 +88,8 @@ def start_server(prepared_core, *extra: str, log_name: str = "server.log") -> tu
     with open(log, "w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            if httpx.get(base + "/health", timeout=1).status_code == 200:
-                return base, process, log
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.time() > deadline:
-            process.kill()
-            raise AssertionError("helios serve did not start:\n" + log.read_text())
-        time.sleep(0.1)
+    wait_healthy(base, process, log, timeout_s=120, what="helios serve")
+    return base, process, log
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.inprocess import free_port
+from tests.server.inprocess import free_port, wait_healthy
 
 CHAT = "/v1/chat/completions"
 LONG = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4000, "ignore_eos": True}
@@ -31,17 +31,8 @@ def start(tmp_path: Path, *limits: str) -> tuple[str, subprocess.Popen, Path]:
         process = subprocess.Popen([sys.executable, "-m", "tests.server.scripted_server", str(port), *limits],
                                    stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=root)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(base + "/health", timeout=1).status_code == 200:
-                return base, process, log
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError("the server did not start:\n" + log.read_text())
-        time.sleep(0.05)
+    wait_healthy(base, process, log, timeout_s=60, what="the server")
+    return base, process, log
 
 
 def rss_mib(pid: int) -> float:
