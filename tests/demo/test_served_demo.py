@@ -117,3 +117,17 @@ def test_the_readme_examples_answer_as_the_readme_shows(client):
     identity = client.chat.completions.create(model=demo.SERVED_ID, temperature=0,
                                               messages=[{"role": "user", "content": "Hello! Who are you?"}])
     assert f"# {identity.choices[0].message.content}" in readme
+
+
+def test_the_demo_speculates_and_its_metrics_move(client):
+    """`make demo` serves the model with its drafter: after a request, /metrics counts speculative
+    rounds and accepted drafts within the offered ones."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client.chat.completions.create(model=demo.SERVED_ID, temperature=0, max_tokens=16,
+                                   messages=[{"role": "user", "content": "What is 27 + 15?"}])
+    base = str(client.base_url).removesuffix("/v1/").removesuffix("/v1")
+    values = {sample.name: sample.value for family in text_string_to_metric_families(httpx.get(base + "/metrics").text)
+              for sample in family.samples}
+    assert values["helios_speculative_rounds_total"] >= 1
+    assert 0 < values["helios_speculative_accepted_drafts_total"] <= values["helios_speculative_offered_drafts_total"]
