@@ -35,32 +35,39 @@ LINEAR_SHAPES = {
 ATTENTION_SHAPES = {"qwen3-0.6b": (16, 8, 128), "llama-8b": (32, 8, 128)}  # heads, kv heads, head dim
 
 
-def linear_tiles(rows: int, k: int):
-    from helios.production.kernels.linear import Blocks
+def linear_tiles(rows: int, k: int, kinds: tuple[str, ...] = ("fma", "mma")):
+    """Candidate tiles: CUDA-core ("fma") tiles, and from two rows tensor-core ("mma") ones."""
+    from helios.production.kernels.linear import MMA_MIN, Blocks
 
     block_m = 1 if rows == 1 else 16 if rows > 8 else 8
-    if rows == 1:
-        grid = itertools.product((1, 2, 4, 8), (256, 512, 1024, 2048, 4096), (2, 4, 8))
-        budget = 16384
-    else:
-        grid = itertools.product((2, 4, 8, 16), (128, 256, 512, 1024), (4, 8))
-        budget = 32768
-    for block_n, block_k, warps in grid:
-        if block_k <= max(k, 256) and block_m * block_n * block_k <= budget:
-            yield Blocks(block_m, block_n, block_k, warps)
+    if "fma" in kinds:
+        if rows == 1:
+            grid = itertools.product((1, 2, 4, 8), (256, 512, 1024, 2048, 4096), (2, 4, 8))
+            budget = 16384
+        else:
+            grid = itertools.product((2, 4, 8, 16), (128, 256, 512, 1024), (4, 8))
+            budget = 32768
+        for block_n, block_k, warps in grid:
+            if block_k <= max(k, 256) and block_m * block_n * block_k <= budget:
+                yield Blocks(block_m, block_n, block_k, warps)
+    if "mma" in kinds and rows > 1:
+        for block_n, block_k, stages, warps in itertools.product((16, 32, 64), (128, 256), (3, 4, 6), (4,)):
+            if block_k <= max(k, 256):
+                yield Blocks(MMA_MIN, block_n, block_k, warps, mma=True, num_stages=stages)
 
 
-def sweep_linear(shape: str, rows_list, timer, bandwidth: float, deadline: float) -> list[dict]:
+def sweep_linear(shape: str, rows_list, timer, bandwidth: float, deadline: float,
+                 kinds: tuple[str, ...] = ("fma", "mma")) -> list[dict]:
     results = []
     for rows, (name, widths, k) in itertools.product(rows_list, LINEAR_SHAPES[shape]):
-        row = _linear_case(shape, rows, name, widths, k, timer, bandwidth, deadline)
+        row = _linear_case(shape, rows, name, widths, k, timer, bandwidth, deadline, kinds)
         if row is not None:
             results.append(row)
     return results
 
 
 def _linear_case(shape: str, rows: int, name: str, widths: tuple[int, ...], k: int, timer, bandwidth: float,
-                 deadline: float) -> dict | None:
+                 deadline: float, kinds: tuple[str, ...]) -> dict | None:
     import torch
 
     from helios.production.kernels import linear
@@ -77,15 +84,21 @@ def _linear_case(shape: str, rows: int, name: str, widths: tuple[int, ...], k: i
             return linear.gated_launch(x, weights[0], weights[1], outs[0], activation="silu", blocks=blocks)
         return linear.linear_launch(x, weights, outs, blocks=blocks)
 
-    default = linear.choose_blocks(rows, sum(widths), k, cuda=True, gated=gated)
+    default = linear.choose_blocks(rows, sum(widths), k, cuda=True, gated=gated, tensor_cores=True)
     launch(default)()
     expected = [o.clone() for o in outs]
     timed = []
-    for blocks in [default, *[b for b in linear_tiles(rows, k) if b != default]]:
+    for blocks in [default, *[b for b in linear_tiles(rows, k, kinds) if b != default]]:
         if time.perf_counter() > deadline:
             break
         run = launch(blocks)
-        run()
+        try:
+            run()
+        except Exception as error:  # a tile past the shared memory or registers of the device
+            if type(error).__name__ != "OutOfResources":
+                raise
+            print(f"  {name} M={rows} {blocks}: out of resources, skipped", flush=True)
+            continue
         if not all(torch.allclose(o.float(), e.float(), atol=2e-2, rtol=2e-2)
                    for o, e in zip(outs, expected, strict=True)):
             print(f"  {name} M={rows} {blocks}: WRONG OUTPUT, skipped", flush=True)
@@ -99,11 +112,16 @@ def _linear_case(shape: str, rows: int, name: str, widths: tuple[int, ...], k: i
     if not gated and len(widths) == 1:
         torch_s = timer(lambda: torch.matmul(x, weights[0].t(), out=outs[0]))
     top = best[0]
+    by_kind = {kind: min((t for t in timed if t[1].mma == (kind == "mma")), key=lambda t: t[0], default=None)
+               for kind in ("fma", "mma")}
+    kinds_line = "".join(f"; best {kind} {t[0] * 1e6:.2f} us ({read / t[0] / bandwidth:.2f})"
+                         for kind, t in by_kind.items() if t is not None)
     print(f"  {shape} {name:7s} M={rows:2d}: default {base * 1e6:7.2f} us ({read / base / bandwidth:.2f} of bw) "
-          f"best {top[0] * 1e6:7.2f} us ({read / top[0] / bandwidth:.2f}) {top[1]}"
+          f"best {top[0] * 1e6:7.2f} us ({read / top[0] / bandwidth:.2f}) {top[1]}" + kinds_line
           + (f"; torch {torch_s * 1e6:.2f} us" if torch_s else "") + f"  [{len(timed)} tiles]", flush=True)
     return {"shape": shape, "product": name, "rows": rows, "k": k, "widths": list(widths), "bytes": read,
             "default": asdict(default), "default_us": base * 1e6, "torch_us": torch_s and torch_s * 1e6,
+            "best_by_kind": {kind: t and {"blocks": asdict(t[1]), "us": t[0] * 1e6} for kind, t in by_kind.items()},
             "best": [{"blocks": asdict(b), "us": s * 1e6, "of_bandwidth": read / s / bandwidth} for s, b in best],
             "candidates": len(timed)}
 
@@ -183,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 8], help="product rows to sweep (default 1 8)")
     parser.add_argument("--attention", nargs="+", default=["1x512", "64x512", "256x512", "256x1024"],
                         metavar="ROWSxCONTEXT", help="attention cases (default 1x512 64x512 256x512 256x1024)")
+    parser.add_argument("--tiles", nargs="+", choices=["fma", "mma"], default=["fma", "mma"],
+                        help="product tiles to sweep: CUDA-core (fma) and tensor-core (mma; from 2 rows)")
     parser.add_argument("--budget", type=float, default=240.0, help="seconds per sweep before it stops (default 240)")
     parser.add_argument("--json", type=Path, help="write every result here")
     args = parser.parse_args(argv)
@@ -203,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.shapes:
         if "linear" in args.sweep:
             results.setdefault("linear", []).extend(
-                sweep_linear(shape, args.rows, timer, bandwidth, time.perf_counter() + args.budget))
+                sweep_linear(shape, args.rows, timer, bandwidth, time.perf_counter() + args.budget,
+                             tuple(args.tiles)))
         if "attention" in args.sweep:
             cases = [tuple(int(v) for v in case.split("x")) for case in args.attention]
             results.setdefault("attention", []).extend(

@@ -164,6 +164,9 @@ def test_the_gpu_paths_run_and_the_tokens_equal_the_reference(cores, monkeypatch
     assert all(meta["ROWS"] == paths.rows_per_program for _, meta in pairs)
     assert any(grid[0] > 1 for grid, _ in pairs)  # prefill rows: several programs, each at a row offset
     assert any(grid[0] > 1 and meta["ROWS"] == paths.rows_per_program for grid, meta in launched["_norm_kernel"])
+    # one-row products on CUDA cores, prefill chunks' on the tensor-core tile, as 16-bit operands on a GPU
+    products = launched["_linear_kernel"] + launched["_gated_kernel"]
+    assert {meta["MMA"] for _, meta in products} == {False, True}
     three = [grid for grid, meta in launched["_linear_kernel"] if meta["GROUPS"] == 3]
     assert three and all(grid[0] >= 6 for grid in three)  # q, k and v each in two tiles or more
     assert launched["_gated_kernel"] and all(grid[0] >= 2 for grid, _ in launched["_gated_kernel"])

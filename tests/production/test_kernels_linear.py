@@ -28,8 +28,11 @@ N, K = 50, 70
 LOOSE = {"atol": max(ATOL, 1e-4), "rtol": max(RTOL, 1e-4)}
 
 
-def _small_blocks(rows: int) -> Blocks:
-    # several column tiles and several K iterations, with ragged edges in both
+def _small_blocks(rows: int, kind: str = "fma") -> Blocks:
+    # several column tiles and several K iterations, with ragged edges in both; "mma": the tensor-core
+    # tile (rows padded to 16), software-pipelined
+    if kind == "mma":
+        return Blocks(16, 16, 32, mma=True, num_stages=2)
     return Blocks(triton_pow2(rows), 16, 32)
 
 
@@ -46,19 +49,20 @@ def _operands(rng, rows, widths, k=K, bias=False):
 
 @pytest.mark.parametrize("rows", [1, 3, 8])
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("blocks", ["host", "small"])
+@pytest.mark.parametrize("blocks", ["host", "fma", "mma"])
 def test_one_product_equals_the_reference_matmul(rows, bias, blocks):
     rng = np.random.default_rng()
     x, (w,), bs = _operands(rng, rows, [N], bias=bias)
     out = torch.full((rows, N), float("nan"), dtype=DTYPE, device=DEVICE)
     linear.linear(tensor(x), [tensor(w)], [out], biases=None if bs is None else [tensor(bs[0])],
-                  blocks=_small_blocks(rows) if blocks == "small" else None)
+                  blocks=None if blocks == "host" else _small_blocks(rows, blocks))
     close(out, ref.matmul(values(x), values(w), None if bs is None else values(bs[0])))
 
 
 @pytest.mark.parametrize("groups", [2, 3])
 @pytest.mark.parametrize("bias", [False, True])
-def test_one_launch_computes_every_group(groups, bias):
+@pytest.mark.parametrize("kind", ["fma", "mma"])
+def test_one_launch_computes_every_group(groups, bias, kind):
     """q/k/v-style: one input, up to three weights of different N, each into its own output."""
     rng = np.random.default_rng()
     rows = 3
@@ -66,33 +70,34 @@ def test_one_launch_computes_every_group(groups, bias):
     x, ws, bs = _operands(rng, rows, widths, bias=bias)
     outs = [torch.full((rows, n), float("nan"), dtype=DTYPE, device=DEVICE) for n in widths]
     linear.linear(tensor(x), [tensor(w) for w in ws], outs, biases=None if bs is None else [tensor(b) for b in bs],
-                  blocks=_small_blocks(rows))
+                  blocks=_small_blocks(rows, kind))
     for g, out in enumerate(outs):
         close(out, ref.matmul(values(x), values(ws[g]), None if bs is None else values(bs[g])))
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
-@pytest.mark.parametrize("rows", [1, 5])
-def test_gated_product_equals_matmuls_then_activation(activation, rows):
+@pytest.mark.parametrize(("rows", "kind"), [(1, "fma"), (5, "fma"), (5, "mma")])
+def test_gated_product_equals_matmuls_then_activation(activation, rows, kind):
     rng = np.random.default_rng()
     x, (wg, wu), bs = _operands(rng, rows, [N, N], bias=rows == 5)
     out = torch.full((rows, N), float("nan"), dtype=DTYPE, device=DEVICE)
     linear.gated_linear(tensor(x), tensor(wg), tensor(wu), out, activation=activation,
                         gate_bias=None if bs is None else tensor(bs[0]), up_bias=None if bs is None else tensor(bs[1]),
-                        blocks=_small_blocks(rows))
+                        blocks=_small_blocks(rows, kind))
     gate = ref.matmul(values(x), values(wg), None if bs is None else values(bs[0]))
     up = ref.matmul(values(x), values(wu), None if bs is None else values(bs[1]))
     close(out, ref.gated_activation(values(gate), values(up), activation=activation), **LOOSE)
 
 
-def test_gated_product_rounds_gate_and_up_where_the_unfused_matmuls_store_them():
+@pytest.mark.parametrize("kind", ["fma", "mma"])
+def test_gated_product_rounds_gate_and_up_where_the_unfused_matmuls_store_them(kind):
     """fp16 (exact in the interpreter): the fused result equals matmul -> f16, matmul -> f16, activation -> f16."""
     rng = np.random.default_rng()
     rows = 4
     x, (wg, wu), _ = _operands(rng, rows, [N, N])
     half = [torch.from_numpy(a).to(device=DEVICE, dtype=torch.float16) for a in (x, wg, wu)]
     out = torch.empty((rows, N), dtype=torch.float16, device=DEVICE)
-    linear.gated_linear(*half, out, activation="silu", blocks=_small_blocks(rows))
+    linear.gated_linear(*half, out, activation="silu", blocks=_small_blocks(rows, kind))
     xs, gs, us = (t.float().cpu().numpy() for t in half)
     gate = (xs @ gs.T).astype(np.float16).astype(np.float32)
     up = (xs @ us.T).astype(np.float16).astype(np.float32)
@@ -103,15 +108,18 @@ def test_gated_product_rounds_gate_and_up_where_the_unfused_matmuls_store_them()
     assert np.abs(out.float().cpu().numpy() - expected).mean() < np.abs(rounded_away - expected).mean()
 
 
-def test_logits_columns_are_fp32_and_only_the_sampled_ids_are_written():
+@pytest.mark.parametrize("kind", ["fma", "mma"])
+def test_logits_columns_are_fp32_and_only_the_sampled_ids_are_written(kind):
     """16-bit weights, FP32 output without rounding; columns past `columns` are left as they were."""
     rng = np.random.default_rng()
     rows, vocab, sampled = 2, 64, 40
     x, (w,), _ = _operands(rng, rows, [vocab])
-    h16 = torch.from_numpy(x).to(device=DEVICE, dtype=torch.bfloat16)
-    w16 = torch.from_numpy(w).to(device=DEVICE, dtype=torch.bfloat16)
+    # the interpreter's bf16 dot is broken (FACTS.md): its MMA tile takes fp16, the other 16-bit type
+    half = torch.float16 if kind == "mma" and not GPU else torch.bfloat16
+    h16 = torch.from_numpy(x).to(device=DEVICE, dtype=half)
+    w16 = torch.from_numpy(w).to(device=DEVICE, dtype=half)
     out = torch.full((rows, vocab), 7.0, dtype=torch.float32, device=DEVICE)
-    linear.linear(h16, [w16], [out], columns=[sampled], blocks=_small_blocks(rows))
+    linear.linear(h16, [w16], [out], columns=[sampled], blocks=_small_blocks(rows, kind))
     expected = ref.logits(h16.float().cpu().numpy(), w16.float().cpu().numpy())
     np.testing.assert_allclose(out[:, :sampled].cpu().numpy(), expected[:, :sampled], rtol=1e-5, atol=1e-5)
     assert bool((out[:, sampled:] == 7.0).all())
@@ -159,6 +167,21 @@ def test_gpu_blocks_fill_an_h200_with_the_measured_tiles(rows, n, k):
     expected = {1: (2, 2048 if k % 2048 == 0 else 1024, 2), 4: (4, 1024, 4), 16: (2, 512, 4)}[rows]
     assert (blocks.block_n, blocks.block_k, blocks.num_warps) == expected
     assert choose_blocks(rows, n, k, cuda=True, gated=True) == blocks
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 16])
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize(("n", "k"), [(1024, 1024), (6144, 4096), (4096, 14336), (128256, 4096), (2048, 1000)])
+def test_gpu_tensor_core_tiles_from_two_rows_of_16_bit_operands(rows, gated, n, k):
+    blocks = choose_blocks(rows, n, k, cuda=True, gated=gated, tensor_cores=True)
+    assert blocks.mma == (rows >= linear.MMA_ROWS)
+    if not blocks.mma:
+        assert blocks == choose_blocks(rows, n, k, cuda=True)
+        return
+    # the tiles bench/kernels.py measured fastest on an H200 (BENCHMARKS.md, issue #16 tile sweep)
+    block_n, block_k, stages = (64, 128, 4) if gated else (32, 256, 4)
+    assert (blocks.block_m, blocks.block_n, blocks.num_stages, blocks.num_warps) == (16, block_n, stages, 4)
+    assert blocks.block_k == block_k or k % block_k and (k % blocks.block_k == 0 or k % 16)
 
 
 def test_cpu_blocks_take_whole_extents():
@@ -269,7 +292,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
     hinted = {"stride_x", "k_extent", "sw0", "sw1", "sw2", "so0", "so1", "so2", "swg", "swu", "stride_out"}
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
-    def build(kernel, signature: dict[str, str], const: dict[str, object], warps: int, k: int) -> dict[str, int]:
+    def build(kernel, signature: dict[str, str], const: dict[str, object], warps: int, k: int,
+              stages: int | None) -> dict[str, int]:
         signature = {**signature, **dict.fromkeys(const, "constexpr")}
         names = list(signature)
         # strides are K (weights, x) or N (outputs): Triton hints them only where they divide by 16
@@ -277,7 +301,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
                  if signature[n].startswith("*") or (n in hinted and k % 16 == 0)}
         source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
                            constexprs={(names.index(k),): v for k, v in const.items()})
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+        options = {"num_warps": warps} | ({"num_stages": stages} if stages is not None else {})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         ptx = compiled.asm["ptx"]
         cubin = os.path.join(os.environ["REPORT_DIR"], "kernel.cubin")
         with open(cubin, "wb") as f:
@@ -285,8 +310,13 @@ def sm90_report() -> dict[str, dict[str, int]]:
         # cuobjdump ships with Triton's NVIDIA backend, beside ptxas
         usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", cubin], capture_output=True,
                                text=True, check=True).stdout
-        return {"aligned": int(k % 16 == 0), "vector_loads": len(re.findall(r"ld\.global\.v[24]\.b32", ptx)),
+        # 16-byte loads: into registers (CUDA-core tiles) or asynchronously into shared memory (pipelined MMA tiles)
+        vector_loads = len(re.findall(r"ld\.global\.v[24]\.b32", ptx)) + len(
+            re.findall(r"cp\.async\.c[ag]\.shared\.global[^;]*, 0x10(?:, |;)", ptx))
+        return {"aligned": int(k % 16 == 0), "vector_loads": vector_loads,
                 "scalar_16bit_loads": len(re.findall(r"ld\.global\.b16", ptx)),
+                "tensor_core_ops": len(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)\.", ptx)),
+                "mma": int(const["MMA"]),
                 "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
                 "local_bytes": int(re.search(r"LOCAL:(\d+)", usage).group(1))}
 
@@ -299,7 +329,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
                 signature[f"tiles{g}"] = "i32"
         return build(linear._linear_kernel, signature, {
             "GROUPS": groups, "HAS_BIAS": bias, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
-            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps, k)
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32"},
+            blocks.num_warps, k, blocks.num_stages)
 
     def gated(blocks: Blocks, k: int) -> dict[str, int]:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32", "wg": "*bf16",
@@ -307,7 +338,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
                      "stride_out": "i32", "n_extent": "i32"}
         return build(linear._gated_kernel, signature, {
             "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
-            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k}, blocks.num_warps, k)
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32"},
+            blocks.num_warps, k, blocks.num_stages)
 
     return {
         "qkv": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16"),
@@ -317,6 +349,10 @@ def sm90_report() -> dict[str, dict[str, int]]:
         "logits": matmuls(1, choose_blocks(1, 151936, 1024, cuda=True), 1024, "fp32"),
         "gate_up": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024),
         "gate_up_m16": gated(choose_blocks(16, 3072, 1024, cuda=True, gated=True), 1024),
+        # tensor-core tiles: 4 rows (a W = 4 verification) and 16, an 8B layer's products
+        "qkv_mma_m4": matmuls(3, choose_blocks(4, 6144, 4096, cuda=True, tensor_cores=True), 4096, "bf16"),
+        "down_mma_m16": matmuls(1, choose_blocks(16, 4096, 14336, cuda=True, tensor_cores=True), 14336, "bf16"),
+        "gate_up_mma_m4": gated(choose_blocks(4, 14336, 4096, cuda=True, gated=True, tensor_cores=True), 4096),
     }
 
 
@@ -341,3 +377,5 @@ def test_the_kernels_compile_for_an_h200_with_vector_weight_loads_and_no_spills(
             assert kernel["vector_loads"] >= 2, (name, kernel)
             assert kernel["scalar_16bit_loads"] <= 1, (name, kernel)  # at most the x row of a 1-row product
         assert kernel["local_bytes"] == 0 and 0 < kernel["registers"] <= 128, (name, kernel)
+        # the MMA tiles multiply on tensor cores, the others on CUDA cores
+        assert (kernel["tensor_core_ops"] > 0) == bool(kernel["mma"]), (name, kernel)

@@ -36,6 +36,11 @@ from helios.production.kernels.activation import ACTIVATION_CODES, activate
 
 MAX_ROWS = 16  # the most rows (M) these kernels take; larger products stay on torch
 MAX_GROUPS = 3
+MMA_MIN = 16  # tl.dot takes blocks of at least 16 in every extent
+# the tensor-core tiles on a GPU (choose_blocks), from MMA_ROWS rows: (columns a program, K step, stages)
+MMA_ROWS = 2
+MMA_TILE = (32, 256, 4)
+MMA_GATED_TILE = (64, 128, 4)
 
 
 class LinearShapeError(HeliosError):
@@ -50,6 +55,8 @@ class Blocks:
     block_n: int
     block_k: int
     num_warps: int = 4
+    mma: bool = False  # tensor-core products (tl.dot over the transposed tile), else CUDA-core FMAs
+    num_stages: int | None = None  # software-pipelined loads in flight (None: Triton's default)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k", "num_warps"):
@@ -58,22 +65,29 @@ class Blocks:
                 raise LinearShapeError(f"Blocks.{name} must be a positive power of two, got {value}")
         if self.block_m > MAX_ROWS:
             raise LinearShapeError(f"Blocks.block_m is {self.block_m}; the kernel takes at most {MAX_ROWS} rows")
+        if self.mma and min(self.block_m, self.block_n, self.block_k) < MMA_MIN:
+            raise LinearShapeError(f"a tensor-core tile needs every block of at least {MMA_MIN}, got "
+                                   f"{self.block_m} x {self.block_n} x {self.block_k}")
+        if self.num_stages is not None and not 1 <= self.num_stages <= 8:
+            raise LinearShapeError(f"Blocks.num_stages must be 1..8, got {self.num_stages}")
 
 
-def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False) -> Blocks:
-    """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`.
+def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = False,
+                  tensor_cores: bool = False) -> Blocks:
+    """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`; `tensor_cores`: the
+    operands are 16-bit of one dtype (`tensor_core_operands`), so the MMA kernel may take them.
 
-    GPU: one rule from the tiles `bench/kernels.py` timed on an H200 for the products of a hidden-1024
-    layer (16/8 heads of 128, MLP 3072; BENCHMARKS.md, issue #6, tile sweep; inside a CUDA graph with
-    L2 flushed; the rule's tile is the fastest or within 3% of it where the sweep kept it): one row
-    takes two columns a program and K in 2,048-wide steps where 2,048 divides K (else 1,024) on two
-    warps; two to eight rows take four columns and 1,024-wide steps on four warps; nine to sixteen
-    rows (not measured) take two columns and 512-wide steps, which keeps a gated program within 255
-    registers without spilling. `gated` products read two weights a program and take the same tile.
-    CPU: whole extents in as few programs as possible (the interpreter pays per program iteration,
-    not per element).
+    GPU: one rule from the tiles `bench/kernels.py` timed on an H200 inside a CUDA graph with L2
+    flushed (BENCHMARKS.md: issue #6's tile sweep for the CUDA-core tiles, issue #16's for the
+    tensor-core ones). One row runs on CUDA cores: two columns a program and K in 2,048-wide steps
+    where 2,048 divides K (else 1,024) on two warps. From `MMA_ROWS` rows, 16-bit operands run on
+    tensor cores, the rows padded to one 16-row MMA side: `MMA_TILE` (columns a program, K step,
+    loads in flight), `MMA_GATED_TILE` for a gated product (two weights a program: a narrower K step
+    over twice the columns). Other operands of two to eight rows take four columns and 1,024-wide
+    steps on four warps; nine to sixteen rows two columns and 512-wide steps, which keeps a gated
+    program within 255 registers without spilling. CPU: whole extents in as few programs as
+    possible (the interpreter pays per program iteration, not per element).
     """
-    del gated  # measured: the gated launch is fastest on the plain product's tile
     if not 1 <= rows <= MAX_ROWS:
         raise LinearShapeError(f"a skinny product takes 1..{MAX_ROWS} rows, got {rows}")
     block_m = triton.next_power_of_2(rows)
@@ -81,34 +95,46 @@ def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = 
         block_k = min(triton.next_power_of_2(k), 4096)
         block_n = max(1, min(triton.next_power_of_2(columns), (1 << 20) // (block_m * block_k)))
         return Blocks(block_m, block_n, block_k, 4)
+    if tensor_cores and rows >= MMA_ROWS:
+        block_n, block_k, stages = MMA_GATED_TILE if gated else MMA_TILE
+        block_k = _dividing(min(block_k, max(MMA_MIN, triton.next_power_of_2(k))), k, MMA_MIN)
+        return Blocks(MMA_MIN, block_n, block_k, 4, mma=True, num_stages=stages)
     if block_m == 1:
         block_n, block_k, num_warps = 2, (2048 if k % 2048 == 0 else 1024), 2
     else:
         block_n, block_k, num_warps = (4, 1024, 4) if block_m <= 8 else (2, 512, 4)
     block_k = min(block_k, max(128, triton.next_power_of_2(k)))
-    # a width dividing K drops the K masks (K = 3072: three 1024-wide steps, not 2048 and a masked one)
+    return Blocks(block_m, block_n, _dividing(block_k, k, 128), num_warps)
+
+
+def _dividing(block_k: int, k: int, floor: int) -> int:
+    """`block_k`, halved down to `floor` where a width dividing K exists (K = 3072: three 1024-wide
+    steps, not 2048 and a masked one), which drops the K masks."""
     divisor = block_k
-    while k % divisor and divisor > 128:
+    while k % divisor and divisor > floor:
         divisor //= 2
-    if k % divisor == 0:
-        block_k = divisor
-    return Blocks(block_m, block_n, block_k, num_warps)
+    return divisor if k % divisor == 0 else block_k
+
+
+def tensor_core_operands(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the MMA kernel may take x @ weight^T on a GPU: both 16-bit floats of one dtype (FP32
+    operands stay on CUDA cores, where the products keep every bit)."""
+    return x.dtype == weight.dtype and x.dtype in (torch.bfloat16, torch.float16)
 
 
 def small_blocks(rows: int, columns: Sequence[int], k: int) -> Blocks:
     """The tile of the GPU-paths mode (`helios.production.gpu_paths`): the GPU's branches at small
     shapes. Each output group takes at least two column tiles (the last one partial where its width is
     no power of two), so a multi-output launch runs every group at a tile offset; K takes at least two
-    steps of a width dividing it where one does (as on a GPU); all rows in one tile."""
+    steps of a width dividing it where one does (as on a GPU); all rows in one tile. From `MMA_ROWS`
+    rows the tile is a tensor-core one, as a GPU's for 16-bit operands (blocks of at least 16, so
+    narrow groups may take one tile), software-pipelined over two stages."""
     if not 1 <= rows <= MAX_ROWS or not columns or min(columns) < 1 or k < 1:
         raise LinearShapeError(f"small_blocks: {rows} rows, columns {tuple(columns)}, K = {k}")
     block_n = triton.next_power_of_2(-(-min(columns) // 2))
-    block_k = max(16, triton.next_power_of_2(k) // 2)
-    divisor = block_k
-    while k % divisor and divisor > 16:
-        divisor //= 2
-    if k % divisor == 0:
-        block_k = divisor
+    block_k = _dividing(max(16, triton.next_power_of_2(k) // 2), k, 16)
+    if rows >= MMA_ROWS:
+        return Blocks(MMA_MIN, max(block_n, MMA_MIN), max(block_k, MMA_MIN), 4, mma=True, num_stages=2)
     return Blocks(triton.next_power_of_2(rows), block_n, block_k, 4)
 
 
@@ -117,8 +143,12 @@ def small_blocks(rows: int, columns: Sequence[int], k: int) -> Blocks:
 @triton.jit
 def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
              HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr):
-    """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices."""
+             BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr):
+    """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices.
+
+    MMA: tensor cores over the transposed product (W tile @ x^T: the weight columns fill the MMA's
+    wide side, the few rows its narrow one), operands in their own dtype, FP32 accumulation; else
+    CUDA-core FMAs on FP32 values."""
     rows = tl.arange(0, BLOCK_M)
     cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_extent
@@ -127,17 +157,31 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
     x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_x
     w_rows = w_ptr + safe_cols[:, None] * stride_w
     row_mask = rows[:, None] < m_rows
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, k_extent, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0).to(tl.float32)
-            w = tl.load(w_rows + ks[None, :]).to(tl.float32)
-        else:
-            k_mask = ks[None, :] < k_extent
-            x = tl.load(x_rows + ks[None, :], mask=row_mask & k_mask, other=0.0).to(tl.float32)
-            w = tl.load(w_rows + ks[None, :], mask=k_mask, other=0.0).to(tl.float32)
-        acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
+    if MMA:
+        transposed = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for k0 in range(0, k_extent, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            if EVEN_K:
+                x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0)
+                w = tl.load(w_rows + ks[None, :])
+            else:
+                k_mask = ks[None, :] < k_extent
+                x = tl.load(x_rows + ks[None, :], mask=row_mask & k_mask, other=0.0)
+                w = tl.load(w_rows + ks[None, :], mask=k_mask, other=0.0)
+            transposed = tl.dot(w, tl.trans(x), transposed, input_precision=PRECISION)
+        acc = tl.trans(transposed)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, k_extent, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            if EVEN_K:
+                x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0).to(tl.float32)
+                w = tl.load(w_rows + ks[None, :]).to(tl.float32)
+            else:
+                k_mask = ks[None, :] < k_extent
+                x = tl.load(x_rows + ks[None, :], mask=row_mask & k_mask, other=0.0).to(tl.float32)
+                w = tl.load(w_rows + ks[None, :], mask=k_mask, other=0.0).to(tl.float32)
+            acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
     if HAS_BIAS:
         acc += tl.load(b_ptr + safe_cols)[None, :].to(tl.float32)
     return acc, cols, col_mask
@@ -154,9 +198,9 @@ def _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M: tl.constex
 @triton.jit
 def _group(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, out_ptr, stride_out, n_extent, tile,
            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_K: tl.constexpr):
+           BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr):
     acc, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
-                                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
     _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M)
 
 
@@ -166,33 +210,35 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
                    w1, sw1, b1, o1, so1, n1, tiles1,
                    w2, sw2, b2, o2, so2, n2,
                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
+                   PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     if pid < tiles0:
         _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid,
-               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
     else:
         if GROUPS == 2:
             _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
-                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
         if GROUPS == 3:
             if pid < tiles0 + tiles1:
                 _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
             else:
                 _group(x_ptr, stride_x, m_rows, k_extent, w2, sw2, b2, o2, so2, n2, pid - tiles0 - tiles1,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
 
 
 @triton.jit
 def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, out_ptr, stride_out, n_extent,
                   HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
+                  PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
-                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
     u, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wu, swu, bu, pid, n_extent,
-                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
     # the unfused matmuls store gate and up in the output dtype: round them there first
     g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
     u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
@@ -228,6 +274,21 @@ def _check(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torc
         raise LinearShapeError("one launch takes weights of one dtype and outputs of one dtype")
 
 
+def _tile_meta(blocks: Blocks, k: int, x: torch.Tensor, weight: torch.Tensor) -> dict[str, object]:
+    """The launch's tile arguments; an MMA tile takes operands of one dtype (16-bit, or FP32 products
+    at full precision: the interpreter's, and tests')."""
+    if blocks.mma and (x.dtype != weight.dtype or x.dtype not in (torch.bfloat16, torch.float16, torch.float32)):
+        raise LinearShapeError(f"a tensor-core tile takes x and weights of one float dtype, got {x.dtype} "
+                               f"and {weight.dtype}")
+    meta: dict[str, object] = dict(EVEN_K=k % blocks.block_k == 0, BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n,
+                                   BLOCK_K=blocks.block_k, MMA=blocks.mma,
+                                   PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                                   num_warps=blocks.num_warps)
+    if blocks.num_stages is not None:
+        meta["num_stages"] = blocks.num_stages
+    return meta
+
+
 def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
                   biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
                   blocks: Blocks | None = None) -> Callable[[], None]:
@@ -242,7 +303,8 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
     columns = [int(o.shape[1]) for o in outs] if columns is None else [int(n) for n in columns]
     _check(x, weights, outs, biases, columns)
     rows, k = x.shape
-    blocks = blocks or choose_blocks(rows, sum(columns), k, cuda=x.is_cuda)
+    blocks = blocks or choose_blocks(rows, sum(columns), k, cuda=x.is_cuda,
+                                     tensor_cores=tensor_core_operands(x, weights[0]))
     tiles = [triton.cdiv(n, blocks.block_n) for n in columns]
     packed: list[object] = [x, x.stride(0), rows, k]
     for g in range(MAX_GROUPS):
@@ -252,8 +314,7 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
         packed += [w, w.stride(0), b, outs[i], outs[i].stride(0), columns[i]]
         if g < 2:
             packed.append(tiles[i] if g < groups else 0)
-    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, EVEN_K=k % blocks.block_k == 0,
-                BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n, BLOCK_K=blocks.block_k, num_warps=blocks.num_warps)
+    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]))
     launch = _linear_kernel[(sum(tiles),)]
     return lambda: launch(*packed, **meta)
 
@@ -277,14 +338,14 @@ def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
     biases = None if gate_bias is None else [gate_bias, up_bias]
     _check(x, [gate_weight, up_weight], [out, out], biases, [n, n])
     rows, k = x.shape
-    blocks = blocks or choose_blocks(rows, n, k, cuda=x.is_cuda, gated=True)
+    blocks = blocks or choose_blocks(rows, n, k, cuda=x.is_cuda, gated=True,
+                                     tensor_cores=tensor_core_operands(x, gate_weight))
     packed = (x, x.stride(0), rows, k,
               gate_weight, gate_weight.stride(0), gate_bias if gate_bias is not None else gate_weight,
               up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
               out, out.stride(0), n)
     meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
-                EVEN_K=k % blocks.block_k == 0, BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n,
-                BLOCK_K=blocks.block_k, num_warps=blocks.num_warps)
+                **_tile_meta(blocks, k, x, gate_weight))
     launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
     return lambda: launch(*packed, **meta)
 
