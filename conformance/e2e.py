@@ -195,15 +195,16 @@ def drive_copy(runtime: ModelRuntime, copy: PreparedCopy, *, timeout_s: float = 
     return drive(runtime, copy.requests, timeout_s=timeout_s, after=copy.after, pipelines=copy.pipelines)
 
 
-def reference_runtime(core: CoreSource, workload: Workload) -> ModelRuntime:
-    """The reference runtime (its own factory, as the commands build it) with the workload's slots."""
+def reference_runtime(core: CoreSource, workload: Workload, *, history_drafting: bool = False) -> ModelRuntime:
+    """The reference runtime (its own factory, as the commands build it) with the workload's slots
+    (`history_drafting`: its speculative rounds carry proposals copied from each request's tokens)."""
     from helios.reference import load_runtime
     from helios.runtime.limits import AdmissionLimits
     from helios.runtime.options import RuntimeOptions
 
     active = min(workload.max_active, core.contract.max_concurrency)
     limits = AdmissionLimits(max_active=active, queue_capacity=max(len(workload.requests), 1))
-    return load_runtime(core, RuntimeOptions(limits))
+    return load_runtime(core, RuntimeOptions(limits, history_drafting=history_drafting))
 
 
 TieCheck = Callable[[GenerationRequest, Sequence[int], int, int], tuple[bool, float | None]]

@@ -47,7 +47,7 @@ PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation")
 INTEGER = ("i32", "i64")
 # operators whose inputs do not take the case's dtype: run in the f32 pass only
 F32_ONLY = ("argmax", "sample", "fill", "token_probability", "speculative_allocate", "speculative_pack",
-            "speculative_verify", "speculative_commit")
+            "speculative_verify", "speculative_commit", "copied_proposal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +182,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     yield "speculative_pack", "lanes", first, _speculative_pack
     yield "speculative_verify", "greedy_and_sampled", first, _speculative_verify
     yield "speculative_commit", "lanes", first, _speculative_commit
+    yield "copied_proposal", "runs", first, _copied_proposal
     yield "fill", "f32", first, _fill
 
 
@@ -565,6 +566,21 @@ def _speculative_commit(p, rng, cohort, g, cases):
         p.input("accepted", rng.integers(0, width, size=lanes).astype(np.int32), "i32"),
         p.input("lengths", np.array([3, 0, 1, 2, 0], np.int32), "i32"),
         p.input("consumed", rng.integers(0, 4000, size=lanes).astype(np.int32), "i32")], into=outputs)
+
+
+def _copied_proposal(p, rng, cohort, g, cases):
+    """Copied runs of every length at proposal column 1: a run past it, one ending at it, none, a run cut
+    by an id outside the vocabulary, a count above D and a negative count."""
+    lanes, drafts, vocab = 6, 3, g["vocab"]
+    copied = rng.integers(0, vocab, size=(lanes, drafts)).astype(np.int32)
+    copied[3, 1] = vocab  # outside the row: the run stops before it
+    count = np.array([3, 2, 0, 3, 9, -1], np.int32)
+    token, logits = p.output("token", (lanes,), "i32"), p.output("logits", (lanes, vocab), "f32")
+    p.builder.emit("copied_proposal", [
+        p.input("drawn", rng.integers(0, vocab, size=lanes).astype(np.int32), "i32"),
+        p.input("draft_logits", _normal(rng, lanes, vocab, scale=3.0), "f32"),
+        p.input("copied_ids", copied, "i32"), p.input("copied_count", count, "i32")], {"index": 1},
+        into=[token, logits])
 
 
 def _fill(p, rng, cohort, g, cases):

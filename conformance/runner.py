@@ -76,26 +76,31 @@ class Production:
 
     device: str = "cpu"
     gpu_paths: bool = False  # the GPU-paths mode (helios/production/gpu_paths.py): the GPU's branches forced
+    history_drafting: bool = False  # speculative rounds also carry proposals copied from request histories
 
     def runtime(self, core: CoreSource, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
+        from helios.contract import StartupOptions
         from helios.production.gpu_paths import GpuPaths
         from helios.production.native_model import LoadOptions, NativeModel
 
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages,
-                                                   gpu_paths=GpuPaths() if self.gpu_paths else None))
+                                                   gpu_paths=GpuPaths() if self.gpu_paths else None,
+                                                   startup=StartupOptions(history_drafting=self.history_drafting)))
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
                                  queue_capacity=max(workload.queue_capacity, len(workload.requests)))
-        return traced_runtime(core, model, limits, sink), header_for(core.contract, model.pages)
+        return (traced_runtime(core, model, limits, sink, history_drafting=self.history_drafting),
+                header_for(core.contract, model.pages))
 
 
-def traced_runtime(core: CoreSource, model: Any, limits: AdmissionLimits, sink: Any) -> Any:
+def traced_runtime(core: CoreSource, model: Any, limits: AdmissionLimits, sink: Any, *,
+                   history_drafting: bool = False) -> Any:
     """The production runtime over a loaded NativeModel whose every submission goes to `sink`."""
     from helios.production.loading import runtime_for
 
     def wrap(executor: Any, pages: int) -> Any:
         return recorder_for(executor, core.contract, core.manifest, sink)
 
-    return runtime_for(model, RuntimeOptions(limits, wrap_executor=wrap))
+    return runtime_for(model, RuntimeOptions(limits, wrap_executor=wrap, history_drafting=history_drafting))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +118,7 @@ class ConformOptions:
     extra_workloads: tuple[Workload, ...] = field(default=())  # workloads given as objects (tests)
     require_coverage: bool | None = None  # a missing mechanism makes the run incomplete; None: generated only
     gpu_paths: bool = False  # production (operators level and Production) in the GPU-paths mode
+    history_drafting: bool = False  # both runtimes' speculative rounds carry copied proposals (--history-drafting)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.levels) - set(LEVELS))
@@ -140,7 +146,8 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
     options = options or ConformOptions()
     levels = [level for level in LEVELS if level in options.levels]
     device = select_device(options.device)
-    production = options.production or Production(device, gpu_paths=options.gpu_paths)
+    production = options.production or Production(device, gpu_paths=options.gpu_paths,
+                                                  history_drafting=options.history_drafting)
     results: list[LevelResult] = []
     if "operators" in levels:
         from conformance.operators import OperatorCases, run_operators
@@ -172,7 +179,7 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
                 audited = None if case.divergence is None else max(0, (case.divergence.round or 1) - 1)
                 observed.trace(sink.records, audited, counters)
             if "e2e" in levels:
-                reference = reference_runtime(core, workload)
+                reference = reference_runtime(core, workload, history_drafting=options.history_drafting)
                 referenced = drive_copy(reference, copies[1], timeout_s=options.timeout_s)
                 generations = [request.generation for request in copies[0].requests]
                 cases = compare_workload(workload, generations, referenced, produced, tie_check)

@@ -104,7 +104,7 @@ def _from_array(item: dict) -> tuple[tuple[int, ...], np.ndarray]:
 def lane_to_json(lane: LaneInput) -> dict:
     out = {name: getattr(lane, name) for name in LaneInput.__slots__}
     out["sampling"] = asdict(lane.sampling)
-    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids"):
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied"):
         out[name] = list(out[name])
     if lane.grammar_mask is not None:
         out["grammar_mask"] = list(lane.grammar_mask)
@@ -114,8 +114,9 @@ def lane_to_json(lane: LaneInput) -> dict:
 def lane_from_json(data: dict) -> LaneInput:
     values = dict(data)
     values["sampling"] = SamplingParams(**values["sampling"])
-    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids"):
-        values[name] = tuple(int(v) for v in values[name])
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied"):
+        if name in values:  # copied proposals: recorded since history drafting (older traces have none)
+            values[name] = tuple(int(v) for v in values[name])
     if values.get("grammar_mask") is not None:
         values["grammar_mask"] = tuple(int(v) for v in values["grammar_mask"])
     return LaneInput(**values)

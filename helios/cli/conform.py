@@ -92,6 +92,9 @@ def register(subparsers) -> None:
                         help="run production with the GPU's code paths forced at small tiles (Triton products, "
                              "several programs a kernel, attention split along the context with its combine, "
                              "real page-table uploads out of separate staging); meant for CPU runs: slower")
+    parser.add_argument("--history-drafting", action="store_true",
+                        help="on a core prepared with --draft: both runtimes' speculative rounds also carry "
+                             "proposals copied from each request's own tokens (serve's --history-drafting)")
     parser.add_argument("--audit", type=Path, metavar="TRACE",
                         help="audit a recorded trace file on the reference instead of running production")
     parser.set_defaults(func=_conform)
@@ -113,7 +116,7 @@ def _conform(args) -> int:
             options = ConformOptions(levels=levels, device=args.device, workloads=args.workloads,
                                      workload_names=tuple(args.workload), operators=tuple(args.operator),
                                      trace_dir=args.trace_dir, require_coverage=args.require_coverage,
-                                     gpu_paths=args.gpu_paths)
+                                     gpu_paths=args.gpu_paths, history_drafting=args.history_drafting)
             report = conform(core, options)
     print(report.to_json() if args.json else report.table())
     sys.stdout.flush()

@@ -55,6 +55,11 @@ def register(subparsers) -> None:
                              "(default: the widest captured)")
     parser.add_argument("--no-speculation", action="store_true",
                         help="on a core prepared with --draft: decode plainly, one token a round")
+    parser.add_argument("--history-drafting", action="store_true",
+                        help="with learned speculation on: also propose, each speculative round, the tokens "
+                             "that followed the latest earlier occurrence of the request's last tokens in its "
+                             "own prompt and output (n-gram matching); the same programs verify them, so the "
+                             "tokens are those of plain decoding")
     parser.add_argument("--runtime", choices=RUNTIMES, default="reference",
                         help="which runtime executes the programs: reference (NumPy) or production (Triton "
                              "kernels and the batching scheduler; GPU, else interpreted on the CPU) "
@@ -100,7 +105,8 @@ def _generate(args) -> int:
         bootstrap = Bootstrap.from_core(core)
         runtime = load_runtime(core, args.runtime, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1),
                                                                   speculative_width=args.speculative_width,
-                                                                  speculation=not args.no_speculation))
+                                                                  speculation=not args.no_speculation,
+                                                                  history_drafting=args.history_drafting))
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         prompt_ids = bootstrap.encode(text)

@@ -63,6 +63,11 @@ def register(subparsers) -> None:
                              "(default: the widest captured)")  # fmt: skip
     parser.add_argument("--no-speculation", action="store_true",
                         help="on a core prepared with --draft: decode plainly, one token a round")  # fmt: skip
+    parser.add_argument("--history-drafting", action="store_true",
+                        help="with learned speculation on: also propose, each speculative round, the tokens "
+                             "that followed the latest earlier occurrence of the request's last tokens in its "
+                             "own prompt and output (n-gram matching); the same programs verify them, so the "
+                             "tokens are those of plain decoding")  # fmt: skip
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
                         help=f"largest POST body accepted; larger ones get 413 before they are read "
                              f"(default: {DEFAULT_MAX_REQUEST_BYTES})")  # fmt: skip
@@ -94,6 +99,7 @@ def _serve(args) -> int:
         queue_capacity=args.queue_capacity,
         speculative_width=args.speculative_width,
         speculation=not args.no_speculation,
+        history_drafting=args.history_drafting,
         frontend_workers=args.frontend_workers,
         trace=None if args.trace is None else Path(args.trace),
         gpu_memory_fraction=args.gpu_memory_fraction,

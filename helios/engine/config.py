@@ -25,6 +25,7 @@ class SchedulerConfig:
     eos_ids: tuple[int, ...] = ()  # the core's EOS ids (a request without its own uses these)
     frames: int = 1  # rounds that may be in flight: the transport's frames, at most what the executor holds (1 or 2)
     speculative_width: int = 0  # decode lanes run SPECULATIVE rounds of this width (0: plain decoding)
+    history_drafting: bool = False  # those rounds carry proposals copied from each request's tokens
 
     def __post_init__(self) -> None:
         for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):

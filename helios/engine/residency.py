@@ -60,6 +60,8 @@ class SchedulerCounters:
     speculative_rounds: int = 0  # SPECULATIVE rounds completed
     offered_drafts: int = 0  # proposals offered for verification (each lane's offer less its pending row)
     accepted_drafts: int = 0  # proposals accepted
+    copied_offered: int = 0  # of the offered proposals, those copied from the request's history
+    copied_accepted: int = 0  # of the accepted proposals, the copied ones
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ from helios.engine.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
+from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 
 C = contract_pb2
@@ -222,6 +223,11 @@ class Scheduler(RequestResidency):
             self.counters.speculative_rounds += 1
             self.counters.offered_drafts += sum(r.offer - 1 for r in rows)
             self.counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
+            if self.config.history_drafting:
+                for lane, r in zip(plan.lanes, rows, strict=True):
+                    verified = min(len(lane.copied), r.offer - 1)  # the copied proposals the round judged
+                    self.counters.copied_offered += verified
+                    self.counters.copied_accepted += min(r.accepted_drafts, verified)
             emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
@@ -329,6 +335,7 @@ class Scheduler(RequestResidency):
         page_tokens = self.config.page_tokens
         cohort: list[tuple[SequenceState, int]] = []
         limits: list[int] = []
+        copied: list[tuple[int, ...]] | None = [] if self.config.history_drafting else None
         for s in order[:self.catalog.speculative_lanes(width)]:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
@@ -341,11 +348,15 @@ class Scheduler(RequestResidency):
                 break
             cohort.append((s, 1))
             limits.append(limit)
+            if copied is not None:  # the lane's own tokens, all known: none of its rounds is outstanding
+                if s.history is None:
+                    s.history = HistoryIndex()
+                copied.append(s.history.propose(s.known, min(limit - 1, first.drafts)))
         if not cohort:
             return None
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
-        return self._submit(variant, cohort, limits)
+        return self._submit(variant, cohort, limits, copied)
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
@@ -374,7 +385,7 @@ class Scheduler(RequestResidency):
         return cohort
 
     def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]],
-                limits: list[int] | None = None) -> RoundPlan:
+                limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None) -> RoundPlan:
         self._sequence += 1
         lanes, updates, sequences = [], [], []
         constrained = 0
@@ -389,7 +400,8 @@ class Scheduler(RequestResidency):
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids)
             if limits is not None:
-                lane = dataclasses.replace(lane, speculative_limit=limits[len(lanes)])
+                lane = dataclasses.replace(lane, speculative_limit=limits[len(lanes)],
+                                           copied=copied[len(lanes)] if copied is not None else ())
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from helios.engine.config import SchedulerRequest
 from helios.engine.page_cache import SequencePages
+from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.packing import LaneInput
 
 DEVICE_PENDING = -1  # stands for a pending token the host does not know yet (device-owned, in flight)
@@ -52,6 +53,7 @@ class SequenceState:
     # both stand, a round uploads nothing and `uploads.delta` is not asked.
     table_generation: int = -1
     table_entries: int = -1
+    history: HistoryIndex | None = None  # history drafting's n-gram index of `known`, built on first use
 
     @property
     def frontier(self) -> int:

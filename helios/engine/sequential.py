@@ -199,7 +199,8 @@ class SequentialRuntime(ThreadedModelRuntime):
         if not counts:
             return {}
         return {"speculative_rounds": counts["rounds"], "offered_drafts": counts["offered"],
-                "accepted_drafts": counts["accepted"]}
+                "accepted_drafts": counts["accepted"], "copied_offered": counts["copied_offered"],
+                "copied_accepted": counts["copied_accepted"]}
 
     def residency(self) -> SequentialResidency:
         """A snapshot of the requests and slots held now (the engine's pages: `metrics().available`)."""

@@ -74,10 +74,11 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     @classmethod
     def for_executor(cls, executor: Executor, contract: PreparedContract, limits: AdmissionLimits, *, pages: int,
                      graph_names: Iterable[str] | None = None, prefix_reuse: bool = True,
-                     speculative_width: int | None = None) -> BatchingRuntime:
+                     speculative_width: int | None = None, history_drafting: bool = False) -> BatchingRuntime:
         """A runtime over `executor` for a `PreparedContract`; `pages` is the executor's physical cache
-        page count, `graph_names` the graphs the executor loaded (default: every graph), and
-        `speculative_width` the width of the SPECULATIVE rounds decode lanes run (None: plain decoding)."""
+        page count, `graph_names` the graphs the executor loaded (default: every graph),
+        `speculative_width` the width of the SPECULATIVE rounds decode lanes run (None: plain decoding)
+        and `history_drafting` whether those rounds carry proposals copied from each request's tokens."""
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
@@ -88,7 +89,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             sampled_tokens=contract.vocabulary.sampled_tokens, eos_ids=tuple(contract.frontend.eos_token_ids),
             # rounds in flight: the transport's frames, as many as the executor holds
             frames=max(min(contract.manifest.frames, executor.frames, 2), 1),
-            speculative_width=speculative_width or 0)
+            speculative_width=speculative_width or 0, history_drafting=history_drafting)
         cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
         scheduler = Scheduler(config, catalog, cache)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
@@ -168,7 +169,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens, prefix_lookups=c.prefix_lookups,
                 reused_prompt_tokens=c.reused_tokens, graph_launches=dict(c.launches), capacity=capacity,
                 speculative_rounds=c.speculative_rounds, offered_drafts=c.offered_drafts,
-                accepted_drafts=c.accepted_drafts,
+                accepted_drafts=c.accepted_drafts, copied_offered=c.copied_offered, copied_accepted=c.copied_accepted,
                 available=available,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
                       pages: int | None = None, gpu_memory_fraction: float | None = None,
-                      speculative_width: int | None = None) -> NativeModel:
+                      speculative_width: int | None = None, history_drafting: bool = False) -> NativeModel:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
     on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
     SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token)."""
@@ -38,7 +38,8 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
     from helios.production.native_model import LoadOptions, NativeModel
 
     # Load-time selection exposes the SPECULATIVE graphs up to the width (width 1: none of a wider one).
-    startup = StartupOptions(max_concurrency=max_concurrency, speculative_width=speculative_width or 1)
+    startup = StartupOptions(max_concurrency=max_concurrency, speculative_width=speculative_width or 1,
+                             history_drafting=history_drafting)
     fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
     return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
 
@@ -53,7 +54,8 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     limits = options.limits
     width = speculative_width(tuple(core.contract.speculative_widths), options)
     model = load_native_model(core, max_concurrency=limits.max_active, device=options.device, pages=options.pages,
-                              gpu_memory_fraction=options.gpu_memory_fraction, speculative_width=width)
+                              gpu_memory_fraction=options.gpu_memory_fraction, speculative_width=width,
+                              history_drafting=options.history_drafting)
     if options.freeze_heap:
         import atexit
         import gc
@@ -72,7 +74,8 @@ def runtime_for(model: NativeModel, options: RuntimeOptions) -> BatchingRuntime:
         executor = options.wrap_executor(executor, model.pages)
     return BatchingRuntime.for_executor(executor, model.contract, options.limits, pages=model.pages,
                                         graph_names=model.graphs, prefix_reuse=options.prefix_reuse,
-                                        speculative_width=_loaded_width(model, options))
+                                        speculative_width=_loaded_width(model, options),
+                                        history_drafting=options.history_drafting)
 
 
 def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:

@@ -269,6 +269,13 @@ class ProgramBuilder:
         return self.emit("speculative_verify", inputs, {"verify_tokens": verify_tokens},
                          names=["verified_ids", "accepted"])
 
+    def copied_proposal(self, drawn: str, draft_logits: str, copied_ids: str, copied_count: str, *, index: int,
+                        name: str) -> tuple[str, str]:
+        """(token, logits) of proposal index + 1: the copied id and its one-hot row, else the draft's."""
+        token, logits = self.emit("copied_proposal", [drawn, draft_logits, copied_ids, copied_count],
+                                  {"index": index}, names=[name, f"{name}_logits"])
+        return token, logits
+
     def speculative_commit(self, ids: str, accepted: str, lengths: str, consumed: str) -> tuple[str, ...]:
         """(pending, emitted, endpoint) per lane."""
         return self.emit("speculative_commit", [ids, accepted, lengths, consumed],

@@ -26,9 +26,10 @@ from helios.program.types import (
 
 # Version 1: the first seventeen operators. Version 2 adds `gather` and `where` (device-owned
 # pending tokens). Version 3 adds `scatter`, `column_write` and the speculative operators
-# (helios/program/speculative.py). Every earlier meaning is unchanged, so older programs keep loading.
-OPERATOR_SET_VERSION = 3
-SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3})
+# (helios/program/speculative.py). Version 4 adds `copied_proposal` (history drafting). Every earlier
+# meaning is unchanged, so older programs keep loading.
+OPERATOR_SET_VERSION = 4
+SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4})
 
 # Columns of the `parameters` input of `sample` ([B, 7] f32), in this order.
 SAMPLING_PARAMETERS = (

@@ -117,12 +117,27 @@ def _speculative_commit(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType
     return [TensorType(I32, (rows,))] * 3
 
 
+def _copied_proposal(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
+    drawn, draft_logits, copied_ids, copied_count = ins
+    rows = _lanes(drawn, "drawn", None)
+    if draft_logits.dtype != F32 or draft_logits.rank != 2 or draft_logits.shape[0] != rows:
+        raise RuleError(f"draft_logits must be f32 [{rows}, V], got {draft_logits}")
+    if copied_ids.dtype != I32 or copied_ids.rank != 2 or copied_ids.shape[0] != rows:
+        raise RuleError(f"copied_ids must be i32 [{rows}, D], got {copied_ids}")
+    _lanes(copied_count, "copied_count", rows)
+    index = int(attrs["index"])  # type: ignore[arg-type]
+    if not 0 <= index < copied_ids.shape[1]:
+        raise RuleError(f"attribute index must be in [0, {copied_ids.shape[1]}), got {index}")
+    return [drawn, draft_logits]
+
+
 def _a(name: str, kind: str, doc: str, **kw: object) -> AttributeSpec:
     return AttributeSpec(name=name, kind=kind, doc=doc, **kw)  # type: ignore[arg-type]
 
 
 _PACKED = _a("packed_tokens", "i", "P: the target rows of the program", required=True)
 SINCE = 3
+COPIED_SINCE = 4  # history drafting: copied proposals
 
 SPECULATIVE_SPECS = (
     OperatorSpec("token_probability",
@@ -143,6 +158,11 @@ SPECULATIVE_SPECS = (
                  ("logits", "draft_logits", "candidates", "lengths", "consumed", "seed", "parameters",
                   "histogram", "grammar_mask"), ("ids", "accepted"), _speculative_verify,
                  (_a("verify_tokens", "i", "W: the ids row width", required=True),), since=SINCE),
+    OperatorSpec("copied_proposal",
+                 "proposal index + 1: the lane's copied id (its distribution one-hot) within its copied run, "
+                 "else the draft's draw and logits",
+                 ("drawn", "draft_logits", "copied_ids", "copied_count"), ("token", "logits"), _copied_proposal,
+                 (_a("index", "i", "j: the proposal column (proposal j + 1)", required=True),), since=COPIED_SINCE),
     OperatorSpec("speculative_commit",
                  "each lane's next pending token, emitted count and consumed endpoint",
                  ("ids", "accepted", "lengths", "consumed"), ("pending", "emitted", "endpoint"),

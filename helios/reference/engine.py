@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from helios.contract import PreparedContract
+from helios.contract import PreparedContract, StartupOptions
 from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
 from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
+from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
 from helios.runtime.rounds import single_round
@@ -47,7 +48,7 @@ class ReferenceEngine:
 
     def __init__(self, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
                  prepared: PreparedContract, executor: ReferenceExecutor, *,
-                 speculative_width: int | None = None) -> None:
+                 speculative_width: int | None = None, history_drafting: bool = False) -> None:
         self.serving = serving
         self.manifest = manifest
         self.contract = prepared  # the PreparedContract
@@ -70,7 +71,9 @@ class ReferenceEngine:
             group.sort(key=lambda g: (g.packed_token_capacity, g.batch_capacity))
         # Speculation: each round of a decoding request runs the one-lane SPECULATIVE graph of the
         # selected width (None: plain decoding, also on a speculative core).
-        self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0}  # SPECULATIVE rounds so far
+        # SPECULATIVE rounds so far: proposals offered and accepted, and of them the copied ones
+        self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0, "copied_offered": 0,
+                                   "copied_accepted": 0}
         self._speculative_checks = {g.name: SpeculativeRound.of(g) for g in prepared.graphs
                                     if g.speculative is not None}  # what every SPECULATIVE graph's rows answer to
         self.speculative: LoadedGraph | None = None
@@ -83,20 +86,26 @@ class ReferenceEngine:
                           and g.speculative.verify_tokens == speculative_width), key=lambda g: g.batch_capacity)
             self.speculative = self.graphs[chosen.name]
             self._speculative_graph = chosen
+        # History drafting: the speculative rounds also carry proposals copied from the request's tokens
+        # (load-time selection checked the graphs take them: PreparedContract.select)
+        self.history_drafting = history_drafting
+        if history_drafting:
+            prepared.select(StartupOptions(speculative_width=speculative_width or 1, history_drafting=True))
     # ------------------------------------------------------------------------------------------ load
 
     @classmethod
     def load(cls, core: CoreSource, *, pages: int | None = None, keep: Sequence[str] = (),
-             speculative_width: int | None = None) -> ReferenceEngine:
+             speculative_width: int | None = None, history_drafting: bool = False) -> ReferenceEngine:
         """Load `core` (anything with `.contract`, `.manifest` and `.read(id)`); `keep` names program
         tensors (e.g. "logits") whose values are copied into `kept` after every round;
-        `speculative_width` decodes with the core's SPECULATIVE graphs of that width."""
+        `speculative_width` decodes with the core's SPECULATIVE graphs of that width, and
+        `history_drafting` adds proposals copied from each request's own tokens to those rounds."""
         serving, manifest = core.contract, core.manifest
         prepared = PreparedContract.decode(serving, manifest)
         if pages is None:
             pages = pages_for(prepared.context_tokens, prepared.cache.page_tokens)
         return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep),
-                   speculative_width=speculative_width)
+                   speculative_width=speculative_width, history_drafting=history_drafting)
 
     # ------------------------------------------------------------------------------------------ rounds
 
@@ -195,14 +204,16 @@ class ReferenceEngine:
         prompt = tuple(request.prompt_token_ids)
 
         def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool,
-                 limit: int = 0) -> LaneInput:
+                 limit: int = 0, copied: tuple[int, ...] = ()) -> LaneInput:
             return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
                              prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages,
                              seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
                              eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt,
                              grammar_mask=tuple(grammar_mask()) if grammar_mask is not None and samples else None,
-                             speculative_limit=limit)
+                             speculative_limit=limit, copied=copied)
 
+        history = list(prompt)  # the prompt, then every emitted token (history drafting's source)
+        index = HistoryIndex() if self.history_drafting else None
         init = self._by_operation[C.OPERATION_INITIALIZATION][0]
         self.run_round(init.name, [lane(0, (), 0, False)])
         consumed, emitted = 0, 0
@@ -218,6 +229,7 @@ class ReferenceEngine:
                 pending = row.sampled_id
         while pending is not None:
             yield pending
+            history.append(pending)
             emitted += 1
             if (pending in eos and not request.ignore_eos) or emitted >= request.max_tokens:
                 return
@@ -225,15 +237,21 @@ class ReferenceEngine:
                 return  # the context is full: the next token would have no position
             limit = self._speculative_limit(request, emitted, consumed, len(pages), grammar_mask is not None)
             if limit:
-                (row,) = self.run_round(self.speculative.name, [lane(consumed, (pending,), 0, True, limit)])
+                drafts = self._speculative_graph.speculative.draft_tokens
+                copied = index.propose(history, min(limit - 1, drafts)) if index is not None else ()
+                (row,) = self.run_round(self.speculative.name, [lane(consumed, (pending,), 0, True, limit, copied)])
                 counts = self.speculative_counts
                 counts["rounds"] += 1
                 counts["offered"] += row.offer - 1
                 counts["accepted"] += row.accepted_drafts
+                verified = min(len(copied), row.offer - 1)  # the copied proposals the round judged
+                counts["copied_offered"] += verified
+                counts["copied_accepted"] += min(row.accepted_drafts, verified)
                 consumed += row.emitted  # the pending token and the accepted proposals
                 *accepted, pending = row.tokens()
                 for token in accepted:  # stops and the output limit hold inside an accepted run
                     yield token
+                    history.append(token)
                     emitted += 1
                     if (token in eos and not request.ignore_eos) or emitted >= request.max_tokens:
                         return

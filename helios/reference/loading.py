@@ -28,7 +28,8 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
     limits = options.limits
     pages = options.pages or limits.max_active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)
     width = speculative_width(tuple(serving.speculative_widths), options)
-    engine = ReferenceEngine.load(core, pages=pages, speculative_width=width)
+    engine = ReferenceEngine.load(core, pages=pages, speculative_width=width,
+                                  history_drafting=options.history_drafting)
     contract = engine.contract  # the PreparedContract
     return SequentialRuntime(
         engine,

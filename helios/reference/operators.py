@@ -281,5 +281,6 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "speculative_pack": speculative.speculative_pack,
     "speculative_verify": speculative.speculative_verify,
     "speculative_commit": speculative.speculative_commit,
+    "copied_proposal": speculative.copied_proposal,
     "fill": fill,
 })

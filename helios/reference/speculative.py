@@ -199,6 +199,31 @@ def speculative_verify(logits: np.ndarray, draft_logits: np.ndarray, candidates:
     return ids, accepted
 
 
+def copied_run(copied_ids: np.ndarray, copied_count: np.ndarray, width: int) -> np.ndarray:
+    """[B] i32: each lane's copied run, the leading `min(copied_count[b], D)` copied ids up to the
+    first one outside [0, width)."""
+    ids = np.asarray(copied_ids, dtype=np.int64)
+    valid = (ids >= 0) & (ids < width)
+    leading = np.cumprod(valid, axis=1).sum(axis=1)  # valid ids before the first invalid one
+    return np.minimum(np.clip(np.asarray(copied_count, dtype=np.int64), 0, ids.shape[1]), leading).astype(np.int32)
+
+
+def copied_proposal(drawn: np.ndarray, draft_logits: np.ndarray, copied_ids: np.ndarray, copied_count: np.ndarray,
+                    *, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """([B] i32, [B, V] f32): proposal `index + 1` of each lane and the logits it is judged as drawn
+    from. Within the lane's copied run (`copied_run` > index) the proposal is `copied_ids[b, index]`
+    and its row is 0 at that id and -inf elsewhere: the one-hot distribution every sampling filter
+    keeps, so verification accepts it with the target's probability of it (greedy: when it is the
+    target's greedy id). Past the run: the draft's draw `drawn[b]` and its row, unchanged."""
+    copied = copied_run(copied_ids, copied_count, draft_logits.shape[1]) > index
+    token = np.where(copied, np.asarray(copied_ids)[:, index], drawn).astype(np.int32)
+    logits = np.array(draft_logits, dtype=np.float32, copy=True)
+    for b in np.flatnonzero(copied):
+        logits[b] = -np.inf
+        logits[b, token[b]] = 0.0
+    return token, logits
+
+
 def speculative_commit(ids: np.ndarray, accepted: np.ndarray, lengths: np.ndarray,
                        consumed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[B] i32 each lane's next pending token (its last emitted id), emitted count (accepted + 1) and

@@ -99,6 +99,8 @@ class RuntimeMetrics:
     speculative_rounds: int = 0  # SPECULATIVE rounds completed
     offered_drafts: int = 0  # proposals offered for verification
     accepted_drafts: int = 0  # proposals accepted
+    copied_offered: int = 0  # of the offered proposals, those copied from the request's history
+    copied_accepted: int = 0  # of the accepted proposals, the copied ones
     snapshots_published: int = 0
     snapshots_evicted: int = 0
     capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity

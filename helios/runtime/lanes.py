@@ -49,6 +49,9 @@ class LaneInput:
     # A SPECULATIVE lane: its target length (QUERY_LENGTH) or ceiling (SPECULATIVE_PREFIX_LIMIT), in
     # target rows counting the pending token; 0 for a lane of any other operation.
     speculative_limit: int = 0
+    # A SPECULATIVE lane's copied proposals (history drafting): the ids proposed after its pending
+    # token, in order (CANDIDATE_IDS, CANDIDATE_COUNT); () lets the draft propose every position.
+    copied: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round
@@ -78,6 +81,7 @@ ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
     V.VALUE_SOURCE_SAMPLING_DECISION: lambda lane: int(lane.samples),
     V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
+    V.VALUE_SOURCE_CANDIDATE_COUNT: lambda lane: len(lane.copied),
 }
 
 

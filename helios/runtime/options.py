@@ -34,6 +34,9 @@ class RuntimeOptions:
     # (None: the widest captured), or none at all (`speculation` False: plain decoding).
     speculative_width: int | None = None
     speculation: bool = True
+    # History drafting: speculative rounds also carry proposals copied from each request's own tokens
+    # (a startup option; load-time selection checks the core's wider graphs take copied inputs).
+    history_drafting: bool = False
 
     def __post_init__(self) -> None:
         if self.pages is not None and self.pages < 1:
@@ -42,6 +45,8 @@ class RuntimeOptions:
             raise InvalidRuntimeOptions(f"--speculative-width must be >= 1, got {self.speculative_width}")
         if self.speculative_width is not None and not self.speculation:
             raise InvalidRuntimeOptions("--speculative-width and --no-speculation exclude each other")
+        if self.history_drafting and not self.speculation:
+            raise InvalidRuntimeOptions("--history-drafting needs learned speculation: it excludes --no-speculation")
         if self.gpu_memory_fraction is not None and not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise InvalidRuntimeOptions(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
 

@@ -25,7 +25,7 @@ packs rows [0, B) of a buffer sized for the largest capacity.
 Source layouts (the trailing extent of the destination row):
 
     SLOT, GENERATION, QUERY_LENGTH, SAMPLING_DECISION (0/1), CONSUMED_TOKEN_ENDPOINT (tokens consumed
-        before the round), OUTPUT_LIMIT                                  -> one integer per row
+        before the round), OUTPUT_LIMIT, CANDIDATE_COUNT (copied proposals) -> one integer per row
     LIVE_ROW_COUNT                                                       -> one integer (SCALAR)
     PROMPT_TOKENS, PENDING_TOKEN, PROMPT_POSITIONS                       -> one integer per packed token
         (PROMPT_TOKENS fills the prompt tokens' rows and `padding` in the pending token's row,
@@ -41,6 +41,7 @@ Source layouts (the trailing extent of the destination row):
     SAMPLING_PARAMETERS -> [7] float: temperature, top_p, top_k, min_p, repetition, presence and
         frequency penalty (SAMPLING_PARAMETER_ORDER)
     EOS_IDS                                                              -> [k] ids, padded
+    CANDIDATE_IDS                                                        -> [D] copied proposal ids, padded
     PROMPT_HISTOGRAM                                                     -> [histogram_width] counts
     CONSTANT                                                             -> the declared constants,
         one per trailing element (a single constant fills the row)
@@ -104,7 +105,8 @@ SAMPLING_PARAMETER_ORDER = ("temperature", "top_p", "top_k", "min_p", "repetitio
 _ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_PHYSICAL_REQUEST_ROW)
 
 _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
-                V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK)
+                V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK,
+                V.VALUE_SOURCE_CANDIDATE_IDS)
 _TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS)
 
 
@@ -217,6 +219,8 @@ class ResolvedBinding:
             return self._padded(lane.page_ids, width, "page ids")
         if source == V.VALUE_SOURCE_EOS_IDS:
             return self._padded(lane.eos_ids, width, "EOS ids")
+        if source == V.VALUE_SOURCE_CANDIDATE_IDS:
+            return self._padded(lane.copied, width, "copied proposals")
         if source == V.VALUE_SOURCE_SEED_BITS:
             seed = lane.seed & 0xFFFF_FFFF_FFFF_FFFF
             if width == 2:
@@ -328,7 +332,7 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
             or row_shape in ((), (1,)) and buffer.dtype == manifest_pb2.DTYPE_I64):
         raise BindingExtentMismatch(f"{where}: seed bits need [2] 32-bit words or one 64-bit integer a row")
     if source in (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM,
-                  V.VALUE_SOURCE_GRAMMAR_MASK) and len(row_shape) != 1:
+                  V.VALUE_SOURCE_GRAMMAR_MASK, V.VALUE_SOURCE_CANDIDATE_IDS) and len(row_shape) != 1:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} needs one trailing extent")
     constants = tuple(int(c) for c in binding.constants)
     if source == V.VALUE_SOURCE_CONSTANT:

@@ -99,6 +99,10 @@ class HeliosCollector(Collector):
                       m.offered_drafts)
         yield counter("helios_speculative_accepted_drafts", "Draft proposals accepted by verification.",
                       m.accepted_drafts)
+        yield counter("helios_speculative_copied_offered", "Proposals copied from request histories (history "
+                      "drafting) offered for verification.", m.copied_offered)
+        yield counter("helios_speculative_copied_accepted", "Copied proposals accepted by verification.",
+                      m.copied_accepted)
         # prefix reuse
         yield counter("helios_prefix_lookups", "Prefix-cache lookups at admission.", m.prefix_lookups)
         yield counter(

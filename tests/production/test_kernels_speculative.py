@@ -329,3 +329,22 @@ def test_verify_emits_the_reference_tokens_of_the_losslessness_round():
     np.testing.assert_array_equal(produced[0], ids)
     np.testing.assert_array_equal(produced[1], accepted)
     assert 0 < accepted.sum() < len(accepted)
+
+
+@pytest.mark.parametrize("index", [0, 2])
+def test_copied_proposal_matches_the_reference(index):
+    """Copied runs of every length (counts above D and below 0, ids outside the row cutting a run),
+    several vocabulary blocks a row: the token and the row, bit for bit."""
+    rng = np.random.default_rng()
+    lanes, drafts = 9, 3
+    copied = rng.integers(0, VOCAB, size=(lanes, drafts)).astype(np.int32)
+    copied[rng.random((lanes, drafts)) < 0.2] = rng.choice([-1, VOCAB, VOCAB + 3])
+    count = rng.integers(-1, drafts + 3, size=lanes).astype(np.int32)
+    drawn = rng.integers(0, VOCAB, size=lanes).astype(np.int32)
+    rows = rng.standard_normal((lanes, VOCAB)).astype(np.float32)
+    token, logits = spec.copied_proposal(drawn, rows, copied, count, index=index)
+    out_token, out_logits = _i32(lanes), torch.full((lanes, VOCAB), 7.0, device=DEVICE)
+    speculative.copied_proposal(_t(drawn), _t(rows), _t(copied), _t(count), out_token, out_logits, index=index,
+                                block=BLOCK)
+    assert numpy(out_token).tolist() == token.tolist()
+    np.testing.assert_array_equal(numpy(out_logits), logits)

@@ -4,7 +4,9 @@
 the lanes in submission order (`lane_order`, each row's physical slot, -1 on padding rows), each
 lane's consumed-token endpoint once per draft pass (the pass's position: the endpoint plus the
 pass index, a binding offset), each lane's target length (QUERY_LENGTH) or ceiling
-(SPECULATIVE_PREFIX_LIMIT), the shared page table and the device-owned pending tokens. Every
+(SPECULATIVE_PREFIX_LIMIT), the shared page table, the device-owned pending tokens and, in a graph
+that draws proposals, the copied-token inputs history drafting feeds (CANDIDATE_IDS and
+CANDIDATE_COUNT: the host's proposals for each lane, used before the draft's own). Every
 per-lane input is indexed by submission row, so nothing stale of another slot is read.
 `SpeculativeInputs.publish_confidence` writes the proposal confidence into its framed storage
 (`proposal_confidence[frame, b, :]`, rows in lane order), and `complete` writes the completion
@@ -39,6 +41,8 @@ class SpeculativeInputs:
     limits: str  # [B] i32: each lane's target length (QUERY_LENGTH) or ceiling (SPECULATIVE_PREFIX_LIMIT)
     page_table: str  # [S, max_pages] i32
     pending_state: str  # [S] i32 STATE: the device-owned pending tokens
+    copied_ids: str | None  # [B, D] i32: each lane's copied proposals (history drafting), -1 past them
+    copied_count: str | None  # [B] i32: how many of them the host supplied (0: the draft proposes)
     rows: str | None  # [S] i32: 0 .. B-1 then -1 (the confidence storage's lane-order rows)
     confidence_state: str | None  # [2, S, capacity] f32 STATE: proposal_confidence
     geometry: TextGeometry
@@ -71,7 +75,7 @@ def confidence_buffer(decl: Declarations, geometry: TextGeometry, capacity: int)
 
 
 def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder, *, batch: int, passes: int,
-                       confidence: bool, confidence_capacity: int = 0) -> SpeculativeInputs:
+                       drafts: int, confidence: bool, confidence_capacity: int = 0) -> SpeculativeInputs:
     row = C.INDEXING_SUBMISSION_ROW
     lane_buffer = decl.buffer(f"spec_lane_order_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (batch,))
     bindings = [_binding(lane_buffer, C.VALUE_SOURCE_SLOT, row, padding=-1)]
@@ -87,6 +91,15 @@ def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBui
     decl.buffer(PAGE_TABLE_BUFFER, M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (geometry.slots, geometry.max_pages))
     bindings.append(_binding(PAGE_TABLE_BUFFER, C.VALUE_SOURCE_PAGE_TABLE, C.INDEXING_PHYSICAL_REQUEST_ROW))
     pending_buffer = decl.buffer(PENDING_TOKEN_BUFFER, M.BUFFER_ROLE_STATE, M.DTYPE_I32, (geometry.slots,))
+    copied_ids = copied_count = None
+    if drafts > 0:  # a wider graph: concrete copied-token inputs, so history drafting can feed it
+        ids_buffer = decl.buffer(f"spec_copied_ids_b{batch}_d{drafts}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32,
+                                 (batch, drafts))
+        count_buffer = decl.buffer(f"spec_copied_count_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (batch,))
+        bindings += [_binding(ids_buffer, C.VALUE_SOURCE_CANDIDATE_IDS, row, padding=-1),
+                     _binding(count_buffer, C.VALUE_SOURCE_CANDIDATE_COUNT, row)]
+        copied_ids = b.transport("copied_ids", ids_buffer, "i32", (batch, drafts))
+        copied_count = b.transport("copied_count", count_buffer, "i32", (batch,))
     rows = state = None
     if confidence:
         rows_buffer = decl.buffer(f"spec_rows_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (geometry.slots,))
@@ -103,4 +116,4 @@ def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBui
         limits=b.transport(f"lane_{what}", limit_buffer, "i32", (batch,)),
         page_table=b.transport("page_table", PAGE_TABLE_BUFFER, "i32", (geometry.slots, geometry.max_pages)),
         pending_state=b.state("pending_tokens", pending_buffer, "i32", (geometry.slots,)),
-        rows=rows, confidence_state=state, geometry=geometry, bindings=tuple(bindings))
+        copied_ids=copied_ids, copied_count=copied_count, rows=rows, confidence_state=state, geometry=geometry, bindings=tuple(bindings))

@@ -457,7 +457,9 @@ def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry,
 
     The draft runs `passes = max(D, min(D + 1, W))` one-row-a-lane passes from each lane's pending
     token: pass j (position consumed + j) writes the draft's KV and, for j < D, draws proposal j + 1
-    (`sample`, draw index 1) and its confidence. The lanes' target lengths are the host's
+    (`sample`, draw index 1) and its confidence; within a lane's copied run (history drafting) the
+    proposal is the host's copied id instead, judged as drawn from a one-hot row (`copied_proposal`),
+    and the draft's next pass reads it, so the draft's history follows the proposals either way. The lanes' target lengths are the host's
     (QUERY_LENGTH) or allocated on the device within P from the confidences (SPECULATIVE_PREFIX_LIMIT:
     the host's ceilings). The target then runs over the packed rows, every row's logits are judged
     (`speculative_verify`), and the accepted run is committed: the pending token, the completion's
@@ -465,7 +467,7 @@ def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry,
     """
     b = ProgramBuilder(graph)
     spec = speculative_inputs(decl, geometry, b, batch=batch, passes=max(drafts, min(drafts + 1, width)),
-                              confidence=confidence, confidence_capacity=confidence_capacity)
+                              drafts=drafts, confidence=confidence, confidence_capacity=confidence_capacity)
     admission = admission_inputs(decl, geometry, b, sampling_decision=False)
     sampling = sampling_inputs(decl, geometry, b)
     lanes = spec.lane_order
@@ -490,10 +492,14 @@ def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry,
             continue
         logits = draft.head(b, dw, hidden, geometry, tag=f"draft.p{j}.")
         token = b.sample(logits, seed, position, parameters, histogram, mask, draw_index=PROPOSAL_DRAW,
-                         name=f"proposal{j + 1}")
+                         name=f"drawn{j + 1}")
+        proposal_logits = logits
+        if spec.copied_ids is not None:  # within a lane's copied run the host's id, its row one-hot
+            token, proposal_logits = b.copied_proposal(token, logits, spec.copied_ids, spec.copied_count,
+                                                       index=j, name=f"proposal{j + 1}")
         b.column_write(token, index=j + 1, into=candidates)
-        b.column_write(logits, index=j, into=draft_logits)
-        if scores is not None:
+        b.column_write(proposal_logits, index=j, into=draft_logits)
+        if scores is not None:  # the draft's own confidence in the proposal, copied or drawn
             score = b.token_probability(logits, token, parameters, histogram, mask, name=f"confidence{j + 1}")
             b.column_write(score, index=j, into=scores)
     if scores is not None:

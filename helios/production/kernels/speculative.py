@@ -1,5 +1,5 @@
 """Speculative operators (device side): `token_probability`, `speculative_allocate`,
-`speculative_pack`, `speculative_verify` and `speculative_commit` (docs/operators.md "Speculative
+`speculative_pack`, `speculative_verify`, `speculative_commit` and `copied_proposal` (docs/operators.md "Speculative
 operators"; `helios.reference.speculative` is their definition, reproduced bit for bit).
 
 Every filter a speculative row passes through is the sampler's: `Sampler.kept_weights`
@@ -12,7 +12,9 @@ greedy id, so the probabilities here are exactly the ones `sample` draws from. W
   `_verify_kernel`       one program per lane: the acceptance test of each proposal in 32-bit fixed
                          point, the residual draw after a rejection (two passes over the vocabulary,
                          only then), the plain sampler's token as the bonus;
-  `_commit_kernel`       one block of lanes: pending token, emitted count, consumed endpoint.
+  `_commit_kernel`       one block of lanes: pending token, emitted count, consumed endpoint;
+  `_copied_kernel`       (lane, vocabulary block) programs: a copied proposal and its one-hot row,
+                         or the draft's draw and row (history drafting).
 
 All of it runs on static buffers with no host synchronisation, so a speculative program captures
 into one CUDA graph. The rank stage (top-k, top-p, min-p) runs as the device's `RankFilters` switch
@@ -356,3 +358,38 @@ def speculative_commit(ids: torch.Tensor, accepted: torch.Tensor, lengths: torch
     block = min(block, triton.next_power_of_2(lanes))
     _commit_kernel[(triton.cdiv(lanes, block),)](ids, accepted, lengths, consumed, pending, emitted, endpoint,
                                                  lanes, width, BLOCK=block)
+
+
+@triton.jit
+def _copied_kernel(drawn_ptr, logits_ptr, ids_ptr, count_ptr, token_ptr, out_ptr, drafts, vocab, index,
+                   stride_logits, stride_out, BLOCK: tl.constexpr, DRAFTS: tl.constexpr):
+    # program (lane b, vocabulary block): within b's copied run (index < count and every copied id up
+    # to index inside [0, vocab)) the copied id and its one-hot row (0 there, -inf elsewhere), else
+    # the draft's draw and row
+    b = tl.program_id(0).to(tl.int64)
+    k = tl.arange(0, DRAFTS)
+    ids = tl.load(ids_ptr + b * drafts + k, mask=k < drafts, other=-1)
+    invalid = (k <= index) & ((ids < 0) | (ids >= vocab))
+    copied = (tl.sum(invalid.to(tl.int32), axis=0) == 0) & (index < tl.load(count_ptr + b))
+    mine = tl.sum(tl.where(k == index, ids, 0), axis=0)
+    token = tl.where(copied, mine, tl.load(drawn_ptr + b))
+    columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = columns < vocab
+    row = tl.load(logits_ptr + b * stride_logits + columns, mask=inside, other=0.0)
+    one_hot = tl.where(columns == token, 0.0, float("-inf"))
+    tl.store(out_ptr + b * stride_out + columns, tl.where(copied, one_hot, row), mask=inside)
+    if tl.program_id(1) == 0:
+        tl.store(token_ptr + b, token)
+
+
+def copied_proposal(drawn: torch.Tensor, draft_logits: torch.Tensor, copied_ids: torch.Tensor,
+                    copied_count: torch.Tensor, token: torch.Tensor, logits: torch.Tensor, *, index: int,
+                    block: int = 4096) -> None:
+    """Proposal `index + 1` of each lane and the row it is judged as drawn from (docs/operators.md
+    `copied_proposal`): one launch of (lanes, vocabulary blocks) programs."""
+    lanes, vocab = draft_logits.shape
+    drafts = copied_ids.shape[1]
+    block = min(block, triton.next_power_of_2(vocab))
+    _copied_kernel[(lanes, triton.cdiv(vocab, block))](
+        drawn, draft_logits, copied_ids, copied_count, token, logits, drafts, vocab, index,
+        draft_logits.stride(0), logits.stride(0), BLOCK=block, DRAFTS=triton.next_power_of_2(max(drafts, 1)))

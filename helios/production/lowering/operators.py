@@ -24,6 +24,7 @@ from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
 from helios.production.lowering.speculative import (
+    lower_copied_proposal,
     lower_speculative_allocate,
     lower_speculative_commit,
     lower_speculative_pack,
@@ -205,6 +206,7 @@ LOWERINGS: Mapping[str, Lowering] = {
     "speculative_pack": lower_speculative_pack,
     "speculative_verify": lower_speculative_verify,
     "speculative_commit": lower_speculative_commit,
+    "copied_proposal": lower_copied_proposal,
     "fill": _fill,
 }
 

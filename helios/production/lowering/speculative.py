@@ -69,3 +69,11 @@ def lower_speculative_commit(c: Context, op: ValidatedOperator):
     block = _rows_block(c)
     return lambda: speculative.speculative_commit(ids, accepted, lengths, consumed, pending, emitted, endpoint,
                                                   **block)
+
+
+def lower_copied_proposal(c: Context, op: ValidatedOperator):
+    drawn, draft_logits, copied_ids, copied_count = (c.t(n) for n in op.inputs)
+    token, logits = c.t(op.outputs[0]), c.t(op.outputs[1])
+    index, block = int(op.attributes["index"]), _vocab_block(c)
+    return lambda: speculative.copied_proposal(drawn, draft_logits, copied_ids, copied_count, token, logits,
+                                               index=index, block=block)

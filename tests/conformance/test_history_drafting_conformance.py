@@ -1,0 +1,59 @@
+"""`helios conform --history-drafting`: both runtimes' speculative rounds carry proposals copied from
+each request's own tokens; the trace audit replays production's very lanes (their copied proposals
+included, through the CANDIDATE_IDS and CANDIDATE_COUNT bindings) on the reference and the
+end-to-end level compares tokens, on a confidence core whose draft (a smaller random model) the
+target almost never agrees with, so the accepted proposals are the copied ones. (That greedy tokens
+with history drafting equal plain decoding's is tests/reference/test_history_drafting_generation.py's.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.runner import ConformOptions, Production, conform
+from tests.conformance.conftest import CAPACITIES, DEVICE
+from tests.conformance.helpers import workload
+
+pytestmark = pytest.mark.slow
+
+REPEATED = [40, 41, 42, 43, 44] * 2 + [40, 41]
+HISTORY = workload("history",
+                   {"name": "repeated", "prompt": REPEATED, "max_tokens": 14, "temperature": 0},
+                   {"name": "seeded", "prompt": REPEATED[:7], "max_tokens": 8, "temperature": 0.9, "seed": 5})
+
+
+class Observed:
+    def __init__(self) -> None:
+        self.inner = Production(DEVICE, history_drafting=True)
+        self.sinks: list = []
+
+    def runtime(self, core, workload, sink):
+        self.sinks.append(sink)
+        return self.inner.runtime(core, workload, sink)
+
+
+@pytest.fixture(scope="module")
+def core(tiny_checkpoint, tiny_draft):
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+
+    return prepare_checkpoint(tiny_checkpoint("llama"), PreparationOptions(
+        **CAPACITIES, draft=tiny_draft("llama", "small"), speculative_widths=(4,), speculative_budget=3))
+
+
+def test_trace_and_e2e_pass_with_history_drafting(core):
+    production = Observed()
+    report = conform(core, ConformOptions(levels=("trace", "e2e"), device=DEVICE, extra_workloads=(HISTORY,),
+                                          production=production, history_drafting=True))
+    assert report.verdict == "pass", report.table()
+    records = [r for sink in production.sinks for r in sink.records if r.graph.startswith("speculative")]
+    copied = [(lane, row) for r in records for lane, row in zip(r.lanes, r.rows, strict=True) if lane.copied]
+    assert copied and any(row.accepted_drafts > 0 for _, row in copied)
+
+
+def test_history_drafting_on_a_core_without_copied_inputs_fails_in_one_line(tiny_checkpoint):
+    from helios.contract.errors import HistoryDraftingUnsupported
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+
+    plain = prepare_checkpoint(tiny_checkpoint("llama"), PreparationOptions(**CAPACITIES))
+    with pytest.raises(HistoryDraftingUnsupported, match="history drafting requires enabled learned speculation"):
+        conform(plain, ConformOptions(levels=("e2e",), device=DEVICE, extra_workloads=(HISTORY,),
+                                      history_drafting=True))
