@@ -14,6 +14,11 @@ one program per (operation, capacity), all the same operator sequence over packe
 The family differences are data: q/k/v bias (Qwen2), per-head q/k norm and explicit head_dim (Qwen3),
 a sliding window per layer (Mistral, Qwen layer types), llama3 rope scaling (the rotary operator's
 `frequency_band`), tied embeddings.
+
+Tensor-parallel ranks (docs/ranks.md): `check_tensor_parallel` refuses a split the config does not
+allow, `weight_part` says which part of each stored tensor a rank holds, and a `Decoder` with a
+`shard` writes that rank's program: its heads and features, `all_reduce` after the row-parallel
+products and the vocabulary-parallel embedding, `all_gather` after the head's logits.
 """
 
 from __future__ import annotations
@@ -438,14 +443,9 @@ class Decoder:
                tag: str) -> str:
         """Every decoder layer over packed rows `x` (each row's KV written to its lane's pages)."""
         cfg = self.cfg
+        # The stored widths (the weights' shapes): on a rank, `w` declares the rank's part of each
+        # (weight_part), and every width after it follows from the shapes.
         h, q_width, kv_width = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        # The stored widths (the weights' shapes) and, on a rank, the rank's share of them.
-        q_local, kv_local, f_local = q_width, kv_width, cfg.intermediate_size
-        if self.shard is not None and self.ranks > 1:
-            q_local = q_width // self.ranks
-            start, stop = rank_kv_heads(cfg, self.shard)
-            kv_local = (stop - start) * cfg.head_dim
-            f_local = cfg.intermediate_size // self.ranks
         rope = _rope_attributes(cfg)
         for i in range(cfg.layers):
             p = f"model.layers.{i}."
@@ -456,7 +456,6 @@ class Decoder:
             for proj, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
                 bias = w(p + f"self_attn.{proj}_proj.bias", (width,)) if cfg.qkv_bias else None
                 qkv.append(b.matmul(hn, w(p + f"self_attn.{proj}_proj.weight", (width, h)), bias, name=f"{n}.{proj}"))
-            assert b.type_of(qkv[0]).shape[1] == q_local and b.type_of(qkv[1]).shape[1] == kv_local
             q, k, v = qkv
             if cfg.qk_norm:
                 q = b.head_rms_norm(q, w(p + "self_attn.q_norm.weight", (cfg.head_dim,)), eps=cfg.rms_norm_eps,
@@ -486,7 +485,6 @@ class Decoder:
                         for m, e in (("gate_proj", f), ("up_proj", f), ("down_proj", h))}
             gate = b.matmul(hn, w(p + "mlp.gate_proj.weight", (f, h)), mlp_bias["gate_proj"], name=f"{n}.gate")
             up = b.matmul(hn, w(p + "mlp.up_proj.weight", (f, h)), mlp_bias["up_proj"], name=f"{n}.up")
-            assert b.type_of(gate).shape[1] == f_local
             act = b.gated_activation(gate, up, activation=cfg.activation, name=f"{n}.act")
             down = b.matmul(act, w(p + "mlp.down_proj.weight", (h, f)), mlp_bias["down_proj"],
                             name=f"{n}.down" if self.ranks == 1 else f"{n}.down_part")
