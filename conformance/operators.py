@@ -183,6 +183,9 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     yield "speculative_verify", "greedy_and_sampled", first, _speculative_verify
     yield "speculative_commit", "lanes", first, _speculative_commit
     yield "copied_proposal", "runs", first, _copied_proposal
+    yield "embedding", "row_offset", first, _embedding_slice
+    yield "all_reduce", "one_rank", first, _one_rank("all_reduce")
+    yield "all_gather", "one_rank", first, _one_rank("all_gather")
     yield "fill", "f32", first, _fill
 
 
@@ -192,6 +195,28 @@ def _embedding(p, rng, cohort, g, cases):
     ids[lanes < 0] = -1
     out = p.output("out", (ids.shape[0], g["hidden"]))
     p.builder.embedding(p.input("ids", ids, "i32"), p.input("table", _normal(rng, g["vocab"], g["hidden"])), into=out)
+
+
+def _embedding_slice(p, rng, cohort, g, cases):
+    """A tensor-parallel rank's vocabulary slice: ids of the whole vocabulary, the table's rows those
+    from `row_offset` on (ids of other slices and padding read zero rows)."""
+    lanes, _ = _rows(cohort)
+    ids = rng.integers(0, g["vocab"], size=lanes.shape[0]).astype(np.int32)
+    ids[lanes < 0] = -1
+    offset, rows = g["vocab"] // 4, g["vocab"] // 2
+    out = p.output("out", (ids.shape[0], g["hidden"]))
+    p.builder.embedding(p.input("ids", ids, "i32"), p.input("table", _normal(rng, rows, g["hidden"])),
+                        row_offset=offset, into=out)
+
+
+def _one_rank(op):
+    """A collective over one rank (its input): what a program of a one-rank core may hold; the
+    collectives over several ranks are compared by the lockstep tests of the reference."""
+    def case(p, rng, cohort, g, cases):
+        rows = len(_rows(cohort)[0])
+        out = p.output("out", (rows, g["hidden"]))
+        getattr(p.builder, op)(p.input("x", _normal(rng, rows, g["hidden"])), ranks=1, into=out)
+    return case
 
 
 def _rms_norm(p, rng, cohort, g, cases):

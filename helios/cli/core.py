@@ -125,7 +125,9 @@ def register(subparsers) -> None:
                          help="load the core on the production runtime and print its execution geometry "
                               "(needs --accept and --trust)")
     runtime.add_argument("--accept", metavar="NAMESPACE",
-                         help="the publisher namespace you accept; must equal the signed one exactly")
+                         help="the publisher namespace you accept; must equal the signed one exactly (with "
+                              "--trust and without --runtime: read each rank's weight catalog and show its "
+                              "weights and bytes)")
     runtime.add_argument("--device", metavar="DEVICE", help="cuda, cuda:N or cpu (default: cuda if present)")
     runtime.add_argument("--max-concurrency", type=int, metavar="N",
                          help="load-time selection: capture graphs for at most N concurrent requests")
@@ -289,6 +291,8 @@ def _inspect(args) -> int:
             return 2
     try:
         report = _runtime_report(args) if args.runtime else inspect_core(args.core, args.trust)
+        if not args.runtime and args.accept and args.trust:
+            _read_rank_catalogs(args, report)
     except CoreFormatError as error:
         print(f"helios inspect: {args.core}: {type(error).__name__}: {error}", file=sys.stderr)
         return error.exit_code
@@ -307,6 +311,26 @@ def _inspect(args) -> int:
     else:
         print(format_inspection(report))
     return 0
+
+
+def _read_rank_catalogs(args, report: dict) -> None:
+    """With --trust and --accept: open the verified core and add each rank's weight catalog to its row."""
+    from helios.contract.catalogs import rank_weights, read_weight_catalog
+    from helios.core import open_core
+    from helios.proto import core_pb2
+
+    with open_core(args.core, trusted_keys=args.trust, accept=args.accept) as core:
+        catalogs: dict[int, tuple[str, core_pb2.WeightCatalog]] = {}
+        for resource in core.resources.values():
+            if resource.kind == core_pb2.RESOURCE_KIND_WEIGHT_CATALOG:
+                catalog = read_weight_catalog(core.read(resource.id))
+                if catalog is not None:
+                    catalogs[catalog.rank] = (resource.id, catalog)
+        sizes = {r.id: r.decoded_nbytes for r in core.resources.values()}
+    ranks = report["ranks"]
+    weights = rank_weights([catalogs[r["rank"]][1] if r["rank"] in catalogs else None for r in ranks], sizes)
+    for row, counted in zip(ranks, weights, strict=True):
+        row.update(catalog=catalogs[row["rank"]][0] if row["rank"] in catalogs else None, **counted)
 
 
 def _runtime_refusal(args) -> str | None:

@@ -65,6 +65,11 @@ def register(subparsers) -> None:
                              "execution frames in flight (default); choose 'host' only for a runtime that "
                              "must feed every token from the host (a PENDING_TOKEN binding, one frame, "
                              "one round at a time)")
+    parser.add_argument("--tp", type=int, default=1, metavar="N",
+                        help="tensor-parallel ranks: one program per rank for every graph and one weight catalog "
+                             "per rank, with query and key/value heads, MLP features and the vocabulary split "
+                             "across them (key/value heads replicated where N exceeds them); not with --draft "
+                             "(default: 1)")
     parser.add_argument("--draft", metavar="DRAFT",
                         help="a second checkpoint (any supported family, the target's tokenizer and vocabulary) "
                              "whose weights and history join the core for learned speculation: SPECULATIVE "
@@ -107,11 +112,12 @@ def _prepare(args) -> int:
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
                                  context_tokens=args.context_tokens, pending_token=args.pending_token,
                                  draft=args.draft, speculative_widths=args.speculative_widths,
-                                 speculative_budget=args.speculative_budget)
+                                 speculative_budget=args.speculative_budget, tensor_parallel=args.tp)
     prepared = prepare_checkpoint(args.checkpoint, options)
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)
     weights = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
-    print(f"wrote {args.out}: {prepared.contract.served_id!r}, {graphs} graphs, {weights} weights, "
+    ranks = f", {prepared.manifest.ranks} ranks" if prepared.manifest.ranks > 1 else ""
+    print(f"wrote {args.out}: {prepared.contract.served_id!r}, {graphs} graphs, {weights} weights{ranks}, "
           f"{args.dtype}, publisher {args.publisher!r}")
     return 0

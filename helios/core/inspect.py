@@ -89,7 +89,19 @@ def inspect_core(
         report["layout"] = "every byte accounted for"
     except (CoreFormatError, OSError) as error:
         report["layout"] = f"{type(error).__name__}: {error}"
+    report["ranks"] = _rank_programs(manifest, resources)
     return report
+
+
+def _rank_programs(manifest, resources) -> list[dict]:
+    """Each rank's programs (the r-th program resource of every graph handle) and their bytes, as the
+    manifest claims; its weights are in its weight catalog, which only a verified read may decode."""
+    sizes = {r.id: r.decoded_nbytes for r in resources}
+    ranks = []
+    for rank in range(manifest.ranks):
+        ids = [h.program_resources[rank] for h in manifest.graphs if rank < len(h.program_resources)]
+        ranks.append({"rank": rank, "programs": len(ids), "program_nbytes": sum(sizes.get(i, 0) for i in ids)})
+    return ranks
 
 
 def format_inspection(report: dict) -> str:
@@ -129,4 +141,19 @@ def format_inspection(report: dict) -> str:
     total_stored = sum(r["stored_nbytes"] for r in report["resources"])
     total_decoded = sum(r["decoded_nbytes"] for r in report["resources"])
     lines.append(f"{len(report['resources'])} resources, {total_stored:,} bytes stored, {total_decoded:,} decoded")
+    lines += ["", *format_ranks(report.get("ranks", []))]
     return "\n".join(lines)
+
+
+def format_ranks(ranks: list[dict]) -> list[str]:
+    """The ranks table: each rank's programs and, when its catalog was read, its weights."""
+    lines = [f"ranks             {len(ranks)}"]
+    for r in ranks:
+        line = f"  rank {r['rank']}  programs {r['programs']} ({r['program_nbytes']:,} bytes)"
+        if "catalog" in r:
+            line += (f"  catalog {r['catalog'] or '(none)'}  weights {r['weights']} "
+                     f"({r['weight_nbytes']:,} bytes)")
+        lines.append(line)
+    if ranks and not any("catalog" in r for r in ranks):
+        lines.append("  weights per rank: read from the weight catalogs with --trust PUBKEY --accept NAMESPACE")
+    return lines

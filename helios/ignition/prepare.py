@@ -34,6 +34,7 @@ from helios.ignition.preparation.contract import (
     pending_token_view,
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
+from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
 from helios.ignition.recipes import llama_family
 from helios.ignition.recipes.catalog import RECIPE_MODULES
@@ -76,6 +77,9 @@ class PreparationOptions:
     draft: str | Path | None = None
     speculative_widths: tuple[int, ...] = (2, 4)
     speculative_budget: int | None = None
+    # Tensor-parallel ranks: every graph gets one program per rank and every rank its weight catalog
+    # (docs/ranks.md): query and key/value heads, the MLP's features and the vocabulary are split.
+    tensor_parallel: int = 1
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -98,6 +102,11 @@ class PreparationOptions:
             raise InvalidPreparationOptions(
                 f"--speculative-budget {self.speculative_budget} must hold one row per lane of the largest "
                 f"batch capacity {max(self.batch_capacities)}")
+        if self.tensor_parallel < 1:
+            raise InvalidPreparationOptions(f"--tp must be >= 1, got {self.tensor_parallel}")
+        if self.draft is not None and self.tensor_parallel > 1:
+            raise InvalidPreparationOptions(f"--draft with --tp {self.tensor_parallel}: speculative programs on "
+                                            "tensor-parallel ranks are not built (prepare with --tp 1)")
         if self.draft is not None and self.pending_token != "device":
             raise InvalidPreparationOptions("--draft needs --pending-token device (a speculative round's pending "
                                             "token is the device's)")
@@ -148,11 +157,11 @@ class PreparedCore:
         return core_pb2.DeploymentBody(contract=self.contract, manifest=self.manifest)
 
 
-def _weight_bytes(checkpoint: Checkpoint, name: str, dtype: str) -> bytes:
+def _weight_bytes(checkpoint: Checkpoint, name: str, dtype: str, part: WeightPart = WHOLE) -> bytes:
     info = checkpoint.tensors.info(name)
     if dtype == "bf16" and info.dtype == "BF16":
-        return np.ascontiguousarray(checkpoint.tensors.raw(name)).astype("<u2").tobytes()
-    values = checkpoint.tensors.float32(name)
+        return part.apply(np.asarray(checkpoint.tensors.raw(name))).astype("<u2").tobytes()
+    values = part.apply(checkpoint.tensors.float32(name))
     if dtype == "bf16":
         return float32_to_bf16_bits(values).astype("<u2").tobytes()
     return np.ascontiguousarray(values, dtype="<f4").tobytes()
@@ -200,6 +209,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     if RECIPE_MODULES.get(model_type) != llama_family.RECIPE:
         raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (supported: {sorted(RECIPE_MODULES)})")
     cfg = llama_family.parse_config(checkpoint)
+    ranks = options.tensor_parallel
+    llama_family.check_tensor_parallel(cfg, ranks)
+    shards = [RankShard(rank, ranks) for rank in range(ranks)]
     specs = llama_family.weight_specs(cfg, checkpoint)
     geometry, context = _geometry(cfg, options)
     cache_dtype, program_dtype = _DTYPES[options.dtype]
@@ -215,7 +227,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
 
     decl = Declarations()
     layout = completion_layout(decl, geometry, width=completion_width, speculative=bool(widths))
-    histories = [paged_history(decl, geometry, layer=i, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+    # Every rank's cache planes hold its own key/value heads, the same number on every rank.
+    kv_start, kv_stop = llama_family.rank_kv_heads(cfg, shards[0]) if ranks > 1 else (0, cfg.kv_heads)
+    histories = [paged_history(decl, geometry, layer=i, kv_heads=kv_stop - kv_start, head_dim=cfg.head_dim,
                                dtype=cache_dtype, window_tokens=cfg.windows[i]) for i in range(cfg.layers)]
     draft_histories = []
     if draft_cfg is not None:
@@ -227,25 +241,34 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     draft = (llama_family.Decoder(draft_cfg, tuple(draft_histories), program_dtype, prefix="draft.")
              if draft_cfg is not None else None)
 
-    graphs: list[tuple[str, int, int, int, program_pb2.Program, tuple, list[str]]] = []
+    # (name, operation, batch, packed, one program per rank, bindings, weight resources of every rank)
+    graphs: list[tuple[str, int, int, int, list[program_pb2.Program], tuple, list[str]]] = []
     # INITIALIZATION at every batch capacity: a burst of admissions initializes in one round. The
     # program is the same at each capacity (it writes every slot's completion row); only its graph
     # name and declared capacity differ. The one-lane variant keeps the name "initialization".
     for batch in sorted({1, *options.batch_capacities}):
         name = "initialization" if batch == 1 else f"initialization_b{batch}"
-        init_program, init_bindings = llama_family.initialization_program(geometry, decl, graph=name,
-                                                                          completion_width=completion_width)
-        graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_program, init_bindings, []))
+        init_programs = []
+        for rank in range(ranks):
+            init_program, init_bindings = llama_family.initialization_program(
+                geometry, decl, graph=name, completion_width=completion_width, rank=rank)
+            init_programs.append(init_program)
+        graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_programs, init_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
     variants += [(f"decode_b{b}", C.OPERATION_DECODE, b, b) for b in options.batch_capacities]
     if geometry.slots > 1:
         variants += [(f"mixed_b{geometry.slots}_p{p + geometry.slots - 1}", C.OPERATION_MIXED, geometry.slots,
                       p + geometry.slots - 1) for p in options.prefill_capacities]
     for name, operation, batch, packed in variants:
-        program, bindings, weights = llama_family.text_program(
-            cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype, histories=histories,
-            pending_token=options.pending_token, draft=draft, completion_width=completion_width)
-        graphs.append((name, operation, batch, packed, program, bindings, weights))
+        programs, weights = [], set()
+        for shard in shards:
+            program, bindings, rank_weights = llama_family.text_program(
+                cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype,
+                histories=histories, pending_token=options.pending_token, draft=draft,
+                completion_width=completion_width, shard=shard if ranks > 1 else None)
+            programs.append(program)
+            weights.update(rank_weights)
+        graphs.append((name, operation, batch, packed, programs, bindings, sorted(weights)))
     descriptors: dict[str, C.SpeculativeDescriptor] = {}
     if draft is not None:
         target = llama_family.Decoder(cfg, tuple(histories), program_dtype)
@@ -261,7 +284,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                     target, draft, geometry, decl, graph=name, batch=batch, drafts=drafts, width=width,
                     packed_tokens=packed, confidence=scored, completion_width=completion_width,
                     confidence_capacity=max(completion_width - 1, 1))
-                graphs.append((name, C.OPERATION_SPECULATIVE, batch, packed, program, bindings, weights))
+                graphs.append((name, C.OPERATION_SPECULATIVE, batch, packed, [program], bindings, weights))
                 descriptors[name] = C.SpeculativeDescriptor(
                     batch_capacity=batch, draft_tokens=drafts, verify_tokens=width, packed_token_capacity=packed,
                     confidence_width=drafts if scored else 0, lane_token_limit=min(drafts + 1, width),
@@ -270,18 +293,19 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     resources: list[PreparedResource] = []
     device_pending = options.pending_token == "device"
     # A device-owned pending token lets decode rounds keep two execution frames in flight.
-    manifest = M.ExecutionManifest(abi_label=ABI_LABEL, ranks=1,
+    manifest = M.ExecutionManifest(abi_label=ABI_LABEL, ranks=ranks,
                                    transport=M.TransportDescriptor(frames=2 if device_pending else 1),
                                    completion=layout)
     model = C.ModelContract(version=CONTRACT_VERSION)
-    for name, operation, batch, packed, program, bindings, weights in graphs:
-        program_id = f"program/{name}/rank0"
-        resources.append(PreparedResource(program_id, core_pb2.RESOURCE_KIND_PROGRAM,
-                                          _constant(program.SerializeToString(deterministic=True))))
-        manifest.graphs.append(M.GraphHandle(name=name, operation=operation, program_resources=[program_id],
+    for name, operation, batch, packed, programs, bindings, weights in graphs:
+        program_ids = [f"program/{name}/rank{rank}" for rank in range(len(programs))]
+        for program_id, program in zip(program_ids, programs, strict=True):
+            resources.append(PreparedResource(program_id, core_pb2.RESOURCE_KIND_PROGRAM,
+                                              _constant(program.SerializeToString(deterministic=True))))
+        manifest.graphs.append(M.GraphHandle(name=name, operation=operation, program_resources=program_ids,
                                              batch_capacity=batch, packed_token_capacity=packed))
         graph = C.GraphContract(name=name, operation=operation, value_bindings=list(bindings),
-                                resource_dependencies=[program_id, *weights],
+                                resource_dependencies=[*program_ids, *weights],
                                 capacity=C.GraphCapacity(batch_capacity=batch, packed_token_capacity=packed))
         if name in descriptors:
             graph.speculative.CopyFrom(descriptors[name])
@@ -296,30 +320,43 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         model.graphs.append(graph)
     manifest.buffers.extend(decl.buffers.values())
 
-    catalog = core_pb2.WeightCatalog(version=WEIGHT_CATALOG_VERSION, rank=0)
-    sources = [(checkpoint, specs, "")]
+    # One weight catalog per rank: the part of each stored tensor the rank holds (a slice's resource
+    # names it, so ranks holding the same part share one resource, stored once).
+    catalogs = [core_pb2.WeightCatalog(version=WEIGHT_CATALOG_VERSION, rank=rank) for rank in range(ranks)]
+    sources = [(checkpoint, specs, "", cfg)]
     if draft_checkpoint is not None:
-        sources.append((draft_checkpoint, llama_family.weight_specs(draft_cfg, draft_checkpoint), "draft."))
-    for source, tensors, prefix in sources:
+        sources.append((draft_checkpoint, llama_family.weight_specs(draft_cfg, draft_checkpoint), "draft.", draft_cfg))
+    stored: set[str] = set()
+    for source, tensors, prefix, source_cfg in sources:
         for spec in tensors:
-            resource_id = llama_family.weight_resource(spec.name, prefix)
-            resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
-                                              partial(_weight_bytes, source, spec.name, options.dtype)))
-            catalog.entries.append(core_pb2.WeightEntry(resource=resource_id, source_tensor=prefix + spec.name,
-                                                        dtype=cache_dtype, shape=list(spec.shape), transform="none"))
+            for rank, catalog in enumerate(catalogs):
+                part = llama_family.weight_part(source_cfg, spec.name, shards[rank] if ranks > 1 else None)
+                if part is None:  # a tensor this rank does not read (a row-parallel bias past rank 0)
+                    continue
+                resource_id = part.resource(llama_family.weight_resource(spec.name, prefix))
+                if resource_id not in stored:
+                    stored.add(resource_id)
+                    resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
+                                                      partial(_weight_bytes, source, spec.name, options.dtype, part)))
+                catalog.entries.append(core_pb2.WeightEntry(
+                    resource=resource_id, source_tensor=prefix + spec.name, dtype=cache_dtype,
+                    shape=list(part.shape(spec.shape)), transform=part.transform))
 
     template = checkpoint.chat_template or PLAIN_TEMPLATE
     resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER,
                                       _constant(checkpoint.tokenizer_json)))
     resources.append(PreparedResource("chat_template.jinja", core_pb2.RESOURCE_KIND_CHAT_TEMPLATE,
                                       _constant(template.encode("utf-8"))))
-    resources.append(PreparedResource("weight_catalog/rank0", core_pb2.RESOURCE_KIND_WEIGHT_CATALOG,
-                                      _constant(catalog.SerializeToString(deterministic=True))))
+    for rank, catalog in enumerate(catalogs):
+        resources.append(PreparedResource(f"weight_catalog/rank{rank}", core_pb2.RESOURCE_KIND_WEIGHT_CATALOG,
+                                          _constant(catalog.SerializeToString(deterministic=True))))
     digest = checkpoint.digest()
     arguments = [f"--dtype={options.dtype}", f"--page-tokens={options.page_tokens}",
                  f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
                  f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
                  f"--context-tokens={context}", f"--pending-token={options.pending_token}"]
+    if ranks > 1:  # one-rank cores keep the arguments they always had
+        arguments.append(f"--tp={ranks}")
     if draft_checkpoint is not None:
         arguments += [f"--draft-digest={draft_checkpoint.digest()}",
                       f"--speculative-widths={','.join(map(str, widths))}"]
@@ -348,6 +385,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     identity_text = f"{llama_family.RECIPE}\0{digest}\0{options.dtype}"
     if draft_checkpoint is not None:  # the pages also hold the draft's history
         identity_text += f"\0draft\0{draft_checkpoint.digest()}"
+    if ranks > 1:  # each rank's pages hold its own heads
+        identity_text += f"\0tp\0{ranks}"
     identity = hashlib.sha256(identity_text.encode()).hexdigest()[:32]
     contract = C.ServingContract(
         served_id=served_id, cache_identity=identity, context_tokens=context,

@@ -219,7 +219,8 @@ class NativeModel:
 def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
               selected: set[str]) -> dict[str, _Program]:
     if manifest.ranks > 1:
-        raise StartupFailed(f"the core has {manifest.ranks} tensor-parallel ranks; this runtime loads one")
+        raise StartupFailed(f"tensor-parallel ranks are not built in the production runtime: the core has "
+                            f"{manifest.ranks} ranks (the reference runtime runs them: --runtime reference)")
     check_page_table_views(serving)
     descriptors = {b.name: b for b in manifest.buffers}
     handles = {h.name: h for h in manifest.graphs}

@@ -148,8 +148,10 @@ class ProgramBuilder:
              name: str | None, into: str | None) -> str:
         return self.emit(op, inputs, attributes, into=[into], names=[name])[0]
 
-    def embedding(self, ids: str, table: str, *, name: str | None = None, into: str | None = None) -> str:
-        return self._one("embedding", [ids, table], None, name, into)
+    def embedding(self, ids: str, table: str, *, row_offset: int = 0, name: str | None = None,
+                  into: str | None = None) -> str:
+        """Rows of `table` by id; a rank's vocabulary slice starts at id `row_offset` (0: left unset)."""
+        return self._one("embedding", [ids, table], {"row_offset": row_offset or None}, name, into)
 
     def rms_norm(self, x: str, weight: str, *, eps: float, weight_offset: float | None = None,
                  name: str | None = None, into: str | None = None) -> str:
@@ -221,6 +223,14 @@ class ProgramBuilder:
                *, draw_index: int | None = None, name: str | None = None, into: str | None = None) -> str:
         inputs = [logits, seed, positions, parameters, histogram, grammar_mask]
         return self._one("sample", inputs, {"draw_index": draw_index}, name, into)
+
+    def all_reduce(self, x: str, *, ranks: int, name: str | None = None, into: str | None = None) -> str:
+        """The sum over the `ranks` ranks of x, on every rank."""
+        return self._one("all_reduce", [x], {"ranks": ranks}, name, into)
+
+    def all_gather(self, x: str, *, ranks: int, name: str | None = None, into: str | None = None) -> str:
+        """The `ranks` ranks' x side by side along the last axis, on every rank."""
+        return self._one("all_gather", [x], {"ranks": ranks}, name, into)
 
     def argmax(self, logits: str, *, name: str | None = None, into: str | None = None) -> str:
         return self._one("argmax", [logits], None, name, into)
@@ -302,7 +312,8 @@ class ProgramBuilder:
         # The oldest operator-set version that holds every operator used (never below 2, the version
         # every core was stamped with before version 3): an engine that knows only older versions
         # keeps loading cores that need nothing newer.
-        version = max([2, *(OPERATORS[o.op].since for o in self._operators)])
+        version = max([2, *(OPERATORS[o.op].since for o in self._operators),
+                       *(OPERATORS[o.op].attribute_map[a.name].since for o in self._operators for a in o.attributes)])
         assert version <= OPERATOR_SET_VERSION
         program = program_pb2.Program(
             operator_set_version=version, graph=self.graph, rank=self.rank,

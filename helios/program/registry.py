@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
+from helios.program.collectives import COLLECTIVE_SPECS
 from helios.program.spec import AttributeSpec, AttributeValue, OperatorSpec, RuleError
 from helios.program.speculative import SPECULATIVE_SPECS
 from helios.program.types import (
@@ -26,8 +27,10 @@ from helios.program.types import (
 
 # Version 1: the first seventeen operators. Version 2 adds `gather` and `where` (device-owned
 # pending tokens). Version 3 adds `scatter`, `column_write` and the speculative operators
-# (helios/program/speculative.py). Version 4 adds `copied_proposal` (history drafting). Every earlier
-# meaning is unchanged, so older programs keep loading.
+# (helios/program/speculative.py). Version 4 adds `copied_proposal` (history drafting), the
+# collectives `all_reduce` and `all_gather` (helios/program/collectives.py) and `embedding`'s
+# `row_offset` (a rank's slice of the vocabulary). Every earlier meaning is unchanged, so older
+# programs keep loading.
 OPERATOR_SET_VERSION = 4
 SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4})
 
@@ -81,6 +84,8 @@ def _embedding(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
     ids, table = ins
     _index(ids, "ids", 1)
     _activation(table, "table", 2)
+    if attrs.get("row_offset", 0) < 0:  # type: ignore[operator]
+        raise RuleError(f"row_offset must be >= 0, got {attrs['row_offset']}")
     return [TensorType(table.dtype, (ids.shape[0], table.shape[1]))]
 
 
@@ -319,8 +324,10 @@ _EPS = _a("eps", "f", "added to the mean square (variance) before the square roo
 _HEAD_DIM = _a("head_dim", "i", "features per head; the row is heads * head_dim wide", required=True)
 
 _SPECS = (
-    OperatorSpec("embedding", "out[t] = table[ids[t]] (zero row for ids outside [0, V))",
-                 ("ids", "table"), ("out",), _embedding),
+    OperatorSpec("embedding", "out[t] = table[ids[t] - row_offset] (zero row outside [0, V))",
+                 ("ids", "table"), ("out",), _embedding,
+                 (_a("row_offset", "i", "the vocabulary id of the table's first row (a rank's slice)",
+                     default=0, since=4),)),
     OperatorSpec("rms_norm", "x / sqrt(mean(x^2) + eps) * (weight + weight_offset) over the last axis",
                  ("x", "weight"), ("out",), _rms_norm,
                  (_EPS, _a("weight_offset", "f", "added to weight (1.0 for (1 + w) checkpoints)", default=0.0))),
@@ -390,6 +397,7 @@ _SPECS = (
                  ("out", "value"), ("out",), _column_write,
                  (_a("index", "i", "the column written", required=True),), in_place=((0, 0),), since=3),
     *SPECULATIVE_SPECS,
+    *COLLECTIVE_SPECS,
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

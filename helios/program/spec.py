@@ -44,6 +44,9 @@ class AttributeSpec:
     doc: str = ""
     # (retired spelling, choice) pairs: a program written before a rename reads as the new name.
     renamed: tuple[tuple[str, str], ...] = ()
+    # The operator-set version that introduced the attribute: a program that sets it declares at
+    # least this version (its default is what every older program means).
+    since: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in ATTRIBUTE_KINDS:

@@ -247,6 +247,13 @@ def validate_program(
                 f"{where}: {operator.op} belongs to operator-set version {spec.since}, but program "
                 f"{program.graph!r} declares version {program.operator_set_version}"
             )
+        for attribute in operator.attributes:
+            since = spec.attribute_map[attribute.name].since
+            if since > program.operator_set_version:
+                raise OperatorNewerThanProgram(
+                    f"{where}: attribute {attribute.name} of {operator.op} belongs to operator-set version "
+                    f"{since}, but program {program.graph!r} declares version {program.operator_set_version}"
+                )
         aliased = {spec.inputs[i] for _, i in spec.in_place}
         for slot, name in zip(spec.inputs, checked.inputs, strict=False):
             if name not in written and slot not in aliased:

@@ -16,6 +16,14 @@ here rather than a silent difference.
 
 Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages. `keep` names
 program tensors (e.g. "logits") copied into `kept` after every round (conformance reads the draws).
+
+Tensor-parallel ranks. A core of N > 1 ranks runs in this one process: every rank has its own
+STATE, CACHE and COMPLETION arrays (each rank's cache planes hold its own key/value heads) and
+reads the one set of TRANSPORT arrays the round packed (programs never write transport). The
+ranks' programs of a graph run in lockstep (`execute_ranks`), every collective computed from all
+ranks' inputs: the executable specification of the collectives. Every rank writes its own
+completion record; a record that differs from rank 0's fails the round (`RankDisagreement`), and
+rank 0's is the round's rows. `buffers` is rank 0's; `rank_buffers[r]` rank r's.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
-from helios.reference.interpreter import bf16_to_f32, execute
+from helios.reference.collectives import RANK_COLLECTIVES
+from helios.reference.interpreter import bf16_to_f32, check_lockstep, execute, execute_ranks
 from helios.reference.operators import NUMPY_DTYPES
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.packing import GraphPacking, check_page_table_views
@@ -37,7 +46,7 @@ from helios.runtime.rounds import RoundPlan
 
 C, M = contract_pb2, manifest_pb2
 
-__all__ = ["EngineLoadError", "LoadedGraph", "PageTableMismatch", "ReferenceExecutor"]
+__all__ = ["EngineLoadError", "LoadedGraph", "PageTableMismatch", "RankDisagreement", "ReferenceExecutor"]
 
 
 class EngineLoadError(HeliosError):
@@ -46,6 +55,10 @@ class EngineLoadError(HeliosError):
 
 class PageTableMismatch(HeliosError):
     """A plan's page-table updates do not produce the page ids its lane carries (a scheduler fault)."""
+
+
+class RankDisagreement(HeliosError):
+    """A rank's completion record differs from rank 0's: the ranks did not compute the same round."""
 
 
 class FrameBusy(HeliosError):
@@ -58,10 +71,12 @@ class LoadedGraph:
     operation: int
     batch_capacity: int
     packed_token_capacity: int
-    program: program_pb2.Program
-    operators: tuple[ValidatedOperator, ...]
+    program: program_pb2.Program  # rank 0's
+    operators: tuple[ValidatedOperator, ...]  # rank 0's, validated
     packing: GraphPacking
     page_table: bool  # binds a PAGE_TABLE source by physical request row (updated by the plan)
+    rank_programs: tuple[program_pb2.Program, ...] = ()  # every rank's program, rank 0 first
+    rank_operators: tuple[tuple[ValidatedOperator, ...], ...] = ()  # every rank's validated operators
 
 
 class ReferenceExecutor:
@@ -69,12 +84,15 @@ class ReferenceExecutor:
 
     def __init__(self, graphs: Mapping[str, LoadedGraph], weights: Mapping[str, np.ndarray],
                  buffers: dict[str, np.ndarray], completion: Mapping[int, str], *, pages: int,
-                 keep: Sequence[str] = (), frames: int = 1) -> None:
+                 keep: Sequence[str] = (), frames: int = 1,
+                 rank_buffers: Sequence[dict[str, np.ndarray]] = ()) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
         self.weights = weights
         self.buffers = buffers
+        # every rank's arrays, rank 0's (`buffers`) first; the TRANSPORT arrays are shared
+        self.rank_buffers: list[dict[str, np.ndarray]] = [buffers, *rank_buffers[1:]]
         self.completion = dict(completion)  # CompletionField -> buffer name
         self.pages = pages
         self.keep = tuple(keep)
@@ -89,8 +107,9 @@ class ReferenceExecutor:
     def load(cls, core: CoreSource, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
         """Load `core`'s programs and weights; cache planes get `pages` pages."""
         serving, manifest = core.contract, core.manifest
-        if manifest.ranks != 1:
-            raise EngineLoadError(f"the reference runtime runs one rank; the core has {manifest.ranks}")
+        ranks = manifest.ranks
+        if ranks < 1:
+            raise EngineLoadError(f"the core declares {ranks} ranks")
         check_page_table_views(serving)
         if pages < 1:
             raise EngineLoadError(f"pages must be >= 1, got {pages}")
@@ -99,29 +118,51 @@ class ReferenceExecutor:
         graphs: dict[str, LoadedGraph] = {}
         weights: dict[str, np.ndarray] = {}
         for handle in manifest.graphs:
-            program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
-            if program.graph != handle.name:
-                raise EngineLoadError(f"program {handle.program_resources[0]!r} belongs to {program.graph!r}, "
-                                      f"not {handle.name!r}")
-            operators = tuple(validate_program(program, buffer_descriptors))
-            for decl in program.tensors:
-                if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
-                    weights[decl.resource] = _load_weight(core, decl)
+            if len(handle.program_resources) != ranks:
+                raise EngineLoadError(f"graph {handle.name!r} has {len(handle.program_resources)} programs for "
+                                      f"{ranks} ranks")
+            programs, rank_operators = [], []
+            for rank, resource in enumerate(handle.program_resources):
+                program = program_pb2.Program.FromString(core.read(resource))
+                if program.graph != handle.name or program.rank != rank:
+                    raise EngineLoadError(f"program {resource!r} belongs to {program.graph!r} rank {program.rank}, "
+                                          f"not {handle.name!r} rank {rank}")
+                programs.append(program)
+                rank_operators.append(tuple(validate_program(program, buffer_descriptors)))
+                for decl in program.tensors:
+                    if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                        weights[decl.resource] = _load_weight(core, decl)
+            if ranks > 1:
+                check_lockstep(programs, rank_operators)
+            else:
+                for i, op in enumerate(rank_operators[0]):
+                    if op.op in RANK_COLLECTIVES and op.attributes["ranks"] != 1:
+                        raise EngineLoadError(f"graph {handle.name!r} operators[{i}] ({op.op}) is over "
+                                              f"{op.attributes['ranks']} ranks, the core has one")
+            program, operators = programs[0], rank_operators[0]
             packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
             page_table = any(b.source == C.VALUE_SOURCE_PAGE_TABLE and b.indexing == C.INDEXING_PHYSICAL_REQUEST_ROW
                              for b in packing.bindings)
             graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
-                                              handle.packed_token_capacity, program, operators, packing, page_table)
-        buffers = {}
-        for b in manifest.buffers:
-            shape = [int(e) for e in b.shape]
-            if b.role == M.BUFFER_ROLE_CACHE:
-                shape[0] = pages
-            buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
-        for graph in graphs.values():
-            graph.packing.initialize(buffers)
+                                              handle.packed_token_capacity, program, operators, packing, page_table,
+                                              tuple(programs), tuple(rank_operators))
+        rank_buffers: list[dict[str, np.ndarray]] = []
+        for _ in range(ranks):
+            buffers = {}
+            for b in manifest.buffers:
+                if rank_buffers and b.role == M.BUFFER_ROLE_TRANSPORT:
+                    buffers[b.name] = rank_buffers[0][b.name]  # one transport, read by every rank
+                    continue
+                shape = [int(e) for e in b.shape]
+                if b.role == M.BUFFER_ROLE_CACHE:
+                    shape[0] = pages
+                buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
+            for graph in graphs.values():
+                graph.packing.initialize(buffers)
+            rank_buffers.append(buffers)
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
-        return cls(graphs, weights, buffers, completion, pages=pages, keep=keep, frames=frames)
+        return cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
+                   rank_buffers=rank_buffers)
 
     # ------------------------------------------------------------------------------------------ rounds
 
@@ -137,11 +178,15 @@ class ReferenceExecutor:
         self._apply_updates(plan, check=graph.page_table)
         graph.packing.pack(plan.lanes, self.buffers)
         # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.
-        self._field(M.COMPLETION_FIELD_FRAME_INDEX)[...] = plan.frame
-        self._field(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)[...] = transport_sequence(plan.sequence)
-        tensors: dict[str, np.ndarray] = dict(self.buffers)
-        tensors.update(self.weights)
-        env = execute(graph.program, tensors, graph.operators)
+        for buffers in self.rank_buffers:
+            buffers[self.completion[M.COMPLETION_FIELD_FRAME_INDEX]][...] = plan.frame
+            buffers[self.completion[M.COMPLETION_FIELD_SUBMISSION_SEQUENCE]][...] = transport_sequence(plan.sequence)
+        if len(self.rank_buffers) == 1:
+            env = execute(graph.program, {**self.buffers, **self.weights}, graph.operators)
+        else:
+            env = execute_ranks(graph.rank_programs, [{**buffers, **self.weights} for buffers in self.rank_buffers],
+                                graph.rank_operators)[0]
+            self._check_agreement(plan)
         if self.keep:
             self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
             self.kept_graphs.append(plan.graph)
@@ -159,6 +204,15 @@ class ReferenceExecutor:
 
     def _field(self, field: int) -> np.ndarray:
         return self.buffers[self.completion[field]]
+
+    def _check_agreement(self, plan: RoundPlan) -> None:
+        """Every rank's completion record equals rank 0's (the ranks sample the same tokens from the
+        same gathered logits, so anything else is a fault of the programs)."""
+        for rank, buffers in enumerate(self.rank_buffers[1:], start=1):
+            for field, name in self.completion.items():
+                if not np.array_equal(buffers[name], self.buffers[name]):
+                    raise RankDisagreement(f"graph {plan.graph}, round {plan.sequence}: rank {rank}'s completion "
+                                           f"field {M.CompletionField.Name(field)} differs from rank 0's")
 
     def _apply_updates(self, plan: RoundPlan, *, check: bool) -> None:
         """Build each slot's page-table row from the updates; with `check` (the graph binds a page

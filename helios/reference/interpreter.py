@@ -1,6 +1,7 @@
 """The reference program interpreter (host side): executes a `program_pb2.Program` with NumPy.
 
     execute(program, tensors) -> dict of every tensor's array
+    execute_ranks(programs, tensors_per_rank) -> each rank's dict (a tensor-parallel graph, in lockstep)
 
 Binding. `tensors` maps names to arrays. A WEIGHT tensor is looked up by its tensor name, then by
 its resource id; a TRANSPORT, STATE, COMPLETION or TUNED tensor by its tensor name, then by its
@@ -26,6 +27,7 @@ from helios.program.registry import OPERATORS
 from helios.program.types import BF16, FLOAT_DTYPES, TensorType
 from helios.program.validate import ValidatedOperator, declared_type, validate_program
 from helios.proto import program_pb2
+from helios.reference.collectives import RANK_COLLECTIVES
 from helios.reference.operators import NUMPY_DTYPES, REFERENCE_OPERATORS
 
 
@@ -90,6 +92,48 @@ def _bind(decl: program_pb2.TensorDecl, tensors: Mapping[str, np.ndarray]) -> np
     return array
 
 
+class RankProgramsDiffer(HeliosError):
+    """The programs of the ranks of one graph cannot run in lockstep (operators or collectives differ)."""
+
+
+class _Run:
+    """One program's execution state: its declared types and roles and the arrays bound so far."""
+
+    def __init__(self, program: program_pb2.Program, tensors: Mapping[str, np.ndarray]) -> None:
+        self.types: dict[str, TensorType] = {}
+        self.roles: dict[str, int] = {}
+        self.env: dict[str, np.ndarray] = {}
+        for decl in program.tensors:
+            self.types[decl.name] = declared_type(decl)
+            self.roles[decl.name] = decl.role
+            if decl.role != program_pb2.TENSOR_ROLE_SCRATCH:
+                self.env[decl.name] = _bind(decl, tensors)
+
+    def arguments(self, operator: ValidatedOperator) -> list[np.ndarray]:
+        spec = OPERATORS[operator.op]
+        arguments = [self.env[name] for name in operator.inputs]
+        for out_index, in_index in spec.in_place:
+            target = self.types[operator.outputs[out_index]].dtype
+            for i, name in enumerate(operator.inputs):
+                if i != in_index and self.types[name].dtype in FLOAT_DTYPES:
+                    arguments[i] = round_to_dtype(arguments[i], target)
+        return arguments
+
+    def store(self, operator: ValidatedOperator, results: object) -> None:
+        if not isinstance(results, tuple):
+            results = (results,)
+        env = self.env
+        for name, result in zip(operator.outputs, results, strict=True):
+            if name in env and result is env[name]:
+                continue  # an in-place operator updated the bound array itself
+            declared = self.types[name]
+            value = round_to_dtype(np.asarray(result).reshape(declared.shape), declared.dtype)
+            if self.roles[name] == program_pb2.TENSOR_ROLE_SCRATCH:
+                env[name] = value
+            else:
+                env[name][...] = value
+
+
 def execute(
     program: program_pb2.Program,
     tensors: Mapping[str, np.ndarray],
@@ -102,32 +146,57 @@ def execute(
     """
     if operators is None:
         operators = validate_program(program)
-    types: dict[str, TensorType] = {}
-    roles: dict[str, int] = {}
-    env: dict[str, np.ndarray] = {}
-    for decl in program.tensors:
-        types[decl.name] = declared_type(decl)
-        roles[decl.name] = decl.role
-        if decl.role != program_pb2.TENSOR_ROLE_SCRATCH:
-            env[decl.name] = _bind(decl, tensors)
+    run = _Run(program, tensors)
     for operator in operators:
-        spec = OPERATORS[operator.op]
-        arguments = [env[name] for name in operator.inputs]
-        for out_index, in_index in spec.in_place:
-            target = types[operator.outputs[out_index]].dtype
-            for i, name in enumerate(operator.inputs):
-                if i != in_index and types[name].dtype in FLOAT_DTYPES:
-                    arguments[i] = round_to_dtype(arguments[i], target)
-        results = REFERENCE_OPERATORS[operator.op](*arguments, **operator.attributes)
-        if not isinstance(results, tuple):
-            results = (results,)
-        for name, result in zip(operator.outputs, results, strict=True):
-            if name in env and result is env[name]:
-                continue  # an in-place operator updated the bound array itself
-            declared = types[name]
-            value = round_to_dtype(np.asarray(result).reshape(declared.shape), declared.dtype)
-            if roles[name] == program_pb2.TENSOR_ROLE_SCRATCH:
-                env[name] = value
-            else:
-                env[name][...] = value
-    return env
+        run.store(operator, REFERENCE_OPERATORS[operator.op](*run.arguments(operator), **operator.attributes))
+    return run.env
+
+
+def execute_ranks(
+    programs: Sequence[program_pb2.Program],
+    tensors: Sequence[Mapping[str, np.ndarray]],
+    operators: Sequence[Sequence[ValidatedOperator]] | None = None,
+) -> list[dict[str, np.ndarray]]:
+    """Run the programs of the ranks of one graph in lockstep (rank r over `tensors[r]`); return each
+    rank's tensors.
+
+    Operator i runs on every rank, in rank order, before operator i + 1; a collective
+    (`helios.reference.collectives`) takes every rank's input at once and gives each rank its output.
+    """
+    if len(tensors) != len(programs):
+        raise RankProgramsDiffer(f"{len(programs)} rank programs were given {len(tensors)} tensor sets")
+    if operators is None:
+        operators = [validate_program(program) for program in programs]
+    check_lockstep(programs, operators)
+    runs = [_Run(program, bound) for program, bound in zip(programs, tensors, strict=True)]
+    for step in zip(*operators, strict=True):
+        collective = RANK_COLLECTIVES.get(step[0].op)
+        if collective is not None:
+            inputs = [run.arguments(operator)[0] for run, operator in zip(runs, step, strict=True)]
+            for run, operator, result in zip(runs, step, collective(inputs, **step[0].attributes), strict=True):
+                run.store(operator, result)
+            continue
+        for run, operator in zip(runs, step, strict=True):
+            run.store(operator, REFERENCE_OPERATORS[operator.op](*run.arguments(operator), **operator.attributes))
+    return [run.env for run in runs]
+
+
+def check_lockstep(programs: Sequence[program_pb2.Program],
+                   operators: Sequence[Sequence[ValidatedOperator]]) -> None:
+    """The ranks' programs of one graph run the same operators in order, each collective over all of
+    them with the same attributes (RankProgramsDiffer otherwise)."""
+    graph = programs[0].graph if programs else ""
+    for rank, (program, ops) in enumerate(zip(programs, operators, strict=True)):
+        if program.graph != graph or program.rank != rank:
+            raise RankProgramsDiffer(f"program {rank} of graph {graph!r} is rank {program.rank} of "
+                                     f"{program.graph!r}")
+        if [o.op for o in ops] != [o.op for o in operators[0]]:
+            raise RankProgramsDiffer(f"graph {graph!r}: rank {rank}'s operators differ from rank 0's")
+    for i, first in enumerate(operators[0] if operators else ()):
+        if first.op not in RANK_COLLECTIVES:
+            continue
+        if first.attributes.get("ranks") != len(programs):
+            raise RankProgramsDiffer(f"graph {graph!r} operators[{i}] ({first.op}) is over "
+                                     f"{first.attributes.get('ranks')} ranks, the core has {len(programs)}")
+        if any(ops[i].attributes != first.attributes for ops in operators):
+            raise RankProgramsDiffer(f"graph {graph!r} operators[{i}] ({first.op}): the ranks' attributes differ")

@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import sampling, speculative
+from helios.reference import collectives, sampling, speculative
 
 F = np.float32
 
@@ -48,9 +48,9 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=F)
 
 
-def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+def embedding(ids: np.ndarray, table: np.ndarray, *, row_offset: int = 0) -> np.ndarray:
     table = _f32(table)
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = np.asarray(ids, dtype=np.int64) - row_offset
     valid = (ids >= 0) & (ids < table.shape[0])
     out = np.zeros((ids.shape[0], table.shape[1]), dtype=F)
     out[valid] = table[ids[valid]]
@@ -282,5 +282,7 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "speculative_verify": speculative.speculative_verify,
     "speculative_commit": speculative.speculative_commit,
     "copied_proposal": speculative.copied_proposal,
+    "all_reduce": collectives.all_reduce,
+    "all_gather": collectives.all_gather,
     "fill": fill,
 })

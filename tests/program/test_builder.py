@@ -25,7 +25,30 @@ def test_a_program_using_a_newer_operator_is_stamped_with_its_version():
     x = b.transport("x", "x", "i32", [2])
     index = b.transport("index", "index", "i32", [2])
     b.scatter(x, index, into=out)
-    assert b.build().operator_set_version == 3 < OPERATOR_SET_VERSION  # scatter is a version-3 operator
+    assert b.build().operator_set_version == 3 < OPERATOR_SET_VERSION
+
+
+def test_a_collective_or_a_row_offset_stamps_version_4_and_an_older_program_may_not_hold_them():
+    b = ProgramBuilder("g", rank=1)
+    x = b.transport("x", "x", "f32", [2, 8])
+    b.all_reduce(x, ranks=2, name="summed")
+    b.all_gather(x, ranks=2, name="joined")
+    assert b.build().operator_set_version == OPERATOR_SET_VERSION == 4
+    assert b.type_of("joined") == TensorType(F32, (2, 16))
+
+    e = ProgramBuilder("e")
+    ids = e.transport("ids", "ids", "i32", [3])
+    table = e.weight("table", resource="w", dtype="f32", shape=[4, 8])
+    e.embedding(ids, table, row_offset=4)
+    program = e.build()
+    assert program.operator_set_version == 4
+    program.operator_set_version = 3
+    with pytest.raises(E.OperatorNewerThanProgram, match="attribute row_offset of embedding"):
+        validate_program(program)
+    plain = ProgramBuilder("p")
+    plain.embedding(plain.transport("ids", "ids", "i32", [3]),
+                    plain.weight("table", resource="w", dtype="f32", shape=[4, 8]), row_offset=0)
+    assert plain.build().operator_set_version == 2  # offset 0 is left unset: what every older program means
 
 
 def test_a_built_program_round_trips_through_bytes_and_validates_against_its_buffers():

@@ -14,6 +14,11 @@ one program per (operation, capacity), all the same operator sequence over packe
 The family differences are data: q/k/v bias (Qwen2), per-head q/k norm and explicit head_dim (Qwen3),
 a sliding window per layer (Mistral, Qwen layer types), llama3 rope scaling (the rotary operator's
 `frequency_band`), tied embeddings.
+
+Tensor-parallel ranks (docs/ranks.md): `check_tensor_parallel` refuses a split the config does not
+allow, `weight_part` says which part of each stored tensor a rank holds, and a `Decoder` with a
+`shard` writes that rank's program: its heads and features, `all_reduce` after the row-parallel
+products and the vocabulary-parallel embedding, `all_gather` after the head's logits.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from helios.ignition.preparation.contract import (
     sampling_inputs,
     state_transfer,
 )
+from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.speculative import speculative_inputs
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
@@ -280,6 +286,66 @@ def weight_resource(tensor: str, prefix: str = "") -> str:
     return f"draft/weight/{tensor}" if prefix else f"weight/{tensor}"
 
 
+def check_tensor_parallel(cfg: LlamaFamilyConfig, ranks: int) -> None:
+    """`ranks` tensor-parallel ranks can split this model, or UnsupportedCheckpoint names the field.
+
+    Query heads, the MLP's intermediate features and the vocabulary are split evenly; key/value
+    heads are split when the ranks divide them and replicated (each rank holding the one head its
+    query heads read) when the ranks are a multiple of them.
+    """
+    if ranks == 1:
+        return
+    for key, value in (("num_attention_heads", cfg.heads), ("intermediate_size", cfg.intermediate_size),
+                       ("vocab_size", cfg.vocab_size)):
+        if value % ranks:
+            raise UnsupportedCheckpoint(f"--tp {ranks}: config.json: {key} = {value} is not divisible by {ranks} ranks")
+    if cfg.kv_heads % ranks and ranks % cfg.kv_heads:
+        raise UnsupportedCheckpoint(f"--tp {ranks}: config.json: num_key_value_heads = {cfg.kv_heads} neither "
+                                    f"divides nor is divisible by {ranks} ranks")
+
+
+def rank_kv_heads(cfg: LlamaFamilyConfig, shard: RankShard) -> tuple[int, int]:
+    """[start, stop) of the key/value heads rank `shard` holds: its share when the ranks divide them,
+    else the one head its query heads read (replicated on ranks // kv_heads ranks)."""
+    if cfg.kv_heads % shard.ranks == 0:
+        return shard.span(cfg.kv_heads)
+    head = shard.rank // (shard.ranks // cfg.kv_heads)
+    return head, head + 1
+
+
+def weight_part(cfg: LlamaFamilyConfig, tensor: str, shard: RankShard | None) -> WeightPart | None:
+    """The part of stored `tensor` the rank `shard` holds (all of it on a one-rank core), or None
+    when the rank does not read it.
+
+    Column-parallel (by output rows): q/k/v and gate/up (and their biases), the embedding and the
+    output head (the vocabulary). Row-parallel (by input columns): o and down; their biases are held
+    whole by rank 0 alone, which adds them once before the sum over ranks. Norms are held whole.
+    """
+    if shard is None or shard.ranks == 1:
+        return WHOLE
+    hd = cfg.head_dim
+    leaf = tensor.rsplit(".", 2)
+    module, kind = (leaf[-2], leaf[-1]) if len(leaf) == 3 else ("", "")
+    if tensor in ("model.embed_tokens.weight", "lm_head.weight"):
+        return WeightPart.rows(*shard.span(cfg.vocab_size))
+    if module == "q_proj":
+        start, stop = shard.span(cfg.heads)
+        return WeightPart.rows(start * hd, stop * hd)
+    if module in ("k_proj", "v_proj"):
+        start, stop = rank_kv_heads(cfg, shard)
+        return WeightPart.rows(start * hd, stop * hd)
+    if module in ("gate_proj", "up_proj"):
+        return WeightPart.rows(*shard.span(cfg.intermediate_size))
+    if module == "o_proj" and kind == "weight":
+        start, stop = shard.span(cfg.heads)
+        return WeightPart.columns(start * hd, stop * hd)
+    if module == "down_proj" and kind == "weight":
+        return WeightPart.columns(*shard.span(cfg.intermediate_size))
+    if module in ("o_proj", "down_proj") and kind == "bias" and shard.rank != 0:
+        return None
+    return WHOLE
+
+
 def lm_head_tensor(cfg: LlamaFamilyConfig) -> str:
     return "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
 
@@ -332,25 +398,53 @@ class Decoder:
     histories: tuple[HistoryPlanes, ...]
     weight_dtype: str
     prefix: str = ""
+    # A tensor-parallel rank (None: the one rank of a one-rank core): the programs hold the rank's
+    # heads, intermediate features and vocabulary slice, and meet the other ranks at collectives.
+    shard: RankShard | None = None
+
+    @property
+    def ranks(self) -> int:
+        return 1 if self.shard is None else self.shard.ranks
 
     def weights(self, b: ProgramBuilder, specs: dict[str, str]):
-        """The weight-declaring function of this model in program `b` (each tensor declared once)."""
+        """The weight-declaring function of this model in program `b` (each tensor declared once);
+        `shape` is the stored tensor's, the declared one the rank's part of it."""
         def w(name: str, shape: tuple[int, ...]) -> str:
             key = self.prefix + name
             if key not in specs:
-                specs[key] = b.weight(key, resource=weight_resource(name, self.prefix), dtype=self.weight_dtype,
-                                      shape=shape)
+                part = weight_part(self.cfg, name, self.shard)
+                if part is None:
+                    raise ValueError(f"rank {self.shard.rank} does not hold {name}")  # type: ignore[union-attr]
+                specs[key] = b.weight(key, resource=part.resource(weight_resource(name, self.prefix)),
+                                      dtype=self.weight_dtype, shape=part.shape(shape))
             return specs[key]
         return w
 
+    def _reduced(self, b: ProgramBuilder, x: str, *, name: str) -> str:
+        """x summed over the ranks (a rank's partial product made whole); x itself on one rank."""
+        if self.ranks == 1:
+            return x
+        return b.all_reduce(x, ranks=self.ranks, name=name)
+
+    def _first_rank(self) -> bool:
+        return self.shard is None or self.shard.rank == 0
+
     def embed(self, b: ProgramBuilder, w, tokens: str, *, name: str) -> str:
         cfg = self.cfg
-        return b.embedding(tokens, w("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size)), name=name)
+        table = w("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))
+        if self.ranks == 1:
+            return b.embedding(tokens, table, name=name)
+        # Vocabulary-parallel: each rank's rows of its slice (zero rows for other ids), summed.
+        start, _ = self.shard.span(cfg.vocab_size)  # type: ignore[union-attr]
+        rows = b.embedding(tokens, table, row_offset=start, name=f"{name}.rank_rows")
+        return self._reduced(b, rows, name=name)
 
     def layers(self, b: ProgramBuilder, w, x: str, positions: str, token_lane: str, page_table: str, *,
                tag: str) -> str:
         """Every decoder layer over packed rows `x` (each row's KV written to its lane's pages)."""
         cfg = self.cfg
+        # The stored widths (the weights' shapes): on a rank, `w` declares the rank's part of each
+        # (weight_part), and every width after it follows from the shapes.
         h, q_width, kv_width = cfg.hidden_size, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         rope = _rope_attributes(cfg)
         for i in range(cfg.layers):
@@ -377,18 +471,24 @@ class Decoder:
             attended = b.paged_attention(q, key_cache, value_cache, token_lane, positions, page_table,
                                          scale=cfg.head_dim ** -0.5, sliding_window=cfg.windows[i],
                                          name=f"{n}.attn")
-            o_bias = w(p + "self_attn.o_proj.bias", (h,)) if cfg.o_bias else None
-            o = b.matmul(attended, w(p + "self_attn.o_proj.weight", (h, q_width)), o_bias, name=f"{n}.o")
+            # Row-parallel: each rank's heads give a partial product, the bias is rank 0's to add once.
+            o_bias = w(p + "self_attn.o_proj.bias", (h,)) if cfg.o_bias and self._first_rank() else None
+            o = b.matmul(attended, w(p + "self_attn.o_proj.weight", (h, q_width)), o_bias,
+                         name=f"{n}.o" if self.ranks == 1 else f"{n}.o_part")
+            o = self._reduced(b, o, name=f"{n}.o")
             x = b.add(x, o, name=f"{n}.x_attn")
             hn = b.rms_norm(x, w(p + "post_attention_layernorm.weight", (h,)), eps=cfg.rms_norm_eps,
                             name=f"{n}.mlp_in")
             f = cfg.intermediate_size
-            mlp_bias = {m: (w(p + f"mlp.{m}.bias", (e,)) if cfg.mlp_bias else None)
+            mlp_bias = {m: (w(p + f"mlp.{m}.bias", (e,)) if cfg.mlp_bias and (m != "down_proj" or self._first_rank())
+                            else None)
                         for m, e in (("gate_proj", f), ("up_proj", f), ("down_proj", h))}
             gate = b.matmul(hn, w(p + "mlp.gate_proj.weight", (f, h)), mlp_bias["gate_proj"], name=f"{n}.gate")
             up = b.matmul(hn, w(p + "mlp.up_proj.weight", (f, h)), mlp_bias["up_proj"], name=f"{n}.up")
             act = b.gated_activation(gate, up, activation=cfg.activation, name=f"{n}.act")
-            down = b.matmul(act, w(p + "mlp.down_proj.weight", (h, f)), mlp_bias["down_proj"], name=f"{n}.down")
+            down = b.matmul(act, w(p + "mlp.down_proj.weight", (h, f)), mlp_bias["down_proj"],
+                            name=f"{n}.down" if self.ranks == 1 else f"{n}.down_part")
+            down = self._reduced(b, down, name=f"{n}.down")
             x = b.add(x, down, name=f"{n}.x")
         return x
 
@@ -398,7 +498,17 @@ class Decoder:
         normed = b.rms_norm(hidden, w("model.norm.weight", (cfg.hidden_size,)), eps=cfg.rms_norm_eps,
                             name=f"{tag}final_hidden")
         head = w(lm_head_tensor(cfg), (cfg.vocab_size, cfg.hidden_size))
-        return b.logits(normed, head, sampled_tokens=geometry.sampled_tokens, name=f"{tag}logits")
+        if self.ranks == 1:
+            return b.logits(normed, head, sampled_tokens=geometry.sampled_tokens, name=f"{tag}logits")
+        # Vocabulary-parallel: each rank's slice of the columns, gathered into whole rows on every
+        # rank, so every rank samples the same token from the same row (docs/ranks.md).
+        start, stop = self.shard.span(cfg.vocab_size)  # type: ignore[union-attr]
+        sampled = min(geometry.sampled_tokens - start, stop - start)
+        if sampled < 1:
+            raise UnsupportedCheckpoint(f"--tp {self.ranks}: rank {self.shard.rank}'s vocabulary slice "  # type: ignore[union-attr]
+                                        f"[{start}, {stop}) holds no sampled token")
+        part = b.logits(normed, head, sampled_tokens=sampled, name=f"{tag}logits.rank_columns")
+        return b.all_gather(part, ranks=self.ranks, name=f"{tag}logits")
 
 
 def _cache_state(b: ProgramBuilder, name: str, buffer: str, planes: HistoryPlanes) -> str:
@@ -409,25 +519,29 @@ def _cache_state(b: ProgramBuilder, name: str, buffer: str, planes: HistoryPlane
 
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
-                 pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1):
+                 pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
+                 shard: RankShard | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
     `pending_token` "device" (the default): the program reads each lane's last sampled id from the
     `pending_tokens` STATE row and writes every sampled id back there (`device_pending_tokens`), so no
     host binding feeds it; "host": a PENDING_TOKEN binding feeds it. With a `draft` (a speculative
     core), the draft model consumes the same packed rows, so its history stays in step with the
-    target's for a later speculative round.
+    target's for a later speculative round. With a `shard` the program is that rank's (its
+    `histories` hold the rank's key/value heads).
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
-    b = ProgramBuilder(graph)
+    if draft is not None and shard is not None and shard.ranks > 1:
+        raise ValueError("a draft model on tensor-parallel ranks is not built")
+    b = ProgramBuilder(graph, rank=0 if shard is None else shard.rank)
     text = paged_text_inputs(decl, geometry, b, packed_tokens, host_pending=pending_token == "host")
     device = device_pending_tokens(decl, geometry, b, text) if pending_token == "device" else None
     tokens = text.tokens if device is None else device.tokens
     admission = admission_inputs(decl, geometry, b)
     sampling = sampling_inputs(decl, geometry, b)
     specs: dict[str, str] = {}
-    target = Decoder(cfg, tuple(histories), weight_dtype)
+    target = Decoder(cfg, tuple(histories), weight_dtype, shard=shard)
     w = target.weights(b, specs)
     x = target.embed(b, w, tokens, name="x")
     x = target.layers(b, w, x, text.positions, text.token_lane, text.page_table, tag="")
@@ -525,9 +639,11 @@ def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry,
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 
 
-def initialization_program(geometry: TextGeometry, decl: Declarations, *, graph: str, completion_width: int = 1):
-    """Per-request setup: the lane's completion row announces its generation, nothing emitted or consumed."""
-    b = ProgramBuilder(graph)
+def initialization_program(geometry: TextGeometry, decl: Declarations, *, graph: str, completion_width: int = 1,
+                           rank: int = 0):
+    """Per-request setup: the lane's completion row announces its generation, nothing emitted or consumed
+    (the same on every rank: `rank` only names the program's)."""
+    b = ProgramBuilder(graph, rank=rank)
     admission = admission_inputs(decl, geometry, b, sampling_decision=False)
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=None, sampled=None,
                    consumed_endpoint=None, width=completion_width)

@@ -12,9 +12,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _embedding_kernel(ids_ptr, table_ptr, out_ptr, vocab, width, BLOCK: tl.constexpr):
+def _embedding_kernel(ids_ptr, table_ptr, out_ptr, vocab, width, row_offset, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    token = tl.load(ids_ptr + row).to(tl.int64)
+    token = tl.load(ids_ptr + row).to(tl.int64) - row_offset
     valid = (token >= 0) & (token < vocab)
     safe = tl.where(valid, token, 0)
     readable = tl.where(valid, width, 0)  # the row's readable extent: none for an invalid id
@@ -25,10 +25,11 @@ def _embedding_kernel(ids_ptr, table_ptr, out_ptr, vocab, width, BLOCK: tl.const
         tl.store(out_ptr + row * width + cols, values, mask=mask)
 
 
-def embedding(ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor, *, block: int = 1024) -> None:
-    """out[t] = table[ids[t]], a zero row for ids outside [0, V)."""
+def embedding(ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor, *, row_offset: int = 0,
+              block: int = 1024) -> None:
+    """out[t] = table[ids[t] - row_offset], a zero row outside [0, V) (a rank's vocabulary slice)."""
     vocab, width = table.shape
-    _embedding_kernel[(ids.shape[0],)](ids, table, out, vocab, width,
+    _embedding_kernel[(ids.shape[0],)](ids, table, out, vocab, width, row_offset,
                                        BLOCK=min(block, triton.next_power_of_2(width)))
 
 

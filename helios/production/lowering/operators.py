@@ -4,7 +4,7 @@ Each lowering binds the operator's tensors from the context once and returns the
 it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where`, `column_write` and
 `fill` a small torch call on static tensors (`gather` and `where` move one integer per lane: a
 device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
-and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import torch
 
 from helios.production.kernels import activation, attention, gather, norm, sampling
+from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
 from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
@@ -47,7 +48,8 @@ def _copy_block(c: Context) -> dict:
 def _embedding(c: Context, op: ValidatedOperator):
     ids, table, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     block = _copy_block(c)
-    return lambda: gather.embedding(ids, table, out, **block)
+    offset = int(op.attributes.get("row_offset", 0))
+    return lambda: gather.embedding(ids, table, out, row_offset=offset, **block)
 
 
 def _rms_norm(c: Context, op: ValidatedOperator):
@@ -207,6 +209,8 @@ LOWERINGS: Mapping[str, Lowering] = {
     "speculative_verify": lower_speculative_verify,
     "speculative_commit": lower_speculative_commit,
     "copied_proposal": lower_copied_proposal,
+    "all_reduce": lower_all_reduce,
+    "all_gather": lower_all_gather,
     "fill": _fill,
 }
 

@@ -1,0 +1,72 @@
+"""`helios prepare --tp` through the command line: the sealed core's ranks in `helios inspect` (their
+programs, and with --trust and --accept their weight catalogs and bytes), generation through the
+reference runtime equal to the one-rank core's, one-line refusals (`--tp 3` on heads the ranks
+cannot split, the production runtime on a core of several ranks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helios.cli import main
+
+CAPACITIES = ["--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2", "--prefill-capacities", "8",
+              "--context-tokens", "32"]
+
+
+@pytest.fixture(scope="module")
+def signed(tiny_checkpoint, tmp_path_factory):
+    """(one-rank core, two-rank core, public key) of the tiny Qwen3 checkpoint."""
+    directory = tmp_path_factory.mktemp("tp-cli")
+    key = directory / "publisher.key"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    cores = []
+    for ranks in (1, 2):
+        core = directory / f"tp{ranks}.hcore"
+        assert main(["prepare", str(tiny_checkpoint("qwen3")), "--out", str(core), "--publisher", "acme/tests",
+                     "--key", str(key), "--tp", str(ranks), *CAPACITIES]) == 0
+        cores.append(core)
+    return cores[0], cores[1], f"{key}.pub"
+
+
+def test_inspect_shows_each_rank_its_programs_catalog_and_bytes(signed, capsys):
+    _, core, public = signed
+    capsys.readouterr()
+    assert main(["inspect", str(core)]) == 0
+    out = capsys.readouterr().out
+    assert "ranks             2" in out and "  rank 1  programs 6 (" in out
+    assert "weights per rank: read from the weight catalogs with --trust PUBKEY --accept NAMESPACE" in out
+    assert main(["inspect", str(core), "--trust", public, "--accept", "acme/tests", "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)["ranks"]
+    assert [r["catalog"] for r in ranks] == ["weight_catalog/rank0", "weight_catalog/rank1"]
+    # qwen3 (untied head): every rank holds 3 layers x 11 tensors, the final norm, the embedding and head slices
+    assert [r["weights"] for r in ranks] == [3 * 11 + 3] * 2
+    assert ranks[0]["weight_nbytes"] == ranks[1]["weight_nbytes"] > 0
+
+
+def test_generate_on_two_ranks_equals_one_rank_and_production_refuses_in_one_line(signed, capsys):
+    one, two, public = signed
+    results = []
+    for core in (one, two):
+        capsys.readouterr()
+        assert main(["generate", str(core), "--accept", "acme/tests", "--trust", public, "--prompt", "Hello there",
+                     "--max-tokens", "6", "--temperature", "0", "--json", "--runtime", "reference"]) == 0
+        results.append(json.loads(capsys.readouterr().out)["token_ids"])
+    assert results[0] == results[1] and len(results[0]) >= 1
+    assert main(["generate", str(two), "--accept", "acme/tests", "--trust", public, "--prompt", "Hello",
+                 "--max-tokens", "2", "--runtime", "production"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "tensor-parallel ranks are not built in the production runtime: the core has 2 ranks" in err
+
+
+def test_tp_3_on_four_heads_is_one_line_naming_the_field(tiny_checkpoint, tmp_path, capsys):
+    key, checkpoint = tmp_path / "k", tiny_checkpoint("llama")
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    capsys.readouterr()
+    assert main(["prepare", str(checkpoint), "--out", str(tmp_path / "m.hcore"), "--publisher", "acme",
+                 "--key", str(key), "--tp", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tp 3: config.json: num_attention_heads = 4 is not divisible by 3" in err
+    assert not (tmp_path / "m.hcore").exists()
