@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import sampling, speculative
+from helios.reference import sampling, scores, speculative
 
 F = np.float32
 
@@ -281,5 +281,6 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "speculative_pack": speculative.speculative_pack,
     "speculative_verify": speculative.speculative_verify,
     "speculative_commit": speculative.speculative_commit,
+    "prompt_scores": scores.prompt_scores,
     "fill": fill,
 })
