@@ -40,6 +40,7 @@ from helios.core.source import CoreSource
 from helios.runtime.events import Failed, Finished, Rejected, TokenEvent
 from helios.runtime.interface import ModelRuntime, PreparedRequest
 from helios.runtime.request import GenerationRequest
+from helios.runtime.scores import core_prompt_score_width
 
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -148,7 +149,8 @@ def preparer_for(core: CoreSource) -> Any:
     vocabulary = serving.model.vocabulary
     return Preparer(Bootstrap.from_core(core), served_id=serving.served_id, aliases=tuple(serving.aliases),
                     context_tokens=serving.context_tokens, sampled_tokens=vocabulary.sampled_tokens or None,
-                    mask_words=vocabulary.mask_words or None)
+                    mask_words=vocabulary.mask_words or None,
+                    prompt_score_width=core_prompt_score_width(serving, core.manifest))
 
 
 def prepare_workload(core: CoreSource, workload: Workload, copies: int = 2, *,

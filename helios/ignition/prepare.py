@@ -32,6 +32,7 @@ from helios.ignition.preparation.contract import (
     page_table_views,
     paged_history,
     pending_token_view,
+    prompt_score_layout,
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
@@ -76,6 +77,10 @@ class PreparationOptions:
     draft: str | Path | None = None
     speculative_widths: tuple[int, ...] = (2, 4)
     speculative_budget: int | None = None
+    # Scored prefill: SCORED_PREFILL graphs at every prefill capacity, each scoring its packed rows with
+    # the target's log-probability and the `prompt_score_top` most likely ids (prompt log-probabilities,
+    # `echo` with `logprobs`); 0 captures none.
+    prompt_score_top: int = 20
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -98,6 +103,8 @@ class PreparationOptions:
             raise InvalidPreparationOptions(
                 f"--speculative-budget {self.speculative_budget} must hold one row per lane of the largest "
                 f"batch capacity {max(self.batch_capacities)}")
+        if self.prompt_score_top < 0:
+            raise InvalidPreparationOptions(f"--prompt-score-top must be >= 0, got {self.prompt_score_top}")
         if self.draft is not None and self.pending_token != "device":
             raise InvalidPreparationOptions("--draft needs --pending-token device (a speculative round's pending "
                                             "token is the device's)")
@@ -215,6 +222,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
 
     decl = Declarations()
     layout = completion_layout(decl, geometry, width=completion_width, speculative=bool(widths))
+    score_top = min(options.prompt_score_top, geometry.sampled_tokens)
+    scores = (max(options.prefill_capacities), score_top) if score_top else None
+    if scores is not None:
+        prompt_score_layout(decl, layout, rows=scores[0], top=scores[1])
     histories = [paged_history(decl, geometry, layer=i, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
                                dtype=cache_dtype, window_tokens=cfg.windows[i]) for i in range(cfg.layers)]
     draft_histories = []
@@ -237,6 +248,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                                                                           completion_width=completion_width)
         graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_program, init_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
+    if scores is not None:  # the prompt of a request asking for prompt scores is consumed by these
+        variants += [(f"scored_prefill_p{p}", C.OPERATION_SCORED_PREFILL, 1, p) for p in options.prefill_capacities]
     variants += [(f"decode_b{b}", C.OPERATION_DECODE, b, b) for b in options.batch_capacities]
     if geometry.slots > 1:
         variants += [(f"mixed_b{geometry.slots}_p{p + geometry.slots - 1}", C.OPERATION_MIXED, geometry.slots,
@@ -244,7 +257,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     for name, operation, batch, packed in variants:
         program, bindings, weights = llama_family.text_program(
             cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype, histories=histories,
-            pending_token=options.pending_token, draft=draft, completion_width=completion_width)
+            pending_token=options.pending_token, draft=draft, completion_width=completion_width,
+            scores=scores if operation == C.OPERATION_SCORED_PREFILL else None)
         graphs.append((name, operation, batch, packed, program, bindings, weights))
     descriptors: dict[str, C.SpeculativeDescriptor] = {}
     if draft is not None:
@@ -319,7 +333,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     arguments = [f"--dtype={options.dtype}", f"--page-tokens={options.page_tokens}",
                  f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
                  f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
-                 f"--context-tokens={context}", f"--pending-token={options.pending_token}"]
+                 f"--context-tokens={context}", f"--pending-token={options.pending_token}",
+                 f"--prompt-score-top={options.prompt_score_top}"]
     if draft_checkpoint is not None:
         arguments += [f"--draft-digest={draft_checkpoint.digest()}",
                       f"--speculative-widths={','.join(map(str, widths))}"]

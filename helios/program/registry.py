@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from helios.program.spec import AttributeSpec, AttributeValue, OperatorSpec, RuleError
 from helios.program.scores import SCORE_SPECS
+from helios.program.spec import AttributeSpec, AttributeValue, OperatorSpec, RuleError
 from helios.program.speculative import SPECULATIVE_SPECS
 from helios.program.types import (
     ACTIVATION_DTYPES,

@@ -136,9 +136,10 @@ class CompletionRows(ColumnRows):
     `Completion`; `column(name)` and `values(name)` read a field without building rows. Equal to any
     sequence of equal `Completion`s."""
 
-    __slots__ = ("_columns", "_ids", "_values")
+    __slots__ = ("_columns", "_ids", "_values", "scores")
 
-    def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, columns: Mapping[str, np.ndarray], scores: object | None = None) -> None:
+        self.scores = scores  # a SCORED_PREFILL round's `helios.runtime.scores.PromptScores`; None elsewhere
         lengths = {len(columns[name]) for name in _FIELDS}
         if len(lengths) != 1:
             raise ValueError(f"completion columns of different lengths: {sorted(lengths)}")

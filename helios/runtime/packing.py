@@ -31,6 +31,9 @@ Source layouts (the trailing extent of the destination row):
         (PROMPT_TOKENS fills the prompt tokens' rows and `padding` in the pending token's row,
         PENDING_TOKEN that row, so two bindings may share one destination; PROMPT_POSITIONS is each
         packed token's sequence position)
+    SCORED_PREFILL_TARGETS                                               -> one integer per packed token:
+        the prompt token after the row's own (position + 1 of the lane's full prompt), `padding`
+        past the prompt's last token
     PENDING_TOKEN with a row indexing                                    -> the lane's pending token
     PAGE_TABLE                                                           -> [pages] page ids, padded
     SEED_BITS                                                            -> [2] (low, high 32 bits) of
@@ -105,7 +108,8 @@ _ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_P
 
 _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
                 V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK)
-_TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS)
+_TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS,
+                  V.VALUE_SOURCE_SCORED_PREFILL_TARGETS)
 
 
 def _source_name(source: int) -> str:
@@ -265,6 +269,18 @@ class ResolvedBinding:
             # stale token of an earlier round.
             values = np.where(columns.is_prompt, columns.tokens + self.offset, self.padding)
             view[:total] = values.reshape((total, *trailing))
+        elif source == V.VALUE_SOURCE_SCORED_PREFILL_TARGETS:
+            # row p of a lane (position consumed + p) scores the prompt token after its own; rows past
+            # the prompt's last token (and padding) keep `padding`
+            view[:total] = self.padding
+            start = 0
+            for lane, end in zip(columns.lanes, columns.ends.tolist(), strict=True):
+                prompt, first = lane.prompt_token_ids, lane.consumed + 1
+                count = min(end - start, len(prompt) - first)
+                if count > 0:
+                    targets = np.asarray(prompt[first:first + count], dtype=np.int64) + self.offset
+                    view[start:start + count] = targets.reshape((count, *trailing))
+                start = end
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
             ends = columns.ends[columns.has_pending] - 1
             view[ends] = (columns.pending[columns.has_pending] + self.offset).reshape((-1, *trailing))
