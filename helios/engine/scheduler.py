@@ -95,6 +95,7 @@ class Scheduler(RequestResidency):
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._prefill_turn = False
+        self._scored_turn = True  # scored and plain prefill chunks alternate while both kinds wait
         self._speculative_turn = True  # speculative and other rounds alternate while both kinds wait
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
@@ -184,7 +185,11 @@ class Scheduler(RequestResidency):
                 self._speculative_turn = True
                 waiting = set(map(id, speculating))
                 decode = [s for s in decode if id(s) not in waiting]
-        if scored and (not decode or self._prefill_turn):  # scored prompt chunks take the prefill turn
+        # Scored prompt chunks take the prefill turn, alternating with plain prefill chunks while both wait.
+        take_scored = scored and (not decode or self._prefill_turn) and (not prefill or self._scored_turn)
+        if scored:
+            self._scored_turn = not take_scored
+        if take_scored:
             cohort = self._cohort(C.OPERATION_SCORED_PREFILL, scored)
             if cohort:
                 tokens = sum(chunk for _, chunk in cohort)

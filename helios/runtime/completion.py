@@ -152,6 +152,15 @@ class CompletionRows(ColumnRows):
         self._values: dict[str, list[int]] = {}
         self._rows: list[Completion] | None = None
 
+    @classmethod
+    def of(cls, rows: Sequence[Completion], scores: object | None = None) -> CompletionRows:
+        """The columns of `rows` (e.g. the rows a trace recorder kept), with a scored round's `scores`."""
+        names = _FIELDS + _EXTRA
+        columns = {name: np.array([getattr(r, name) for r in rows], dtype=np.int64) for name in names}
+        if any(r.sampled_ids for r in rows):
+            columns["sampled_ids"] = np.array([r.sampled_ids for r in rows], dtype=np.int64)
+        return cls(columns, scores)
+
     def column(self, name: str) -> np.ndarray:
         return self._columns[name]
 
