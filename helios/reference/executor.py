@@ -32,7 +32,7 @@ from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.reference.interpreter import bf16_to_f32, execute
 from helios.reference.operators import NUMPY_DTYPES
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
-from helios.runtime.packing import GraphPacking, check_page_table_views
+from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
 
@@ -93,6 +93,7 @@ class ReferenceExecutor:
         if manifest.ranks != 1:
             raise EngineLoadError(f"the reference runtime runs one rank; the core has {manifest.ranks}")
         check_page_table_views(serving)
+        check_history_regions(serving)
         if pages < 1:
             raise EngineLoadError(f"pages must be >= 1, got {pages}")
         buffer_descriptors = {b.name: b for b in manifest.buffers}

@@ -72,6 +72,27 @@ class ShiftedPageTableView(PackingError):
     """A page-table view declares a nonzero page offset, which no runtime applies yet."""
 
 
+class UnservedHistoryKind(PackingError):
+    """A history region of a kind no runtime serves yet (paged latent, recurrent, continuation)."""
+
+
+# The history kinds the programs' operators and the page cache serve: paged key/value planes and
+# sliding windows over them. Paged latent and recurrent regions need their own operators and state
+# transfer (issue #21); continuation storage comes with snapshots (issue #15).
+SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW)
+
+
+def check_history_regions(serving: contract_pb2.ServingContract) -> None:
+    """Refuse, in one line naming it, a history region of a kind this runtime does not serve: a core
+    whose recurrent or latent state were silently ignored would be served wrong."""
+    for i, region in enumerate(serving.model.cache.histories):
+        if region.kind not in SERVED_HISTORY_KINDS:
+            kind = V.HistoryKind.Name(region.kind) if region.kind in V.HistoryKind.values() else f"#{region.kind}"
+            raise UnservedHistoryKind(
+                f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories "
+                "are not served by this runtime (it serves PAGED_KEY_VALUE and SLIDING_WINDOW regions)")
+
+
 def check_page_table_views(serving: contract_pb2.ServingContract) -> None:
     """Refuse, in one line naming it, a page-table view with a nonzero `page_offset`: packing writes
     every view's rows unshifted, so such a core would be served with the wrong pages. (Helios's own
