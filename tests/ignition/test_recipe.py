@@ -248,3 +248,22 @@ def test_a_bf16_checkpoint_is_copied_bit_for_bit(tmp_path):
     prepared = prepare_checkpoint(directory, PreparationOptions(dtype="bf16", page_tokens=4, batch_capacities=(1,),
                                                                 prefill_capacities=(8,)))
     assert prepared.read(f"weight/{name}") == checkpoint.tensors.raw(name).tobytes()
+
+
+def test_scored_prefill_graphs_need_their_score_fields(tiny_checkpoint):
+    """A contract with SCORED_PREFILL graphs records their scores, in buffers covering the largest
+    scored chunk; without the fields (or with narrower rows) it fails decoding naming the record."""
+    from helios.contract.errors import InvalidCompletionLayout
+
+    prepared = prepare_checkpoint(tiny_checkpoint("mistral"), SMALL)
+    manifest = manifest_pb2.ExecutionManifest()
+    manifest.CopyFrom(prepared.manifest)
+    kept = [s for s in manifest.completion.fields if s.field != manifest_pb2.COMPLETION_FIELD_PROMPT_SCORE_IDS]
+    del manifest.completion.fields[:]
+    manifest.completion.fields.extend(kept)
+    with pytest.raises(InvalidCompletionLayout, match="PROMPT_SCORES and PROMPT_SCORE_IDS"):
+        PreparedContract.decode(prepared.contract, manifest)
+    manifest.CopyFrom(prepared.manifest)
+    next(b for b in manifest.buffers if b.name == "completion.prompt_score_ids").shape[:] = [4, 20]
+    with pytest.raises(InvalidCompletionLayout, match=r"R >= 8"):
+        PreparedContract.decode(prepared.contract, manifest)
