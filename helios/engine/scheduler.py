@@ -73,7 +73,7 @@ from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
-from helios.runtime.scores import prompt_score_event, validate_prompt_scores
+from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
 C = contract_pb2
 
@@ -305,13 +305,8 @@ class Scheduler(RequestResidency):
         return s.consumed + s.submitted < len(s.request.generation.prompt_token_ids) - 1
 
     def _score_problem(self, top: int) -> str | None:
-        if not self.catalog.has(C.OPERATION_SCORED_PREFILL):
-            return ("the core has no SCORED_PREFILL graphs (prompt scores): prepare it again with this Helios "
-                    "to serve them")
-        if top > self.config.prompt_score_width:
-            return (f"{top} prompt-token alternatives requested; the core's SCORED_PREFILL graphs give "
-                    f"{self.config.prompt_score_width}")
-        return None
+        width = self.config.prompt_score_width if self.catalog.has(C.OPERATION_SCORED_PREFILL) else 0
+        return score_refusal(top, width)
 
     def _retire_scores(self, plan: RoundPlan, sequences: list[SequenceState], scores,
                        outcomes: RoundOutcomes) -> None:

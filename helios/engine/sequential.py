@@ -35,6 +35,7 @@ from helios.runtime.interface import (
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
+from helios.runtime.scores import score_refusal
 
 
 class TokenEngine(Protocol):
@@ -139,12 +140,8 @@ class SequentialRuntime(ThreadedModelRuntime):
             )
         if any(t >= self._input_vocab_size for t in generation.prompt_token_ids):
             return f"a prompt token is outside the input vocabulary of {self._input_vocab_size}"
-        top = request.prompt_logprobs
-        if top is not None and not self._prompt_score_width:
-            return "the core has no SCORED_PREFILL graphs (prompt scores): prepare it again with this Helios to serve them"
-        if top is not None and top > self._prompt_score_width:
-            return (f"{top} prompt-token alternatives requested; the core's SCORED_PREFILL graphs give "
-                    f"{self._prompt_score_width}")
+        if request.prompt_logprobs is not None:
+            return score_refusal(request.prompt_logprobs, self._prompt_score_width)
         return None
 
     def _ingress_full(self) -> bool:

@@ -36,6 +36,7 @@ from helios.runtime.scores import (
     PromptScoreEvent,
     prompt_score_event,
     prompt_score_width,
+    score_refusal,
     validate_prompt_scores,
 )
 
@@ -182,13 +183,9 @@ class ReferenceEngine:
         validated `PromptScoreEvent` before the first id is yielded."""
         self._admit(request)
         if prompt_logprobs is not None:
-            width = prompt_score_width(self.contract)
-            if not width:
-                raise AdmissionRejected("the core has no SCORED_PREFILL graphs (prompt scores): prepare it again "
-                                        "with this Helios to serve them")
-            if prompt_logprobs > width:
-                raise AdmissionRejected(f"{prompt_logprobs} prompt-token alternatives requested; the core's "
-                                        f"SCORED_PREFILL graphs give {width}")
+            refusal = score_refusal(prompt_logprobs, prompt_score_width(self.contract))
+            if refusal is not None:
+                raise AdmissionRejected(refusal)
         if not 0 <= slot < self.contract.max_concurrency:
             raise AdmissionRejected(f"slot {slot} outside the core's {self.contract.max_concurrency} slots")
         if slot in self._active_slots:

@@ -96,6 +96,16 @@ def prompt_score_event(scores: PromptScores, row: int, first: int, count: int, t
 
 
 
+def score_refusal(top: int, width: int) -> str | None:
+    """Why a request asking for `top` alternatives a prompt token cannot be scored by graphs giving
+    `width` (0: the core has no SCORED_PREFILL graphs), or None: the one wording every runtime uses."""
+    if not width:
+        return "the core has no SCORED_PREFILL graphs (prompt scores): prepare it again with this Helios to serve them"
+    if top > width:
+        return f"{top} prompt-token alternatives requested; the core's SCORED_PREFILL graphs give {width}"
+    return None
+
+
 def prompt_score_width(contract) -> int:
     """K of a `helios.contract.PreparedContract`: the alternatives its scored prefill gives each prompt
     token; 0 when it has no SCORED_PREFILL graph (a core prepared before scored prefill existed)."""
@@ -117,5 +127,5 @@ def core_prompt_score_width(serving: contract_pb2.ServingContract, manifest: man
 
 
 __all__ = ["PromptScoreEvent", "PromptScores", "PromptScoresInvalid", "core_prompt_score_width", "prompt_score_event",
-           "prompt_score_width",
+           "prompt_score_width", "score_refusal",
            "read_prompt_scores", "validate_prompt_scores"]
