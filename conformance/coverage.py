@@ -25,6 +25,7 @@ Observed from what ran, never from what a workload intended:
   tool call        -                                                a tool call its output pipeline parsed
   output filter    -                                                a request with an output filter that released text
   no output filter -                                                a token-observed request without an output filter
+  scored prefill   -                                                a request whose prompt scores both runtimes gave alike
 
 ("-": a host mechanism the trace does not carry.) A mechanism is `exercised`, `not reached`, `not
 observed at this level` or, for the whole row, `not supported by the core` (why, from the geometry).
@@ -40,9 +41,12 @@ from typing import Any
 CHUNKED, REUSE, PREEMPTION, WINDOW = "chunked prefill", "prefix reuse", "preemption", "window crossing"
 TOKEN_STOP, SEQUENCE_STOP, STRING_STOP = "token stop", "sequence stop", "string stop"
 GRAMMAR, TOOL, FILTERED, UNFILTERED = "grammar", "tool call", "output filter", "no output filter"
+SCORED = "scored prefill"
 MECHANISMS = (CHUNKED, REUSE, PREEMPTION, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, GRAMMAR, TOOL,
-              FILTERED, UNFILTERED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
-HOST_ONLY = frozenset({TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, TOOL, FILTERED, UNFILTERED})
+              FILTERED, UNFILTERED, SCORED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
+# NOTE: the trace audit compares a scored round's completion rows, not its prompt scores: scores are
+# compared end to end only.
+HOST_ONLY = frozenset({TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, TOOL, FILTERED, UNFILTERED, SCORED})
 WORKLOAD_LEVELS = ("trace", "e2e")
 
 EXERCISED, NOT_REACHED, NOT_OBSERVED = "exercised", "not reached", "not observed at this level"
@@ -194,6 +198,8 @@ class Observed:
                 seen.add(FILTERED)
             if item.output_filter is None and result.token_ids:
                 seen.add(UNFILTERED)
+            if result.prompt_scores:
+                seen.add(SCORED)
         if (counters is not None and counters.preemptions and counters.readmissions
                 and all(v == "pass" for v in verdicts)):
             seen.add(PREEMPTION)

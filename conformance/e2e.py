@@ -16,6 +16,11 @@ request's divergence:
     finish_reason  eos, length, stop (the Termination value)
     stop_position  for a stop: the number of sampled tokens when it matched
     usage          prompt_tokens, output_tokens
+    prompt_scores  a request asking for them: the prompt tokens they cover, exactly; each token's
+                   log-probability within the score tolerance (the dtype's tie margin, against max(1, |reference|));
+                   its alternatives' ids rank by rank,
+                   where two differ only as a numeric tie (their log-probabilities within the
+                   tolerance of each other, nothing after them compared), and their log-probabilities
     text           the visible text: every released piece, the final flush included
     tool_calls     for a chat request: the tool calls its output pipeline parses from the pieces
                    (name and arguments; call ids are random)
@@ -40,6 +45,7 @@ from helios.core.source import CoreSource
 from helios.runtime.events import Failed, Finished, Rejected, TokenEvent
 from helios.runtime.interface import ModelRuntime, PreparedRequest
 from helios.runtime.request import GenerationRequest
+from helios.runtime.scores import PromptScoreEvent, core_prompt_score_width
 
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -57,6 +63,7 @@ class RequestResult:
     message: str = ""  # the failure or rejection message
     reused_prompt_tokens: int = 0  # prompt positions the prefix cache served (production only)
     tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments) the output pipeline parsed (chat)
+    prompt_scores: tuple[PromptScoreEvent, ...] = ()  # a request asking for prompt scores: its score events
 
 
 def _text(pieces: Sequence[object]) -> str:
@@ -76,8 +83,11 @@ async def _collect(stream: Any, pipeline: Any = None) -> RequestResult:
     tokens: list[int] = []
     text: list[str] = []
     pieces: list[object] = []
+    scores: list[PromptScoreEvent] = []
     async for event in stream:
-        if isinstance(event, TokenEvent):
+        if isinstance(event, PromptScoreEvent):
+            scores.append(event)
+        elif isinstance(event, TokenEvent):
             tokens.append(event.token_id)
             text.append(_text(event.pieces))
             pieces.extend(event.pieces)
@@ -87,7 +97,8 @@ async def _collect(stream: Any, pipeline: Any = None) -> RequestResult:
             calls = _tool_calls(pipeline, pieces) if pipeline is not None else ()
             return RequestResult("finished", event.termination.value, tuple(tokens), "".join(text),
                                  event.prompt_tokens, event.output_tokens,
-                                 reused_prompt_tokens=event.reused_prompt_tokens, tool_calls=calls)
+                                 reused_prompt_tokens=event.reused_prompt_tokens, tool_calls=calls,
+                                 prompt_scores=tuple(scores))
         elif isinstance(event, Failed):
             return RequestResult("failed", None, tuple(tokens), "".join(text), 0, len(tokens), event.message)
         elif isinstance(event, Rejected):
@@ -148,7 +159,8 @@ def preparer_for(core: CoreSource) -> Any:
     vocabulary = serving.model.vocabulary
     return Preparer(Bootstrap.from_core(core), served_id=serving.served_id, aliases=tuple(serving.aliases),
                     context_tokens=serving.context_tokens, sampled_tokens=vocabulary.sampled_tokens or None,
-                    mask_words=vocabulary.mask_words or None)
+                    mask_words=vocabulary.mask_words or None,
+                    prompt_score_width=core_prompt_score_width(serving, core.manifest))
 
 
 def prepare_workload(core: CoreSource, workload: Workload, copies: int = 2, *,
@@ -241,7 +253,7 @@ def reference_tie_check(core: CoreSource, dtype: str) -> TieCheck:
 
 
 def compare_request(case: str, generation: GenerationRequest, reference: RequestResult, production: RequestResult,
-                    tie_check: TieCheck | None, lane: int) -> CaseResult:
+                    tie_check: TieCheck | None, lane: int, score_tolerance: float = 1e-4) -> CaseResult:
     def diverged(field: str, ref: object, prod: object, *, round_: int | None = None, margin: float | None = None,
                  detail: str = "") -> CaseResult:
         return CaseResult(case, "divergence", Divergence(case, field, ref, prod, round=round_, lane=lane,
@@ -271,6 +283,14 @@ def compare_request(case: str, generation: GenerationRequest, reference: Request
     for name in ("prompt_tokens", "output_tokens"):
         if getattr(reference, name) != getattr(production, name):
             return diverged(f"usage.{name}", getattr(reference, name), getattr(production, name))
+    scores = _compare_scores(reference.prompt_scores, production.prompt_scores, score_tolerance)
+    if scores is not None:
+        field, ref, prod, detail, tie = scores
+        if not tie:
+            return diverged(field, ref, prod, detail=detail)
+        tied = Divergence(case, field, ref, prod, lane=lane, detail=detail)
+    else:
+        tied = None
     if reference.text != production.text:
         k = next((i for i, (a, b) in enumerate(zip(reference.text, production.text, strict=False)) if a != b),
                  min(len(reference.text), len(production.text)))
@@ -279,12 +299,44 @@ def compare_request(case: str, generation: GenerationRequest, reference: Request
     if reference.tool_calls != production.tool_calls:
         return diverged("tool_calls", [list(c) for c in reference.tool_calls], [list(c) for c in production.tool_calls],
                         detail="the parsed tool calls differ")
+    if tied is not None:
+        return CaseResult(case, "numeric tie", None, (tied,))
     return CaseResult(case, "pass")
+
+
+def _compare_scores(reference: Sequence[PromptScoreEvent], production: Sequence[PromptScoreEvent],
+                    tolerance: float) -> tuple[str, object, object, str, bool] | None:
+    """The first difference of two runtimes' prompt scores, (field, reference, production, detail,
+    numeric tie), or None (see the module docstring)."""
+    def flat(events: Sequence[PromptScoreEvent]) -> list[tuple[int, float, tuple[tuple[int, float], ...]]]:
+        return [(e.first + i, lp, top) for e in events for i, (lp, top) in enumerate(zip(e.logprobs, e.top,
+                                                                                          strict=True))]
+
+    def close(a: float, b: float, slack: float = 1.0) -> bool:
+        return abs(a - b) <= slack * tolerance * max(1.0, abs(a))
+
+    ref, prod = flat(reference), flat(production)
+    if [t for t, _, _ in ref] != [t for t, _, _ in prod]:
+        return ("prompt_scores.tokens", [t for t, _, _ in ref][:8], [t for t, _, _ in prod][:8],
+                "the runtimes scored different prompt tokens", False)
+    for (token, ref_lp, ref_top), (_, prod_lp, prod_top) in zip(ref, prod, strict=True):
+        if not close(ref_lp, prod_lp):
+            return (f"prompt_scores[{token}].logprob", ref_lp, prod_lp, f"prompt token {token}'s log-probability", False)
+        for rank, ((ref_id, ref_value), (prod_id, prod_value)) in enumerate(zip(ref_top, prod_top, strict=True)):
+            if not close(ref_value, prod_value):
+                return (f"prompt_scores[{token}].top[{rank}]", ref_value, prod_value,
+                        f"prompt token {token}'s alternative {rank}: log-probabilities differ", False)
+            if ref_id != prod_id:  # a tie within the tolerance ranks either way; nothing after it is compared
+                tie = any(i == prod_id and close(v, ref_value, 2.0) for i, v in ref_top)
+                return (f"prompt_scores[{token}].top[{rank}]", ref_id, prod_id,
+                        f"prompt token {token}'s alternative {rank}: ids differ", tie)
+    return None
 
 
 def compare_workload(workload: Workload, generations: Sequence[GenerationRequest],
                      reference: Sequence[RequestResult], production: Sequence[RequestResult],
-                     tie_check: TieCheck | None) -> list[CaseResult]:
-    return [compare_request(f"{workload.name}/{request.name}", generation, ref, prod, tie_check, index)
+                     tie_check: TieCheck | None, score_tolerance: float = 1e-4) -> list[CaseResult]:
+    return [compare_request(f"{workload.name}/{request.name}", generation, ref, prod, tie_check, index,
+                            score_tolerance)
             for index, (request, generation, ref, prod) in enumerate(
                 zip(workload.requests, generations, reference, production, strict=True))]

@@ -22,6 +22,9 @@ actually reached):
     eos-<id>        for every EOS id of the core: a seed under which the reference's first draw is
                     that id (searched on the reference's own logits and Philox stream), so the request
                     ends with that EOS at its first token
+    scored          where the core has SCORED_PREFILL graphs: a greedy prompt of `chunked`'s length
+                    with echo, logprobs and max_tokens 0, so every prompt token's score (and its top
+                    alternatives) is compared across scored chunks
     grammar         a chat request with a json_schema response format (a grammar mask every round)
     tool            where the core has a tool syntax: a chat request forced to call a registered
                     function (`tool_choice` naming it); the seed under which the reference's call is
@@ -49,6 +52,7 @@ import numpy as np
 from conformance.workload import Workload, WorkloadRequest
 from helios.contract.enums import HistoryKind, Operation, ReasoningParser, ToolParser
 from helios.core.source import CoreSource
+from helios.runtime.scores import prompt_score_width
 
 EOS_TEMPERATURE = 2.0  # the flattest draw the API allows: an EOS id is likeliest to be drawn
 # The EOS requests' sampling, every filter off: a core's default top-k, top-p or min-p would keep an
@@ -76,6 +80,7 @@ class Geometry:
     reasoning_syntax: bool
     chat: bool  # the core carries a chat template (grammar and tool requests are chat requests)
     prompt_ids: tuple[int, ...]  # ids prompts are drawn from: in the vocabulary, no EOS, no template token
+    prompt_score_width: int = 0  # K of the core's scored prefill (0: no SCORED_PREFILL graphs)
 
     @classmethod
     def of(cls, core: CoreSource) -> Geometry:
@@ -100,7 +105,7 @@ class Geometry:
                    slots=contract.max_concurrency, eos_ids=tuple(frontend.eos_token_ids),
                    tool_syntax=frontend.tool_parser not in (ToolParser.NONE, ToolParser.UNSPECIFIED),
                    reasoning_syntax=frontend.reasoning_parser not in (ReasoningParser.NONE, ReasoningParser.UNSPECIFIED),
-                   chat=chat, prompt_ids=ids)
+                   chat=chat, prompt_ids=ids, prompt_score_width=prompt_score_width(contract))
 
     def prompt(self, length: int, salt: int = 0) -> list[int]:
         """`length` deterministic ids (a fixed walk through `prompt_ids`; `salt` picks another walk)."""
@@ -136,6 +141,8 @@ class Geometry:
             out[c.PREEMPTION] = "not supported by the core (one request slot)"
         if not self.tool_syntax:
             out[c.TOOL] = "not supported by the core (no tool syntax)"
+        if not self.prompt_score_width:
+            out[c.SCORED] = "not supported by the core (no SCORED_PREFILL graphs)"
         if not self.chat:
             out[c.GRAMMAR] = "not supported by the core (no chat template)"
             out[c.TOOL] = out.get(c.TOOL, "not supported by the core (no chat template)")
@@ -174,6 +181,10 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
                                      after=name, output_filter=False))
     requests.extend(_stop_requests(core, geometry, draws))
     requests.extend(_eos_requests(core, geometry, draws))
+    if c.SCORED not in unsupported:  # a prompt of more than one chunk, every token scored (echo, max_tokens 0)
+        prompt = geometry.prompt(min(geometry.chunked_length, context - 2), salt=5)
+        requests.append(_request("scored", {"prompt": prompt, "echo": True, "max_tokens": 0, "temperature": 0,
+                                            "logprobs": min(3, geometry.prompt_score_width)}))
     if c.GRAMMAR not in unsupported:
         requests.extend(_shortest(core, "grammar", {
             "messages": [{"role": "user", "content": "a?"}], "max_tokens": 12,
@@ -186,7 +197,8 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
     workloads = [Workload("geometry", tuple(requests), max_active=min(2, geometry.slots),
                           queue_capacity=len(requests),
                           description="fitted to the core: chunked prefill, prefix reuse, window, stops, "
-                                      "EOS ids, grammar, tool call, with and without output filter")]
+                                      "EOS ids, scored prefill, grammar, tool call, with and without output "
+                                      "filter")]
     if c.PREEMPTION not in unsupported:
         workloads.append(_pressure(core, geometry))
     return tuple(workloads)

@@ -47,7 +47,7 @@ PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation")
 INTEGER = ("i32", "i64")
 # operators whose inputs do not take the case's dtype: run in the f32 pass only
 F32_ONLY = ("argmax", "sample", "fill", "token_probability", "speculative_allocate", "speculative_pack",
-            "speculative_verify", "speculative_commit", "copied_proposal")
+            "speculative_verify", "speculative_commit", "copied_proposal", "prompt_scores")
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +186,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     yield "embedding", "row_offset", first, _embedding_slice
     yield "all_reduce", "one_rank", first, _one_rank("all_reduce")
     yield "all_gather", "one_rank", first, _one_rank("all_gather")
+    yield "prompt_scores", "rows", first, _prompt_scores
     yield "fill", "f32", first, _fill
 
 
@@ -606,6 +607,23 @@ def _copied_proposal(p, rng, cohort, g, cases):
         p.input("draft_logits", _normal(rng, lanes, vocab, scale=3.0), "f32"),
         p.input("copied_ids", copied, "i32"), p.input("copied_count", count, "i32")], {"index": 1},
         into=[token, logits])
+
+
+def _prompt_scores(p, rng, cohort, g, cases):
+    """A scored chunk's rows into the leading rows of larger completion buffers (the rows past it keep
+    their values): -inf columns past the sampled vocabulary, a target outside the row, a padding
+    target, and a row of exact ties, where the lower id comes first."""
+    rows, vocab, top = 6, g["vocab"], 5
+    logits = _normal(rng, rows, vocab, scale=3.0)
+    logits[:, g["sampled_tokens"]:] = -np.inf
+    logits[2, :] = np.where(np.arange(vocab) < g["sampled_tokens"], 1.5, -np.inf)  # every sampled id tied
+    targets = rng.integers(0, g["sampled_tokens"], size=rows).astype(np.int32)
+    targets[3], targets[5] = -1, vocab + 2
+    scores = p.input("scores", _normal(rng, rows + 2, top + 1), "f32")
+    ids = p.input("ids", rng.integers(0, vocab, size=(rows + 2, top)).astype(np.int32), "i32")
+    p.outputs += [scores, ids]
+    p.builder.prompt_scores(p.input("logits", logits, "f32"), p.input("targets", targets, "i32"), scores=scores,
+                            ids=ids)
 
 
 def _fill(p, rng, cohort, g, cases):

@@ -38,6 +38,7 @@ from conformance.e2e import (
 from conformance.generate import Geometry, generated_workloads
 from conformance.report import LEVELS, CaseResult, LevelResult, Report
 from conformance.resources import account, resource_cases
+from conformance.tolerance import tolerance
 from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
 from conformance.workload import (
     OPERATOR_CASES,
@@ -182,7 +183,8 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
                 reference = reference_runtime(core, workload, history_drafting=options.history_drafting)
                 referenced = drive_copy(reference, copies[1], timeout_s=options.timeout_s)
                 generations = [request.generation for request in copies[0].requests]
-                cases = compare_workload(workload, generations, referenced, produced, tie_check)
+                cases = compare_workload(workload, generations, referenced, produced, tie_check,
+                                         tolerance(dtype).tie)
                 e2e_cases.extend(cases)
                 observed.e2e(workload, copies[0].requests, produced, [c.verdict for c in cases], sink.records,
                              counters)

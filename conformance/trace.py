@@ -43,7 +43,7 @@ import numpy as np
 
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
-from helios.runtime.completion import Completion, completion_rows
+from helios.runtime.completion import Completion, CompletionRows, completion_rows
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
@@ -268,8 +268,11 @@ class TraceRecorder:
     def collect(self, plan: RoundPlan) -> Sequence[Completion]:
         transport, state = self._submitted.pop(plan.sequence)
         error: BaseException | None = None
+        scores = None
         try:
-            rows = list(self.executor.collect(plan))
+            collected = self.executor.collect(plan)
+            scores = getattr(collected, "scores", None)  # a scored round's prompt scores (not recorded)
+            rows = list(collected)
         except Exception as raised:  # the executor failed the round: record what it wrote
             error = raised
             # NOTE: a later submission may have rewritten the completion buffers: an executor that
@@ -286,6 +289,8 @@ class TraceRecorder:
                                     state))
         if error is not None:
             raise error
+        if scores is not None:  # the rows as read, with the scores the scheduler validates and delivers
+            return CompletionRows.of(rows, scores)
         return rows
 
     def _transport(self, graph_name: str, lanes: Sequence[LaneInput]) -> dict[str, tuple[tuple[int, ...], np.ndarray]]:

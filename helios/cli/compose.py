@@ -21,6 +21,7 @@ from helios.frontend.preparation import Preparer
 from helios.runtime.interface import ModelRuntime
 from helios.runtime.limits import resolve_limits
 from helios.runtime.options import ExecutorWrapper, RuntimeOptions
+from helios.runtime.scores import core_prompt_score_width
 from helios.server.guard import DEFAULT_MAX_REQUEST_BYTES, GuardPolicy
 from helios.server.state import ServerState
 
@@ -111,6 +112,7 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         context_tokens=contract.context_tokens,
         sampled_tokens=contract.model.vocabulary.sampled_tokens,
         mask_words=contract.model.vocabulary.mask_words,
+        prompt_score_width=core_prompt_score_width(contract, core.manifest),
     )
     runtime_options = RuntimeOptions(
         limits,

@@ -81,6 +81,10 @@ def register(subparsers) -> None:
                         help="with --draft: capture confidence programs instead of rectangular ones, which "
                              "allocate at most P target rows a round on the device by the proposals' survival "
                              "probability (default: rectangular programs, P = B * W)")
+    parser.add_argument("--prompt-score-top", type=int, default=20, metavar="K",
+                        help="capture SCORED_PREFILL programs at every prefill capacity that score each prompt "
+                             "token and its K most likely alternatives (echo with logprobs, prompt_logprobs; "
+                             "default: 20; 0 captures none)")
     parser.set_defaults(func=_prepare)
 
 
@@ -112,7 +116,8 @@ def _prepare(args) -> int:
                                  batch_capacities=args.batch_capacities, prefill_capacities=args.prefill_capacities,
                                  context_tokens=args.context_tokens, pending_token=args.pending_token,
                                  draft=args.draft, speculative_widths=args.speculative_widths,
-                                 speculative_budget=args.speculative_budget, tensor_parallel=args.tp)
+                                 speculative_budget=args.speculative_budget, tensor_parallel=args.tp,
+                                 prompt_score_top=args.prompt_score_top)
     prepared = prepare_checkpoint(args.checkpoint, options)
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)

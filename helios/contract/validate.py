@@ -144,6 +144,24 @@ def _manifest(c: TranslatedContract) -> Iterator[e.ContractError]:
     for field in REQUIRED_COMPLETION_FIELDS:
         if field not in fields:
             yield e.InvalidCompletionLayout("manifest.completion", f"the record lacks {field.name}")
+    if any(g.operation == Operation.SCORED_PREFILL for g in c.graphs):
+        yield from _score_fields(c, dict(m.completion))
+
+
+def _score_fields(c: TranslatedContract, fields: dict) -> Iterator[e.ContractError]:
+    """A core with SCORED_PREFILL graphs records their scores: [R, K + 1] f32 and [R, K] i32 rows, R
+    covering the largest scored chunk."""
+    scores, ids = (c.manifest.buffer(fields.get(f, "")) for f in (CompletionField.PROMPT_SCORES,
+                                                                   CompletionField.PROMPT_SCORE_IDS))
+    if scores is None or ids is None:
+        yield e.InvalidCompletionLayout("manifest.completion", "SCORED_PREFILL graphs need the record's "
+                                        "PROMPT_SCORES and PROMPT_SCORE_IDS fields")
+        return
+    rows = max(g.packed_token_capacity for g in c.graphs if g.operation == Operation.SCORED_PREFILL)
+    if (len(ids.shape) != 2 or ids.dtype != DType.I32 or ids.shape[0] < rows or ids.shape[1] < 1
+            or list(scores.shape) != [ids.shape[0], ids.shape[1] + 1] or scores.dtype != DType.F32):
+        yield e.InvalidCompletionLayout("manifest.completion", f"the prompt-score buffers must be f32 [R, K + 1] and "
+                                        f"i32 [R, K] with R >= {rows}, got {list(scores.shape)} and {list(ids.shape)}")
 
 
 def _catalog(c: TranslatedContract) -> Iterator[e.ContractError]:

@@ -26,6 +26,7 @@ class SchedulerConfig:
     frames: int = 1  # rounds that may be in flight: the transport's frames, at most what the executor holds (1 or 2)
     speculative_width: int = 0  # decode lanes run SPECULATIVE rounds of this width (0: plain decoding)
     history_drafting: bool = False  # those rounds carry proposals copied from each request's tokens
+    prompt_score_width: int = 0  # K: alternatives a SCORED_PREFILL round gives each prompt token (0: no such graph)
 
     def __post_init__(self) -> None:
         for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):
@@ -44,6 +45,9 @@ class SchedulerRequest:
     host_stop: bool = False  # string stops: the host-stop barrier (one outstanding round while active)
     constrained: bool = False  # a grammar masks its sampling: completion feedback before its next round
     grammar: GrammarMatcher | None = None  # the constrained request's grammar: each sampling round's mask
+    # prompt scores: the alternatives delivered per prompt token (0: the token's own log-probability
+    # only); None: no scores, the prompt runs through PREFILL and MIXED rounds
+    prompt_logprobs: int | None = None
 
     @property
     def needs_feedback(self) -> bool:

@@ -26,13 +26,18 @@ class TokenDelivery:
 
     _outbox: list[tuple[EventStream, Event]] | None  # the round's events, while a round is delivered
 
-    def _deliver_round(self, outcomes: RoundOutcomes, entries: list[RequestProgress | None], stamp: int | None) -> None:
+    def _deliver_round(self, outcomes: RoundOutcomes, entries: list[RequestProgress | None], stamp: int | None,
+                       scored: list[tuple[RequestProgress | None, object]] = ()) -> None:
         """Every retired token of one round (`entries[i]` is the request of outcome i, None when the
-        request is gone; `stamp` the clock's reading, when a timed request has a token); the round's
-        events reach the serving loops together."""
+        request is gone; `stamp` the clock's reading, when a timed request has a token), after the
+        prompt scores of a scored round (`scored`: each request's progress and its `PromptScoreEvent`);
+        the round's events reach the serving loops together."""
         outbox = self._outbox = []
         put = self._put
         try:
+            for entry, event in scored:  # a prompt's scores precede its first token
+                if entry is not None:
+                    put(entry.stream, event)  # type: ignore[arg-type]
             ended_here: set[int] = set()  # a speculative round may emit several tokens of a request: a
             for entry, token in zip(entries, outcomes.tokens, strict=True):  # stop among them ends it there
                 if entry is None or id(entry) in ended_here:

@@ -26,9 +26,12 @@ class RoundOutcomes(ColumnRows):
     `LaneOutcome` per token. Indexing or iterating builds (and keeps) the `LaneOutcome`s; equal to any
     sequence of equal `LaneOutcome`s."""
 
-    __slots__ = ("request_ids", "sampled", "tokens")
+    __slots__ = ("prompt_scores", "request_ids", "sampled", "tokens")
 
     def __init__(self) -> None:
+        # a SCORED_PREFILL round's prompt scores, (request id, PromptScoreEvent) in lane order: delivered
+        # before the round's tokens
+        self.prompt_scores: list[tuple[str, object]] = []
         self.request_ids: list[str] = []
         self.tokens: list[int] = []
         self.sampled: list[int] = []

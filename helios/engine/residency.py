@@ -110,11 +110,20 @@ class RequestResidency:
                     f"context of {self.config.context_tokens} tokens")
         if any(t >= self.config.input_tokens for t in prompt):
             return f"a prompt token is outside the input vocabulary of {self.config.input_tokens}"
+        if request.prompt_logprobs is not None:
+            problem = self._score_problem(request.prompt_logprobs)
+            if problem is not None:
+                return problem
         # The last sampled token is never consumed: positions [0, prompt + max_tokens - 1) need pages.
         need = pages_for(len(prompt) + generation.max_tokens - 1, self.config.page_tokens)
         if need > self.cache.pages:
             return f"the request needs {need} cache pages; the cache holds {self.cache.pages}"
         return None
+
+    def _score_problem(self, top: int) -> str | None:
+        """Why prompt scores with `top` alternatives a token cannot be served here, or None (the
+        scheduler, which knows its graphs, answers; residency alone serves none)."""
+        return "this scheduler runs no SCORED_PREFILL rounds (prompt scores)"
 
     def add(self, request: SchedulerRequest) -> None:
         """Queue a request for admission (check `admission_check` first)."""
@@ -181,7 +190,10 @@ class RequestResidency:
     def _admit(self) -> None:
         while self._free_slots and (self._readmit or self._pending):
             s = self._readmit[0] if self._readmit else self._pending[0]
-            match = self.cache.lookup(s.known, limit=len(s.known) - 1)
+            limit = len(s.known) - 1
+            if s.request.prompt_logprobs is not None and s.scored < len(s.request.generation.prompt_token_ids) - 1:
+                limit = min(limit, s.scored)  # positions whose scores are still owed are recomputed, scored
+            match = self.cache.lookup(s.known, limit=limit)
             pages = SequencePages(self.cache, match)
             # Room for the whole known history, plus a page of growth for each running request.
             need = pages.shortfall(len(s.known) + 1)

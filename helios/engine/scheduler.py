@@ -15,7 +15,10 @@ readmission after preemption are all this rule; only the chunk length differs.
 
 Cohorts. Lanes with one token left are decode lanes, the rest prefill lanes. Where a MIXED graph
 exists, one round holds every decode lane and then prefill chunks up to its token capacity; without
-one, DECODE and PREFILL rounds alternate while both kinds wait. Each round runs the smallest variant
+one, DECODE and PREFILL rounds alternate while both kinds wait. A request asking for prompt scores
+consumes its prompt in SCORED_PREFILL rounds of its own (never MIXED or PREFILL), which take the
+prefill turn; `complete` hands each lane's validated scores to delivery before the round's tokens,
+and a readmitted request recomputes (and never re-delivers) scores it owes no more. Each round runs the smallest variant
 of its operation that holds its lanes and tokens (catalog.py). Newly admitted requests first run
 their INITIALIZATION round, as many together as the largest INITIALIZATION variant holds.
 
@@ -71,6 +74,7 @@ from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
 from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
+from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
 C = contract_pb2
 
@@ -92,6 +96,7 @@ class Scheduler(RequestResidency):
         self._outstanding: collections.deque[RoundPlan] = collections.deque()
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._prefill_turn = False
+        self._scored_turn = True  # scored and plain prefill chunks alternate while both kinds wait
         self._speculative_turn = True  # speculative and other rounds alternate while both kinds wait
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
@@ -142,7 +147,7 @@ class Scheduler(RequestResidency):
         if len(self._outstanding) >= limit:  # an admission may have brought feedback needs
             return None
         second_frame = len(self._outstanding) == 1 and limit == 2
-        decode, prefill, initialize = [], [], []
+        decode, prefill, initialize, scored = [], [], [], []
         init_lanes = self._init_lanes
         for s in self._running:  # one pass: requests still to initialize go first, together
             if not s.initialized:
@@ -155,6 +160,9 @@ class Scheduler(RequestResidency):
                 continue
             remaining = len(s.known) + s.unknown - s.consumed - s.submitted
             if remaining < 1 or (s.in_flight and not self._second_frame_ready(s, second_frame)):
+                continue
+            if s.request.prompt_logprobs is not None and self._owes_scores(s):
+                scored.append(s)  # its prompt still has positions to score: SCORED_PREFILL rounds only
                 continue
             (decode if remaining == 1 else prefill).append(s)
         if initialize:
@@ -178,6 +186,18 @@ class Scheduler(RequestResidency):
                 self._speculative_turn = True
                 waiting = set(map(id, speculating))
                 decode = [s for s in decode if id(s) not in waiting]
+        # Scored prompt chunks take the prefill turn, alternating with plain prefill chunks while both wait.
+        take_scored = scored and (not decode or self._prefill_turn) and (not prefill or self._scored_turn)
+        if scored:
+            self._scored_turn = not take_scored
+        if take_scored:
+            cohort = self._cohort(C.OPERATION_SCORED_PREFILL, scored)
+            if cohort:
+                tokens = sum(chunk for _, chunk in cohort)
+                variant = self.catalog.smallest(C.OPERATION_SCORED_PREFILL, lanes=len(cohort), tokens=tokens)
+                assert variant is not None  # _cohort keeps within the largest variant
+                self._prefill_turn = False
+                return self._submit(variant, cohort)
         mixed = self.catalog.has(C.OPERATION_MIXED)
         if decode and prefill and mixed:
             operation, order = C.OPERATION_MIXED, decode + prefill
@@ -212,6 +232,10 @@ class Scheduler(RequestResidency):
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
                                   sampled_tokens=self.config.sampled_tokens, page_tokens=self.config.page_tokens,
                                   frame=plan.frame, speculative=check)
+        scores = getattr(rows, "scores", None)
+        if plan.operation == C.OPERATION_SCORED_PREFILL:
+            validate_prompt_scores(plan.graph, scores, sum(len(lane.tokens) for lane in plan.lanes),
+                                   self.config.sampled_tokens)
         self._outstanding.popleft()
         name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
         self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
@@ -240,6 +264,8 @@ class Scheduler(RequestResidency):
         # The plan's requests in lane order, kept at submission (a request is forgotten only after the
         # fence of its last outstanding round, so every one is still here).
         sequences = self._cohorts.pop(plan.sequence)
+        if plan.operation == C.OPERATION_SCORED_PREFILL:
+            self._retire_scores(plan, sequences, scores, outcomes)
         for s, lane, request_id, emits, sampled_id in zip(sequences, plan.lanes, plan.request_ids, emitted,
                                                           sampled_ids, strict=True):
             count = len(lane.tokens)  # the lane retires: its tokens are committed
@@ -278,6 +304,33 @@ class Scheduler(RequestResidency):
                 s.sampled += 1
         self.counters.output_tokens += len(outcomes)
         return outcomes
+
+    def _owes_scores(self, s: SequenceState) -> bool:
+        """A scoring request's next chunk starts at a position whose next prompt token is not scored
+        yet (position p scores prompt token p + 1): it runs in SCORED_PREFILL rounds."""
+        return s.consumed + s.submitted < len(s.request.generation.prompt_token_ids) - 1
+
+    def _score_problem(self, top: int) -> str | None:
+        width = self.config.prompt_score_width if self.catalog.has(C.OPERATION_SCORED_PREFILL) else 0
+        return score_refusal(top, width)
+
+    def _retire_scores(self, plan: RoundPlan, sequences: list[SequenceState], scores,
+                       outcomes: RoundOutcomes) -> None:
+        """The prompt scores each lane of a validated SCORED_PREFILL round owes its request: prompt
+        tokens [consumed + 1, consumed + len] within the prompt, those not delivered before (a
+        readmitted request recomputes scored positions; their scores went out once)."""
+        row = 0
+        for s, lane, request_id in zip(sequences, plan.lanes, plan.request_ids, strict=True):
+            length = len(lane.tokens)
+            top = s.request.prompt_logprobs
+            if not (s.cancelled or s.ended) and top is not None:
+                first = max(lane.consumed + 1, s.scored + 1)
+                last = min(lane.consumed + length, len(s.request.generation.prompt_token_ids) - 1)
+                if last >= first:
+                    event = prompt_score_event(scores, row + first - lane.consumed - 1, first, last - first + 1, top)
+                    outcomes.prompt_scores.append((request_id, event))
+                    s.scored = last
+            row += length
 
     def abort(self, plan: RoundPlan) -> list[str]:
         """The round failed (the executor raised, or its completion was invalid): its lanes' requests

@@ -45,6 +45,7 @@ class SequenceState:
     admitted: bool = False  # admitted at least once
     admitted_known: int = 0  # tokens known at the latest (re)admission: the device has sampled none of them
     reused_prompt_tokens: int = 0
+    scored: int = 0  # prompt scores delivered: those of prompt tokens [1, scored] (a request asking for them)
     eos_ids: tuple[int, ...] | None = None  # the lane's EOS ids (its own, else the core's), built once
     # What every lane of the request carries unchanged (seed, sampling, output limit, EOS ids, prompt),
     # gathered once: the same objects each round, so the executor compares them at no cost.

@@ -35,6 +35,7 @@ from helios.runtime.interface import (
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
+from helios.runtime.scores import score_refusal
 
 
 class TokenEngine(Protocol):
@@ -102,8 +103,10 @@ class SequentialRuntime(ThreadedModelRuntime):
         available: Callable[[], Mapping[str, int]] | None = None,
         rejections: tuple[type[BaseException], ...] = (),
         eos_token_ids: tuple[int, ...] = (),
+        prompt_score_width: int = 0,
     ) -> None:
         super().__init__(limits, worker_name="helios-model-worker")
+        self._prompt_score_width = prompt_score_width  # K of the engine's scored prefill (0: none)
         self._engine = engine
         self._eos_token_ids = tuple(eos_token_ids)  # the core's: where a request naming none ends
         self._context_tokens = context_tokens
@@ -137,6 +140,8 @@ class SequentialRuntime(ThreadedModelRuntime):
             )
         if any(t >= self._input_vocab_size for t in generation.prompt_token_ids):
             return f"a prompt token is outside the input vocabulary of {self._input_vocab_size}"
+        if request.prompt_logprobs is not None:
+            return score_refusal(request.prompt_logprobs, self._prompt_score_width)
         return None
 
     def _ingress_full(self) -> bool:
@@ -250,10 +255,13 @@ class SequentialRuntime(ThreadedModelRuntime):
         entry.slot = self._free_slots.pop()
         try:
             grammar = entry.request.grammar
-            if grammar is None:
-                tokens = self._engine.generate(entry.request.generation, slot=entry.slot)
-            else:  # NOTE: the engine asks for the mask when it packs each sampling round
-                tokens = self._engine.generate(entry.request.generation, slot=entry.slot, grammar_mask=grammar.mask)  # type: ignore[call-arg]
+            extra: dict = {}
+            if grammar is not None:  # NOTE: the engine asks for the mask when it packs each sampling round
+                extra["grammar_mask"] = grammar.mask
+            if entry.request.prompt_logprobs is not None:  # its scores reach the stream before its first token
+                stream = entry.stream
+                extra.update(prompt_logprobs=entry.request.prompt_logprobs, on_scores=stream.put)
+            tokens = self._engine.generate(entry.request.generation, slot=entry.slot, **extra)
             entry.tokens = iter(tokens)
         except self._rejections as error:
             self._free_slots.append(entry.slot)

@@ -47,6 +47,7 @@ from helios.runtime.interface import (
 )
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.rounds import Executor, RoundPlan
+from helios.runtime.scores import prompt_score_width
 
 __all__ = ["BatchingRuntime"]
 
@@ -89,7 +90,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             sampled_tokens=contract.vocabulary.sampled_tokens, eos_ids=tuple(contract.frontend.eos_token_ids),
             # rounds in flight: the transport's frames, as many as the executor holds
             frames=max(min(contract.manifest.frames, executor.frames, 2), 1),
-            speculative_width=speculative_width or 0, history_drafting=history_drafting)
+            speculative_width=speculative_width or 0, history_drafting=history_drafting,
+            prompt_score_width=prompt_score_width(contract))
         cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
         scheduler = Scheduler(config, catalog, cache)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
@@ -149,7 +151,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     @staticmethod
     def _scheduler_request(request: PreparedRequest) -> SchedulerRequest:
         return SchedulerRequest(request.request_id, request.generation, host_stop=request.host_stop,
-                                constrained=request.grammar is not None, grammar=request.grammar)
+                                constrained=request.grammar is not None, grammar=request.grammar,
+                                prompt_logprobs=request.prompt_logprobs)
 
     # ------------------------------------------------------------------------------------ reporting
 
@@ -227,6 +230,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 outcomes = scheduler.complete(oldest, rows)
                 get = self._entries.get
                 entries = [get(request_id) for request_id in outcomes.request_ids]
+                scored = [(get(request_id), event) for request_id, event in outcomes.prompt_scores]
         except Exception as error:  # an invalid completion: an execution failure of the round
             self._abort(oldest, f"model execution failed: {type(error).__name__}: {error}")
             return True
@@ -234,7 +238,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         # lane's stop handling or output parsing; the clock is read only when a timed request has one.
         timed = any(entry is not None and entry.timed for entry in entries)
         stamp = self.clock.now_ns() if timed else None
-        self._deliver_round(outcomes, entries, stamp)
+        self._deliver_round(outcomes, entries, stamp, scored)
         return True
 
     def _oldest(self) -> RoundPlan:

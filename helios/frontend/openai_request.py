@@ -189,6 +189,7 @@ class ChatRequest:
     ignore_eos: bool = False
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     structured: StructuredOutput | None = None  # response_format or a forced tool call: a grammar
+    prompt_logprobs: int | None = None  # vLLM's extension: alternatives scored per prompt token; None: none
 
 
 def _content_text(content: Any, param: str) -> str | None:
@@ -347,11 +348,25 @@ def _structured_output(body: Mapping[str, Any]) -> bool:
     return response_format["type"] != "text"
 
 
+_GENERATED_LOGPROBS = ("log probabilities of generated tokens are not supported (prompt scores are: "
+                       "prompt_logprobs, or echo with max_tokens 0 on /v1/completions)")
+
+
 def _unsupported(body: Mapping[str, Any]) -> None:
     if body.get("logprobs") not in (None, False):
-        raise InvalidFieldValue("logprobs", "log probabilities are not supported")
+        raise InvalidFieldValue("logprobs", _GENERATED_LOGPROBS)
     if body.get("top_logprobs") is not None:
-        raise InvalidFieldValue("top_logprobs", "log probabilities are not supported")
+        raise InvalidFieldValue("top_logprobs", _GENERATED_LOGPROBS)
+
+
+def _prompt_logprobs(body: Mapping[str, Any], stream: bool) -> int | None:
+    """vLLM's `prompt_logprobs` extension: the alternatives scored per prompt token (0: each prompt
+    token's own log-probability only), returned in whole responses."""
+    value = _optional_int(body, "prompt_logprobs", minimum=0)
+    if value is not None and stream:
+        raise IncompatibleOptions("prompt_logprobs", "prompt scores are returned in whole responses; set stream "
+                                  "to false")
+    return value
 
 
 def parse_chat_request(body: Any) -> ChatRequest:
@@ -392,6 +407,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         ignore_eos=_optional_bool(body, "ignore_eos"),
         template_kwargs=dict(kwargs or {}),
         structured=constrained,
+        prompt_logprobs=_prompt_logprobs(body, stream),
     )
 
 
@@ -408,6 +424,17 @@ class CompletionRequest:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     stops: StopSpec = field(default_factory=StopSpec)
     ignore_eos: bool = False
+    echo: bool = False  # the response's text (and its logprobs) starts with the prompt
+    # prompt scores: the alternatives scored per prompt token (`logprobs` with echo, or vLLM's
+    # `prompt_logprobs`); None: none
+    prompt_logprobs: int | None = None
+    echo_logprobs: bool = False  # the scores were asked as the legacy `logprobs` (returned in choices[0].logprobs)
+
+    @property
+    def scores_only(self) -> bool:
+        """max_tokens 0 with echo: the prompt (and its scores) alone; the one token every prompt's
+        last round samples is not returned."""
+        return self.max_tokens == 0
 
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -429,16 +456,17 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         raise MissingField("prompt", "is required")
     else:
         raise InvalidFieldValue("prompt", "must be a string, or an array of token ids (one prompt)")
-    if body.get("echo") not in (None, False):
-        raise InvalidFieldValue("echo", "echo is not supported")
+    echo = _optional_bool(body, "echo")
     if body.get("suffix") is not None:
         raise InvalidFieldValue("suffix", "suffix is not supported")
     if body.get("best_of") not in (None, 1):
         raise InvalidFieldValue("best_of", "only best_of=1 is supported")
     _n(body)
-    _unsupported(body)
     stream = _optional_bool(body, "stream")
-    max_tokens = _optional_int(body, "max_tokens", minimum=1)
+    max_tokens = _optional_int(body, "max_tokens", minimum=0 if echo else 1)
+    scores = _completion_scores(body, echo, max_tokens, stream)
+    if echo and stream:
+        raise IncompatibleOptions("echo", "echo is returned in whole responses; set stream to false")
     return CompletionRequest(
         model=_model(body),
         prompt=parsed,
@@ -448,7 +476,29 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         sampling=_sampling(body),
         stops=_stops(body),
         ignore_eos=_optional_bool(body, "ignore_eos"),
+        echo=echo,
+        prompt_logprobs=scores,
+        echo_logprobs=body.get("logprobs") is not None,
     )
+
+
+def _completion_scores(body: Mapping[str, Any], echo: bool, max_tokens: int | None, stream: bool) -> int | None:
+    """The prompt scores a completion asks for: the legacy `logprobs: k` with `echo: true` and
+    `max_tokens: 0` (the prompt's tokens, each with its log-probability and top k), or vLLM's
+    `prompt_logprobs`. Log probabilities of generated tokens are not served."""
+    logprobs = body.get("logprobs")
+    if logprobs is not None:
+        if not _is_int(logprobs):
+            raise InvalidFieldType("logprobs", f"must be an integer or null, got {json.dumps(logprobs)}")
+        if logprobs < 0:
+            raise InvalidFieldValue("logprobs", f"must be >= 0, got {logprobs}")
+        if not echo or max_tokens != 0:
+            raise InvalidFieldValue("logprobs", "log probabilities of generated tokens are not supported; with "
+                                    "echo: true and max_tokens: 0 they score the prompt")
+    prompt = _prompt_logprobs(body, stream)
+    if logprobs is not None and prompt is not None and prompt != logprobs:
+        raise IncompatibleOptions("prompt_logprobs", f"differs from logprobs ({prompt} and {logprobs})")
+    return logprobs if logprobs is not None else prompt
 
 
 __all__ = [

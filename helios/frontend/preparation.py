@@ -47,6 +47,8 @@ class PreparedChat:
 class PreparedCompletion:
     runtime_request: PreparedRequest
     prompt_token_ids: tuple[int, ...]
+    echo: str | None = None  # the prompt's text, returned before the completion (echo); None: not echoed
+    scores_only: bool = False  # max_tokens 0: the token the prompt's last round samples is not returned
 
 
 class Preparer:
@@ -61,8 +63,11 @@ class Preparer:
         context_tokens: int,
         sampled_tokens: int | None = None,
         mask_words: int | None = None,
+        prompt_score_width: int = 0,
     ) -> None:
         self.bootstrap = bootstrap
+        # K of the core's scored prefill (alternatives a prompt token); 0: it has no SCORED_PREFILL graphs
+        self.prompt_score_width = prompt_score_width
         # the core's vocabulary geometry: grammar masks are rows of `mask_words` int32 words
         self.sampled_tokens = sampled_tokens or bootstrap.vocab_size
         self.mask_words = mask_words or (self.sampled_tokens + 31) // 32
@@ -102,6 +107,7 @@ class Preparer:
             observe_tokens=request.return_token_ids,
             observe_timestamps=request.return_token_timestamps,
             grammar=grammar,
+            prompt_logprobs=self._prompt_logprobs("prompt_logprobs", request.prompt_logprobs),
         )
         pipeline = OutputPipeline(
             self.bootstrap.frontend,
@@ -144,19 +150,41 @@ class Preparer:
             for index, token in enumerate(prompt_ids):
                 if token >= vocab:
                     raise InvalidFieldValue(f"prompt.{index}", f"token id {token} is outside the vocabulary [0, {vocab})")
+        scores_param = "logprobs" if request.echo_logprobs else "prompt_logprobs"
         runtime_request = self._runtime_request(
             request_id,
             prompt_ids,
             param="prompt",
-            max_tokens=request.max_tokens,
+            # NOTE: every prompt's last round samples a token; with max_tokens 0 (echo) it is not returned
+            max_tokens=1 if request.scores_only else request.max_tokens,
             sampling=request.sampling,
             stops=request.stops,
             ignore_eos=request.ignore_eos,
             observe_tokens=False,
             observe_timestamps=False,
             markers={},
+            prompt_logprobs=self._prompt_logprobs(scores_param, request.prompt_logprobs),
         )
-        return PreparedCompletion(runtime_request, prompt_ids)
+        echo = None
+        if request.echo:
+            echo = request.prompt if isinstance(request.prompt, str) else self.bootstrap.decode(list(prompt_ids))
+        return PreparedCompletion(runtime_request, prompt_ids, echo=echo, scores_only=request.scores_only)
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one token, as prompt scores name it."""
+        return self.bootstrap.decode([token_id])
+
+    def _prompt_logprobs(self, param: str, top: int | None) -> int | None:
+        """The prompt scores a request asks for, checked against the core's scored prefill."""
+        if top is None:
+            return None
+        if not self.prompt_score_width:
+            raise InvalidFieldValue(param, "prompt scores need the core's SCORED_PREFILL graphs, which this core "
+                                    "lacks (it was prepared before scored prefill): prepare it again to serve them")
+        if top > self.prompt_score_width:
+            raise InvalidFieldValue(param, f"{top} exceeds the {self.prompt_score_width} alternatives a prompt "
+                                    "token this core's scored prefill gives")
+        return top
 
     def _runtime_request(
         self,
@@ -172,6 +200,7 @@ class Preparer:
         observe_timestamps: bool,
         markers: dict[int, str] | None = None,
         grammar: object | None = None,
+        prompt_logprobs: int | None = None,
     ) -> PreparedRequest:
         if not prompt_ids:
             raise PromptTooLong(param, "the prompt encodes to no tokens")
@@ -211,6 +240,7 @@ class Preparer:
             observe_timestamps=observe_timestamps,
             host_stop=stops.host_stop,
             grammar=grammar,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def sampling_params(self, options: SamplingOptions) -> SamplingParams:

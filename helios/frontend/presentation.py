@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helios.frontend.pipeline import Delta, ParsedOutput
+from helios.frontend.scores import ScoredPrompt, TokenText
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class ChatPresenter:
         observe_tokens: bool,
         observe_timestamps: bool,
         include_usage: bool = False,
+        token_text: TokenText | None = None,
     ) -> None:
         self.completion_id = completion_id
         self.model = model
@@ -103,6 +105,7 @@ class ChatPresenter:
         self.observe_tokens = observe_tokens
         self.observe_timestamps = observe_timestamps
         self.include_usage = include_usage
+        self.token_text = token_text  # with it, a whole response carries the prompt's scores (prompt_logprobs)
 
     # -- streaming -------------------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class ChatPresenter:
         token_ids: list[int],
         timestamps_ns: list[int | None],
         timing: Timing | None,
+        scores: ScoredPrompt | None = None,
     ) -> dict[str, Any]:
         # OpenAI's shape: content is null only beside tool calls, else a string (maybe empty)
         content = parsed.content if parsed.content is not None or parsed.tool_calls else ""
@@ -204,17 +208,28 @@ class ChatPresenter:
             if self.observe_timestamps:
                 choice["token_timestamps_ns"] = timestamps_ns
             self._observation(body, usage, timing)
+        if scores is not None and self.token_text is not None:  # vLLM's extension, at the top level
+            body["prompt_logprobs"] = scores.prompt_logprobs(self.token_text)
         return body
 
 
 class CompletionPresenter:
-    """Builds one /v1/completions response, streamed or whole."""
+    """Builds one /v1/completions response, streamed or whole. A whole response may echo the prompt
+    (`echo`: its text, before the completion's; `scores_only`: max_tokens 0, the sampled token left
+    out of text and usage) and carry the prompt's scores: the legacy `choices[0].logprobs` object
+    (`score_format` "logprobs", with echo) or vLLM's `choices[0].prompt_logprobs` ("prompt_logprobs")."""
 
-    def __init__(self, *, completion_id: str, model: str, created: int, include_usage: bool = False) -> None:
+    def __init__(self, *, completion_id: str, model: str, created: int, include_usage: bool = False,
+                 echo: str | None = None, scores_only: bool = False, score_format: str | None = None,
+                 token_text: TokenText | None = None) -> None:
         self.completion_id = completion_id
         self.model = model
         self.created = created
         self.include_usage = include_usage
+        self.echo = echo
+        self.scores_only = scores_only
+        self.score_format = score_format
+        self.token_text = token_text
 
     def _body(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -239,7 +254,18 @@ class CompletionPresenter:
             chunks.append(usage_chunk)
         return chunks
 
-    def response(self, text: str, finish_reason: str, usage: Usage) -> dict[str, Any]:
-        body = self._body([{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}])
+    def response(self, text: str, finish_reason: str, usage: Usage, *,
+                 scores: ScoredPrompt | None = None) -> dict[str, Any]:
+        if self.scores_only:
+            text, finish_reason = "", "length"
+            usage = Usage(usage.prompt_tokens, 0, usage.reused_prompt_tokens)
+        choice: dict[str, Any] = {"index": 0, "text": (self.echo or "") + text, "logprobs": None,
+                                  "finish_reason": finish_reason}
+        if scores is not None and self.token_text is not None:
+            if self.score_format == "logprobs":
+                choice["logprobs"] = scores.completion_logprobs(self.token_text)
+            else:
+                choice["prompt_logprobs"] = scores.prompt_logprobs(self.token_text)
+        body = self._body([choice])
         body["usage"] = usage.as_json()
         return body

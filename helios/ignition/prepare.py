@@ -32,6 +32,7 @@ from helios.ignition.preparation.contract import (
     page_table_views,
     paged_history,
     pending_token_view,
+    prompt_score_layout,
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
@@ -80,6 +81,10 @@ class PreparationOptions:
     # Tensor-parallel ranks: every graph gets one program per rank and every rank its weight catalog
     # (docs/ranks.md): query and key/value heads, the MLP's features and the vocabulary are split.
     tensor_parallel: int = 1
+    # Scored prefill: SCORED_PREFILL graphs at every prefill capacity, each scoring its packed rows with
+    # the target's log-probability and the `prompt_score_top` most likely ids (prompt log-probabilities,
+    # `echo` with `logprobs`); 0 captures none.
+    prompt_score_top: int = 20
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -107,6 +112,8 @@ class PreparationOptions:
         if self.draft is not None and self.tensor_parallel > 1:
             raise InvalidPreparationOptions(f"--draft with --tp {self.tensor_parallel}: speculative programs on "
                                             "tensor-parallel ranks are not built (prepare with --tp 1)")
+        if self.prompt_score_top < 0:
+            raise InvalidPreparationOptions(f"--prompt-score-top must be >= 0, got {self.prompt_score_top}")
         if self.draft is not None and self.pending_token != "device":
             raise InvalidPreparationOptions("--draft needs --pending-token device (a speculative round's pending "
                                             "token is the device's)")
@@ -229,6 +236,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     layout = completion_layout(decl, geometry, width=completion_width, speculative=bool(widths))
     # Every rank's cache planes hold its own key/value heads, the same number on every rank.
     kv_start, kv_stop = llama_family.rank_kv_heads(cfg, shards[0]) if ranks > 1 else (0, cfg.kv_heads)
+    score_top = min(options.prompt_score_top, geometry.sampled_tokens)
+    scores = (max(options.prefill_capacities), score_top) if score_top else None
+    if scores is not None:
+        prompt_score_layout(decl, layout, rows=scores[0], top=scores[1])
     histories = [paged_history(decl, geometry, layer=i, kv_heads=kv_stop - kv_start, head_dim=cfg.head_dim,
                                dtype=cache_dtype, window_tokens=cfg.windows[i]) for i in range(cfg.layers)]
     draft_histories = []
@@ -255,6 +266,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
             init_programs.append(init_program)
         graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_programs, init_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
+    if scores is not None:  # the prompt of a request asking for prompt scores is consumed by these
+        variants += [(f"scored_prefill_p{p}", C.OPERATION_SCORED_PREFILL, 1, p) for p in options.prefill_capacities]
     variants += [(f"decode_b{b}", C.OPERATION_DECODE, b, b) for b in options.batch_capacities]
     if geometry.slots > 1:
         variants += [(f"mixed_b{geometry.slots}_p{p + geometry.slots - 1}", C.OPERATION_MIXED, geometry.slots,
@@ -265,7 +278,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
             program, bindings, rank_weights = llama_family.text_program(
                 cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype,
                 histories=histories, pending_token=options.pending_token, draft=draft,
-                completion_width=completion_width, shard=shard if ranks > 1 else None)
+                completion_width=completion_width, shard=shard if ranks > 1 else None,
+                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None)
             programs.append(program)
             weights.update(rank_weights)
         graphs.append((name, operation, batch, packed, programs, bindings, sorted(weights)))
@@ -354,7 +368,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     arguments = [f"--dtype={options.dtype}", f"--page-tokens={options.page_tokens}",
                  f"--batch-capacities={','.join(map(str, options.batch_capacities))}",
                  f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
-                 f"--context-tokens={context}", f"--pending-token={options.pending_token}"]
+                 f"--context-tokens={context}", f"--pending-token={options.pending_token}",
+                 f"--prompt-score-top={options.prompt_score_top}"]
     if ranks > 1:  # one-rank cores keep the arguments they always had
         arguments.append(f"--tp={ranks}")
     if draft_checkpoint is not None:

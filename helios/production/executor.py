@@ -47,8 +47,11 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
 from helios.runtime.rounds import PageTableUpdate, RoundPlan, full_rows, single_round
+from helios.runtime.scores import read_prompt_scores
 
 V, M = contract_pb2, manifest_pb2
+# The completion fields only a SCORED_PREFILL round writes: read back after such a round alone.
+_SCORE_FIELDS = frozenset({M.COMPLETION_FIELD_PROMPT_SCORES, M.COMPLETION_FIELD_PROMPT_SCORE_IDS})
 
 __all__ = ["REQUEST_KEYS", "ExecutorGraph", "FrameBusy", "FrameOrderViolated", "NativeExecutor"]
 
@@ -210,7 +213,10 @@ class NativeExecutor:
             self._uploaded.record(torch.cuda.current_stream(self.device))
         self._execute(graph, frame, plan.sequence)
         readback = self.frame_readback[frame]
+        scored = plan.operation == contract_pb2.OPERATION_SCORED_PREFILL
         for field, host in readback.items():
+            if field in _SCORE_FIELDS and not scored:  # only a scored prefill writes them: nothing to read
+                continue
             device_buffer = self.buffers[self.completion[field]]
             if host is not device_buffer:
                 host.copy_(device_buffer, non_blocking=gpu)
@@ -236,7 +242,11 @@ class NativeExecutor:
         if entry.done is not None:
             entry.done.synchronize()
         host = {field: tensor.numpy() for field, tensor in self.frame_readback[plan.frame].items()}
-        return read_completion(host, entry.slots, len(plan.lanes), speculative=plan.operation == contract_pb2.OPERATION_SPECULATIVE)
+        rows = read_completion(host, entry.slots, len(plan.lanes),
+                               speculative=plan.operation == contract_pb2.OPERATION_SPECULATIVE)
+        if plan.operation == contract_pb2.OPERATION_SCORED_PREFILL:
+            rows.scores = read_prompt_scores(host, sum(len(lane.tokens) for lane in plan.lanes))
+        return rows
 
     def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> CompletionRows:
         """One round outside a scheduler (tests, benches): a plan that rewrites every lane's page-table

@@ -48,7 +48,7 @@ from helios.production.plan import LaunchPlan
 from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
-from helios.runtime.packing import GraphPacking, LaneInput, check_page_table_views
+from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
 REQUIRED_OPERATIONS = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
@@ -222,6 +222,7 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
         raise StartupFailed(f"tensor-parallel ranks are not built in the production runtime: the core has "
                             f"{manifest.ranks} ranks (the reference runtime runs them: --runtime reference)")
     check_page_table_views(serving)
+    check_history_regions(serving)
     descriptors = {b.name: b for b in manifest.buffers}
     handles = {h.name: h for h in manifest.graphs}
     out: dict[str, _Program] = {}

@@ -291,6 +291,11 @@ class ProgramBuilder:
         return self.emit("speculative_commit", [ids, accepted, lengths, consumed],
                          names=["next_pending", "emitted_count", "endpoint"])
 
+    def prompt_scores(self, logits: str, targets: str, *, scores: str, ids: str) -> tuple[str, ...]:
+        """Each row's target log-probability and top-K ids and log-probabilities, written into the
+        first P rows of `scores` [R, K + 1] f32 and `ids` [R, K] i32 (version 4)."""
+        return self.emit("prompt_scores", [scores, ids, logits, targets])
+
     def fill(self, value: float, *, into: str | None = None, shape: Sequence[int] | None = None,
              dtype: int | str | None = None, name: str | None = None) -> str:
         """Fill a tensor with `value`: `into` an existing one (shape and dtype from it) or a new scratch."""

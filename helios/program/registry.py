@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from helios.program.collectives import COLLECTIVE_SPECS
+from helios.program.scores import SCORE_SPECS
 from helios.program.spec import AttributeSpec, AttributeValue, OperatorSpec, RuleError
 from helios.program.speculative import SPECULATIVE_SPECS
 from helios.program.types import (
@@ -28,9 +29,9 @@ from helios.program.types import (
 # Version 1: the first seventeen operators. Version 2 adds `gather` and `where` (device-owned
 # pending tokens). Version 3 adds `scatter`, `column_write` and the speculative operators
 # (helios/program/speculative.py). Version 4 adds `copied_proposal` (history drafting), the
-# collectives `all_reduce` and `all_gather` (helios/program/collectives.py) and `embedding`'s
-# `row_offset` (a rank's slice of the vocabulary). Every earlier meaning is unchanged, so older
-# programs keep loading.
+# collectives `all_reduce` and `all_gather` (helios/program/collectives.py), `embedding`'s
+# `row_offset` (a rank's slice of the vocabulary) and `prompt_scores` (scored prefill,
+# helios/program/scores.py). Every earlier meaning is unchanged, so older programs keep loading.
 OPERATOR_SET_VERSION = 4
 SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4})
 
@@ -398,6 +399,7 @@ _SPECS = (
                  (_a("index", "i", "the column written", required=True),), in_place=((0, 0),), since=3),
     *SPECULATIVE_SPECS,
     *COLLECTIVE_SPECS,
+    *SCORE_SPECS,
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

@@ -44,6 +44,8 @@ class CompletionField(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPLETION_FIELD_DRAFT_CURSOR: _ClassVar[CompletionField]
     COMPLETION_FIELD_MODEL_RESERVED: _ClassVar[CompletionField]
     COMPLETION_FIELD_STATUS: _ClassVar[CompletionField]
+    COMPLETION_FIELD_PROMPT_SCORES: _ClassVar[CompletionField]
+    COMPLETION_FIELD_PROMPT_SCORE_IDS: _ClassVar[CompletionField]
 DTYPE_UNSPECIFIED: DType
 DTYPE_F32: DType
 DTYPE_BF16: DType
@@ -72,6 +74,8 @@ COMPLETION_FIELD_CONSUMED_ENDPOINT: CompletionField
 COMPLETION_FIELD_DRAFT_CURSOR: CompletionField
 COMPLETION_FIELD_MODEL_RESERVED: CompletionField
 COMPLETION_FIELD_STATUS: CompletionField
+COMPLETION_FIELD_PROMPT_SCORES: CompletionField
+COMPLETION_FIELD_PROMPT_SCORE_IDS: CompletionField
 
 class ExecutionManifest(_message.Message):
     __slots__ = ("abi_label", "ranks", "buffers", "graphs", "transport", "completion", "tuning_catalog")

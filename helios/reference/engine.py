@@ -33,6 +33,13 @@ from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
 from helios.runtime.rounds import single_round
+from helios.runtime.scores import (
+    PromptScoreEvent,
+    prompt_score_event,
+    prompt_score_width,
+    score_refusal,
+    validate_prompt_scores,
+)
 
 C, M = contract_pb2, manifest_pb2
 
@@ -171,7 +178,8 @@ class ReferenceEngine:
         return max(s.draft_tokens, min(s.draft_tokens + 1, s.verify_tokens))
 
     def generate(self, request: GenerationRequest, *, slot: int = 0,
-                 grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:
+                 grammar_mask: Callable[[], Sequence[int]] | None = None, prompt_logprobs: int | None = None,
+                 on_scores: Callable[[PromptScoreEvent], None] | None = None) -> Iterator[int]:
         """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens.
 
         Admission happens here, before the first id: the request's pages (prompt + max_tokens, within
@@ -179,8 +187,14 @@ class ReferenceEngine:
         exhausting it) cancels the request and returns its pages; requests in distinct slots may
         interleave, each round still runs alone. With `grammar_mask`, each sampling round's
         GRAMMAR_MASK row is what it returns when that round is packed (the caller advances its grammar
-        with every yielded id before asking for the next)."""
+        with every yielded id before asking for the next). With `prompt_logprobs` (alternatives a
+        token), the prompt runs through SCORED_PREFILL graphs and `on_scores` receives each round's
+        validated `PromptScoreEvent` before the first id is yielded."""
         self._admit(request)
+        if prompt_logprobs is not None:
+            refusal = score_refusal(prompt_logprobs, prompt_score_width(self.contract))
+            if refusal is not None:
+                raise AdmissionRejected(refusal)
         if not 0 <= slot < self.contract.max_concurrency:
             raise AdmissionRejected(f"slot {slot} outside the core's {self.contract.max_concurrency} slots")
         if slot in self._active_slots:
@@ -195,11 +209,13 @@ class ReferenceEngine:
             self.allocator.release(pages)
             self._active_slots.discard(slot)
 
-        rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask)
+        scoring = None if prompt_logprobs is None else (prompt_logprobs, on_scores or (lambda event: None))
+        rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask, scoring)
         return _Generation(rounds, release)
 
     def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...],
-                grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:
+                grammar_mask: Callable[[], Sequence[int]] | None = None,
+                scoring: tuple[int, Callable[[PromptScoreEvent], None]] | None = None) -> Iterator[int]:
         eos = set(request.eos_token_ids or self.contract.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
@@ -220,10 +236,20 @@ class ReferenceEngine:
         pending: int | None = None
         while consumed < len(prompt):
             remaining = len(prompt) - consumed
-            graph = self.graph_for(C.OPERATION_PREFILL, tokens=remaining)
+            # a chunk scoring prompt tokens (position p scores token p + 1) runs a SCORED_PREFILL graph
+            scored = scoring is not None and consumed < len(prompt) - 1
+            operation = C.OPERATION_SCORED_PREFILL if scored else C.OPERATION_PREFILL
+            graph = self.graph_for(operation, tokens=remaining)
             chunk = prompt[consumed: consumed + min(remaining, graph.packed_token_capacity)]
             last = consumed + len(chunk) == len(prompt)
-            (row,) = self.run_round(graph.name, [lane(consumed, chunk, len(chunk), last)])
+            rows = self.run_round(graph.name, [lane(consumed, chunk, len(chunk), last)])
+            (row,) = rows
+            if scored:
+                assert scoring is not None
+                scores = getattr(rows, "scores", None)
+                validate_prompt_scores(graph.name, scores, len(chunk), self.contract.vocabulary.sampled_tokens)
+                count = min(len(chunk), len(prompt) - 1 - consumed)
+                scoring[1](prompt_score_event(scores, 0, consumed + 1, count, scoring[0]))  # type: ignore[arg-type]
             consumed += len(chunk)
             if last:
                 pending = row.sampled_id

@@ -41,8 +41,9 @@ from helios.reference.collectives import RANK_COLLECTIVES
 from helios.reference.interpreter import bf16_to_f32, check_lockstep, execute, execute_ranks
 from helios.reference.operators import NUMPY_DTYPES
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
-from helios.runtime.packing import GraphPacking, check_page_table_views
+from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views
 from helios.runtime.rounds import RoundPlan
+from helios.runtime.scores import read_prompt_scores
 
 C, M = contract_pb2, manifest_pb2
 
@@ -111,6 +112,7 @@ class ReferenceExecutor:
         if ranks < 1:
             raise EngineLoadError(f"the core declares {ranks} ranks")
         check_page_table_views(serving)
+        check_history_regions(serving)
         if pages < 1:
             raise EngineLoadError(f"pages must be >= 1, got {pages}")
         buffer_descriptors = {b.name: b for b in manifest.buffers}
@@ -191,8 +193,11 @@ class ReferenceExecutor:
             self.kept.append({name: np.array(env[name]) for name in self.keep if name in env})
             self.kept_graphs.append(plan.graph)
         arrays = {field: np.array(self._field(field)) for field in self.completion}  # a copy: the frame's own
-        self._rows[plan.frame] = (plan, read_completion(arrays, [lane.slot for lane in plan.lanes], len(plan.lanes),
-                                                        speculative=plan.operation == C.OPERATION_SPECULATIVE))
+        rows = read_completion(arrays, [lane.slot for lane in plan.lanes], len(plan.lanes),
+                               speculative=plan.operation == C.OPERATION_SPECULATIVE)
+        if plan.operation == C.OPERATION_SCORED_PREFILL:
+            rows.scores = read_prompt_scores(arrays, sum(len(lane.tokens) for lane in plan.lanes))
+        self._rows[plan.frame] = (plan, rows)
 
     def collect(self, plan: RoundPlan) -> CompletionRows:
         """The rows `submit` read for `plan` (unvalidated: the caller validates)."""

@@ -114,6 +114,8 @@ class _Run:
         arguments = [self.env[name] for name in operator.inputs]
         for out_index, in_index in spec.in_place:
             target = self.types[operator.outputs[out_index]].dtype
+            if target not in FLOAT_DTYPES:  # an integer output in place (prompt_scores' ids): nothing to round
+                continue
             for i, name in enumerate(operator.inputs):
                 if i != in_index and self.types[name].dtype in FLOAT_DTYPES:
                     arguments[i] = round_to_dtype(arguments[i], target)

@@ -14,6 +14,7 @@ from helios.engine.sequential import SequentialRuntime
 from helios.reference.cache import pages_for
 from helios.reference.engine import AdmissionRejected, ReferenceEngine
 from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, speculative_width
+from helios.runtime.scores import prompt_score_width
 
 _PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memory-fraction"),
                     ("wrap_executor", "--trace"))
@@ -41,6 +42,7 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
         available=lambda: {"pages": engine.allocator.free},
         rejections=(AdmissionRejected,),
         eos_token_ids=tuple(contract.frontend.eos_token_ids),
+        prompt_score_width=prompt_score_width(contract),
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, sampling, speculative
+from helios.reference import collectives, sampling, scores, speculative
 
 F = np.float32
 
@@ -284,5 +284,6 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "copied_proposal": speculative.copied_proposal,
     "all_reduce": collectives.all_reduce,
     "all_gather": collectives.all_gather,
+    "prompt_scores": scores.prompt_scores,
     "fill": fill,
 })

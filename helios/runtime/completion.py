@@ -136,9 +136,10 @@ class CompletionRows(ColumnRows):
     `Completion`; `column(name)` and `values(name)` read a field without building rows. Equal to any
     sequence of equal `Completion`s."""
 
-    __slots__ = ("_columns", "_ids", "_values")
+    __slots__ = ("_columns", "_ids", "_values", "scores")
 
-    def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, columns: Mapping[str, np.ndarray], scores: object | None = None) -> None:
+        self.scores = scores  # a SCORED_PREFILL round's `helios.runtime.scores.PromptScores`; None elsewhere
         lengths = {len(columns[name]) for name in _FIELDS}
         if len(lengths) != 1:
             raise ValueError(f"completion columns of different lengths: {sorted(lengths)}")
@@ -150,6 +151,15 @@ class CompletionRows(ColumnRows):
         self._ids = None if ids is None else np.asarray(ids, dtype=np.int64).reshape(count, -1)
         self._values: dict[str, list[int]] = {}
         self._rows: list[Completion] | None = None
+
+    @classmethod
+    def of(cls, rows: Sequence[Completion], scores: object | None = None) -> CompletionRows:
+        """The columns of `rows` (e.g. the rows a trace recorder kept), with a scored round's `scores`."""
+        names = _FIELDS + _EXTRA
+        columns = {name: np.array([getattr(r, name) for r in rows], dtype=np.int64) for name in names}
+        if any(r.sampled_ids for r in rows):
+            columns["sampled_ids"] = np.array([r.sampled_ids for r in rows], dtype=np.int64)
+        return cls(columns, scores)
 
     def column(self, name: str) -> np.ndarray:
         return self._columns[name]

@@ -1,7 +1,8 @@
 """Runtime events (host side): what a submitted request's event stream carries, in order.
 
 Owns: `Termination` (the distinct ways a generation ends) and the event dataclasses. A stream holds
-any number of `TokenEvent`s followed by exactly one terminal event: `Finished` (EOS, output limit,
+a request's `PromptScoreEvent`s when it asked for prompt scores (helios.runtime.scores; they come
+before its first token), any number of `TokenEvent`s, then exactly one terminal event: `Finished` (EOS, output limit,
 user stop, cancellation), `Failed` (execution failure) or `Rejected` (scheduler admission
 rejection, its own event so that no status code depends on error text).
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from helios.runtime.scores import PromptScoreEvent
 
 
 class Termination(enum.Enum):
@@ -59,5 +62,5 @@ class Rejected:
     temporary: bool = False
 
 
-Event = TokenEvent | Finished | Failed | Rejected
+Event = TokenEvent | PromptScoreEvent | Finished | Failed | Rejected
 TERMINAL = (Finished, Failed, Rejected)

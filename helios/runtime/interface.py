@@ -62,12 +62,18 @@ class PreparedRequest:
     observe_timestamps: bool = False  # return_token_timestamps: read the clock per validated token
     host_stop: bool = False  # string stops: width one, one outstanding round (the host-stop barrier)
     grammar: GrammarMatcher | None = None  # structured output: a mask every round, one outstanding round
+    # prompt scores (echo with logprobs, prompt_logprobs): the prompt runs through SCORED_PREFILL rounds
+    # and its scores reach the stream as `PromptScoreEvent`s with this many alternatives a token
+    # (0: each token's own log-probability only); None: no scores
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not self.request_id:
             raise ValueError("request_id must be non-empty")
         if self.observe_timestamps and not self.observe_tokens:
             raise ValueError("observe_timestamps requires observe_tokens")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise ValueError("prompt_logprobs must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,9 @@ Source layouts (the trailing extent of the destination row):
         (PROMPT_TOKENS fills the prompt tokens' rows and `padding` in the pending token's row,
         PENDING_TOKEN that row, so two bindings may share one destination; PROMPT_POSITIONS is each
         packed token's sequence position)
+    SCORED_PREFILL_TARGETS                                               -> one integer per packed token:
+        the prompt token after the row's own (position + 1 of the lane's full prompt), `padding`
+        past the prompt's last token
     PENDING_TOKEN with a row indexing                                    -> the lane's pending token
     PAGE_TABLE                                                           -> [pages] page ids, padded
     SEED_BITS                                                            -> [2] (low, high 32 bits) of
@@ -70,6 +73,27 @@ class ShiftedPageTableView(PackingError):
     """A page-table view declares a nonzero page offset, which no runtime applies yet."""
 
 
+class UnservedHistoryKind(PackingError):
+    """A history region of a kind no runtime serves yet (paged latent, recurrent, continuation)."""
+
+
+# The history kinds the programs' operators and the page cache serve: paged key/value planes and
+# sliding windows over them. Paged latent and recurrent regions need their own operators and state
+# transfer (issue #21); continuation storage comes with snapshots (issue #15).
+SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW)
+
+
+def check_history_regions(serving: contract_pb2.ServingContract) -> None:
+    """Refuse, in one line naming it, a history region of a kind this runtime does not serve: a core
+    whose recurrent or latent state were silently ignored would be served wrong."""
+    for i, region in enumerate(serving.model.cache.histories):
+        if region.kind not in SERVED_HISTORY_KINDS:
+            kind = V.HistoryKind.Name(region.kind) if region.kind in V.HistoryKind.values() else f"#{region.kind}"
+            raise UnservedHistoryKind(
+                f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories "
+                "are not served by this runtime (it serves PAGED_KEY_VALUE and SLIDING_WINDOW regions)")
+
+
 def check_page_table_views(serving: contract_pb2.ServingContract) -> None:
     """Refuse, in one line naming it, a page-table view with a nonzero `page_offset`: packing writes
     every view's rows unshifted, so such a core would be served with the wrong pages. (Helios's own
@@ -107,7 +131,8 @@ _ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_P
 _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
                 V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK,
                 V.VALUE_SOURCE_CANDIDATE_IDS)
-_TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS)
+_TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS,
+                  V.VALUE_SOURCE_SCORED_PREFILL_TARGETS)
 
 
 def _source_name(source: int) -> str:
@@ -269,6 +294,18 @@ class ResolvedBinding:
             # stale token of an earlier round.
             values = np.where(columns.is_prompt, columns.tokens + self.offset, self.padding)
             view[:total] = values.reshape((total, *trailing))
+        elif source == V.VALUE_SOURCE_SCORED_PREFILL_TARGETS:
+            # row p of a lane (position consumed + p) scores the prompt token after its own; rows past
+            # the prompt's last token (and padding) keep `padding`
+            view[:total] = self.padding
+            start = 0
+            for lane, end in zip(columns.lanes, columns.ends.tolist(), strict=True):
+                prompt, first = lane.prompt_token_ids, lane.consumed + 1
+                count = min(end - start, len(prompt) - first)
+                if count > 0:
+                    targets = np.asarray(prompt[first:first + count], dtype=np.int64) + self.offset
+                    view[start:start + count] = targets.reshape((count, *trailing))
+                start = end
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
             ends = columns.ends[columns.has_pending] - 1
             view[ends] = (columns.pending[columns.has_pending] + self.offset).reshape((-1, *trailing))

@@ -205,7 +205,10 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
             started=started,
             prompt_tokens=len(prepared.prompt_token_ids),
             timing=Timing(ingress_ns, stream.enqueue_ns or 0) if timing_needed else None,
+            prompt_token_ids=prepared.prompt_token_ids,
         )
+        scored = runtime_request.prompt_logprobs is not None
+        token_text = state.preparer.token_text if scored else None
         created = int(time.time())
         model = state.preparer.served_id
         if chat:
@@ -217,10 +220,13 @@ def create_app(state: ServerState, *, on_shutdown: Callable[[], None] | None = N
                 observe_tokens=runtime_request.observe_tokens,
                 observe_timestamps=runtime_request.observe_timestamps,
                 include_usage=parsed.include_usage,
+                token_text=token_text,
             )
         else:
             presenter = CompletionPresenter(
-                completion_id=request_id, model=model, created=created, include_usage=parsed.include_usage
+                completion_id=request_id, model=model, created=created, include_usage=parsed.include_usage,
+                echo=prepared.echo, scores_only=prepared.scores_only,
+                score_format="logprobs" if parsed.echo_logprobs else "prompt_logprobs", token_text=token_text,
             )
         pipeline = prepared.pipeline if chat else None
         if parsed.stream:

@@ -77,9 +77,10 @@ def _stream() -> dict[str, Any]:
     }
 
 
-def _max_tokens(context_tokens: int) -> dict[str, Any]:
+def _max_tokens(context_tokens: int, *, minimum: int = 1) -> dict[str, Any]:
+    """`minimum` 0 on completions: max_tokens 0 with echo returns the prompt alone."""
     return _nullable({
-        "type": "integer", "minimum": 1, "maximum": max(context_tokens - 1, 1),
+        "type": "integer", "minimum": minimum, "maximum": max(context_tokens - 1, 1),
         "description": f"output limit; prompt tokens plus max_tokens must fit the served context of {context_tokens} "
                        "tokens, else 503 naming max_tokens (permanent: no Retry-After)",
     })  # fmt: skip
@@ -172,9 +173,16 @@ def chat_request_schema(context_tokens: int, names: list[str], vocab: int) -> di
             "return_token_ids": _flag("prompt_token_ids and choices[0].token_ids in the response"),
             "return_token_timestamps": _flag("token_timestamps_ns; requires return_token_ids"),
             "chat_template_kwargs": _nullable({"type": "object", "description": "extra template variables"}),
-            "logprobs": {"enum": [False, None], "description": "log probabilities are not supported"},
+            "logprobs": {"enum": [False, None], "description": "log probabilities of generated tokens are not supported"},
+            "prompt_logprobs": _prompt_logprobs(),
         },
     }
+
+
+def _prompt_logprobs() -> dict[str, Any]:
+    return _nullable({"type": "integer", "minimum": 0,
+                      "description": "vLLM's extension: each prompt token's log-probability and this many "
+                                     "alternatives (at most the core's scored-prefill width; whole responses only)"})
 
 
 def completion_request_schema(context_tokens: int, names: list[str], vocab: int) -> dict[str, Any]:
@@ -188,11 +196,16 @@ def completion_request_schema(context_tokens: int, names: list[str], vocab: int)
                                  {"type": "array", "minItems": 1, "maxItems": 1,
                                   "items": {"anyOf": [{"type": "string", "minLength": 1}, ids]}}],
                        "description": "one prompt: text, or token ids inside the input vocabulary"},  # fmt: skip
-            "max_tokens": _max_tokens(context_tokens),
+            "max_tokens": _max_tokens(context_tokens, minimum=0),
             **_sampling(),
             **_stops(vocab),
             **_stream(),
-            "echo": {"enum": [False, None]},
+            "echo": _flag("the prompt's text before the completion's (whole responses only); with max_tokens 0 the "
+                          "prompt alone"),
+            "logprobs": _nullable({"type": "integer", "minimum": 0,
+                                   "description": "with echo and max_tokens 0: each prompt token's log-probability "
+                                                  "and this many alternatives in choices[0].logprobs"}),
+            "prompt_logprobs": _prompt_logprobs(),
             "best_of": _nullable({"type": "integer", "enum": [1]}),
         },
     }

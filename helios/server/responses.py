@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from helios.errors import HeliosError
 from helios.frontend.detokenize import Piece
 from helios.frontend.errors import OutsideCapacity
 from helios.frontend.pipeline import OutputAccumulator
@@ -31,8 +32,10 @@ from helios.frontend.presentation import (
     error_body,
     sse,
 )
+from helios.frontend.scores import ScoredPrompt
 from helios.runtime.events import Failed, Finished, Rejected, Termination, TokenEvent
 from helios.runtime.interface import EventStream
+from helios.runtime.scores import PromptScoreEvent
 from helios.server.admission import Permit
 from helios.server.drain import ShuttingDown
 from helios.server.guard import where
@@ -111,6 +114,7 @@ class RequestContext:
     started: float
     prompt_tokens: int
     timing: Timing | None
+    prompt_token_ids: tuple[int, ...] = ()  # what the prompt's scores (a request asking for them) cover
 
 
 class Responder:
@@ -151,9 +155,13 @@ class Responder:
         text: list[str] = []
         token_ids: list[int] = []
         timestamps: list[int | None] = []
+        scored: list[PromptScoreEvent] = []
         try:
             while True:
                 event = await stream.next()
+                if isinstance(event, PromptScoreEvent):  # before the first token (a request asking for them)
+                    scored.append(event)
+                    continue
                 if isinstance(event, TokenEvent):
                     token_ids.append(event.token_id)
                     timestamps.append(event.timestamp_ns)
@@ -190,6 +198,15 @@ class Responder:
             self.record(context, 499, "cancelled", event.output_tokens)
             return Response(status_code=499)
         usage = Usage(event.prompt_tokens, event.output_tokens, event.reused_prompt_tokens)
+        scores = None
+        if stream_scores := scored or None:
+            try:
+                scores = ScoredPrompt.of(context.prompt_token_ids, stream_scores)
+            except HeliosError as error:
+                permit.release()
+                self.record(context, 500, "failed", event.output_tokens)
+                return error_response(500, f"output presentation failed: {error}", kind="server_error",
+                                      code="output_failed")
         if pipeline is not None:
             accumulator.add(pipeline.feed(_pieces(event)))
             accumulator.add(pipeline.finish())
@@ -201,11 +218,12 @@ class Responder:
                 token_ids=token_ids,
                 timestamps_ns=timestamps,
                 timing=context.timing,
+                scores=scores,
             )
         else:
             text.extend(p.text for p in _pieces(event))
             finish_reason = _finish_reason(event, 0)
-            body = presenter.response("".join(text), finish_reason, usage)
+            body = presenter.response("".join(text), finish_reason, usage, scores=scores)
         self.record(context, 200, finish_reason, event.output_tokens)
         return _PermitJSONResponse(body, permit)
 
@@ -235,7 +253,7 @@ class Responder:
                             pieces = []
                             out.append(sse(presenter.token_chunk(event.token_id, event.timestamp_ns)))
                         pieces.extend(_pieces(event))
-                    else:
+                    elif not isinstance(event, PromptScoreEvent):  # scores go in whole responses only
                         terminal = event
                 if isinstance(terminal, Finished):
                     if terminal.termination is Termination.CANCELLED:
@@ -293,7 +311,7 @@ class Responder:
                     if isinstance(event, TokenEvent):
                         output_tokens += 1
                         text.extend(p.text for p in _pieces(event))
-                    else:
+                    elif not isinstance(event, PromptScoreEvent):  # scores go in whole responses only
                         terminal = event
                 if isinstance(terminal, Finished):
                     if terminal.termination is Termination.CANCELLED:

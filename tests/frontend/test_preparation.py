@@ -109,6 +109,22 @@ def test_completion_requests() -> None:
     prepared = prep.prepare_completion(request, "c")
     assert prepared.prompt_token_ids == (5, 6, 7) and prepared.runtime_request.generation.max_tokens == 3
     assert parse_completion_request({"prompt": "x"}).max_tokens == 16
-    with pytest.raises(InvalidFieldValue) as error:
-        parse_completion_request({"prompt": "x", "echo": True})
+    echoed = prep.prepare_completion(parse_completion_request({"prompt": [5, 6], "echo": True, "max_tokens": 0}), "e")
+    assert echoed.echo == prep.bootstrap.decode([5, 6]) and echoed.scores_only
+    assert echoed.runtime_request.generation.max_tokens == 1 and echoed.runtime_request.prompt_logprobs is None
+    with pytest.raises(IncompatibleOptions) as error:  # echo is returned in whole responses only
+        parse_completion_request({"prompt": "x", "echo": True, "stream": True})
     assert error.value.param == "echo"
+    with pytest.raises(InvalidFieldValue) as error:  # max_tokens 0 means the prompt alone, with echo
+        parse_completion_request({"prompt": "x", "max_tokens": 0})
+    assert error.value.param == "max_tokens"
+    with pytest.raises(InvalidFieldValue) as error:  # a core without scored prefill: the missing graphs named
+        prep.prepare_completion(parse_completion_request({"prompt": "x", "echo": True, "logprobs": 1,
+                                                          "max_tokens": 0}), "s")
+    assert error.value.param == "logprobs" and "SCORED_PREFILL" in str(error.value)
+    scoring = Preparer(prep.bootstrap, served_id="tiny-chat", context_tokens=64, prompt_score_width=4)
+    prepared = scoring.prepare_chat(parse_chat_request({"messages": USER, "prompt_logprobs": 4}), "p")
+    assert prepared.runtime_request.prompt_logprobs == 4
+    with pytest.raises(InvalidFieldValue) as error:
+        scoring.prepare_chat(parse_chat_request({"messages": USER, "prompt_logprobs": 5}), "p")
+    assert error.value.param == "prompt_logprobs" and "4 alternatives" in str(error.value)

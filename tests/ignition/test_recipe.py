@@ -93,7 +93,7 @@ def test_preparation_emits_a_valid_contract(tiny_checkpoint):
     operations = sorted((g.operation, g.capacity.batch_capacity, g.capacity.packed_token_capacity)
                         for g in prepared.contract.model.graphs)
     assert operations == [(C.OPERATION_INITIALIZATION, 1, 1), (C.OPERATION_INITIALIZATION, 2, 2),
-                          (C.OPERATION_PREFILL, 1, 8), (C.OPERATION_DECODE, 1, 1),
+                          (C.OPERATION_PREFILL, 1, 8), (C.OPERATION_SCORED_PREFILL, 1, 8), (C.OPERATION_DECODE, 1, 1),
                           (C.OPERATION_DECODE, 2, 2), (C.OPERATION_MIXED, 2, 9)]
     histories = prepared.contract.model.cache.histories
     assert [h.kind for h in histories] == [C.HISTORY_KIND_SLIDING_WINDOW] * 2 and histories[0].window_tokens == 8
@@ -102,6 +102,13 @@ def test_preparation_emits_a_valid_contract(tiny_checkpoint):
     assert len(cache) == 4 and all(b.shape[0] == 0 for b in cache)
     fields = {slot.field for slot in prepared.manifest.completion.fields}
     assert manifest_pb2.COMPLETION_FIELD_MODEL_RESERVED in fields and manifest_pb2.COMPLETION_FIELD_DRAFT_CURSOR in fields
+    # scored prefill: the rows of the largest chunk, the target's log-probability then the top 20, and their ids
+    buffers = {b.name: list(b.shape) for b in prepared.manifest.buffers}
+    assert {manifest_pb2.COMPLETION_FIELD_PROMPT_SCORES, manifest_pb2.COMPLETION_FIELD_PROMPT_SCORE_IDS} <= fields
+    assert buffers["completion.prompt_scores"] == [8, 21] and buffers["completion.prompt_score_ids"] == [8, 20]
+    scored = next(g for g in prepared.contract.model.graphs if g.operation == C.OPERATION_SCORED_PREFILL)
+    assert any(b.source == C.VALUE_SOURCE_SCORED_PREFILL_TARGETS and b.indexing == C.INDEXING_PACKED_TOKEN
+               and b.padding == -1 for b in scored.value_bindings)
     defaults = prepared.contract.defaults.sampling
     assert defaults.temperature == pytest.approx(0.7) and defaults.top_k == 20
     frontend = prepared.contract.model.frontend
@@ -118,10 +125,18 @@ def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint, pend
     initialization = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_INITIALIZATION}
     assert initialization == {"initialization", "initialization_b2"}  # one a batch capacity, the same operators
     assert len({tuple(op.op for op in programs[name].operators) for name in initialization}) == 1
-    text = [name for name in programs if name not in initialization]
+    scored = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_SCORED_PREFILL}
+    text = [name for name in programs if name not in initialization | scored]
     sequences = {tuple(op.op for op in programs[name].operators) for name in text}
     assert len(sequences) == 1
     (sequence,) = sequences
+    # a scored prefill is the same program plus the scores of every row: a norm, the logits, prompt_scores
+    for name in scored:
+        ops = [op.op for op in programs[name].operators]
+        extra = list(ops)
+        for op in sequence:
+            extra.remove(op)
+        assert sorted(extra) == ["logits", "prompt_scores", "rms_norm"] and programs[name].operator_set_version == 4
     head = ("embedding",) if pending_token == "host" else ("gather", "where", "embedding")
     assert sequence[:len(head)] == head and "sample" in sequence and "paged_attention" in sequence
     init_ops = {op.op for op in programs["initialization"].operators}
@@ -233,3 +248,22 @@ def test_a_bf16_checkpoint_is_copied_bit_for_bit(tmp_path):
     prepared = prepare_checkpoint(directory, PreparationOptions(dtype="bf16", page_tokens=4, batch_capacities=(1,),
                                                                 prefill_capacities=(8,)))
     assert prepared.read(f"weight/{name}") == checkpoint.tensors.raw(name).tobytes()
+
+
+def test_scored_prefill_graphs_need_their_score_fields(tiny_checkpoint):
+    """A contract with SCORED_PREFILL graphs records their scores, in buffers covering the largest
+    scored chunk; without the fields (or with narrower rows) it fails decoding naming the record."""
+    from helios.contract.errors import InvalidCompletionLayout
+
+    prepared = prepare_checkpoint(tiny_checkpoint("mistral"), SMALL)
+    manifest = manifest_pb2.ExecutionManifest()
+    manifest.CopyFrom(prepared.manifest)
+    kept = [s for s in manifest.completion.fields if s.field != manifest_pb2.COMPLETION_FIELD_PROMPT_SCORE_IDS]
+    del manifest.completion.fields[:]
+    manifest.completion.fields.extend(kept)
+    with pytest.raises(InvalidCompletionLayout, match="PROMPT_SCORES and PROMPT_SCORE_IDS"):
+        PreparedContract.decode(prepared.contract, manifest)
+    manifest.CopyFrom(prepared.manifest)
+    next(b for b in manifest.buffers if b.name == "completion.prompt_score_ids").shape[:] = [4, 20]
+    with pytest.raises(InvalidCompletionLayout, match=r"R >= 8"):
+        PreparedContract.decode(prepared.contract, manifest)

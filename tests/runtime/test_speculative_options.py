@@ -50,3 +50,45 @@ def test_a_shifted_page_table_view_fails_load_in_one_line(tiny_checkpoint):
     core.contract.model.cache.page_table_views[0].page_offset = 1
     with pytest.raises(ShiftedPageTableView, match=r"page_table_views\[0\]\.page_offset = 1 .*not supported"):
         ReferenceEngine.load(core)
+
+
+@pytest.fixture(scope="module")
+def plain_core(tiny_checkpoint):
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+
+    return prepare_checkpoint(tiny_checkpoint("qwen2"), PreparationOptions(dtype="fp32", batch_capacities=(1,),
+                                                                           prefill_capacities=(8,), context_tokens=32))
+
+
+@pytest.mark.parametrize("kind", ["HISTORY_KIND_RECURRENT", "HISTORY_KIND_PAGED_LATENT", "HISTORY_KIND_CONTINUATION"])
+@pytest.mark.parametrize("runtime", ["reference", "production"])
+def test_a_history_kind_the_runtimes_cannot_serve_fails_load_in_one_line(plain_core, kind, runtime):
+    """A region no operator or cache of this runtime serves (its state would be silently ignored)
+    fails load naming the region, in both runtimes, before any program is lowered."""
+    from helios.ignition.prepare import PreparedCore
+    from helios.proto import contract_pb2, manifest_pb2
+    from helios.runtime.packing import UnservedHistoryKind
+
+    contract, manifest = contract_pb2.ServingContract(), manifest_pb2.ExecutionManifest()
+    contract.CopyFrom(plain_core.contract)
+    manifest.CopyFrom(plain_core.manifest)
+    manifest.buffers.add(name="extra_state", role=manifest_pb2.BUFFER_ROLE_STATE, dtype=manifest_pb2.DTYPE_F32,
+                         shape=[1, 16])
+    contract.model.cache.histories.append(contract_pb2.HistoryRegion(
+        name="extra", kind=getattr(contract_pb2, kind), planes=["extra_state"],
+        tokens_per_record=1 if kind == "HISTORY_KIND_PAGED_LATENT" else 0))
+    core = PreparedCore(contract, manifest, plain_core.resource_list)
+    index = len(contract.model.cache.histories) - 1
+    message = (rf"model\.cache\.histories\[{index}\] \('extra'\): {kind.removeprefix('HISTORY_KIND_')} histories "
+               "are not served")
+    if runtime == "reference":
+        from helios.reference.engine import ReferenceEngine
+
+        with pytest.raises(UnservedHistoryKind, match=message) as caught:
+            ReferenceEngine.load(core)
+    else:
+        from helios.production.native_model import LoadOptions, NativeModel
+
+        with pytest.raises(UnservedHistoryKind, match=message) as caught:
+            NativeModel.load(core, LoadOptions(device="cpu"))
+    assert "\n" not in str(caught.value)

@@ -15,6 +15,9 @@ fill them, and the program tensors bound to them.
   the `sample` operator over them.
 - `state_transfer`: the completion record (one COMPLETION buffer per field) and the program tail
   that writes it.
+- `prompt_score_inputs`, `prompt_score_layout`, `write_prompt_scores`: a scored prefill's targets
+  (SCORED_PREFILL_TARGETS), its two score buffers in the completion record, and the tail that
+  scores every packed row.
 
 Lanes are addressed by physical request slot: the lane of a packed row is its request's SLOT, and
 every per-lane input and completion row is a physical request row, so admission values are written
@@ -344,3 +347,45 @@ def state_transfer(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder
     b.fill(-1, into=tensors["completion.draft_cursor"])
     b.fill(-1, into=tensors["completion.model_reserved"])
     b.fill(0, into=tensors["completion.status"])
+
+
+# ---------------------------------------------------------------------------------------------- prompt scores
+
+PROMPT_SCORES_BUFFER = "completion.prompt_scores"
+PROMPT_SCORE_IDS_BUFFER = "completion.prompt_score_ids"
+
+
+def prompt_score_layout(decl: Declarations, layout: manifest_pb2.CompletionLayout, *, rows: int,
+                        top: int) -> None:
+    """Register the scored prefill's two COMPLETION buffers and add them to the record's layout: one
+    row per packed token of the largest scored chunk (`rows`), the target's log-probability then the
+    `top` most likely ids' ([rows, top + 1] f32), and those ids ([rows, top] i32)."""
+    decl.buffer(PROMPT_SCORES_BUFFER, M.BUFFER_ROLE_COMPLETION, M.DTYPE_F32, (rows, top + 1))
+    decl.buffer(PROMPT_SCORE_IDS_BUFFER, M.BUFFER_ROLE_COMPLETION, M.DTYPE_I32, (rows, top))
+    layout.fields.append(manifest_pb2.CompletionSlot(field=M.COMPLETION_FIELD_PROMPT_SCORES,
+                                                     buffer=PROMPT_SCORES_BUFFER))
+    layout.fields.append(manifest_pb2.CompletionSlot(field=M.COMPLETION_FIELD_PROMPT_SCORE_IDS,
+                                                     buffer=PROMPT_SCORE_IDS_BUFFER))
+
+
+@dataclass(frozen=True, slots=True)
+class PromptScoreInputs:
+    targets: str  # [P] i32 program tensor: each packed row's scored-prefill target, -1 where none
+    bindings: tuple[C.ValueBinding, ...]
+
+
+def prompt_score_inputs(decl: Declarations, b: ProgramBuilder, packed_tokens: int) -> PromptScoreInputs:
+    """The SCORED_PREFILL_TARGETS of P = `packed_tokens` rows: the prompt token after each row's own
+    (padding -1 past the prompt's last token and on padding rows)."""
+    name = decl.buffer(f"score_targets_p{packed_tokens}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (packed_tokens,))
+    return PromptScoreInputs(
+        targets=b.transport("score_targets", name, "i32", (packed_tokens,)),
+        bindings=(_binding(name, C.VALUE_SOURCE_SCORED_PREFILL_TARGETS, C.INDEXING_PACKED_TOKEN, padding=-1),))
+
+
+def write_prompt_scores(b: ProgramBuilder, logits: str, targets: str, *, rows: int, top: int) -> None:
+    """The program tail of a scored prefill: `prompt_scores` of every packed row's logits into the
+    leading rows of the two score buffers."""
+    scores = b.completion("prompt_scores", PROMPT_SCORES_BUFFER, "f32", (rows, top + 1))
+    ids = b.completion("prompt_score_ids", PROMPT_SCORE_IDS_BUFFER, "i32", (rows, top))
+    b.prompt_scores(logits, targets, scores=scores, ids=ids)

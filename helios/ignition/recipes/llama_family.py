@@ -8,6 +8,7 @@ one program per (operation, capacity), all the same operator sequence over packe
     -> per layer: rms_norm, q/k/v matmul (+bias), [head_rms_norm q, k], rotary q, k, paged_cache_write
        k, v, paged_attention [sliding window], o matmul, add, rms_norm, gate/up matmul,
        gated_activation, down matmul, add
+    [SCORED_PREFILL: rms_norm, logits of every row, prompt_scores into the record's score buffers]
     -> last_row_gather per lane, rms_norm, logits, sample [-> where, where into the pending-token state]
     -> completion record
 
@@ -34,8 +35,10 @@ from helios.ignition.preparation.contract import (
     admission_inputs,
     device_pending_tokens,
     paged_text_inputs,
+    prompt_score_inputs,
     sampling_inputs,
     state_transfer,
+    write_prompt_scores,
 )
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.speculative import speculative_inputs
@@ -520,8 +523,12 @@ def _cache_state(b: ProgramBuilder, name: str, buffer: str, planes: HistoryPlane
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
                  pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
-                 shard: RankShard | None = None):
+                 shard: RankShard | None = None, scores: tuple[int, int] | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
+
+    With `scores` = (R, K), the SCORED_PREFILL program of the same P: it also scores every packed
+    row (`prompt_scores` of the row's logits at its SCORED_PREFILL_TARGETS target, and its top K)
+    into the leading rows of the record's two [R, ...] score buffers.
 
     `pending_token` "device" (the default): the program reads each lane's last sampled id from the
     `pending_tokens` STATE row and writes every sampled id back there (`device_pending_tokens`), so no
@@ -549,6 +556,12 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
         dw = draft.weights(b, specs)
         dx = draft.embed(b, dw, tokens, name="draft.x")
         draft.layers(b, dw, dx, text.positions, text.token_lane, text.page_table, tag="draft.")
+    score_bindings: tuple = ()
+    if scores is not None:
+        targets = prompt_score_inputs(decl, b, packed_tokens)
+        every_row = target.head(b, w, x, geometry, tag="scored.")
+        write_prompt_scores(b, every_row, targets.targets, rows=scores[0], top=scores[1])
+        score_bindings = targets.bindings
     last = b.last_row_gather(x, text.token_lane, lanes=geometry.slots, name="last_hidden")
     logits = target.head(b, w, last, geometry, tag="")
     last_position = b.last_row_gather(text.positions, text.token_lane, lanes=geometry.slots, name="last_position")
@@ -559,7 +572,8 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=admission.sampling_decision,
                    sampled=sampled, consumed_endpoint=endpoint, width=completion_width)
     program = b.build(decl.buffers)
-    bindings = text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
+    bindings = (text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
+                + score_bindings)
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 

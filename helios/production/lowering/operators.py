@@ -4,7 +4,8 @@ Each lowering binds the operator's tensors from the context once and returns the
 it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where`, `column_write` and
 `fill` a small torch call on static tensors (`gather` and `where` move one integer per lane: a
 device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
-and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`,
+`prompt_scores` (torch reductions and a sort) in `scores.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -24,6 +25,7 @@ from helios.production.lowering.collectives import lower_all_gather, lower_all_r
 from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
+from helios.production.lowering.scores import lower_prompt_scores
 from helios.production.lowering.speculative import (
     lower_copied_proposal,
     lower_speculative_allocate,
@@ -211,6 +213,7 @@ LOWERINGS: Mapping[str, Lowering] = {
     "copied_proposal": lower_copied_proposal,
     "all_reduce": lower_all_reduce,
     "all_gather": lower_all_gather,
+    "prompt_scores": lower_prompt_scores,
     "fill": _fill,
 }
 
