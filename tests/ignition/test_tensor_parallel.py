@@ -127,5 +127,8 @@ def test_a_drafter_with_ranks_and_a_rank_count_below_one_are_refused(tiny_checkp
 def test_one_rank_cores_are_unchanged_by_the_option(tiny_checkpoint):
     core = prepare_checkpoint(tiny_checkpoint("mistral"), SMALL)
     assert core.manifest.ranks == 1
-    assert all(_program(core, h.name, 0).operator_set_version <= 3 for h in core.manifest.graphs)
-    assert not any(o.op in ("all_reduce", "all_gather") for o in _program(core, "decode_b2", 0).operators)
+    programs = {h.name: _program(core, h.name, 0) for h in core.manifest.graphs}
+    # version 4 only where the program scores prompts (prompt_scores); no collective or row offset anywhere
+    assert all(p.operator_set_version <= 3 for name, p in programs.items() if not name.startswith("scored_prefill"))
+    assert not any(o.op in ("all_reduce", "all_gather") or "row_offset" in o.attributes
+                   for p in programs.values() for o in p.operators)
