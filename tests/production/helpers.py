@@ -1,10 +1,15 @@
 """Shared fixtures of the production tests: the device and activation dtype under test, conversions
-between torch tensors and the reference's NumPy arrays, random paged cohorts, and the tiny-core
-preparation the executor tests share (`tiny_cores` in conftest.py)."""
+between torch tensors and the reference's NumPy arrays, random paged cohorts, the tiny-core
+preparation the executor tests share (`tiny_cores` in conftest.py), and mutants of a kernel module
+(`mutant_module`)."""
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
+import sys
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -73,3 +78,18 @@ def cohort(rng: np.random.Generator, *, lanes: int, history: list[int], queries:
     token_lane += [-1] * padding
     positions += [0] * padding
     return Cohort(np.array(token_lane, np.int32), np.array(positions, np.int32), page_table, pages, page_tokens)
+
+
+def mutant_module(module: ModuleType, old: str, new: str, directory) -> ModuleType:
+    """`module` with `old` replaced by `new` (exactly once), imported from a file of its own (the Triton
+    interpreter reads kernel sources back)."""
+    source = inspect.getsource(module)
+    assert source.count(old) == 1, f"the mutation's target is not unique in {module.__name__}: {old!r}"
+    name = f"{module.__name__.rsplit('.', 1)[-1]}_mutant_{abs(hash(new)) % 10**8}"
+    path = directory / f"{name}.py"
+    path.write_text(source.replace(old, new))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mutant = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mutant
+    spec.loader.exec_module(mutant)
+    return mutant

@@ -7,11 +7,8 @@ this mode and not in the default CPU mode."""
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import sys
+import importlib
 import warnings
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -21,7 +18,7 @@ from helios.production.gpu_paths import GpuPaths, GpuPathsError
 from helios.production.native_model import LoadOptions, NativeModel, StartupFailed
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.request import GenerationRequest, SamplingParams
-from tests.production.helpers import PAGES, PROMPT
+from tests.production.helpers import PAGES, PROMPT, mutant_module
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the mode exists for CPU runs: "
                                 "on a GPU the branches run anyway")
@@ -61,21 +58,6 @@ def _record_launches(monkeypatch) -> list:
         for name in names:
             monkeypatch.setattr(module, name, _Recorded(getattr(module, name), name, log))
     return log
-
-
-def _mutant(module: ModuleType, old: str, new: str, directory) -> ModuleType:
-    """`module` with `old` replaced by `new` (exactly once), imported from a file of its own (the Triton
-    interpreter reads kernel sources back)."""
-    source = inspect.getsource(module)
-    assert source.count(old) == 1, f"the mutation's target is not unique in {module.__name__}: {old!r}"
-    name = f"{module.__name__.rsplit('.', 1)[-1]}_mutant_{abs(hash(new)) % 10**8}"
-    path = directory / f"{name}.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mutant = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mutant
-    spec.loader.exec_module(mutant)
-    return mutant
 
 
 def _greedy_request(steps: int) -> GenerationRequest:
@@ -226,7 +208,7 @@ def test_a_gpu_path_bug_is_caught_in_the_mode_and_not_by_default(bug, monkeypatc
 
     module_name, replaced, old, new, case = MUTATIONS[bug]
     module = importlib.import_module(f"{kernels.__name__}.{module_name}")
-    mutant = _mutant(module, old, new, tmp_path)
+    mutant = mutant_module(module, old, new, tmp_path)
     for name in replaced:
         monkeypatch.setattr(module, name, getattr(mutant, name))
     cases = OperatorCases.from_json(load_operator_cases())

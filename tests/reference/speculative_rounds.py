@@ -54,6 +54,12 @@ def one_proposal_round(lanes: int, first_seed: int = 0):
     return logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, mask
 
 
+def inverted_acceptance(p_x: int, q_x: int, word: int) -> bool:
+    """A deliberately wrong acceptance rule, min(1, q / p) (the ratio upside down), in the fixed
+    point of `helios.reference.speculative.accepts`: what a losslessness test must reject."""
+    return q_x >= p_x or word * p_x < q_x << PROBABILITY_BITS
+
+
 def chi_square_survival(statistic: float, dof: int) -> float:
     """P(X >= statistic) for X chi-square with `dof` degrees of freedom: the regularized upper
     incomplete gamma Q(dof / 2, statistic / 2), by its series below a + 1 and Lentz's continued

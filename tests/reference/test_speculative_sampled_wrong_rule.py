@@ -1,0 +1,23 @@
+"""The whole-request losslessness test of test_speculative_sampled_requests.py rejects a
+deliberately wrong acceptance rule: with the reference's verification accepting a proposal with
+probability min(1, q / p) instead of min(1, p / q), the first four tokens of the same 20,000 seeded
+requests fail the same chi-square test (p < 0.001, printed on failure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helios.reference import speculative as spec
+from tests.reference import sampled_requests as sampled
+from tests.reference.speculative_rounds import inverted_acceptance
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_wrong_acceptance_rule_fails_the_same_test(tmp_path, monkeypatch):
+    core, exact = sampled.setting(tmp_path)
+    monkeypatch.setattr(spec, "accepts", inverted_acceptance)
+    runtime = sampled.reference_runtime(core)
+    fit = sampled.goodness_of_fit(sampled.first_tokens(runtime), exact)
+    assert fit.p_value < sampled.SIGNIFICANCE, str(fit)
+    assert runtime.scheduler.counters.speculative_rounds >= sampled.SAMPLES // sampled.LANES
