@@ -3,7 +3,7 @@ lane each), a proposal copied from history (`copied_proposal`: the copied id, ju
 one-hot row) and verified by `speculative_verify` leaves the first emitted token distributed as the
 target's filtered distribution p (chi-square, p-value > 0.001), whichever id was copied, one the
 target's filters drop included. Judging the copied id against the draft's own row instead (the
-mistake the one-hot row exists to prevent) fails the same test."""
+mistake the one-hot row exists to prevent) fails the same test, already over 5,000 seeds."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ SEEDS = 20_000
 SIGNIFICANCE = 0.001
 
 
-def _copied_round(one_hot: bool):
+def _copied_round(one_hot: bool, seeds: int = SEEDS):
     logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, mask = one_proposal_round(
-        SEEDS, first_seed=11)
-    copied_ids = (np.arange(SEEDS) % VOCAB).astype(np.int32)[:, None]  # every id copied by some lanes
+        seeds, first_seed=11)
+    copied_ids = (np.arange(seeds) % VOCAB).astype(np.int32)[:, None]  # every id copied by some lanes
     drawn = candidates[:, 1].copy()
-    token, row = spec.copied_proposal(drawn, draft_logits[:, 0], copied_ids, np.ones(SEEDS, np.int32), index=0)
+    token, row = spec.copied_proposal(drawn, draft_logits[:, 0], copied_ids, np.ones(seeds, np.int32), index=0)
     assert (token == copied_ids[:, 0]).all()
     candidates[:, 1] = token
     judged = row if one_hot else draft_logits[:, 0]
@@ -52,7 +52,8 @@ def test_copied_proposals_leave_the_first_token_distributed_as_the_target():
 
 
 def test_judging_a_copied_id_by_the_draft_row_fails_the_same_test():
-    value, counts = _p_value(_copied_round(one_hot=False))
+    # already over the first 5,000 seeds (a quarter of the lossless test's, a quarter of its time)
+    value, counts = _p_value(_copied_round(one_hot=False, seeds=5_000))
     assert value < SIGNIFICANCE, (value, counts)
 
 
