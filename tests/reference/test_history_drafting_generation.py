@@ -75,3 +75,26 @@ def test_history_drafting_needs_learned_speculation(cores, tiny_checkpoint):
         ReferenceEngine.load(plain_core, history_drafting=True)
     with pytest.raises(InvalidRuntimeOptions, match="--history-drafting needs learned speculation"):
         RuntimeOptions(AdmissionLimits(max_active=1), speculation=False, history_drafting=True)
+
+
+def test_the_copied_proposal_metrics_move(cores):
+    """Through the reference runtime's factory and /metrics' collector: the copied proposals offered
+    and accepted count up from 0 (the llama core's repeated output accepts some)."""
+    from helios.reference import load_runtime
+    from helios.runtime.interface import PreparedRequest
+    from helios.server.metrics import HeliosCollector, ServerCounters
+    from tests.runtime.streams import serve_all
+
+    runtime = load_runtime(cores("llama", None), RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1),
+                                                                speculative_width=4, history_drafting=True))
+
+    def exported() -> dict[str, float]:
+        families = HeliosCollector(runtime.metrics, ServerCounters(), lambda: 0, 1).collect()
+        return {f.name: f.samples[0].value for f in families
+                if f.name in ("helios_speculative_copied_offered", "helios_speculative_copied_accepted")}
+
+    assert exported() == {"helios_speculative_copied_offered": 0, "helios_speculative_copied_accepted": 0}
+    request = GenerationRequest(PROMPT, sampling=GREEDY, max_tokens=24, ignore_eos=True)
+    serve_all(runtime, [PreparedRequest("r0", request, observe_tokens=True)])
+    after = exported()
+    assert 0 < after["helios_speculative_copied_accepted"] <= after["helios_speculative_copied_offered"]
