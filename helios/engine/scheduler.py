@@ -72,7 +72,7 @@ from helios.engine.sequence import SequenceState, build_lane, decode_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
-from helios.runtime.history_drafting import HistoryIndex
+from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
@@ -249,9 +249,9 @@ class Scheduler(RequestResidency):
             self.counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
             if self.config.history_drafting:
                 for lane, r in zip(plan.lanes, rows, strict=True):
-                    verified = min(len(lane.copied), r.offer - 1)  # the copied proposals the round judged
-                    self.counters.copied_offered += verified
-                    self.counters.copied_accepted += min(r.accepted_drafts, verified)
+                    offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
+                    self.counters.copied_offered += offered
+                    self.counters.copied_accepted += accepted
             emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")

@@ -29,7 +29,7 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
 from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
-from helios.runtime.history_drafting import HistoryIndex
+from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest
 from helios.runtime.rounds import single_round
@@ -270,9 +270,9 @@ class ReferenceEngine:
                 counts["rounds"] += 1
                 counts["offered"] += row.offer - 1
                 counts["accepted"] += row.accepted_drafts
-                verified = min(len(copied), row.offer - 1)  # the copied proposals the round judged
-                counts["copied_offered"] += verified
-                counts["copied_accepted"] += min(row.accepted_drafts, verified)
+                offered, accepted_copied = copied_outcome(copied, row.offer, row.accepted_drafts)
+                counts["copied_offered"] += offered
+                counts["copied_accepted"] += accepted_copied
                 consumed += row.emitted  # the pending token and the accepted proposals
                 *accepted, pending = row.tokens()
                 for token in accepted:  # stops and the output limit hold inside an accepted run

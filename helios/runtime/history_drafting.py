@@ -62,4 +62,12 @@ class HistoryIndex:
         return ()
 
 
-__all__ = ["MAX_NGRAM", "MIN_NGRAM", "HistoryIndex"]
+def copied_outcome(copied: Sequence[int], offer: int, accepted_drafts: int) -> tuple[int, int]:
+    """(offered, accepted) copied proposals of one lane's speculative round: the copied ids the round
+    judged (its offer less the pending row, at most the copied run) and how many of them its accepted
+    run holds (copied proposals come first)."""
+    judged = min(len(copied), offer - 1)
+    return judged, min(accepted_drafts, judged)
+
+
+__all__ = ["MAX_NGRAM", "MIN_NGRAM", "HistoryIndex", "copied_outcome"]
