@@ -159,7 +159,8 @@ class Scheduler(RequestResidency):
             if s.cancelled or s.ended:
                 continue
             remaining = len(s.known) + s.unknown - s.consumed - s.submitted
-            if remaining < 1 or (s.in_flight and not self._second_frame_ready(s, second_frame)):
+            if remaining < 1 or (s.in_flight and not (self._second_frame_ready(s, second_frame)
+                                                       and not self._would_speculate(s))):
                 continue
             if s.request.prompt_logprobs is not None and self._owes_scores(s):
                 scored.append(s)  # its prompt still has positions to score: SCORED_PREFILL rounds only
@@ -368,10 +369,16 @@ class Scheduler(RequestResidency):
 
     def _speculates(self, s: SequenceState) -> bool:
         """A decode lane may run a speculative round: none of its rounds is outstanding (the host
-        chooses its length from completed observations), its pending token is the device's (sampled
-        there, not fed after a readmission), no grammar masks it (its mask is known one token
-        ahead only), and its output limit and the context leave a token."""
-        if s.in_flight or s.request.constrained or s.request.grammar is not None:
+        chooses its length from completed observations) and `_would_speculate`."""
+        return not s.in_flight and self._would_speculate(s)
+
+    def _would_speculate(self, s: SequenceState) -> bool:
+        """A decode lane would run a speculative round once none of its rounds is outstanding: a width
+        is configured, its pending token is the device's (sampled there, not fed after a readmission),
+        no grammar masks it (its mask is known one token ahead only), and its output limit and the
+        context leave a token. Such a lane never joins the second frame: a plain DECODE there would
+        keep one of its rounds outstanding at every scheduling point, so it would never speculate."""
+        if not self.config.speculative_width or s.request.constrained or s.request.grammar is not None:
             return False
         frontier = s.consumed + s.submitted
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens

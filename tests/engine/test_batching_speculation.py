@@ -13,6 +13,7 @@ import pytest
 from helios.engine.worker import BatchingRuntime
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
+from helios.reference.executor import ReferenceExecutor
 from helios.runtime.events import Finished
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
@@ -40,9 +41,10 @@ def cores(tiny_checkpoint, tiny_draft):
     return core
 
 
-def _serve(core, requests, *, pages, width):
+def _serve(core, requests, *, pages, width, frames=None):
     engine = ReferenceEngine.load(core, pages=pages)
-    rt = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
+    executor = engine.executor if frames is None else ReferenceExecutor.load(core, pages=pages, frames=frames)
+    rt = BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
                                       pages=pages, speculative_width=width)
     prepared = [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)]
     return serve_all(rt, prepared), rt
@@ -87,3 +89,21 @@ def test_eos_inside_an_accepted_run_ends_the_request_there(cores):
     results, rt = _serve(core, [stopped, request], pages=32, width=4)
     assert results[0][0] == plain[:cut + 1] and results[1][0] == plain
     assert results[0][1].output_tokens == cut + 1  # usage counts exactly the emitted tokens
+
+
+def test_one_token_prompts_speculate_under_two_frames(cores):
+    """A one-token prompt's first round is a DECODE. Under two frames (the production executor) a lane
+    that would speculate never joins the second frame: there a plain DECODE would keep one of its
+    rounds outstanding at every scheduling point, and it would decode plainly to its end."""
+    core = cores("perturbed", None)
+    rng = random.Random(3)
+    requests = [GenerationRequest((rng.randrange(256),), max_tokens=12, sampling=GREEDY, ignore_eos=True)
+                for _ in range(6)]
+    plain = ReferenceEngine.load(core, pages=64)
+    expected = [list(plain.generate(r)) for r in requests]
+    for frames in (1, 2):
+        results, rt = _serve(core, requests, pages=64, width=4, frames=frames)
+        assert [tokens for tokens, _ in results] == expected
+        launches = rt.scheduler.counters.launches
+        # each cohort's first round decodes the prompt token; every later round speculates
+        assert launches.get("decode", 0) <= 2 and launches.get("speculative", 0) >= 6, (frames, launches)
