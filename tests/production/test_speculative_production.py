@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
@@ -31,6 +32,8 @@ def cores(tiny_checkpoint, tiny_draft):
     return {"rectangular": core(None), "confidence": core(6)}
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp32 token equality is a CPU test (interpreted kernels); "
+                    "on a GPU the conformance suite compares speculative cores under its tie rule")
 @pytest.mark.parametrize("shape", ["rectangular", "confidence"])
 def test_production_speculation_gives_the_plain_greedy_tokens(cores, shape):
     from helios.production.loading import load_native_model, runtime_for
