@@ -79,6 +79,9 @@ from helios.runtime.rounds import PageTableUpdate, RoundPlan
 from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
 C = contract_pb2
+# Adaptive choice: tokens a lane decodes plainly, as an ordinary decode lane, after the choice was
+# plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding).
+PLAIN_TOKENS = 8
 
 __all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
            "UnknownRequest"]
@@ -406,7 +409,7 @@ class Scheduler(RequestResidency):
         context leave a token. Such a lane never joins the second frame: a plain DECODE there would
         keep one of its rounds outstanding at every scheduling point, so it would never speculate."""
         if (not self.config.speculative_width or not s.request.speculation or s.request.constrained
-                or s.request.grammar is not None):
+                or s.request.grammar is not None or s.sampled < s.plain_until):
             return False
         frontier = s.consumed + s.submitted
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
@@ -431,7 +434,11 @@ class Scheduler(RequestResidency):
             self.counters.fallback_choices += 1
             return width
         if not chosen.speculative:
+            # They decode plainly for the next PLAIN_TOKENS tokens as any decode lane does (under two
+            # frames, pipelined in both), then wait for their rounds to complete and are chosen for again.
             self.counters.plain_choices += 1
+            for s in order:
+                s.plain_until = s.sampled + PLAIN_TOKENS
             return 0
         return chosen.width
 

@@ -57,6 +57,7 @@ class SequenceState:
     table_entries: int = -1
     history: HistoryIndex | None = None  # history drafting's n-gram index of `known`, built on first use
     acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
+    plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
 
     @property
     def frontier(self) -> int:

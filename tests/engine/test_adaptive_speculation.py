@@ -129,6 +129,32 @@ def test_forged_costs_steer_the_choice_both_ways_with_the_same_tokens(core, work
     assert counters.rounds_by_width.get(4, 0) > counters.rounds_by_width.get(2, 0)
 
 
+def test_under_two_frames_lanes_chosen_for_plain_decoding_fill_both_frames(core, workload):
+    """A cohort for which plain decoding was chosen decodes as any decode lane for a few tokens, so
+    under two frames its rounds are pipelined (then it drains and is chosen for again)."""
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    executor = ReferenceExecutor.load(core, pages=48, frames=2)
+    rt = _batching(core, ForgedCosts(executor, _forged(engine, lambda w: 2.0 * w)), engine)
+    in_flight, pipelined = [], []
+    submit, collect = executor.submit, executor.collect
+
+    def spy_submit(plan):
+        if plan.operation == C.OPERATION_DECODE:  # a decode lane whose previous round is still in flight
+            pipelined.extend(set(plan.request_ids) & {r for held in in_flight for r in held.request_ids})
+        in_flight.append(plan)
+        submit(plan)
+
+    def spy_collect(plan):
+        in_flight.remove(plan)
+        return collect(plan)
+
+    executor.submit, executor.collect = spy_submit, spy_collect
+    assert [tokens for tokens, _ in serve_all(rt, _prepared(requests))] == expected
+    assert rt.scheduler.config.frames == 2 and rt.scheduler.counters.speculative_rounds == 0
+    assert pipelined and rt.scheduler.counters.plain_choices >= 2
+
+
 def test_a_request_that_opted_out_decodes_plainly_among_speculating_ones(core, workload):
     requests, expected = workload
     engine = ReferenceEngine.load(core, pages=48)
