@@ -27,6 +27,12 @@ holds two (`config.frames`), every generating graph keeps its pending token on t
 active request needs completion feedback (string stops, grammars): otherwise one. A lane joins the
 second frame while in the first only as a decode lane after a decode round (no phase change).
 
+Speculation. On a core with a draft, decode lanes with no outstanding round run SPECULATIVE rounds
+of the configured width, or under adaptive choice (`config.adaptive_speculation`) the program of the
+highest expected rate among DECODE and every selected width, from the executor's measured round costs
+and each request's observed acceptance (program_choice.py; docs/speculative.md). A request that opted
+out (`SchedulerRequest.speculation` False) decodes plainly.
+
 Pages. A lane's pages must cover its chunk before it is submitted; where they run short, cached
 pages are evicted and younger idle requests preempted. Intake, admission, slots, pages, preemption
 and release are `RequestResidency`'s (residency.py), the base class this module's `Scheduler`
