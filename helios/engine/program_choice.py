@@ -11,7 +11,10 @@ proposals and accepted k of them observed k acceptances and, when k < d, one rej
 stops at the first). The estimate is the posterior mean (accepted + w * prior) / (accepted + rejected
 + w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
 lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
-what the draft has done so far and its own rounds take over after a few.
+what the draft has done so far and its own rounds take over after a few. While plain decoding is
+chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY at each plain choice)
+back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
+once the evidence has aged, instead of never.
 
 Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
 limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
@@ -47,14 +50,15 @@ from helios.runtime.costs import RoundCosts
 C = contract_pb2
 
 PRIOR_WEIGHT = 2.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
+POOLED_DECAY = 0.9  # the pooled counts' factor at each choice of plain decoding (nothing observed then)
 
 
 @dataclass(slots=True)
 class AcceptanceEstimate:
     """Observed proposal acceptance: accepted proposals and rejections (see the module docstring)."""
 
-    accepted: int = 0  # proposals accepted
-    rejected: int = 0  # rounds whose verification rejected a proposal (at most one a round)
+    accepted: float = 0.0  # proposals accepted (decayed counts are fractional)
+    rejected: float = 0.0  # rounds whose verification rejected a proposal (at most one a round)
 
     def observe(self, offered: int, accepted: int) -> None:
         """A completed lane that was offered `offered` proposals and accepted `accepted` of them."""
@@ -62,6 +66,11 @@ class AcceptanceEstimate:
             raise ValueError(f"accepted {accepted} of {offered} offered proposals")
         self.accepted += accepted
         self.rejected += int(accepted < offered)
+
+    def decay(self, factor: float = POOLED_DECAY) -> None:
+        """Age the evidence: both counts scaled by `factor` in [0, 1]."""
+        self.accepted *= factor
+        self.rejected *= factor
 
     def mean(self, prior: float, weight: float = PRIOR_WEIGHT) -> float:
         """The posterior mean of the acceptance probability, `weight` pseudo-observations at `prior`."""
@@ -180,5 +189,5 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
+__all__ = ["POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
            "expected_tokens"]

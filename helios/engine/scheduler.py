@@ -443,6 +443,7 @@ class Scheduler(RequestResidency):
             # They decode plainly for the next PLAIN_TOKENS tokens as any decode lane does (under two
             # frames, pipelined in both), then wait for their rounds to complete and are chosen for again.
             self.counters.plain_choices += 1
+            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
             for s in order:
                 s.plain_until = s.sampled + PLAIN_TOKENS
             return 0

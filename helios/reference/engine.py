@@ -215,6 +215,7 @@ class ReferenceEngine:
             return self._speculative_graph
         if not chosen.speculative:
             self.speculative_counts["plain_choices"] += 1
+            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
             return None
         return self._one_lane[chosen.width]
 

@@ -222,6 +222,32 @@ def test_cheap_speculation_with_accepting_drafts_is_chosen_and_dear_speculation_
     assert best(choice.candidates([1.0], [10])).width == 1
 
 
+def test_pooled_evidence_against_the_draft_ages_while_plain_decoding_runs():
+    """A pool that judged the draft poor makes new requests decode plainly; each plain choice ages the
+    pool toward the uniform prior, so the draft is tried again (never below plain's expected rate)."""
+    cat = GraphCatalog([GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True),
+                        GraphVariant("decode_b1", DECODE, 1, 1, True),
+                        GraphVariant("speculative_b1_w4", SPEC, 1, 4, True, width=4, drafts=3, lane_limit=4,
+                                     check=SpeculativeRound(4, exact=True))])
+    costs = RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0), RoundCost("speculative_b1_w4", SPEC, 1, 4, 1.5)))
+    config = SchedulerConfig(max_active=1, queue_capacity=2, page_tokens=4, context_tokens=512, input_tokens=300,
+                             sampled_tokens=300, speculative_width=4, adaptive_speculation=True)
+    s = Scheduler(config, cat, PageCache(160, 4, "test"), costs=costs)
+    s.pooled = AcceptanceEstimate(accepted=0, rejected=5)  # five rounds that rejected their first proposal
+    s.add(SchedulerRequest("a", GenerationRequest((1, 2, 3), max_tokens=300)))
+    rng = random.Random(4)
+    first_speculative = None
+    while (plan := s.schedule()) is not None:
+        if plan.operation == SPEC and first_speculative is None:
+            first_speculative = s.counters.plain_choices
+        s.complete(plan, _spec_rows(plan, rng, {"a": 0.9}))
+        if s._all["a"].sampled >= 300:
+            s.finish("a")
+    # at a = 1 / 7 plain decoding wins; 0.9 ** k ages the five rejections until a >= about 0.38 wins
+    assert first_speculative is not None and 10 < first_speculative < 40, first_speculative
+    assert s.counters.speculative_rounds > 10  # then the request's own acceptance (0.9) keeps it speculating
+
+
 def test_unknown_or_stale_costs_fall_back_to_the_configured_width():
     cat = catalog(random.Random(5))
     widths = sorted({v.width for v in cat.variants(SPEC)})
