@@ -72,10 +72,10 @@ def _forged(engine: ReferenceEngine, speculative) -> RoundCosts:
     return RoundCosts(tuple(entries))
 
 
-def _batching(core, executor, engine):
-    rt = BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
-                                      pages=48, speculative_width=4, adaptive_speculation=True)
-    return rt
+def _batching(executor, engine):
+    """The batching engine over `executor`, adaptive, the widest width (4) its fallback."""
+    return BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
+                                        pages=48, speculative_width=4, adaptive_speculation=True)
 
 
 def _prepared(requests, opt_out=()):
@@ -91,7 +91,7 @@ def _scrape(runtime) -> str:
 def test_batching_adaptive_choice_gives_the_plain_greedy_tokens_and_its_metrics_move(core, workload):
     requests, expected = workload
     engine = ReferenceEngine.load(core, pages=48)
-    rt = _batching(core, engine.executor, engine)
+    rt = _batching(engine.executor, engine)
     results = serve_all(rt, _prepared(requests))
     assert [tokens for tokens, _ in results] == expected
     m = rt.metrics()
@@ -116,12 +116,12 @@ def test_batching_adaptive_choice_gives_the_plain_greedy_tokens_and_its_metrics_
 def test_forged_costs_steer_the_choice_both_ways_with_the_same_tokens(core, workload):
     requests, expected = workload
     engine = ReferenceEngine.load(core, pages=48)
-    dear = _batching(core, ForgedCosts(engine.executor, _forged(engine, lambda w: 2.0 * w)), engine)  # W tokens at most, 2W ms
+    dear = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 2.0 * w)), engine)  # W tokens at most, 2W ms
     assert [tokens for tokens, _ in serve_all(dear, _prepared(requests))] == expected
     counters = dear.scheduler.counters
     assert counters.speculative_rounds == 0 and counters.plain_choices >= 1
     engine = ReferenceEngine.load(core, pages=48)
-    cheap = _batching(core, ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)  # 1 token alone beats decode
+    cheap = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)  # 1 token alone beats decode
     assert [tokens for tokens, _ in serve_all(cheap, _prepared(requests))] == expected
     counters = cheap.scheduler.counters
     assert counters.speculative_rounds >= 1 and counters.plain_choices == 0
@@ -135,7 +135,7 @@ def test_under_two_frames_lanes_chosen_for_plain_decoding_fill_both_frames(core,
     requests, expected = workload
     engine = ReferenceEngine.load(core, pages=48)
     executor = ReferenceExecutor.load(core, pages=48, frames=2)
-    rt = _batching(core, ForgedCosts(executor, _forged(engine, lambda w: 2.0 * w)), engine)
+    rt = _batching(ForgedCosts(executor, _forged(engine, lambda w: 2.0 * w)), engine)
     in_flight, pipelined = [], []
     submit, collect = executor.submit, executor.collect
 
@@ -158,7 +158,7 @@ def test_under_two_frames_lanes_chosen_for_plain_decoding_fill_both_frames(core,
 def test_a_request_that_opted_out_decodes_plainly_among_speculating_ones(core, workload):
     requests, expected = workload
     engine = ReferenceEngine.load(core, pages=48)
-    rt = _batching(core, ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)
+    rt = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)
     seen = []
     submit = engine.executor.submit
 
