@@ -14,7 +14,12 @@ lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new
 what the draft has done so far and its own rounds take over after a few. While plain decoding is
 chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY at each plain choice)
 back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
-once the evidence has aged, instead of never.
+once the evidence has aged, instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE
+observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
+expected: the lanes run the configured width (`explores`), as with unknown costs, and their
+completed round is the observation the choice then rests on. Without this a uniform prior that makes
+plain decoding win would never be tested, however well the draft accepts; with it, a poor draft
+costs one round at the configured width after each ~15 plain choices.
 
 Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
 limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
@@ -51,6 +56,7 @@ C = contract_pb2
 
 PRIOR_WEIGHT = 2.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
 POOLED_DECAY = 0.9  # the pooled counts' factor at each choice of plain decoding (nothing observed then)
+EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 
 
 @dataclass(slots=True)
@@ -71,6 +77,11 @@ class AcceptanceEstimate:
         """Age the evidence: both counts scaled by `factor` in [0, 1]."""
         self.accepted *= factor
         self.rejected *= factor
+
+    @property
+    def evidence(self) -> float:
+        """Observations behind the estimate (decayed counts included)."""
+        return self.accepted + self.rejected
 
     def mean(self, prior: float, weight: float = PRIOR_WEIGHT) -> float:
         """The posterior mean of the acceptance probability, `weight` pseudo-observations at `prior`."""
@@ -181,6 +192,12 @@ class ProgramChoice:
             out.append(Candidate(variant, lanes, expected, seconds))
         return out
 
+    @staticmethod
+    def explores(pooled: AcceptanceEstimate) -> bool:
+        """Acceptance is unknown (the pooled evidence is under EXPLORATION_EVIDENCE): the configured
+        width runs, to observe it."""
+        return pooled.evidence < EXPLORATION_EVIDENCE
+
     def choose(self, acceptances: Sequence[float], rooms: Sequence[int]) -> Candidate | None:
         """The best candidate (`best`), or None when the costs are unknown or stale."""
         if not self.usable():
@@ -189,5 +206,5 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
+__all__ = ["EXPLORATION_EVIDENCE", "POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
            "expected_tokens"]

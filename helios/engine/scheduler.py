@@ -426,10 +426,13 @@ class Scheduler(RequestResidency):
     def _speculative_width(self, order: list[SequenceState]) -> int:
         """The width `order`'s lanes speculate at: the configured one, or under adaptive choice the
         program of the highest expected rate (0: plain DECODE), the configured width while costs are
-        unknown or stale. Every lane of `order` has no outstanding round: this is chosen from
-        completed observations."""
+        unknown or stale or acceptance unknown (`ProgramChoice.explores`). Every lane of `order` has
+        no outstanding round: this is chosen from completed observations."""
         width = self.config.speculative_width
         if self.choice is None:
+            return width
+        if self.choice.explores(self.pooled):  # acceptance unknown: the configured width observes it
+            self.counters.fallback_choices += 1
             return width
         prior = self.pooled.mean(0.5)
         acceptances = [s.acceptance.mean(prior) if s.acceptance is not None else prior for s in order]

@@ -208,7 +208,7 @@ class ReferenceEngine:
         """The speculative graph contract a round of a request runs (None: plain DECODE): the
         selected width's, or under adaptive choice the one of the highest expected rate (the fallback
         width's while costs are unknown)."""
-        if self.choice is None:
+        if self.choice is None or self.choice.explores(self.pooled):  # acceptance unknown: the configured width
             return self._speculative_graph
         chosen = self.choice.choose([acceptance.mean(self.pooled.mean(0.5))], [room])
         if chosen is None:

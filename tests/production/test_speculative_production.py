@@ -83,6 +83,7 @@ def test_production_adaptive_choice_gives_the_plain_greedy_tokens(cores):
     m = runtime.metrics()
     assert {(c.operation_name, c.lanes, c.width) for c in m.round_costs} == {
         ("decode", b, 1) for b in (1, 2, 4)} | {("speculative", b, w) for b in (1, 2, 4) for w in (2, 4)}
-    assert m.speculative_rounds + m.plain_choices >= 1 and m.fallback_choices == 0
+    # the first cohort explores (acceptance unknown: the configured width), the rest are chosen
+    assert m.speculative_rounds + m.plain_choices >= 1 and m.fallback_choices >= 1
     assert sum(m.speculative_rounds_by_width.values()) == m.speculative_rounds
     assert sum(m.offered_by_position.values()) == m.offered_drafts
