@@ -28,6 +28,7 @@ from helios.production.lowering.rotary import lower_paged_cache_write, lower_rot
 from helios.production.lowering.scores import lower_prompt_scores
 from helios.production.lowering.speculative import (
     lower_copied_proposal,
+    lower_speculative_grammar_mask,
     lower_speculative_allocate,
     lower_speculative_commit,
     lower_speculative_pack,
@@ -211,6 +212,7 @@ LOWERINGS: Mapping[str, Lowering] = {
     "speculative_verify": lower_speculative_verify,
     "speculative_commit": lower_speculative_commit,
     "copied_proposal": lower_copied_proposal,
+    "speculative_grammar_mask": lower_speculative_grammar_mask,
     "all_reduce": lower_all_reduce,
     "all_gather": lower_all_gather,
     "prompt_scores": lower_prompt_scores,
