@@ -68,11 +68,12 @@ from helios.engine.residency import (
     SchedulerCounters,
     UnknownRequest,
 )
-from helios.engine.sequence import SequenceState, build_lane, decode_lane
+from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_fields
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
+from helios.runtime.proposal_masks import constrained_proposal
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
@@ -106,6 +107,11 @@ class Scheduler(RequestResidency):
         if config.speculative_width and first is None:
             raise ValueError(f"no SPECULATIVE graph of width {config.speculative_width} is selected")
         self._first_speculative = first
+        # Grammar-constrained lanes speculate over their copied proposals only, and only where every
+        # SPECULATIVE graph of the width takes their per-position grammar masks.
+        variants = [v for v in catalog.variants(C.OPERATION_SPECULATIVE) if v.width == config.speculative_width]
+        self._constrained_speculation = bool(config.history_drafting and variants
+                                             and all(v.grammar_masks for v in variants))
         # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
         self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
@@ -369,16 +375,27 @@ class Scheduler(RequestResidency):
 
     def _speculates(self, s: SequenceState) -> bool:
         """A decode lane may run a speculative round: none of its rounds is outstanding (the host
-        chooses its length from completed observations) and `_would_speculate`."""
-        return not s.in_flight and self._would_speculate(s)
+        chooses its length from completed observations) and `_would_speculate`; a grammar-constrained
+        lane also needs a copied proposal (without one it decodes plainly, its mask one token ahead)."""
+        if s.in_flight or not self._would_speculate(s):
+            return False
+        if s.request.grammar is None:
+            return True
+        if s.history is None:
+            s.history = HistoryIndex()
+        return bool(s.history.propose(s.known, 1))
 
     def _would_speculate(self, s: SequenceState) -> bool:
         """A decode lane would run a speculative round once none of its rounds is outstanding: a width
         is configured, its pending token is the device's (sampled there, not fed after a readmission),
-        no grammar masks it (its mask is known one token ahead only), and its output limit and the
-        context leave a token. Such a lane never joins the second frame: a plain DECODE there would
-        keep one of its rounds outstanding at every scheduling point, so it would never speculate."""
-        if not self.config.speculative_width or s.request.constrained or s.request.grammar is not None:
+        a grammar that masks it has per-position masks for its copied proposals (history drafting,
+        graphs taking CANDIDATE_GRAMMAR_MASKS), and its output limit and the context leave a token.
+        Such a lane never joins the second frame: a plain DECODE there would keep one of its rounds
+        outstanding at every scheduling point, so it would never speculate."""
+        if not self.config.speculative_width:
+            return False
+        if (s.request.constrained or s.request.grammar is not None) and not (
+                s.request.grammar is not None and self._constrained_speculation):
             return False
         frontier = s.consumed + s.submitted
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
@@ -396,6 +413,7 @@ class Scheduler(RequestResidency):
         cohort: list[tuple[SequenceState, int]] = []
         limits: list[int] = []
         copied: list[tuple[int, ...]] | None = [] if self.config.history_drafting else None
+        masks: list[tuple[tuple[int, ...], ...] | None] = []
         for s in order[:self.catalog.speculative_lanes(width)]:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
@@ -406,17 +424,27 @@ class Scheduler(RequestResidency):
                         self.config.context_tokens - frontier - 1)
             if reach > len(s.pages.pages) * page_tokens and not self._reserve(s, reach, keep=cohort):  # type: ignore[union-attr]
                 break
-            cohort.append((s, 1))
-            limits.append(limit)
+            lane_masks = None
             if copied is not None:  # the lane's own tokens, all known: none of its rounds is outstanding
                 if s.history is None:
                     s.history = HistoryIndex()
-                copied.append(s.history.propose(s.known, min(limit - 1, first.drafts)))
+                proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
+                if s.request.grammar is not None:
+                    # Only the copied run the grammar allows, each target row under its position's mask:
+                    # the host knows no mask for a position past it, so the lane's limit stops there.
+                    # Its grammar consumed every known token: delivery advanced it before this round.
+                    proposal, lane_masks = constrained_proposal(s.request.grammar, proposal,
+                                                                lane_fields(s, self.config.eos_ids)[3])
+                    limit = min(limit, len(proposal) + 1)
+                copied.append(proposal)
+            cohort.append((s, 1))
+            limits.append(limit)
+            masks.append(lane_masks)
         if not cohort:
             return None
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
-        return self._submit(variant, cohort, limits, copied)
+        return self._submit(variant, cohort, limits, copied, masks)
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
@@ -445,7 +473,8 @@ class Scheduler(RequestResidency):
         return cohort
 
     def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]],
-                limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None) -> RoundPlan:
+                limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None,
+                masks: list[tuple[tuple[int, ...], ...] | None] | None = None) -> RoundPlan:
         self._sequence += 1
         lanes, updates, sequences = [], [], []
         constrained = 0
@@ -460,8 +489,13 @@ class Scheduler(RequestResidency):
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids)
             if limits is not None:
-                lane = dataclasses.replace(lane, speculative_limit=limits[len(lanes)],
-                                           copied=copied[len(lanes)] if copied is not None else ())
+                i = len(lanes)
+                lane_masks = masks[i] if masks is not None else None
+                # a constrained lane's masks are its per-position ones; its lane mask allows every token
+                lane = dataclasses.replace(lane, speculative_limit=limits[i],
+                                           copied=copied[i] if copied is not None else (),
+                                           candidate_masks=lane_masks,
+                                           grammar_mask=None if lane_masks is not None else lane.grammar_mask)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):

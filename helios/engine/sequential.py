@@ -42,8 +42,10 @@ class TokenEngine(Protocol):
     def generate(self, request: GenerationRequest, *, slot: int) -> Iterator[int]:
         """Sampled ids of `request` in request slot `slot` (distinct among concurrent requests),
         EOS included; may raise one of the runtime's `rejections` before the first id. A
-        constrained request is started with `grammar_mask=`, a callable the engine calls before
-        each sampling round for that round's GRAMMAR_MASK words."""
+        constrained request is started with `grammar_mask=`, a callable the engine calls before each
+        sampling round for that round's GRAMMAR_MASK words, and `grammar=`, the matcher itself
+        (advanced by the worker with every id before the next is asked for), from whose forks an
+        engine that speculates takes the per-position masks of copied proposals."""
         ...
 
 
@@ -257,7 +259,7 @@ class SequentialRuntime(ThreadedModelRuntime):
             grammar = entry.request.grammar
             extra: dict = {}
             if grammar is not None:  # NOTE: the engine asks for the mask when it packs each sampling round
-                extra["grammar_mask"] = grammar.mask
+                extra.update(grammar_mask=grammar.mask, grammar=grammar)
             if entry.request.prompt_logprobs is not None:  # its scores reach the stream before its first token
                 stream = entry.stream
                 extra.update(prompt_logprobs=entry.request.prompt_logprobs, on_scores=stream.put)

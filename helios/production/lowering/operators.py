@@ -28,9 +28,9 @@ from helios.production.lowering.rotary import lower_paged_cache_write, lower_rot
 from helios.production.lowering.scores import lower_prompt_scores
 from helios.production.lowering.speculative import (
     lower_copied_proposal,
-    lower_speculative_grammar_mask,
     lower_speculative_allocate,
     lower_speculative_commit,
+    lower_speculative_grammar_mask,
     lower_speculative_pack,
     lower_speculative_verify,
     lower_token_probability,
