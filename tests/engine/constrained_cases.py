@@ -58,8 +58,8 @@ def tool_checkpoint(checkpoint: Path, directory: Path) -> Path:
     return directory
 
 
-def constrained_core(checkpoint: Path, draft: Path):
-    return prepare_checkpoint(checkpoint, PreparationOptions(draft=draft, **OPTIONS))
+def constrained_core(checkpoint: Path, draft: Path, **overrides):
+    return prepare_checkpoint(checkpoint, PreparationOptions(draft=draft, **{**OPTIONS, **overrides}))
 
 
 def preparer(core) -> Preparer:
