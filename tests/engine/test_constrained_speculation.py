@@ -4,7 +4,9 @@ delimiter lands inside a proposed run give, greedy, exactly the tokens they give
 in the reference runtime (the sequential `ReferenceEngine`) and under the batching scheduler, where
 constrained lanes share SPECULATIVE rounds with each other and with an unconstrained lane. Every
 constrained lane verifies only the copied proposals its grammar allows (limit <= copied + 1), each
-target row under its position's mask; the cases are in constrained_cases.py."""
+target row under its position's mask; the cases are in constrained_cases.py. Host-only scheduler tests
+with a hand-built catalog: a forbidden copied proposal cuts the run; without per-position masks
+(graphs that do not take them, or no history drafting) a constrained lane decodes plainly."""
 
 from __future__ import annotations
 
@@ -12,8 +14,13 @@ import json
 
 import pytest
 
+from helios.engine.catalog import GraphCatalog, GraphVariant
+from helios.engine.config import SchedulerConfig, SchedulerRequest
+from helios.engine.page_cache import PageCache
+from helios.engine.scheduler import Scheduler
 from helios.engine.sequential import SequentialRuntime
 from helios.engine.worker import BatchingRuntime
+from helios.proto import contract_pb2 as C
 from helios.reference.engine import AdmissionRejected, ReferenceEngine
 from helios.runtime.events import Finished
 from helios.runtime.interface import PreparedRequest
@@ -21,6 +28,7 @@ from helios.runtime.limits import AdmissionLimits
 from helios.runtime.proposal_masks import allows
 from helios.runtime.request import GenerationRequest, SamplingParams
 from tests.engine.constrained_cases import constrained_core, document, prepared, preparer, tool_checkpoint
+from tests.engine.test_scheduler import run
 from tests.runtime.streams import serve_all
 
 NAMES = ("json", "tool", "reasoning")
@@ -135,3 +143,64 @@ def test_the_batching_scheduler_speculates_constrained_lanes_together(served):
     counters = runtime.scheduler.counters
     assert counters.constrained_max_inflight == 1
     assert 0 < counters.copied_accepted <= counters.copied_offered
+
+
+class _Forbidding:
+    """A grammar (the GrammarMatcher protocol) that forbids one id everywhere; counts its advances."""
+
+    def __init__(self, forbidden: int, words: int = 10) -> None:
+        self.forbidden, self.words, self.advanced = forbidden, words, 0
+
+    def mask(self):
+        words = [-1] * self.words
+        words[self.forbidden // 32] &= ~(1 << (self.forbidden % 32))
+        return tuple(w if w < 2**31 else w - 2**32 for w in words)
+
+    def advance(self, token: int) -> None:
+        assert token != self.forbidden
+        self.advanced += 1
+
+    def fork(self):
+        return _Forbidding(self.forbidden, self.words)
+
+
+def _scheduler(*, grammar_masks: bool, history_drafting: bool = True):
+    variants = [GraphVariant("initialization", C.OPERATION_INITIALIZATION, 1, 1, False),
+                GraphVariant("prefill_p16", C.OPERATION_PREFILL, 1, 16, False),
+                GraphVariant("decode_b1", C.OPERATION_DECODE, 1, 1, False),
+                GraphVariant("speculative_b1_w4", C.OPERATION_SPECULATIVE, 1, 4, False, width=4, drafts=3,
+                             lane_limit=4, grammar_masks=grammar_masks)]
+    config = SchedulerConfig(max_active=2, queue_capacity=4, page_tokens=4, context_tokens=64, input_tokens=300,
+                             sampled_tokens=300, eos_ids=(299,), speculative_width=4, history_drafting=history_drafting)
+    return Scheduler(config, GraphCatalog(variants), PageCache(32, 4, "test"))
+
+
+def _after_prefill(s, grammar):
+    """Admit a constrained request whose prompt repeats (1 2 3 4), prefill it, its first token 3: its
+    history proposes 4 1 2 (what followed its latest earlier 1 2 3)."""
+    s.add(SchedulerRequest("c", GenerationRequest((1, 2, 3, 4, 1, 2, 3, 4, 1, 2), max_tokens=8),
+                           constrained=True, grammar=grammar))
+    run(s, s.schedule())  # initialization
+    run(s, s.schedule(), token=3)  # prefill: the first sampled token
+    return s.schedule()
+
+
+def test_a_forbidden_copied_proposal_cuts_the_constrained_lanes_run():
+    grammar = _Forbidding(forbidden=2)
+    plan = _after_prefill(_scheduler(grammar_masks=True), grammar)
+    assert plan.operation == C.OPERATION_SPECULATIVE and plan.constrained_lanes == 1
+    (lane,) = plan.lanes
+    assert lane.copied == (4, 1)  # 2 is forbidden at its position: the run ends before it
+    assert lane.speculative_limit == 3 and len(lane.candidate_masks) == 3  # copied + 1 rows, each with a mask
+    assert all(mask == grammar.mask() for mask in lane.candidate_masks) and lane.grammar_mask is None
+    assert grammar.advanced == 0  # the masks came from a fork: the request's grammar did not move
+
+
+@pytest.mark.parametrize(("grammar_masks", "history_drafting"), [(False, True), (True, False)],
+                         ids=["graphs-without-masks", "no-history-drafting"])
+def test_a_constrained_lane_decodes_plainly_without_per_position_masks(grammar_masks, history_drafting):
+    grammar = _Forbidding(forbidden=2)
+    plan = _after_prefill(_scheduler(grammar_masks=grammar_masks, history_drafting=history_drafting), grammar)
+    assert plan.operation == C.OPERATION_DECODE
+    (lane,) = plan.lanes
+    assert lane.grammar_mask == grammar.mask() and lane.candidate_masks is None and lane.copied == ()
