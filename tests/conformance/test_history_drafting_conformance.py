@@ -21,10 +21,11 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0
           "required": ["a"], "additionalProperties": False}
 HISTORY = workload("history",
                    {"name": "repeated", "prompt": REPEATED, "max_tokens": 14, "temperature": 0},
-                   {"name": "seeded", "prompt": REPEATED[:7], "max_tokens": 8, "temperature": 0.9, "seed": 5},
-                   {"name": "constrained", "messages": [{"role": "user", "content": 'say {"a":1} {"a":2}'}],
-                    "max_tokens": 12, "temperature": 0,
-                    "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}})
+                   {"name": "seeded", "prompt": REPEATED[:7], "max_tokens": 8, "temperature": 0.9, "seed": 5})
+CONSTRAINED = workload("constrained",
+                       {"name": "json", "messages": [{"role": "user", "content": 'say {"a":1} {"a":2}'}],
+                        "max_tokens": 12, "temperature": 0,
+                        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}})
 
 
 class Observed:
@@ -49,7 +50,7 @@ def core(tiny_checkpoint, tiny_draft):
 
 def test_trace_and_e2e_pass_with_history_drafting(core):
     production = Observed()
-    report = conform(core, ConformOptions(levels=("trace", "e2e"), device=DEVICE, extra_workloads=(HISTORY,),
+    report = conform(core, ConformOptions(levels=("trace", "e2e"), device=DEVICE, extra_workloads=(HISTORY, CONSTRAINED),
                                           production=production, history_drafting=True))
     assert report.verdict == "pass", report.table()
     records = [r for sink in production.sinks for r in sink.records if r.graph.startswith("speculative")]
