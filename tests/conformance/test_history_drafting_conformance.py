@@ -3,7 +3,8 @@ each request's own tokens; the trace audit replays production's very lanes (thei
 included, through the CANDIDATE_IDS and CANDIDATE_COUNT bindings, and a constrained request's
 per-position grammar masks, CANDIDATE_GRAMMAR_MASKS) on the reference and the end-to-end level
 compares tokens, on a confidence core whose draft (a smaller random model) the target almost never
-agrees with, so the accepted proposals are the copied ones. (That greedy tokens
+agrees with, so the accepted proposals are the copied ones; production's per-position masks left
+unapplied are caught by the trace audit. (That greedy tokens
 with history drafting equal plain decoding's is tests/reference/test_history_drafting_generation.py's.)"""
 
 from __future__ import annotations
@@ -68,3 +69,17 @@ def test_history_drafting_on_a_core_without_copied_inputs_fails_in_one_line(tiny
     with pytest.raises(HistoryDraftingUnsupported, match="history drafting requires enabled learned speculation"):
         conform(plain, ConformOptions(levels=("e2e",), device=DEVICE, extra_workloads=(HISTORY,),
                                       history_drafting=True))
+
+
+def test_per_position_masks_left_unapplied_in_production_are_caught(core, monkeypatch):
+    """Production's `speculative_grammar_mask` launching nothing: the trace audit, replaying the
+    constrained request's speculative lanes with their masks on the reference, names the round."""
+    from helios.production.lowering import operators as lowering
+
+    monkeypatch.setitem(lowering.LOWERINGS, "speculative_grammar_mask", lambda c, op: lambda: None)
+    report = conform(core, ConformOptions(levels=("trace",), device=DEVICE, extra_workloads=(CONSTRAINED,),
+                                          production=Production(DEVICE, history_drafting=True),
+                                          history_drafting=True))
+    found = report.level("trace").divergences
+    assert found and found[0].field in ("sampled_ids", "accepted_drafts", "emitted", "consumed_endpoint"), \
+        report.table()
