@@ -484,18 +484,17 @@ class Scheduler(RequestResidency):
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
         for s, chunk in cohort:
+            # a constrained speculative lane's masks are its per-position ones: its lane mask allows every token
+            lane_masks = masks[len(lanes)] if masks is not None else None
             if chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
                 lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
-                lane = build_lane(s, chunk, initialization, device_pending, eos_ids)
+                lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None)
             if limits is not None:
                 i = len(lanes)
-                lane_masks = masks[i] if masks is not None else None
-                # a constrained lane's masks are its per-position ones; its lane mask allows every token
                 lane = dataclasses.replace(lane, speculative_limit=limits[i],
                                            copied=copied[i] if copied is not None else (),
-                                           candidate_masks=lane_masks,
-                                           grammar_mask=None if lane_masks is not None else lane.grammar_mask)
+                                           candidate_masks=lane_masks)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):
