@@ -33,15 +33,20 @@ def allows(mask: Sequence[int], token: int) -> bool:
 def constrained_proposal(grammar: GrammarMatcher, copied: Sequence[int],
                          stop_ids: Collection[int]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """(the leading copied ids the lane may propose, the masks of positions 0 .. len(kept)). The run
-    ends at the first id its position's mask forbids or that is one of `stop_ids` (EOS); the
-    request's grammar is left exactly as it was."""
+    ends at the first id its position's mask forbids, that the fork refuses, or that is one of
+    `stop_ids` (EOS); the request's grammar is left exactly as it was."""
     fork = grammar.fork()
     masks = [tuple(fork.mask())]
     kept: list[int] = []
     for token in copied:
         if token in stop_ids or not allows(masks[-1], token):
             break
-        fork.advance(token)
+        try:
+            fork.advance(token)
+        except Exception:  # NOTE: refused though its mask allowed it: not proposable
+            # (plain decoding would fail the request on this token at delivery, and so does a round
+            # whose target emits it; only the proposal stops here, the scheduler never fails)
+            break
         kept.append(token)
         masks.append(tuple(fork.mask()))
     return tuple(kept), tuple(masks)

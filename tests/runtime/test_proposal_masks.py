@@ -64,3 +64,26 @@ def test_the_run_stops_before_an_eos_id_and_a_complete_grammar_proposes_nothing(
     middle = _after(DOCUMENT[:3])
     kept, _ = constrained_proposal(middle, [DOCUMENT[3], EOS, DOCUMENT[4]], {EOS})
     assert kept == (DOCUMENT[3],)
+
+
+class _Refusing:
+    """A grammar whose mask allows everything but whose matcher refuses one id (a mask and matcher
+    that disagree): the proposal stops there instead of failing the scheduler."""
+
+    def __init__(self, refused: int) -> None:
+        self.refused = refused
+
+    def mask(self):
+        return (-1,) * 10
+
+    def advance(self, token: int) -> None:
+        if token == self.refused:
+            raise ValueError(f"token {token} refused")
+
+    def fork(self):
+        return self
+
+
+def test_a_proposal_the_matcher_refuses_ends_the_run_quietly():
+    kept, masks = constrained_proposal(_Refusing(5), [3, 4, 5, 6], set())
+    assert kept == (3, 4) and len(masks) == 3
