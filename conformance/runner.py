@@ -78,6 +78,9 @@ class Production:
     device: str = "cpu"
     gpu_paths: bool = False  # the GPU-paths mode (helios/production/gpu_paths.py): the GPU's branches forced
     history_drafting: bool = False  # speculative rounds also carry proposals copied from request histories
+    # adaptive speculation (`--speculative-width auto`): the load measures round costs and the scheduler
+    # chooses each cohort's program from them; the trace audit checks whichever rounds it chose
+    adaptive_speculation: bool = False
 
     def runtime(self, core: CoreSource, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
         from helios.contract import StartupOptions
@@ -86,22 +89,25 @@ class Production:
 
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages,
                                                    gpu_paths=GpuPaths() if self.gpu_paths else None,
-                                                   startup=StartupOptions(history_drafting=self.history_drafting)))
+                                                   startup=StartupOptions(history_drafting=self.history_drafting),
+                                                   measure_costs=self.adaptive_speculation))
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
                                  queue_capacity=max(workload.queue_capacity, len(workload.requests)))
-        return (traced_runtime(core, model, limits, sink, history_drafting=self.history_drafting),
+        return (traced_runtime(core, model, limits, sink, history_drafting=self.history_drafting,
+                               adaptive_speculation=self.adaptive_speculation),
                 header_for(core.contract, model.pages))
 
 
 def traced_runtime(core: CoreSource, model: Any, limits: AdmissionLimits, sink: Any, *,
-                   history_drafting: bool = False) -> Any:
+                   history_drafting: bool = False, adaptive_speculation: bool = False) -> Any:
     """The production runtime over a loaded NativeModel whose every submission goes to `sink`."""
     from helios.production.loading import runtime_for
 
     def wrap(executor: Any, pages: int) -> Any:
         return recorder_for(executor, core.contract, core.manifest, sink)
 
-    return runtime_for(model, RuntimeOptions(limits, wrap_executor=wrap, history_drafting=history_drafting))
+    return runtime_for(model, RuntimeOptions(limits, wrap_executor=wrap, history_drafting=history_drafting,
+                                             adaptive_speculation=adaptive_speculation))
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,6 +253,12 @@ class TraceRecorder:
         # plan sequence -> the transport it was submitted with, and the state it wrote
         self._submitted: dict[int, tuple[dict, dict | None]] = {}
 
+    def round_costs(self):
+        """The wrapped executor's measured round costs (None where it measured none): a recorded
+        runtime chooses its speculative programs as the unrecorded one would."""
+        measure = getattr(self.executor, "round_costs", None)
+        return measure() if measure is not None else None
+
     def submit(self, plan: RoundPlan) -> None:
         self.executor.submit(plan)
         self._submitted[plan.sequence] = (self._transport(plan.graph, plan.lanes), self._state(plan))

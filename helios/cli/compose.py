@@ -51,6 +51,7 @@ class ServeOptions:
     gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
     speculative_width: int | None = None  # a speculative core: the width decoding uses (None: the widest)
     speculation: bool = True  # False: plain decoding on a speculative core
+    adaptive_speculation: bool = False  # choose each round's program from measured costs (--speculative-width auto)
     history_drafting: bool = False  # speculative rounds also carry proposals copied from request histories
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # a POST body past this is refused (413)
     api_key: str | None = None  # bearer token required on every endpoint but /health
@@ -121,6 +122,7 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         wrap_executor=None if options.trace is None else trace_recorder(core, options.trace),
         speculative_width=options.speculative_width,
         speculation=options.speculation,
+        adaptive_speculation=options.adaptive_speculation,
         history_drafting=options.history_drafting,
     )
     runtime = load_runtime(core, options.runtime, runtime_options)

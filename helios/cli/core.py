@@ -120,7 +120,8 @@ def register(subparsers) -> None:
         "Load the verified core with the production runtime, as `helios serve --runtime production` does, "
         "and print what it will run: the selected graphs and their capacities, every buffer with its loaded "
         "shape, the cache pages sized from the memory left after weights and graphs, the startup phases with "
-        "their durations, and the path (Triton or cuBLAS) chosen for each small matrix product.")
+        "their durations, the path (Triton or cuBLAS) chosen for each small matrix product, and the measured "
+        "cost of one round of each DECODE and SPECULATIVE graph (what adaptive speculation chooses from).")
     runtime.add_argument("--runtime", action="store_true",
                          help="load the core on the production runtime and print its execution geometry "
                               "(needs --accept and --trust)")
@@ -348,6 +349,10 @@ def _runtime_report(args) -> dict:
     from helios.production.loading import load_native_model
 
     with open_core(args.core, trusted_keys=args.trust, accept=args.accept) as core:
+        # as `helios serve --runtime production` loads it by default: every speculative width, and the
+        # round costs its adaptive choice reads, measured
+        widths = tuple(core.contract.speculative_widths)
         model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,
-                                  pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction)
+                                  pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction,
+                                  speculative_width=max(widths) if widths else None, measure_costs=True)
         return runtime_report(model)

@@ -50,9 +50,11 @@ def register(subparsers) -> None:
     parser.add_argument("--top-p", type=float, metavar="P", help="nucleus mass in (0, 1] (default: the core's, else 1)")
     parser.add_argument("--top-k", type=int, metavar="K", help="0 disables (default: the core's, else 0)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="Philox seed (default: 0)")
-    parser.add_argument("--speculative-width", type=int, metavar="W",
-                        help="on a core prepared with --draft: decode with its speculative programs of width W "
-                             "(default: the widest captured)")
+    parser.add_argument("--speculative-width", metavar="W|auto",
+                        help="on a core prepared with --draft: W decodes with its speculative programs of width W; "
+                             "auto (the default) chooses, each round, plain decoding or the width of the highest "
+                             "expected tokens per second, from the round costs measured at startup and the "
+                             "proposal acceptance observed so far")
     parser.add_argument("--no-speculation", action="store_true",
                         help="on a core prepared with --draft: decode plainly, one token a round")
     parser.add_argument("--history-drafting", action="store_true",
@@ -94,7 +96,7 @@ def _generate(args) -> int:
     from helios.engine.oneshot import generate_tokens
     from helios.frontend.bootstrap import Bootstrap
     from helios.runtime.limits import AdmissionLimits
-    from helios.runtime.options import RuntimeOptions
+    from helios.runtime.options import RuntimeOptions, speculation_choice
     from helios.runtime.request import GenerationRequest
 
     try:
@@ -104,8 +106,8 @@ def _generate(args) -> int:
     with core_context as core:
         bootstrap = Bootstrap.from_core(core)
         runtime = load_runtime(core, args.runtime, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1),
-                                                                  speculative_width=args.speculative_width,
-                                                                  speculation=not args.no_speculation,
+                                                                  **speculation_choice(args.speculative_width,
+                                                                                       args.no_speculation),
                                                                   history_drafting=args.history_drafting))
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt

@@ -58,9 +58,11 @@ def register(subparsers) -> None:
     parser.add_argument("--gpu-memory-fraction", type=float, metavar="F",
                         help="with --runtime production: share of the GPU's memory Helios may hold, weights, "
                              "graphs and cache together; the cache gets what is left (default 0.9)")  # fmt: skip
-    parser.add_argument("--speculative-width", type=int, metavar="W",
-                        help="on a core prepared with --draft: decode with its speculative programs of width W "
-                             "(default: the widest captured)")  # fmt: skip
+    parser.add_argument("--speculative-width", metavar="W|auto",
+                        help="on a core prepared with --draft: W decodes with its speculative programs of width W; "
+                             "auto (the default) chooses, each round, plain decoding or the width of the highest "
+                             "expected tokens per second, from the round costs measured at startup and the "
+                             "proposal acceptance observed so far")  # fmt: skip
     parser.add_argument("--no-speculation", action="store_true",
                         help="on a core prepared with --draft: decode plainly, one token a round")  # fmt: skip
     parser.add_argument("--history-drafting", action="store_true",
@@ -86,6 +88,7 @@ def _serve(args) -> int:
     from pathlib import Path
 
     from helios.cli.compose import ServeOptions, load_state
+    from helios.runtime.options import speculation_choice
     from helios.server.serve import serve
 
     options = ServeOptions(
@@ -97,8 +100,7 @@ def _serve(args) -> int:
         runtime=args.runtime,
         max_active=args.max_active,
         queue_capacity=args.queue_capacity,
-        speculative_width=args.speculative_width,
-        speculation=not args.no_speculation,
+        **speculation_choice(args.speculative_width, args.no_speculation),
         history_drafting=args.history_drafting,
         frontend_workers=args.frontend_workers,
         trace=None if args.trace is None else Path(args.trace),

@@ -25,6 +25,11 @@ class SchedulerConfig:
     eos_ids: tuple[int, ...] = ()  # the core's EOS ids (a request without its own uses these)
     frames: int = 1  # rounds that may be in flight: the transport's frames, at most what the executor holds (1 or 2)
     speculative_width: int = 0  # decode lanes run SPECULATIVE rounds of this width (0: plain decoding)
+    # Adaptive choice: each speculative cohort runs the program (DECODE, or SPECULATIVE of any selected
+    # width) of the highest expected rate from measured costs (program_choice.py); `speculative_width`
+    # is then the fallback while costs are unknown or stale.
+    adaptive_speculation: bool = False
+    cost_lifetime: float | None = None  # seconds a measured cost table stays fresh (None: while served)
     history_drafting: bool = False  # those rounds carry proposals copied from each request's tokens
     prompt_score_width: int = 0  # K: alternatives a SCORED_PREFILL round gives each prompt token (0: no such graph)
 
@@ -34,6 +39,10 @@ class SchedulerConfig:
                 raise InvalidSchedulerConfig(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.queue_capacity < 0:
             raise InvalidSchedulerConfig(f"queue_capacity must be >= 0, got {self.queue_capacity}")
+        if self.adaptive_speculation and not self.speculative_width:
+            raise InvalidSchedulerConfig("adaptive_speculation needs a fallback speculative_width >= 1")
+        if self.cost_lifetime is not None and not self.cost_lifetime > 0:
+            raise InvalidSchedulerConfig(f"cost_lifetime must be > 0 seconds, got {self.cost_lifetime}")
         if self.frames not in (1, 2):
             raise InvalidSchedulerConfig(f"frames must be 1 or 2, got {self.frames}")
 
@@ -48,6 +57,7 @@ class SchedulerRequest:
     # prompt scores: the alternatives delivered per prompt token (0: the token's own log-probability
     # only); None: no scores, the prompt runs through PREFILL and MIXED rounds
     prompt_logprobs: int | None = None
+    speculation: bool = True  # False: the request opted out of speculation and decodes plainly
 
     @property
     def needs_feedback(self) -> bool:

@@ -62,6 +62,12 @@ class SchedulerCounters:
     accepted_drafts: int = 0  # proposals accepted
     copied_offered: int = 0  # of the offered proposals, those copied from the request's history
     copied_accepted: int = 0  # of the accepted proposals, the copied ones
+    # per draft position k (1-based): lanes offered a proposal at k, and lanes whose proposal k was accepted
+    offered_by_position: dict[int, int] = field(default_factory=dict)
+    accepted_by_position: dict[int, int] = field(default_factory=dict)
+    rounds_by_width: dict[int, int] = field(default_factory=dict)  # W -> SPECULATIVE rounds completed
+    plain_choices: int = 0  # cohorts ready to speculate for which the choice ran plain DECODE instead
+    fallback_choices: int = 0  # speculative rounds formed at the fallback width (costs unknown or stale)
 
 
 @dataclass(frozen=True, slots=True)

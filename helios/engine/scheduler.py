@@ -27,6 +27,12 @@ holds two (`config.frames`), every generating graph keeps its pending token on t
 active request needs completion feedback (string stops, grammars): otherwise one. A lane joins the
 second frame while in the first only as a decode lane after a decode round (no phase change).
 
+Speculation. On a core with a draft, decode lanes with no outstanding round run SPECULATIVE rounds
+of the configured width, or under adaptive choice (`config.adaptive_speculation`) the program of the
+highest expected rate among DECODE and every selected width, from the executor's measured round costs
+and each request's observed acceptance (program_choice.py; docs/speculative.md). A request that opted
+out (`SchedulerRequest.speculation` False) decodes plainly.
+
 Pages. A lane's pages must cover its chunk before it is submitted; where they run short, cached
 pages are evicted and younger idle requests preempted. Intake, admission, slots, pages, preemption
 and release are `RequestResidency`'s (residency.py), the base class this module's `Scheduler`
@@ -60,6 +66,7 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
+from helios.engine.program_choice import AcceptanceEstimate, ProgramChoice
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
@@ -72,12 +79,16 @@ from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
+from helios.runtime.costs import RoundCosts
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.proposal_masks import constrained_proposal
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
 C = contract_pb2
+# Adaptive choice: tokens a lane decodes plainly, as an ordinary decode lane, after the choice was
+# plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding).
+PLAIN_TOKENS = 8
 
 __all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
            "UnknownRequest"]
@@ -87,7 +98,8 @@ class Scheduler(RequestResidency):
     """Continuous batching over a graph catalog and a page cache; see the module docstring. Intake,
     slots and pages are `RequestResidency`'s (residency.py)."""
 
-    def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache) -> None:
+    def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
+                 costs: RoundCosts | None = None) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
         super().__init__(config, cache)
@@ -107,11 +119,21 @@ class Scheduler(RequestResidency):
         if config.speculative_width and first is None:
             raise ValueError(f"no SPECULATIVE graph of width {config.speculative_width} is selected")
         self._first_speculative = first
+        # Adaptive choice (program_choice.py): the executor's measured round costs (None: unknown, so
+        # the configured width runs) and the acceptance pooled over every completed speculative lane.
+        self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime)
+                       if config.adaptive_speculation else None)
+        self.pooled = AcceptanceEstimate()
+        # positions a speculating lane's draft passes may reach past its frontier: the configured
+        # width's, or under adaptive choice the most of any selected width's
+        self._draft_passes = first.draft_passes if first is not None else 0
+        if self.choice is not None:
+            self._draft_passes = max((v.draft_passes for v in catalog.variants(C.OPERATION_SPECULATIVE)), default=0)
         # Grammar-constrained lanes speculate over their copied proposals only, and only where every
-        # SPECULATIVE graph of the width takes their per-position grammar masks.
-        variants = [v for v in catalog.variants(C.OPERATION_SPECULATIVE) if v.width == config.speculative_width]
-        self._constrained_speculation = bool(config.history_drafting and variants
-                                             and all(v.grammar_masks for v in variants))
+        # SPECULATIVE graph that draws proposals takes their per-position grammar masks.
+        drawing = [v for v in catalog.variants(C.OPERATION_SPECULATIVE) if v.drafts > 0]
+        self._constrained_speculation = bool(config.history_drafting and drawing
+                                             and all(v.grammar_masks for v in drawing))
         # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
         self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
@@ -251,9 +273,23 @@ class Scheduler(RequestResidency):
             if plan.operation == C.OPERATION_DECODE and plan.constrained_lanes < len(plan.lanes):
                 self.counters.mixed_grammar_decode_steps += 1
         if speculative:
-            self.counters.speculative_rounds += 1
-            self.counters.offered_drafts += sum(r.offer - 1 for r in rows)
-            self.counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
+            counters = self.counters
+            counters.speculative_rounds += 1
+            counters.offered_drafts += sum(r.offer - 1 for r in rows)
+            counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
+            width = self.catalog.variant(plan.graph).width
+            counters.rounds_by_width[width] = counters.rounds_by_width.get(width, 0) + 1
+            offered_at, accepted_at = counters.offered_by_position, counters.accepted_by_position
+            for s, r in zip(self._cohorts[plan.sequence], rows, strict=True):
+                for k in range(1, r.offer):  # the lane's proposals 1..offer-1; the first accepted_drafts were kept
+                    offered_at[k] = offered_at.get(k, 0) + 1
+                    if k <= r.accepted_drafts:
+                        accepted_at[k] = accepted_at.get(k, 0) + 1
+                if r.offer > 1:  # a completed observation of the request's acceptance, and the pool's
+                    if s.acceptance is None:
+                        s.acceptance = AcceptanceEstimate()
+                    s.acceptance.observe(r.offer - 1, r.accepted_drafts)
+                    self.pooled.observe(r.offer - 1, r.accepted_drafts)
             if self.config.history_drafting:
                 for lane, r in zip(plan.lanes, rows, strict=True):
                     offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
@@ -392,7 +428,7 @@ class Scheduler(RequestResidency):
         graphs taking CANDIDATE_GRAMMAR_MASKS), and its output limit and the context leave a token.
         Such a lane never joins the second frame: a plain DECODE there would keep one of its rounds
         outstanding at every scheduling point, so it would never speculate."""
-        if not self.config.speculative_width:
+        if not self.config.speculative_width or not s.request.speculation or s.sampled < s.plain_until:
             return False
         if (s.request.constrained or s.request.grammar is not None) and not (
                 s.request.grammar is not None and self._constrained_speculation):
@@ -401,13 +437,43 @@ class Scheduler(RequestResidency):
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
                 and frontier + 1 < self.config.context_tokens
                 and self._first_speculative is not None
-                and frontier + self._first_speculative.draft_passes <= self._table_tokens)  # the draft's passes have positions
+                and frontier + self._draft_passes <= self._table_tokens)  # the draft's passes have positions
+
+    def _speculative_width(self, order: list[SequenceState]) -> int:
+        """The width `order`'s lanes speculate at: the configured one, or under adaptive choice the
+        program of the highest expected rate (0: plain DECODE), the configured width while costs are
+        unknown or stale. Every lane of `order` has no outstanding round: this is chosen from
+        completed observations."""
+        width = self.config.speculative_width
+        if self.choice is None:
+            return width
+        prior = self.pooled.mean(0.5)
+        acceptances = [s.acceptance.mean(prior) if s.acceptance is not None else prior for s in order]
+        rooms = [min(s.request.generation.max_tokens - s.sampled - s.unknown,
+                     self.config.context_tokens - s.frontier - 1) for s in order]
+        chosen = self.choice.choose(acceptances, rooms)
+        if chosen is None:
+            self.counters.fallback_choices += 1
+            return width
+        if not chosen.speculative:
+            # They decode plainly for the next PLAIN_TOKENS tokens as any decode lane does (under two
+            # frames, pipelined in both), then wait for their rounds to complete and are chosen for again.
+            self.counters.plain_choices += 1
+            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
+            for s in order:
+                s.plain_until = s.sampled + PLAIN_TOKENS
+            return 0
+        return chosen.width
 
     def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
-        """A SPECULATIVE round of the configured width over `order`'s lanes: each lane's limit within
-        the program's lane limit, its output limit and the context; its pages cover the draft's
-        passes (they write from the pending token on, whatever the lane's length)."""
-        width, first = self.config.speculative_width, self._first_speculative
+        """A SPECULATIVE round over `order`'s lanes at the configured or chosen width (None: the
+        choice was plain decoding, or no lane's pages could be reserved): each lane's limit within the
+        program's lane limit, its output limit and the context; its pages cover the draft's passes
+        (they write from the pending token on, whatever the lane's length)."""
+        width = self._speculative_width(order)
+        if not width:
+            return None
+        first = self.catalog.speculative(width, lanes=1) if self.choice is not None else self._first_speculative
         assert first is not None  # `_speculates` admits lanes only with a speculative width configured
         page_tokens = self.config.page_tokens
         cohort: list[tuple[SequenceState, int]] = []
@@ -429,13 +495,17 @@ class Scheduler(RequestResidency):
                 if s.history is None:
                     s.history = HistoryIndex()
                 proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
-                if s.request.grammar is not None:
+                if s.request.grammar is not None and first.grammar_masks:
                     # Only the copied run the grammar allows, each target row under its position's mask:
                     # the host knows no mask for a position past it, so the lane's limit stops there.
                     # Its grammar consumed every known token: delivery advanced it before this round.
                     proposal, lane_masks = constrained_proposal(s.request.grammar, proposal,
                                                                 lane_fields(s, self.config.eos_ids)[3])
                     limit = min(limit, len(proposal) + 1)
+                elif s.request.grammar is not None:
+                    # a program without per-position masks (one token wide): the lane's own mask, the
+                    # grammar's next one, holds for its one row
+                    proposal, limit = (), 1
                 copied.append(proposal)
             cohort.append((s, 1))
             limits.append(limit)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from helios.engine.config import SchedulerRequest
 from helios.engine.page_cache import SequencePages
+from helios.engine.program_choice import AcceptanceEstimate
 from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.packing import LaneInput
 
@@ -55,6 +56,8 @@ class SequenceState:
     table_generation: int = -1
     table_entries: int = -1
     history: HistoryIndex | None = None  # history drafting's n-gram index of `known`, built on first use
+    acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
+    plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
 
     @property
     def frontier(self) -> int:

@@ -45,7 +45,8 @@ class TokenEngine(Protocol):
         constrained request is started with `grammar_mask=`, a callable the engine calls before each
         sampling round for that round's GRAMMAR_MASK words, and `grammar=`, the matcher itself
         (advanced by the worker with every id before the next is asked for), from whose forks an
-        engine that speculates takes the per-position masks of copied proposals."""
+        engine that speculates takes the per-position masks of copied proposals; a request that
+        opted out of speculation with `speculation=False`."""
         ...
 
 
@@ -200,14 +201,22 @@ class SequentialRuntime(ThreadedModelRuntime):
                 available=dict(self._available()) if self._available is not None else {},
             )
 
-    def _speculative_metrics(self) -> dict[str, int]:
+    def _speculative_metrics(self) -> dict:
         """The engine's speculative rounds and drafts, when it speculates (`speculative_counts`)."""
         counts = getattr(self._engine, "speculative_counts", None)
         if not counts:
             return {}
-        return {"speculative_rounds": counts["rounds"], "offered_drafts": counts["offered"],
-                "accepted_drafts": counts["accepted"], "copied_offered": counts["copied_offered"],
-                "copied_accepted": counts["copied_accepted"]}
+        out = {"speculative_rounds": counts["rounds"], "offered_drafts": counts["offered"],
+               "accepted_drafts": counts["accepted"], "copied_offered": counts["copied_offered"],
+               "copied_accepted": counts["copied_accepted"], "plain_choices": counts.get("plain_choices", 0)}
+        positions = getattr(self._engine, "position_counts", None)
+        if positions:
+            out.update(offered_by_position=dict(positions["offered"]), accepted_by_position=dict(positions["accepted"]),
+                       speculative_rounds_by_width=dict(positions["rounds_by_width"]))
+        choice = getattr(self._engine, "choice", None)
+        if choice is not None and choice.costs is not None:
+            out["round_costs"] = choice.costs.entries
+        return out
 
     def residency(self) -> SequentialResidency:
         """A snapshot of the requests and slots held now (the engine's pages: `metrics().available`)."""
@@ -260,6 +269,8 @@ class SequentialRuntime(ThreadedModelRuntime):
             extra: dict = {}
             if grammar is not None:  # NOTE: the engine asks for the mask when it packs each sampling round
                 extra.update(grammar_mask=grammar.mask, grammar=grammar)
+            if not entry.request.speculation:  # the request opted out of speculation: it decodes plainly
+                extra["speculation"] = False
             if entry.request.prompt_logprobs is not None:  # its scores reach the stream before its first token
                 stream = entry.stream
                 extra.update(prompt_logprobs=entry.request.prompt_logprobs, on_scores=stream.put)

@@ -75,11 +75,16 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     @classmethod
     def for_executor(cls, executor: Executor, contract: PreparedContract, limits: AdmissionLimits, *, pages: int,
                      graph_names: Iterable[str] | None = None, prefix_reuse: bool = True,
-                     speculative_width: int | None = None, history_drafting: bool = False) -> BatchingRuntime:
+                     speculative_width: int | None = None, history_drafting: bool = False,
+                     adaptive_speculation: bool = False, cost_lifetime: float | None = None) -> BatchingRuntime:
         """A runtime over `executor` for a `PreparedContract`; `pages` is the executor's physical cache
         page count, `graph_names` the graphs the executor loaded (default: every graph),
         `speculative_width` the width of the SPECULATIVE rounds decode lanes run (None: plain decoding)
-        and `history_drafting` whether those rounds carry proposals copied from each request's tokens."""
+        and `history_drafting` whether those rounds carry proposals copied from each request's tokens.
+        With `adaptive_speculation` each speculative cohort runs the program of the highest expected
+        rate among DECODE and every loaded width, from the executor's measured round costs
+        (`executor.round_costs()`; an executor without them leaves `speculative_width` running), a
+        table older than `cost_lifetime` seconds counting as stale."""
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
@@ -91,9 +96,14 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             # rounds in flight: the transport's frames, as many as the executor holds
             frames=max(min(contract.manifest.frames, executor.frames, 2), 1),
             speculative_width=speculative_width or 0, history_drafting=history_drafting,
+            adaptive_speculation=adaptive_speculation and bool(speculative_width), cost_lifetime=cost_lifetime,
             prompt_score_width=prompt_score_width(contract))
         cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
-        scheduler = Scheduler(config, catalog, cache)
+        costs = None
+        if config.adaptive_speculation:
+            measure = getattr(executor, "round_costs", None)
+            costs = measure() if measure is not None else None
+        scheduler = Scheduler(config, catalog, cache, costs=costs)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
         return cls(executor, limits, scheduler, capacity=capacity)
 
@@ -152,7 +162,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     def _scheduler_request(request: PreparedRequest) -> SchedulerRequest:
         return SchedulerRequest(request.request_id, request.generation, host_stop=request.host_stop,
                                 constrained=request.grammar is not None, grammar=request.grammar,
-                                prompt_logprobs=request.prompt_logprobs)
+                                prompt_logprobs=request.prompt_logprobs, speculation=request.speculation)
 
     # ------------------------------------------------------------------------------------ reporting
 
@@ -173,6 +183,10 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 reused_prompt_tokens=c.reused_tokens, graph_launches=dict(c.launches), capacity=capacity,
                 speculative_rounds=c.speculative_rounds, offered_drafts=c.offered_drafts,
                 accepted_drafts=c.accepted_drafts, copied_offered=c.copied_offered, copied_accepted=c.copied_accepted,
+                offered_by_position=dict(c.offered_by_position), accepted_by_position=dict(c.accepted_by_position),
+                speculative_rounds_by_width=dict(c.rounds_by_width), plain_choices=c.plain_choices,
+                fallback_choices=c.fallback_choices,
+                round_costs=s.choice.costs.entries if s.choice is not None and s.choice.costs is not None else (),
                 available=available,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight)

@@ -47,6 +47,17 @@ def _optional_bool(body: Mapping[str, Any], name: str, param: str | None = None)
     return value
 
 
+def _speculation(body: Mapping[str, Any]) -> bool:
+    """Helios's extension `speculation` (OpenAI clients: `extra_body`): false opts the request out of
+    learned speculation, so it decodes plainly; true or null (the default) lets the server choose."""
+    value = body.get("speculation")
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise InvalidFieldType("speculation", f"must be a boolean or null, got {json.dumps(value)}")
+    return value
+
+
 def _optional_int(body: Mapping[str, Any], name: str, *, minimum: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
@@ -190,6 +201,7 @@ class ChatRequest:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     structured: StructuredOutput | None = None  # response_format or a forced tool call: a grammar
     prompt_logprobs: int | None = None  # vLLM's extension: alternatives scored per prompt token; None: none
+    speculation: bool = True  # Helios's extension: false decodes this request plainly (no learned speculation)
 
 
 def _content_text(content: Any, param: str) -> str | None:
@@ -408,6 +420,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         template_kwargs=dict(kwargs or {}),
         structured=constrained,
         prompt_logprobs=_prompt_logprobs(body, stream),
+        speculation=_speculation(body),
     )
 
 
@@ -429,6 +442,7 @@ class CompletionRequest:
     # `prompt_logprobs`); None: none
     prompt_logprobs: int | None = None
     echo_logprobs: bool = False  # the scores were asked as the legacy `logprobs` (returned in choices[0].logprobs)
+    speculation: bool = True  # Helios's extension: false decodes this request plainly (no learned speculation)
 
     @property
     def scores_only(self) -> bool:
@@ -479,6 +493,7 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         echo=echo,
         prompt_logprobs=scores,
         echo_logprobs=body.get("logprobs") is not None,
+        speculation=_speculation(body),
     )
 
 

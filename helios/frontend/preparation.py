@@ -108,6 +108,7 @@ class Preparer:
             observe_timestamps=request.return_token_timestamps,
             grammar=grammar,
             prompt_logprobs=self._prompt_logprobs("prompt_logprobs", request.prompt_logprobs),
+            speculation=request.speculation,
         )
         pipeline = OutputPipeline(
             self.bootstrap.frontend,
@@ -164,6 +165,7 @@ class Preparer:
             observe_timestamps=False,
             markers={},
             prompt_logprobs=self._prompt_logprobs(scores_param, request.prompt_logprobs),
+            speculation=request.speculation,
         )
         echo = None
         if request.echo:
@@ -201,6 +203,7 @@ class Preparer:
         markers: dict[int, str] | None = None,
         grammar: object | None = None,
         prompt_logprobs: int | None = None,
+        speculation: bool = True,
     ) -> PreparedRequest:
         if not prompt_ids:
             raise PromptTooLong(param, "the prompt encodes to no tokens")
@@ -241,6 +244,7 @@ class Preparer:
             host_stop=stops.host_stop,
             grammar=grammar,
             prompt_logprobs=prompt_logprobs,
+            speculation=speculation,
         )
 
     def sampling_params(self, options: SamplingOptions) -> SamplingParams:

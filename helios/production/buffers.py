@@ -97,7 +97,9 @@ class ScratchArena:
         key = (dtype, tuple(shape))
         if self._free[key]:
             return self._free[key].pop()
-        tensor = torch.empty(shape, dtype=dtype, device=self.device)
+        # zeroed once: startup runs every plan before any transport is filled (kernel discovery skips
+        # the Triton launches but runs the torch ops), so nothing there may read leftover memory
+        tensor = torch.zeros(shape, dtype=dtype, device=self.device)
         self._all[key].append(tensor)
         return tensor
 

@@ -45,6 +45,7 @@ from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
+from helios.runtime.costs import RoundCosts
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
 from helios.runtime.rounds import PageTableUpdate, RoundPlan, full_rows, single_round
 from helios.runtime.scores import read_prompt_scores
@@ -161,6 +162,7 @@ class NativeExecutor:
         self._page_tables = {name: next(iter(bindings)) for name, bindings in tables.items()
                              if name not in other and len({(b.offset, b.padding) for b in bindings}) == 1}
         self.page_entries_uploaded = 0  # page-table entries written to the device (incremental uploads)
+        self.costs: RoundCosts | None = None  # measured round costs (NativeModel.load with measure_costs)
         # destination -> slot -> (binding, what the row was packed from): rows packed once per request.
         # A row is valid for the binding (source, offset, padding, extents) that wrote it; equal bindings
         # of different graphs share one identity, so switching graphs repacks nothing.
@@ -182,6 +184,10 @@ class NativeExecutor:
             graph.packing.initialize(self.host_view)
         for name in destinations:
             self._upload(name)
+
+    def round_costs(self) -> RoundCosts | None:
+        """The round costs measured at load (None: not measured; `helios.runtime.costs`)."""
+        return self.costs
 
     @property
     def outstanding(self) -> int:

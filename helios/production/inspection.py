@@ -5,7 +5,8 @@ Reads only what `NativeModel.load` exposes (`manifests`, `pages`, `startup`, `we
 printed anywhere a loaded model is at hand. The report is JSON-ready: the selected graphs with their
 capacities, the buffers with their loaded shapes (cache buffers carry the page count sized at load),
 the cache's page geometry and byte size, the startup phases with their durations, and the path
-chosen for each small matrix product shape.
+chosen for each small matrix product shape, and the measured round cost of each DECODE and
+SPECULATIVE graph (the adaptive speculative choice's table) when the load measured them.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def runtime_report(model: Any) -> dict[str, Any]:
         "buffers": buffers,
         "startup": [{"phase": p.name, "seconds": round(p.seconds, 4)} for p in model.startup],
         "linear_decisions": decisions,
+        # the round costs measured at load (`LoadOptions.measure_costs`; empty when not measured)
+        "round_costs": [{"graph": c.graph, "operation": c.operation_name, "lanes": c.lanes, "width": c.width,
+                         "seconds": c.seconds} for c in costs.entries] if (costs := model.executor.round_costs()) else [],
     }
 
 
@@ -100,6 +104,11 @@ def format_runtime_report(report: dict[str, Any]) -> str:
         lines.append("")
         lines += _table([("matrix product", "path", "triton us", "torch us")] + [
             (d["shape"], d["path"], _us(d["triton_us"]), _us(d["torch_us"])) for d in report["linear_decisions"]])
+    if report.get("round_costs"):
+        lines.append("")
+        lines += _table([("round cost", "operation", "lanes", "width", "ms")] + [
+            (c["graph"], c["operation"], str(c["lanes"]), str(c["width"]), f"{c['seconds'] * 1e3:.3f}")
+            for c in sorted(report["round_costs"], key=lambda c: (c["operation"], c["width"], c["lanes"]))])
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from helios.core.source import CoreSource
 from helios.engine.worker import BatchingRuntime
-from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, speculative_width
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, adaptive, speculative_width
 
 if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
@@ -22,10 +22,12 @@ if TYPE_CHECKING:
 
 def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
                       pages: int | None = None, gpu_memory_fraction: float | None = None,
-                      speculative_width: int | None = None, history_drafting: bool = False) -> NativeModel:
+                      speculative_width: int | None = None, history_drafting: bool = False,
+                      measure_costs: bool = False) -> NativeModel:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
     on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
-    SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token)."""
+    SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token);
+    `measure_costs` times the DECODE and SPECULATIVE graphs' rounds once loaded (adaptive choice)."""
     import os
 
     import torch  # NOTE: the device half starts here; importing this module imports no torch
@@ -41,7 +43,8 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
     startup = StartupOptions(max_concurrency=max_concurrency, speculative_width=speculative_width or 1,
                              history_drafting=history_drafting)
     fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
-    return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, **fraction))
+    return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, measure_costs=measure_costs,
+                                              **fraction))
 
 
 def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
@@ -55,7 +58,8 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     width = speculative_width(tuple(core.contract.speculative_widths), options)
     model = load_native_model(core, max_concurrency=limits.max_active, device=options.device, pages=options.pages,
                               gpu_memory_fraction=options.gpu_memory_fraction, speculative_width=width,
-                              history_drafting=options.history_drafting)
+                              history_drafting=options.history_drafting,
+                              measure_costs=adaptive(tuple(core.contract.speculative_widths), options))
     if options.freeze_heap:
         import atexit
         import gc
@@ -68,14 +72,16 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
 
 def runtime_for(model: NativeModel, options: RuntimeOptions) -> BatchingRuntime:
     """The batching engine over an already loaded `NativeModel` (decode lanes run SPECULATIVE rounds
-    of the selected width when the model loaded them)."""
+    of the selected width when the model loaded them; under adaptive choice, the program its measured
+    costs and observed acceptance favour, the widest width while it measured none)."""
     executor = model.executor
     if options.wrap_executor is not None:
         executor = options.wrap_executor(executor, model.pages)
     return BatchingRuntime.for_executor(executor, model.contract, options.limits, pages=model.pages,
                                         graph_names=model.graphs, prefix_reuse=options.prefix_reuse,
                                         speculative_width=_loaded_width(model, options),
-                                        history_drafting=options.history_drafting)
+                                        history_drafting=options.history_drafting,
+                                        adaptive_speculation=adaptive(tuple(model.contract.speculative_widths), options))
 
 
 def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:

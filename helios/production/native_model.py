@@ -16,8 +16,13 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need; never more pages than max_concurrency full contexts;
   graphs   re-bind the plans to the final cache planes and capture one CUDA graph per selected
-           (operation, capacity) variant (on a CPU the plans stay eager); the executor holds two
-           execution frames when the transport declares two (executor.py).
+           (operation, capacity) variant (on a CPU the plans stay eager);
+  costs    with `measure_costs` (adaptive speculation): time each DECODE and SPECULATIVE graph's
+           round, `cost_repeats` replays of its CUDA graph after capture (the median), or one eager
+           run on a CPU, over the idle zeroed transport, persistent state and completion records
+           restored afterwards as capture restores them; the executor's `round_costs()`.
+Then the executor is built over the buffers; it holds two execution frames when the transport
+declares two (executor.py).
 
 NOTE: the cache is sized before capture because a CUDA graph records buffer addresses; the memory
 the graphs hold is what the kernels phase measured, so "after graphs are loaded" holds in substance.
@@ -48,6 +53,7 @@ from helios.production.plan import LaunchPlan
 from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
+from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
 from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
@@ -79,8 +85,14 @@ class LoadOptions:
     # The GPU's branches at small tiles, and separate staging, on any device (gpu_paths.py); None: off.
     # "auto" products are then Triton.
     gpu_paths: GpuPaths | None = None
+    # Time each DECODE and SPECULATIVE graph's round once captured (the adaptive program choice's cost
+    # table, `helios.runtime.costs`): `cost_repeats` replays each on a GPU, one eager run on a CPU.
+    measure_costs: bool = False
+    cost_repeats: int = 5
 
     def __post_init__(self) -> None:
+        if self.cost_repeats < 1:
+            raise StartupFailed(f"cost_repeats must be >= 1, got {self.cost_repeats}")
         if self.gpu_paths is not None and not isinstance(self.gpu_paths, GpuPaths):
             raise StartupFailed(f"gpu_paths must be a GpuPaths or None, got {self.gpu_paths!r}")
         if self.linear not in ("auto", *PATHS):
@@ -200,10 +212,18 @@ class NativeModel:
             graphs = {name: ExecutorGraph(name, item.handle.operation, item.handle.batch_capacity,
                                           item.handle.packed_token_capacity, plans[name], packings[name])
                       for name, item in programs.items()}
-            completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
-            # two frames: a round may be submitted before the last completes
-            executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
-                                      device=device, capture=capture, separate_staging=paths is not None)
+        costs = None
+        if options.measure_costs:  # before the executor initializes the transport: zeroed, as capture ran
+            with phase("costs"):
+                persistent = [buffers[b.name] for b in manifest.buffers
+                              if b.role in (M.BUFFER_ROLE_STATE, M.BUFFER_ROLE_COMPLETION)]
+                costs = _measure_costs(graphs, contracts, persistent, capture, device,
+                                       options.cost_repeats if device.type == "cuda" else 1)
+        completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
+        # two frames: a round may be submitted before the last completes
+        executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
+                                  device=device, capture=capture, separate_staging=paths is not None)
+        executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)
         del loaded.graphs[:]
@@ -214,6 +234,29 @@ class NativeModel:
         return cls(contract=contract, serving=serving, manifests=(loaded,), executor=executor, pages=pages,
                    startup=tuple(phases), device=device, weight_bytes=weight_bytes,
                    linear_decisions=policy.decisions, max_concurrency=slots)
+
+
+def _measure_costs(graphs: dict[str, ExecutorGraph], contracts, persistent: list[torch.Tensor],
+                   capture: GraphCapture | None, device: torch.device, repeats: int) -> RoundCosts:
+    """Time each DECODE and SPECULATIVE graph's round (see the module docstring, phase costs): a
+    replay of its CUDA graph (an eager run of its plan without one), fenced, over the zeroed
+    transport capture ran it on; persistent state and completion records get their bytes back."""
+    saved = [t.clone() for t in persistent]
+
+    def run(name: str) -> None:
+        if capture is not None:
+            capture.replay(name)
+        else:
+            graphs[name].plan.run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    widths = {name: contracts[name].speculative.verify_tokens for name in graphs
+              if contracts[name].HasField("speculative")}
+    costs = time_rounds(measured_graphs(graphs.values(), widths), run, repeats=repeats)
+    for tensor, value in zip(persistent, saved, strict=True):
+        tensor.copy_(value)
+    return costs
 
 
 def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from helios.contract import PreparedContract, StartupOptions
 from helios.core.source import CoreSource
+from helios.engine.catalog import GraphCatalog
+from helios.engine.program_choice import AcceptanceEstimate, ProgramChoice
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
@@ -57,7 +59,8 @@ class ReferenceEngine:
 
     def __init__(self, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
                  prepared: PreparedContract, executor: ReferenceExecutor, *,
-                 speculative_width: int | None = None, history_drafting: bool = False) -> None:
+                 speculative_width: int | None = None, history_drafting: bool = False,
+                 adaptive_speculation: bool = False) -> None:
         self.serving = serving
         self.manifest = manifest
         self.contract = prepared  # the PreparedContract
@@ -82,7 +85,9 @@ class ReferenceEngine:
         # selected width (None: plain decoding, also on a speculative core).
         # SPECULATIVE rounds so far: proposals offered and accepted, and of them the copied ones
         self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0, "copied_offered": 0,
-                                   "copied_accepted": 0}
+                                   "copied_accepted": 0, "plain_choices": 0}
+        # per draft position k (lanes offered proposal k, lanes that accepted it) and rounds per width W
+        self.position_counts: dict[str, dict[int, int]] = {"offered": {}, "accepted": {}, "rounds_by_width": {}}
         self._speculative_checks = {g.name: SpeculativeRound.of(g) for g in prepared.graphs
                                     if g.speculative is not None}  # what every SPECULATIVE graph's rows answer to
         self.speculative: LoadedGraph | None = None
@@ -95,10 +100,27 @@ class ReferenceEngine:
                           and g.speculative.verify_tokens == speculative_width), key=lambda g: g.batch_capacity)
             self.speculative = self.graphs[chosen.name]
             self._speculative_graph = chosen
+        # Adaptive choice (helios/engine/program_choice.py): each round of a decoding request runs
+        # DECODE or the one-lane SPECULATIVE graph of the width of the highest expected rate, from the
+        # executor's measured round costs and the request's observed acceptance; `speculative_width`
+        # is the fallback while costs are unknown.
+        self.choice: ProgramChoice | None = None
+        self.pooled = AcceptanceEstimate()  # acceptance pooled over every completed speculative round
+        self._one_lane = {}  # W -> the one-lane SPECULATIVE graph contract of that width
+        for g in sorted((g for g in prepared.graphs if g.speculative is not None), key=lambda g: g.batch_capacity):
+            self._one_lane.setdefault(g.speculative.verify_tokens, g)
+        if adaptive_speculation and self.speculative is not None:
+            # the one-lane graphs a round of this engine runs: DECODE and each width's SPECULATIVE
+            one_lane = [min((g for g in prepared.graphs if g.operation == C.OPERATION_DECODE),
+                            key=lambda g: (g.batch_capacity, g.packed_token_capacity)).name,
+                        *(g.name for g in self._one_lane.values())]
+            self.choice = ProgramChoice(GraphCatalog.from_graphs(prepared.graphs), executor.round_costs(one_lane))
         # a grammar-constrained request speculates over its copied proposals only, under their
-        # per-position grammar masks: where the speculative graph takes them and history drafting is on
-        self._grammar_masks = self.speculative is not None and history_drafting and any(
-            b.source == C.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS for b in self._speculative_graph.value_bindings)
+        # per-position grammar masks: with history drafting, where every program drawing proposals that
+        # a round may run takes them (a round of one that does not decodes the request plainly)
+        programs = [] if self.speculative is None else [self._speculative_graph, *self._one_lane.values()]
+        self._grammar_masks = history_drafting and bool(programs) and all(
+            _takes_masks(g) for g in programs if g.speculative.draft_tokens > 0)
         # History drafting: the speculative rounds also carry proposals copied from the request's tokens
         # (load-time selection checked the graphs take them: PreparedContract.select)
         self.history_drafting = history_drafting
@@ -108,17 +130,21 @@ class ReferenceEngine:
 
     @classmethod
     def load(cls, core: CoreSource, *, pages: int | None = None, keep: Sequence[str] = (),
-             speculative_width: int | None = None, history_drafting: bool = False) -> ReferenceEngine:
+             speculative_width: int | None = None, history_drafting: bool = False,
+             adaptive_speculation: bool = False) -> ReferenceEngine:
         """Load `core` (anything with `.contract`, `.manifest` and `.read(id)`); `keep` names program
         tensors (e.g. "logits") whose values are copied into `kept` after every round;
         `speculative_width` decodes with the core's SPECULATIVE graphs of that width, and
-        `history_drafting` adds proposals copied from each request's own tokens to those rounds."""
+        `history_drafting` adds proposals copied from each request's own tokens to those rounds, and
+        `adaptive_speculation` chooses each round's program from measured costs (`speculative_width`
+        is then the fallback)."""
         serving, manifest = core.contract, core.manifest
         prepared = PreparedContract.decode(serving, manifest)
         if pages is None:
             pages = pages_for(prepared.context_tokens, prepared.cache.page_tokens)
         return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep),
-                   speculative_width=speculative_width, history_drafting=history_drafting)
+                   speculative_width=speculative_width, history_drafting=history_drafting,
+                   adaptive_speculation=adaptive_speculation)
 
     # ------------------------------------------------------------------------------------------ rounds
 
@@ -180,13 +206,32 @@ class ReferenceEngine:
         return reach
 
     def _draft_passes(self) -> int:
-        s = self._speculative_graph.speculative
-        return max(s.draft_tokens, min(s.draft_tokens + 1, s.verify_tokens))
+        """Positions the draft writes from a lane's pending token on: the selected width's graph's, or
+        under adaptive choice the most of any width's."""
+        graphs = self._one_lane.values() if self.choice is not None else (self._speculative_graph,)
+        return max(max(g.speculative.draft_tokens, min(g.speculative.draft_tokens + 1, g.speculative.verify_tokens))
+                   for g in graphs)
+
+    def _program(self, acceptance: AcceptanceEstimate, room: int):
+        """The speculative graph contract a round of a request runs (None: plain DECODE): the
+        selected width's, or under adaptive choice the one of the highest expected rate (the fallback
+        width's while costs are unknown)."""
+        if self.choice is None:
+            return self._speculative_graph
+        chosen = self.choice.choose([acceptance.mean(self.pooled.mean(0.5))], [room])
+        if chosen is None:
+            return self._speculative_graph
+        if not chosen.speculative:
+            self.speculative_counts["plain_choices"] += 1
+            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
+            return None
+        return self._one_lane[chosen.width]
 
     def generate(self, request: GenerationRequest, *, slot: int = 0,
                  grammar_mask: Callable[[], Sequence[int]] | None = None, grammar: GrammarMatcher | None = None,
                  prompt_logprobs: int | None = None,
-                 on_scores: Callable[[PromptScoreEvent], None] | None = None) -> Iterator[int]:
+                 on_scores: Callable[[PromptScoreEvent], None] | None = None,
+                 speculation: bool = True) -> Iterator[int]:
         """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens.
 
         Admission happens here, before the first id: the request's pages (prompt + max_tokens, within
@@ -199,7 +244,8 @@ class ReferenceEngine:
         request also speculates over its copied proposals, each target row under its position's mask
         (computed on a fork of `grammar`). With `prompt_logprobs` (alternatives a
         token), the prompt runs through SCORED_PREFILL graphs and `on_scores` receives each round's
-        validated `PromptScoreEvent` before the first id is yielded."""
+        validated `PromptScoreEvent` before the first id is yielded. With `speculation` False (the
+        request opted out) it decodes plainly on a speculative engine."""
         self._admit(request)
         if prompt_logprobs is not None:
             refusal = score_refusal(prompt_logprobs, prompt_score_width(self.contract))
@@ -222,13 +268,14 @@ class ReferenceEngine:
         scoring = None if prompt_logprobs is None else (prompt_logprobs, on_scores or (lambda event: None))
         if grammar is not None and grammar_mask is None:
             grammar_mask = grammar.mask
-        rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask, scoring, grammar)
+        rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask, scoring,
+                              speculation, grammar)
         return _Generation(rounds, release)
 
     def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...],
                 grammar_mask: Callable[[], Sequence[int]] | None = None,
                 scoring: tuple[int, Callable[[PromptScoreEvent], None]] | None = None,
-                grammar: GrammarMatcher | None = None) -> Iterator[int]:
+                speculation: bool = True, grammar: GrammarMatcher | None = None) -> Iterator[int]:
         eos = set(request.eos_token_ids or self.contract.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
@@ -247,6 +294,7 @@ class ReferenceEngine:
 
         history = list(prompt)  # the prompt, then every emitted token (history drafting's source)
         index = HistoryIndex() if self.history_drafting else None
+        acceptance = AcceptanceEstimate()  # the request's completed speculative rounds (adaptive choice)
         init = self._by_operation[C.OPERATION_INITIALIZATION][0]
         self.run_round(init.name, [lane(0, (), 0, False)])
         consumed, emitted = 0, 0
@@ -279,23 +327,38 @@ class ReferenceEngine:
             if consumed + 1 >= self.contract.context_tokens:
                 return  # the context is full: the next token would have no position
             constrained = grammar_mask is not None
-            limit = self._speculative_limit(request, emitted, consumed, len(pages),
-                                            constrained and not (grammar is not None and self._grammar_masks))
+            limit = 0
+            if speculation:
+                limit = self._speculative_limit(request, emitted, consumed, len(pages),
+                                                constrained and not (grammar is not None and self._grammar_masks))
+            program = self._program(acceptance, limit) if limit else None
             masks = None
-            if limit:
-                drafts = self._speculative_graph.speculative.draft_tokens
-                copied = index.propose(history, min(limit - 1, drafts)) if index is not None else ()
+            if program is not None:
+                spec = program.speculative
+                limit = min(limit, spec.lane_token_limit)
+                copied = index.propose(history, min(limit - 1, spec.draft_tokens)) if index is not None else ()
                 if constrained:  # the copied run its grammar allows, each row under its position's mask
                     assert grammar is not None  # the caller advanced it with every yielded id
                     copied, masks = constrained_proposal(grammar, copied, eos)
-                    limit = min(limit, len(copied) + 1) if copied else 0  # none: decode plainly
-            if limit:
-                (row,) = self.run_round(self.speculative.name,
-                                        [lane(consumed, (pending,), 0, True, limit, copied, masks)])
+                    limit = min(limit, len(copied) + 1)
+                    if not copied or not _takes_masks(program):  # nothing to verify: decode plainly
+                        program = None
+            if program is not None:
+                (row,) = self.run_round(program.name, [lane(consumed, (pending,), 0, True, limit, copied, masks)])
                 counts = self.speculative_counts
                 counts["rounds"] += 1
                 counts["offered"] += row.offer - 1
                 counts["accepted"] += row.accepted_drafts
+                positions = self.position_counts
+                by_width = positions["rounds_by_width"]
+                by_width[spec.verify_tokens] = by_width.get(spec.verify_tokens, 0) + 1
+                for k in range(1, row.offer):
+                    positions["offered"][k] = positions["offered"].get(k, 0) + 1
+                    if k <= row.accepted_drafts:
+                        positions["accepted"][k] = positions["accepted"].get(k, 0) + 1
+                if row.offer > 1:
+                    acceptance.observe(row.offer - 1, row.accepted_drafts)
+                    self.pooled.observe(row.offer - 1, row.accepted_drafts)
                 offered, accepted_copied = copied_outcome(copied, row.offer, row.accepted_drafts)
                 counts["copied_offered"] += offered
                 counts["copied_accepted"] += accepted_copied
@@ -322,11 +385,17 @@ class ReferenceEngine:
         its mask is known one token ahead only."""
         if self.speculative is None or constrained:
             return 0
-        s = self._speculative_graph.speculative
         if consumed + self._draft_passes() > pages * self.contract.cache.page_tokens:
             return 0
-        return max(0, min(s.lane_token_limit, request.max_tokens - emitted,
-                          self.contract.context_tokens - consumed - 1))
+        room = min(request.max_tokens - emitted, self.contract.context_tokens - consumed - 1)
+        if self.choice is not None:  # each width's lane limit applies once the program is chosen
+            return max(0, room)
+        return max(0, min(self._speculative_graph.speculative.lane_token_limit, room))
+
+
+def _takes_masks(graph) -> bool:
+    """Whether a speculative graph binds per-position grammar masks (CANDIDATE_GRAMMAR_MASKS)."""
+    return any(b.source == C.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS for b in graph.value_bindings)
 
 
 class _Generation(Iterator[int]):

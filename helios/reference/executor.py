@@ -41,7 +41,10 @@ from helios.reference.collectives import RANK_COLLECTIVES
 from helios.reference.interpreter import bf16_to_f32, check_lockstep, execute, execute_ranks
 from helios.reference.operators import NUMPY_DTYPES
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
+from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
+from helios.runtime.lanes import LaneInput
 from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views
+from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
 
@@ -78,6 +81,9 @@ class LoadedGraph:
     page_table: bool  # binds a PAGE_TABLE source by physical request row (updated by the plan)
     rank_programs: tuple[program_pb2.Program, ...] = ()  # every rank's program, rank 0 first
     rank_operators: tuple[tuple[ValidatedOperator, ...], ...] = ()  # every rank's validated operators
+    width: int = 1  # W of a SPECULATIVE graph (target rows a lane); 1 otherwise
+    lane_limit: int = 1  # a SPECULATIVE graph's lane limit min(D + 1, W); 1 otherwise
+    page_tokens: int = 1  # the core's CacheContract.page_tokens
 
 
 class ReferenceExecutor:
@@ -103,6 +109,7 @@ class ReferenceExecutor:
         self.sequence = 0  # the last submitted plan's sequence
         self._rows: list[tuple[RoundPlan, CompletionRows] | None] = [None] * frames  # frame -> its round
         self._page_rows: dict[int, tuple[int, ...]] = {}  # slot -> the page-table row the updates built
+        self._costs: RoundCosts | None = None  # measured on first asking (`round_costs`)
 
     @classmethod
     def load(cls, core: CoreSource, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
@@ -145,9 +152,12 @@ class ReferenceExecutor:
             packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
             page_table = any(b.source == C.VALUE_SOURCE_PAGE_TABLE and b.indexing == C.INDEXING_PHYSICAL_REQUEST_ROW
                              for b in packing.bindings)
+            spec = contracts[handle.name].speculative if contracts[handle.name].HasField("speculative") else None
+            geometry = {} if spec is None else {"width": spec.verify_tokens, "lane_limit": spec.lane_token_limit}
             graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
                                               handle.packed_token_capacity, program, operators, packing, page_table,
-                                              tuple(programs), tuple(rank_operators))
+                                              tuple(programs), tuple(rank_operators),
+                                              page_tokens=serving.model.cache.page_tokens, **geometry)
         rank_buffers: list[dict[str, np.ndarray]] = []
         for _ in range(ranks):
             buffers = {}
@@ -207,6 +217,39 @@ class ReferenceExecutor:
         self._rows[plan.frame] = None
         return held[1]
 
+    def round_costs(self, graphs: Sequence[str] | None = None, *, repeats: int = 2) -> RoundCosts:
+        """The measured round cost of every DECODE and SPECULATIVE graph (`helios.runtime.costs`;
+        `graphs`: of those named only), each measured once, on first asking: `repeats` interpreted
+        rounds, the median. The reference interprets every lane a round holds, so each is timed over
+        a full lane set (lane i in slot i, one token at position 0, a speculative lane at its lane
+        limit), packed into a copy of the buffers: the executor's own state is not touched."""
+        widths = {g.name: g.width for g in self.graphs.values()}
+        wanted = measured_graphs([g for g in self.graphs.values() if graphs is None or g.name in graphs], widths)
+        held = self._costs.by_graph() if self._costs is not None else {}
+        missing = [g for g in wanted if g.name not in held]
+        if missing:
+            copies: list[dict[str, np.ndarray]] = []
+            for buffers in self.rank_buffers:  # the TRANSPORT arrays stay shared among the ranks' copies
+                copies.append({name: copies[0][name] if copies and array is self.buffers[name] else array.copy()
+                               for name, array in buffers.items()})
+
+            def run(name: str) -> None:
+                graph = self.graphs[name]
+                graph.packing.pack(_idle_lanes(graph, self.pages), copies[0])
+                if len(copies) == 1:
+                    execute(graph.program, {**copies[0], **self.weights}, graph.operators)
+                else:
+                    execute_ranks(graph.rank_programs, [{**c, **self.weights} for c in copies], graph.rank_operators)
+
+            measured = time_rounds(missing, run, repeats=repeats)
+            kept = self._costs.entries if self._costs is not None else ()
+            self._costs = RoundCosts(kept + measured.entries, measured_at=measured.measured_at, repeats=repeats)
+        if self._costs is None:  # nothing to measure: the executor has no DECODE or SPECULATIVE graph
+            return RoundCosts()
+        names = {g.name for g in wanted}
+        return RoundCosts(tuple(e for e in self._costs.entries if e.graph in names),
+                          measured_at=self._costs.measured_at, repeats=self._costs.repeats)
+
     def _field(self, field: int) -> np.ndarray:
         return self.buffers[self.completion[field]]
 
@@ -233,6 +276,18 @@ class ReferenceExecutor:
             if rows.get(lane.slot) != tuple(lane.page_ids):
                 raise PageTableMismatch(f"graph {plan.graph}, slot {lane.slot}: the updates leave the row "
                                         f"{list(rows.get(lane.slot, ()))}, the lane holds {list(lane.page_ids)}")
+
+
+def _idle_lanes(graph: LoadedGraph, pages: int) -> list[LaneInput]:
+    """A full lane set for timing `graph`: lane i in slot i, its pending token (id 0) at position 0,
+    greedy, with the pages its widest round writes (page ids taken in turn from the cache)."""
+    per_lane = -(-(graph.width + 1) // graph.page_tokens)
+    limit = graph.lane_limit if graph.operation == C.OPERATION_SPECULATIVE else 0
+    return [LaneInput(slot=i, generation=1, consumed=0, tokens=(0,), prompt_tokens_in_round=0, samples=True,
+                      page_ids=tuple((i * per_lane + j) % pages for j in range(per_lane)), seed=0,
+                      sampling=SamplingParams(temperature=0.0), output_limit=graph.width + 1, eos_ids=(),
+                      prompt_token_ids=(0,), speculative_limit=limit)
+            for i in range(graph.batch_capacity)]
 
 
 def _load_weight(core: CoreSource, decl: program_pb2.TensorDecl) -> np.ndarray:

@@ -13,7 +13,7 @@ from helios.core.source import CoreSource
 from helios.engine.sequential import SequentialRuntime
 from helios.reference.cache import pages_for
 from helios.reference.engine import AdmissionRejected, ReferenceEngine
-from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, speculative_width
+from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, adaptive, speculative_width
 from helios.runtime.scores import prompt_score_width
 
 _PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memory-fraction"),
@@ -30,7 +30,8 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
     pages = options.pages or limits.max_active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)
     width = speculative_width(tuple(serving.speculative_widths), options)
     engine = ReferenceEngine.load(core, pages=pages, speculative_width=width,
-                                  history_drafting=options.history_drafting)
+                                  history_drafting=options.history_drafting,
+                                  adaptive_speculation=adaptive(tuple(serving.speculative_widths), options))
     contract = engine.contract  # the PreparedContract
     return SequentialRuntime(
         engine,

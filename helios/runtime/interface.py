@@ -16,6 +16,7 @@ from typing import Protocol
 
 from helios.errors import HeliosError
 from helios.runtime.clock import ObservationClock
+from helios.runtime.costs import RoundCost
 from helios.runtime.events import TERMINAL, Event, Rejected
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
@@ -71,6 +72,7 @@ class PreparedRequest:
     # and its scores reach the stream as `PromptScoreEvent`s with this many alternatives a token
     # (0: each token's own log-probability only); None: no scores
     prompt_logprobs: int | None = None
+    speculation: bool = True  # False: the request opted out of learned speculation and decodes plainly
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -112,6 +114,13 @@ class RuntimeMetrics:
     accepted_drafts: int = 0  # proposals accepted
     copied_offered: int = 0  # of the offered proposals, those copied from the request's history
     copied_accepted: int = 0  # of the accepted proposals, the copied ones
+    # per draft position k (1-based): lanes offered a proposal at k, lanes whose proposal k was accepted
+    offered_by_position: dict[int, int] = field(default_factory=dict)
+    accepted_by_position: dict[int, int] = field(default_factory=dict)
+    speculative_rounds_by_width: dict[int, int] = field(default_factory=dict)  # W -> SPECULATIVE rounds completed
+    plain_choices: int = 0  # adaptive choice: cohorts ready to speculate that decoded plainly instead
+    fallback_choices: int = 0  # adaptive choice: rounds at the fallback width (costs unknown or stale)
+    round_costs: tuple[RoundCost, ...] = ()  # the measured round costs the adaptive choice reads
     snapshots_published: int = 0
     snapshots_evicted: int = 0
     capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity

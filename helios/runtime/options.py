@@ -34,6 +34,10 @@ class RuntimeOptions:
     # (None: the widest captured), or none at all (`speculation` False: plain decoding).
     speculative_width: int | None = None
     speculation: bool = True
+    # Adaptive choice (`--speculative-width auto`): every captured width is loaded and each speculative
+    # cohort runs the program (DECODE or a width) of the highest expected rate from the round costs the
+    # executor measured at load and the acceptance observed so far; the widest width is the fallback.
+    adaptive_speculation: bool = False
     # History drafting: speculative rounds also carry proposals copied from each request's own tokens
     # (a startup option; load-time selection checks the core's wider graphs take copied inputs).
     history_drafting: bool = False
@@ -45,16 +49,41 @@ class RuntimeOptions:
             raise InvalidRuntimeOptions(f"--speculative-width must be >= 1, got {self.speculative_width}")
         if self.speculative_width is not None and not self.speculation:
             raise InvalidRuntimeOptions("--speculative-width and --no-speculation exclude each other")
+        if self.adaptive_speculation and self.speculative_width is not None:
+            raise InvalidRuntimeOptions("--speculative-width takes one width or 'auto', not both")
+        if self.adaptive_speculation and not self.speculation:
+            raise InvalidRuntimeOptions("--speculative-width auto and --no-speculation exclude each other")
         if self.history_drafting and not self.speculation:
             raise InvalidRuntimeOptions("--history-drafting needs learned speculation: it excludes --no-speculation")
         if self.gpu_memory_fraction is not None and not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise InvalidRuntimeOptions(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
 
 
+def speculation_choice(width: str | int | None, no_speculation: bool) -> dict:
+    """The speculation fields of `RuntimeOptions` from the command line's `--speculative-width`
+    (a width, "auto" or None) and `--no-speculation`: a width is fixed; "auto", or no width at all,
+    is adaptive choice (on a core with speculative programs); `--no-speculation` is plain decoding."""
+    if no_speculation:
+        if width is not None:
+            raise InvalidRuntimeOptions("--speculative-width and --no-speculation exclude each other")
+        return {"speculation": False}
+    if width is None or width == "auto":
+        return {"adaptive_speculation": True}
+    try:
+        return {"speculative_width": int(width)}
+    except ValueError:
+        raise InvalidRuntimeOptions(f"--speculative-width takes a width >= 1 or 'auto', got {width!r}") from None
+
+
+def adaptive(captured: Sequence[int], options: RuntimeOptions) -> bool:
+    """Whether decoding chooses its program adaptively: asked for, on a core that captured a width > 1."""
+    return options.adaptive_speculation and options.speculation and any(w > 1 for w in captured)
+
+
 def speculative_width(captured: Sequence[int], options: RuntimeOptions) -> int | None:
     """The speculative width decoding uses on a core that captured `captured` widths: None for plain
     decoding (no draft, --no-speculation, or width 1); InvalidRuntimeOptions names a width the core
-    did not capture or one above its widest."""
+    did not capture or one above its widest. Under adaptive choice: the widest, its fallback."""
     if not options.speculation or not captured:
         if options.speculative_width not in (None, 1) and not captured:
             raise InvalidRuntimeOptions(f"--speculative-width {options.speculative_width}: the core captured no "
@@ -72,4 +101,5 @@ def speculative_width(captured: Sequence[int], options: RuntimeOptions) -> int |
     return width
 
 
-__all__ = ["ExecutorWrapper", "InvalidRuntimeOptions", "RuntimeOptions", "speculative_width"]
+__all__ = ["ExecutorWrapper", "InvalidRuntimeOptions", "RuntimeOptions", "adaptive", "speculation_choice",
+           "speculative_width"]

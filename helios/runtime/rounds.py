@@ -11,7 +11,9 @@ both runtimes' executors implement (`helios.reference.executor.ReferenceExecutor
 `helios.production.executor.NativeExecutor`). The plan is its own handle: an executor holds at most
 `frames` submitted, uncollected plans, and they are collected in submission order. An executor never
 validates what it read back; `helios.runtime.completion.validate_round`, called by the scheduler, is
-the one validation of a completion row.
+the one validation of a completion row. An executor may also report `round_costs()`, the round cost
+of each DECODE and SPECULATIVE graph it measured (`helios.runtime.costs.RoundCosts`, or None), which
+the adaptive speculative choice reads once, when the runtime is built.
 """
 
 from __future__ import annotations

@@ -103,6 +103,32 @@ class HeliosCollector(Collector):
                       "drafting) offered for verification.", m.copied_offered)
         yield counter("helios_speculative_copied_accepted", "Copied proposals accepted by verification.",
                       m.copied_accepted)
+        # per draft position (1-based), per width, and the adaptive program choice
+        offered = CounterMetricFamily("helios_speculative_position_offered",
+                                      "Speculative lanes offered a proposal at this draft position.", labels=["position"])
+        for position, value in sorted(m.offered_by_position.items()):
+            offered.add_metric([str(position)], value)
+        yield offered
+        accepted = CounterMetricFamily("helios_speculative_position_accepted",
+                                       "Speculative lanes whose proposal at this draft position was accepted.",
+                                       labels=["position"])
+        for position, value in sorted(m.accepted_by_position.items()):
+            accepted.add_metric([str(position)], value)
+        yield accepted
+        widths = CounterMetricFamily("helios_speculative_width_rounds", "SPECULATIVE rounds completed, by width W.",
+                                     labels=["width"])
+        for width, value in sorted(m.speculative_rounds_by_width.items()):
+            widths.add_metric([str(width)], value)
+        yield widths
+        yield counter("helios_speculative_plain_choices", "Cohorts ready to speculate for which the adaptive "
+                      "choice ran plain DECODE (its expected rate was not below speculation's).", m.plain_choices)
+        yield counter("helios_speculative_fallback_choices", "Speculative rounds run at the fallback width because "
+                      "the measured round costs were unknown or stale.", m.fallback_choices)
+        costs = GaugeMetricFamily("helios_round_cost_seconds", "Measured cost of one round of a selected graph "
+                                  "(the adaptive choice's table).", labels=["operation", "lanes", "width"])
+        for cost in sorted(m.round_costs, key=lambda c: (c.operation, c.width, c.lanes)):
+            costs.add_metric([cost.operation_name, str(cost.lanes), str(cost.width)], cost.seconds)
+        yield costs
         # prefix reuse
         yield counter("helios_prefix_lookups", "Prefix-cache lookups at admission.", m.prefix_lookups)
         yield counter(

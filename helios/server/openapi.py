@@ -40,6 +40,8 @@ def _sampling() -> dict[str, Any]:
         "seed": _nullable({"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}),
         "n": _nullable({"type": "integer", "enum": [1]}),
         "ignore_eos": _flag("keep generating past the core's EOS ids"),
+        "speculation": _flag("false: decode this request plainly, without learned speculation (default: the "
+                             "server's choice)"),
     }
 
 

@@ -103,6 +103,11 @@ def serve(state: ServerState, *, host: str, port: int, runtime: str, on_shutdown
         limits.frontend_workers, policy.max_request_bytes, "required" if policy.api_key else "none",
         ",".join(sorted(policy.allowed_hosts)) if policy.allowed_hosts is not None else "any",
     )  # fmt: skip
+    costs = state.runtime.metrics().round_costs
+    if costs:  # adaptive speculation: the measured round costs its program choice reads (also on /metrics)
+        from helios.runtime.costs import RoundCosts
+
+        log.info("measured round costs (adaptive speculation):\n  %s", "\n  ".join(RoundCosts(tuple(costs)).lines()))
     app = create_app(state, on_shutdown=on_shutdown)
     config = uvicorn.Config(
         app,

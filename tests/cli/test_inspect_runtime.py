@@ -1,13 +1,19 @@
 """`helios inspect --runtime`: a sealed core loaded on the production runtime (CPU, Triton interpreted)
-prints its execution geometry: selected graphs, loaded buffer shapes, cache pages, startup phases."""
+prints its execution geometry: selected graphs, loaded buffer shapes, cache pages, startup phases and
+the measured round costs."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+import torch
 
 from helios.cli import main
+
+if not torch.cuda.is_available():  # the cost phase runs the plans: interpreted kernels (see tests/production/conftest.py)
+    os.environ["TRITON_INTERPRET"] = "1"
 
 CAPACITIES = ["--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2", "--prefill-capacities", "8,16",
               "--context-tokens", "64"]
@@ -40,6 +46,10 @@ def test_json_geometry_of_the_loaded_core(sealed, capsys):
     assert report["cache"]["bytes"] == sum(b["bytes"] for b in caches) > 0
     assert [p["phase"] for p in report["startup"]][:3] == ["verify", "weights", "kernels"]
     assert report["weight_bytes"] > 0
+    # the measured round cost of each DECODE graph (no draft: no SPECULATIVE graph), what adaptive
+    # speculation would choose from
+    assert [(c["operation"], c["lanes"], c["width"]) for c in report["round_costs"]] == [("decode", 1, 1)]
+    assert all(c["seconds"] > 0 for c in report["round_costs"]) and "costs" in [p["phase"] for p in report["startup"]]
 
 
 def test_text_geometry_and_refusals(sealed, capsys):
@@ -49,7 +59,7 @@ def test_text_geometry_and_refusals(sealed, capsys):
                  "--pages", "8"]) == 0
     text = capsys.readouterr().out
     assert "8 pages x 4 tokens = 32 tokens" in text
-    assert "decode" in text and "prefill" in text and "startup" in text
+    assert "decode" in text and "prefill" in text and "startup" in text and "round cost" in text
     assert main(["inspect", str(core), "--runtime"]) == 2
     assert "needs --accept" in capsys.readouterr().err
     assert main(["inspect", str(core), "--runtime", "--accept", "someone/else", "--trust", public,

@@ -60,6 +60,20 @@ def test_trace_and_e2e_pass_on_a_speculative_core(cores, shape):
     assert speculative and any(row.accepted_drafts > 0 for r in speculative for row in r.rows)
 
 
+def test_the_trace_audit_checks_the_rounds_adaptive_choice_ran(cores):
+    """Under adaptive choice (round costs measured at load, each cohort's program chosen from them and
+    the acceptance observed) the reference replays whichever rounds production chose, and agrees."""
+    from conformance.runner import Production
+    from tests.conformance.conftest import DEVICE
+
+    production = Observed()
+    production.inner = Production(DEVICE, adaptive_speculation=True)
+    report = run(cores["rectangular"], ("trace",), TWINS, production=production)
+    assert report.verdict == "pass", report.table()
+    graphs = {r.graph for sink in production.sinks for r in sink.records}
+    assert any(g.startswith(("speculative", "decode")) for g in graphs), graphs
+
+
 def test_a_tie_broken_toward_the_higher_slot_is_caught(cores, monkeypatch):
     original = lowering.LOWERINGS["speculative_allocate"]
 
@@ -89,9 +103,10 @@ def test_a_draft_cursor_one_past_the_endpoint_is_caught(cores, monkeypatch):
             return original(c, op)
         out, x, index = (c.t(n) for n in op.inputs)
 
-        def run_shifted():
+        def run_shifted():  # no boolean indexing: a CUDA graph captures it (valid indices are distinct)
             valid = index >= 0
-            out[index[valid].long()] = x[valid] + 1
+            safe = torch.where(valid, index, 0).long()
+            out.index_put_((safe,), torch.where(valid, x + 1 - out[safe], 0), accumulate=True)
         return run_shifted
 
     monkeypatch.setitem(lowering.LOWERINGS, "scatter", shifted)

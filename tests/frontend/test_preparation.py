@@ -128,3 +128,18 @@ def test_completion_requests() -> None:
     with pytest.raises(InvalidFieldValue) as error:
         scoring.prepare_chat(parse_chat_request({"messages": USER, "prompt_logprobs": 5}), "p")
     assert error.value.param == "prompt_logprobs" and "4 alternatives" in str(error.value)
+
+
+def test_the_speculation_extension_reaches_the_prepared_request() -> None:
+    from helios.frontend.errors import InvalidFieldType
+
+    prep = preparer()
+    for value, expected in ((None, True), (True, True), (False, False)):
+        body = {"messages": USER} if value is None else {"messages": USER, "speculation": value}
+        assert prep.prepare_chat(parse_chat_request(body), "r").runtime_request.speculation is expected
+        completion = parse_completion_request({"prompt": "hi"} if value is None else {"prompt": "hi", "speculation": value})
+        assert prep.prepare_completion(completion, "c").runtime_request.speculation is expected
+    for bad in ("false", 0, [False]):
+        with pytest.raises(InvalidFieldType) as error:
+            parse_chat_request({"messages": USER, "speculation": bad})
+        assert error.value.param == "speculation"

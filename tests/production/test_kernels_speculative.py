@@ -14,7 +14,7 @@ from helios.program.speculative import PROPOSAL_DRAW
 from helios.reference import operators as ref
 from helios.reference import sampling
 from helios.reference import speculative as spec
-from tests.production.helpers import DEVICE, numpy, tensor
+from tests.production.helpers import DEVICE, GPU, numpy, tensor
 from tests.reference.allocation_oracle import allocation_oracle, quantized_confidences
 from tests.reference.speculative_rounds import one_proposal_round
 
@@ -168,7 +168,9 @@ def test_token_probability_matches_the_reference():
     scorer = speculative.ProbabilityScorer(rows, VOCAB, DEVICE, block=BLOCK)
     out = torch.zeros(rows, dtype=torch.float32, device=DEVICE)
     scorer(_t(logits), _t(ids), _t(parameters), _t(histogram), _t(mask), out)
-    np.testing.assert_array_equal(numpy(out), expected)
+    # bit for bit where Triton interprets (NumPy's arithmetic); compiled, exp and the division may
+    # round one ulp apart
+    np.testing.assert_allclose(numpy(out), expected, rtol=4e-7 if GPU else 0, atol=0)
     assert expected[-1] == 0 and expected[4] == expected[5] == 0
     assert (expected[(parameters[:, 0] <= 0)] > 0).any() and (expected > 0).sum() >= 3
 

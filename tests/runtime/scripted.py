@@ -29,15 +29,17 @@ class ScriptedEngine:
         self.delay_s = delay_s
         self.fail_at = fail_at
         self.started: list[tuple[int, ...]] = []
+        self.speculation: list[bool] = []  # each started generation's speculation (False: the request opted out)
         self.released = 0
         self.lock = threading.Lock()
 
-    def generate(self, request: GenerationRequest, *, slot: int) -> Iterator[int]:
+    def generate(self, request: GenerationRequest, *, slot: int, speculation: bool = True) -> Iterator[int]:
         if self.reject is not None and self.reject(request, self):
             raise ShortOfPages("no free pages")
         ids = self._script(request) if callable(self._script) else self._script
         with self.lock:
             self.started.append(request.prompt_token_ids)
+            self.speculation.append(speculation)
             assert slot not in self.slots_in_use, f"slot {slot} handed out twice"
             self.slots_in_use.add(slot)
         return self._run(ids, slot)

@@ -92,3 +92,22 @@ def test_a_history_kind_the_runtimes_cannot_serve_fails_load_in_one_line(plain_c
         with pytest.raises(UnservedHistoryKind, match=message) as caught:
             NativeModel.load(core, LoadOptions(device="cpu"))
     assert "\n" not in str(caught.value)
+
+
+def test_the_command_lines_width_is_fixed_auto_or_off():
+    from helios.runtime.options import adaptive, speculation_choice
+
+    assert speculation_choice(None, False) == speculation_choice("auto", False) == {"adaptive_speculation": True}
+    assert speculation_choice("2", False) == {"speculative_width": 2}
+    assert speculation_choice(None, True) == {"speculation": False}
+    for width in ("auto", "4"):
+        with pytest.raises(InvalidRuntimeOptions, match="exclude each other"):
+            speculation_choice(width, True)
+    with pytest.raises(InvalidRuntimeOptions, match="a width >= 1 or 'auto', got 'wide'"):
+        speculation_choice("wide", False)
+    with pytest.raises(InvalidRuntimeOptions, match="one width or 'auto'"):
+        _options(speculative_width=2, adaptive_speculation=True)
+    auto = _options(adaptive_speculation=True)
+    assert adaptive((2, 4), auto) and speculative_width((2, 4), auto) == 4  # the widest: its fallback
+    assert not adaptive((), auto) and not adaptive((1,), auto)  # nothing wider than one token to choose
+    assert not adaptive((2, 4), _options())

@@ -6,6 +6,7 @@ INVALID = [
     ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "user"}]}, "messages.0.content"),
     ({"temperature": 3}, "temperature"),
+    ({"speculation": "off"}, "speculation"),
     ({"top_p": 0}, "top_p"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"n": 2}, "n"),

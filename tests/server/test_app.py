@@ -227,6 +227,17 @@ def test_invalid_fields_are_400_naming_the_field() -> None:
             assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
 
 
+def test_a_request_opts_out_of_speculation_through_extra_body() -> None:
+    engine = ScriptedEngine(ids("x") + [EOS])
+    with serving(engine) as (base, _):
+        api = client(base)
+        api.chat.completions.create(model=SERVED_ID, messages=USER, extra_body={"speculation": False})
+        api.chat.completions.create(model=SERVED_ID, messages=USER, extra_body={"speculation": None})
+        api.completions.create(model=SERVED_ID, prompt="Hi", max_tokens=2, extra_body={"speculation": False})
+        api.chat.completions.create(model=SERVED_ID, messages=USER)
+    assert engine.speculation == [False, True, False, True]
+
+
 def test_null_flags_mean_false_and_bad_json_is_400() -> None:
     with serving(ScriptedEngine(ids("x") + [EOS])) as (base, _):
         body = {"model": SERVED_ID, "messages": USER, "return_token_ids": None, "stream_options": None}

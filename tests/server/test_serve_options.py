@@ -42,4 +42,4 @@ def test_gpu_memory_fraction_reaches_the_production_loader(tiny_checkpoint, tmp_
     _, opened = load_state(ServeOptions(core=core, accept="acme/tests", trust=(f"{key}.pub",), runtime="production",
                                         gpu_memory_fraction=0.4))
     opened.close()
-    assert seen == {"max_concurrency": 1, "gpu_memory_fraction": 0.4, "history_drafting": False}
+    assert seen == {"max_concurrency": 1, "gpu_memory_fraction": 0.4, "history_drafting": False, "measure_costs": False}

@@ -124,9 +124,9 @@ def split_scratch(rows: int, heads: int, head_dim: int, splits: int, device: tor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Static partial-result buffers for `splits` > 1: (acc [rows*heads*splits, dim block], m, l)."""
     count = rows * heads * splits
-    return (torch.empty((count, dim_block(head_dim)), dtype=torch.float32, device=device),
-            torch.empty((count,), dtype=torch.float32, device=device),
-            torch.empty((count,), dtype=torch.float32, device=device))
+    return (torch.zeros((count, dim_block(head_dim)), dtype=torch.float32, device=device),
+            torch.zeros((count,), dtype=torch.float32, device=device),
+            torch.zeros((count,), dtype=torch.float32, device=device))
 
 
 def choose_splits(rows: int, kv_heads: int, context: int, *, target_programs: int = 264,

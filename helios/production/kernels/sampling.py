@@ -181,24 +181,24 @@ class Sampler:
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
         self.blocks = triton.cdiv(vocab, self.block)
         self.blocks_pow2 = triton.next_power_of_2(self.blocks)
-        self.block_max = torch.empty((rows, self.blocks), dtype=torch.float32, device=device)
-        self.block_id = torch.empty((rows, self.blocks), dtype=torch.int32, device=device)
-        self.block_sum = torch.empty((rows, self.blocks), dtype=torch.int64, device=device)
+        self.block_max = torch.zeros((rows, self.blocks), dtype=torch.float32, device=device)
+        self.block_id = torch.zeros((rows, self.blocks), dtype=torch.int32, device=device)
+        self.block_sum = torch.zeros((rows, self.blocks), dtype=torch.int64, device=device)
         f32 = dict(dtype=torch.float32, device=device)
         i64 = dict(dtype=torch.int64, device=device)
-        self.z = torch.empty((rows, vocab), **f32)  # [B, V] f32: filtered, tempered logits
-        self.e = torch.empty((rows, vocab), **f32)  # [B, V] f32: exp(z - max)
-        self.weights = torch.empty((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
-        self.greedy = torch.empty((rows,), dtype=torch.int32, device=device)  # [B] i32
-        self.sorted_z = torch.empty((rows, vocab), **f32)  # [B, V] f32, rank order
-        self.order = torch.empty((rows, vocab), **i64)  # [B, V] i64: id at each rank
-        self.ordered = torch.empty((rows, vocab), **i64)  # [B, V] i64: weights in rank order
-        self.before = torch.empty((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
-        self.sorted_e = torch.empty((rows, vocab), **f32)
-        self.keep = torch.empty((rows, vocab), dtype=torch.bool, device=device)
-        self.kept = torch.empty((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
+        self.z = torch.zeros((rows, vocab), **f32)  # [B, V] f32: filtered, tempered logits
+        self.e = torch.zeros((rows, vocab), **f32)  # [B, V] f32: exp(z - max)
+        self.weights = torch.zeros((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
+        self.greedy = torch.zeros((rows,), dtype=torch.int32, device=device)  # [B] i32
+        self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
+        self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
+        self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
+        self.before = torch.zeros((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
+        self.sorted_e = torch.zeros((rows, vocab), **f32)
+        self.keep = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
+        self.kept = torch.zeros((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
         self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
-        self.threshold = torch.empty((rows, 1), dtype=torch.float64, device=device)
+        self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
 
     def __call__(self, logits: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor, parameters: torch.Tensor,
                  histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0

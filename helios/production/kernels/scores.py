@@ -18,15 +18,15 @@ class PromptScorer:
 
     def __init__(self, rows: int, vocab: int, top: int, device: torch.device) -> None:
         self.top = top
-        self.peak = torch.empty((rows, 1), dtype=torch.float32, device=device)
-        self.total = torch.empty((rows, 1), dtype=torch.float32, device=device)
-        self.lp = torch.empty((rows, vocab), dtype=torch.float32, device=device)  # the log-softmax
-        self.weights = torch.empty((rows, vocab), dtype=torch.float32, device=device)
-        self.sorted = torch.empty((rows, vocab), dtype=torch.float32, device=device)
-        self.order = torch.empty((rows, vocab), dtype=torch.int64, device=device)
-        self.index = torch.empty((rows, 1), dtype=torch.int64, device=device)
-        self.valid = torch.empty((rows, 1), dtype=torch.bool, device=device)
-        self.picked = torch.empty((rows, 1), dtype=torch.float32, device=device)
+        self.peak = torch.zeros((rows, 1), dtype=torch.float32, device=device)
+        self.total = torch.zeros((rows, 1), dtype=torch.float32, device=device)
+        self.lp = torch.zeros((rows, vocab), dtype=torch.float32, device=device)  # the log-softmax
+        self.weights = torch.zeros((rows, vocab), dtype=torch.float32, device=device)
+        self.sorted = torch.zeros((rows, vocab), dtype=torch.float32, device=device)
+        self.order = torch.zeros((rows, vocab), dtype=torch.int64, device=device)
+        self.index = torch.zeros((rows, 1), dtype=torch.int64, device=device)
+        self.valid = torch.zeros((rows, 1), dtype=torch.bool, device=device)
+        self.picked = torch.zeros((rows, 1), dtype=torch.float32, device=device)
         self.zero = torch.zeros((), dtype=torch.float32, device=device)
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, scores: torch.Tensor, ids: torch.Tensor) -> None:

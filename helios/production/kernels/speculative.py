@@ -58,7 +58,7 @@ class ProbabilityScorer:
                  rank_filters: RankFilters | None = None) -> None:
         self.sampler = Sampler(rows, vocab, device, block=block, rank_filters=rank_filters or RankFilters())
         # [rows, 7] f32: the rows' parameters, a greedy row's scored at temperature 1 without rank filters
-        self.scored = torch.empty((rows, 7), dtype=torch.float32, device=device)
+        self.scored = torch.zeros((rows, 7), dtype=torch.float32, device=device)
         # temperature, top_p, top_k, min_p of a greedy row's score
         self.neutral = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float32, device=device)
 
@@ -291,20 +291,20 @@ class Verifier:
         self.target = Sampler(packed, vocab, device, block=block, rank_filters=switch)
         self.draft = Sampler(lanes * drafts, vocab, device, block=block, rank_filters=switch)
         i32 = dict(dtype=torch.int32, device=device)
-        self.row_lane = torch.empty(packed, **i32)  # [P] i32: each target row's submission row, -1 padding
-        self.row_positions = torch.empty(packed, **i32)  # [P] i32: its position (consumed + k)
-        self.row_index = torch.empty(packed, **i32)  # [P] i32: row_lane, padding read as row 0
-        self.row_scratch = torch.empty((2, packed), **i32)  # tokens and next positions, unread
-        self.plain = torch.empty(packed, **i32)  # [P] i32: the plain sampler's token of each target row
-        self.row_parameters = torch.empty((packed, 7), dtype=torch.float32, device=device)
-        self.row_histogram = torch.empty((packed, histogram_width), **i32)
-        self.row_mask = torch.empty((packed, mask_words), **i32)
-        self.row_seed = torch.empty(packed, dtype=torch.int64, device=device)
+        self.row_lane = torch.zeros(packed, **i32)  # [P] i32: each target row's submission row, -1 padding
+        self.row_positions = torch.zeros(packed, **i32)  # [P] i32: its position (consumed + k)
+        self.row_index = torch.zeros(packed, **i32)  # [P] i32: row_lane, padding read as row 0
+        self.row_scratch = torch.zeros((2, packed), **i32)  # tokens and next positions, unread
+        self.plain = torch.zeros(packed, **i32)  # [P] i32: the plain sampler's token of each target row
+        self.row_parameters = torch.zeros((packed, 7), dtype=torch.float32, device=device)
+        self.row_histogram = torch.zeros((packed, histogram_width), **i32)
+        self.row_mask = torch.zeros((packed, mask_words), **i32)
+        self.row_seed = torch.zeros(packed, dtype=torch.int64, device=device)
         self.draft_lane = torch.div(torch.arange(lanes * drafts, device=device), max(drafts, 1),
                                     rounding_mode="floor")  # [B * D] i64: b of draft row b * D + k
-        self.draft_parameters = torch.empty((lanes * drafts, 7), dtype=torch.float32, device=device)
-        self.draft_histogram = torch.empty((lanes * drafts, histogram_width), **i32)
-        self.draft_mask = torch.empty((lanes * drafts, mask_words), **i32)
+        self.draft_parameters = torch.zeros((lanes * drafts, 7), dtype=torch.float32, device=device)
+        self.draft_histogram = torch.zeros((lanes * drafts, histogram_width), **i32)
+        self.draft_mask = torch.zeros((lanes * drafts, mask_words), **i32)
 
     def __call__(self, logits: torch.Tensor, draft_logits: torch.Tensor, candidates: torch.Tensor,
                  lengths: torch.Tensor, consumed: torch.Tensor, seed: torch.Tensor, parameters: torch.Tensor,
@@ -312,7 +312,10 @@ class Verifier:
                  ) -> None:
         speculative_pack(lengths, lengths, consumed, candidates, self.row_scratch[0], self.row_positions,
                          self.row_scratch[1], self.row_lane, submission_rows=True)
-        torch.clamp(self.row_lane, min=0, out=self.row_index)
+        # NOTE: max too: kernel discovery at startup runs the torch ops of a plan but not its Triton
+        # launches, so row_lane may hold whatever the pack kernel has not written; an index past the
+        # lanes would fail the index_select below (a device-side assert on a GPU)
+        torch.clamp(self.row_lane, min=0, max=self.lanes - 1, out=self.row_index)
         for source, rows, index in ((parameters, self.row_parameters, self.row_index),
                                     (histogram, self.row_histogram, self.row_index),
                                     (grammar_mask, self.row_mask, self.row_index),

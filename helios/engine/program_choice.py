@@ -1,0 +1,193 @@
+"""Speculative program choice from measured costs (host side, no torch): which program the decode
+lanes ready to speculate run next, DECODE or SPECULATIVE of some width W, chosen from completed
+observations before that program generates proposals.
+
+    choice = ProgramChoice(catalog, costs, lifetime=None)
+    best = choice.choose(acceptances, rooms)      # a Candidate, or None: costs unknown or stale
+
+Acceptance. Each request keeps an `AcceptanceEstimate` of a (the probability that its draft's next
+proposal is accepted, the same at every position): a completed speculative lane that was offered d
+proposals and accepted k of them observed k acceptances and, when k < d, one rejection (verification
+stops at the first). The estimate is the posterior mean (accepted + w * prior) / (accepted + rejected
++ w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
+lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
+what the draft has done so far and its own rounds take over after a few. While plain decoding is
+chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY at each plain choice)
+back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
+once the evidence has aged, instead of never.
+
+Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
+limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
+proposal k only if the k before it were accepted. A DECODE lane emits 1. Where the program's P rows
+cannot hold every lane's limit (a confidence program), rows go one at a time to the lane whose next
+row has the highest survival probability a^len, as the device allocates (the largest sum).
+
+Choice. For the cohort (lanes in scheduling order), each candidate is the smallest variant of its
+program holding as many of the cohort's lanes as it can: DECODE, and SPECULATIVE at each selected
+width W; its rate is its expected emitted tokens over its measured round cost. The choice is the
+candidate of the highest rate; plain decoding wins ties, so speculation is never chosen where its
+expected rate is below (or equal to) plain decoding's. Lane limits stay the largest the contract
+allows (min(D + 1, W), the output and context left): a captured round costs the same whatever its
+lanes' limits, and expected tokens grow with every row, so no lower limit raises a round's rate.
+
+Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
+than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
+width. Either way the lanes ready to speculate have no outstanding round: the choice (or the
+fallback) is made on completed observations, the completion feedback the specification requires.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from helios.engine.catalog import GraphCatalog, GraphVariant
+from helios.proto import contract_pb2
+from helios.runtime.costs import RoundCosts
+
+C = contract_pb2
+
+PRIOR_WEIGHT = 2.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
+POOLED_DECAY = 0.9  # the pooled counts' factor at each choice of plain decoding (nothing observed then)
+
+
+@dataclass(slots=True)
+class AcceptanceEstimate:
+    """Observed proposal acceptance: accepted proposals and rejections (see the module docstring)."""
+
+    accepted: float = 0.0  # proposals accepted (decayed counts are fractional)
+    rejected: float = 0.0  # rounds whose verification rejected a proposal (at most one a round)
+
+    def observe(self, offered: int, accepted: int) -> None:
+        """A completed lane that was offered `offered` proposals and accepted `accepted` of them."""
+        if not 0 <= accepted <= offered:
+            raise ValueError(f"accepted {accepted} of {offered} offered proposals")
+        self.accepted += accepted
+        self.rejected += int(accepted < offered)
+
+    def decay(self, factor: float = POOLED_DECAY) -> None:
+        """Age the evidence: both counts scaled by `factor` in [0, 1]."""
+        self.accepted *= factor
+        self.rejected *= factor
+
+    def mean(self, prior: float, weight: float = PRIOR_WEIGHT) -> float:
+        """The posterior mean of the acceptance probability, `weight` pseudo-observations at `prior`."""
+        return (self.accepted + weight * prior) / (self.accepted + self.rejected + weight)
+
+
+def expected_tokens(acceptance: float, limit: int) -> float:
+    """Expected emitted tokens of a lane offered `limit` rows: sum_{k=0}^{limit-1} a^k."""
+    total, term = 0.0, 1.0
+    for _ in range(limit):
+        total += term
+        term *= acceptance
+    return total
+
+
+def expected_round_tokens(acceptances: Sequence[float], limits: Sequence[int], packed: int) -> float:
+    """Expected emitted tokens of a speculative round whose lanes have these acceptances and limits,
+    within `packed` target rows (P): every lane its pending row, then rows by survival probability."""
+    if sum(limits) <= packed:
+        return sum(expected_tokens(a, limit) for a, limit in zip(acceptances, limits, strict=True))
+    rows = len(limits)  # every lane's pending row (P >= B holds every lane's)
+    total = float(rows)
+    # the next row of lane i survives with probability a_i ** length_i (length_i rows given so far)
+    heap = [(-a, i, 1) for i, (a, limit) in enumerate(zip(acceptances, limits, strict=True)) if limit > 1]
+    heapq.heapify(heap)
+    while heap and rows < packed:
+        negative, i, length = heapq.heappop(heap)
+        total -= negative
+        rows += 1
+        if length + 1 < limits[i]:
+            heapq.heappush(heap, (negative * acceptances[i], i, length + 1))
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One program the cohort could run next."""
+
+    variant: GraphVariant  # the DECODE or SPECULATIVE graph
+    lanes: int  # the cohort's first `lanes` lanes run in it
+    expected: float  # expected emitted tokens of the round
+    seconds: float  # its measured round cost
+
+    @property
+    def width(self) -> int:
+        """W of a SPECULATIVE candidate; 1 for DECODE."""
+        return self.variant.width if self.variant.operation == C.OPERATION_SPECULATIVE else 1
+
+    @property
+    def speculative(self) -> bool:
+        return self.variant.operation == C.OPERATION_SPECULATIVE
+
+    @property
+    def rate(self) -> float:
+        """Expected emitted tokens per second."""
+        return self.expected / self.seconds
+
+
+def best(candidates: Sequence[Candidate]) -> Candidate:
+    """The candidate of the highest rate; DECODE wins ties, then the narrower width."""
+    if not candidates:
+        raise ValueError("no candidate program")
+    return max(candidates, key=lambda c: (c.rate, not c.speculative, -c.width))
+
+
+class ProgramChoice:
+    """The cohort's next program from measured costs and observed acceptance (module docstring)."""
+
+    def __init__(self, catalog: GraphCatalog, costs: RoundCosts | None, *, lifetime: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.catalog = catalog
+        self.costs = costs
+        self.lifetime = lifetime
+        self.clock = clock
+        self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
+        self._seconds = costs.by_graph() if costs is not None else {}
+
+    def usable(self) -> bool:
+        """A cost table is known and not stale."""
+        return self.costs is not None and self.costs.fresh(self.clock(), self.lifetime)
+
+    def candidates(self, acceptances: Sequence[float], rooms: Sequence[int]) -> list[Candidate] | None:
+        """Every candidate for a cohort whose lane i has acceptance `acceptances[i]` and room for
+        `rooms[i]` >= 1 emitted tokens (output and context left); None when a cost is unknown."""
+        n = len(acceptances)
+        if n == 0 or len(rooms) != n:
+            raise ValueError(f"a cohort of {n} acceptances and {len(rooms)} rooms")
+        out = []
+        lanes = min(n, self.catalog.max_lanes(C.OPERATION_DECODE))
+        decode = self.catalog.smallest(C.OPERATION_DECODE, lanes=lanes, tokens=lanes)
+        if decode is None:
+            return None
+        programs: list[tuple[GraphVariant, int]] = [(decode, lanes)]
+        for width in self.widths:
+            lanes = min(n, self.catalog.speculative_lanes(width))
+            variant = self.catalog.speculative(width, lanes=lanes)
+            if variant is not None:
+                programs.append((variant, lanes))
+        for variant, lanes in programs:
+            seconds = self._seconds.get(variant.name)
+            if seconds is None:
+                return None
+            if variant.operation == C.OPERATION_DECODE:
+                expected = float(lanes)
+            else:
+                limits = [min(variant.lane_limit, room) for room in rooms[:lanes]]
+                expected = expected_round_tokens(acceptances[:lanes], limits, variant.packed_token_capacity)
+            out.append(Candidate(variant, lanes, expected, seconds))
+        return out
+
+    def choose(self, acceptances: Sequence[float], rooms: Sequence[int]) -> Candidate | None:
+        """The best candidate (`best`), or None when the costs are unknown or stale."""
+        if not self.usable():
+            return None
+        candidates = self.candidates(acceptances, rooms)
+        return None if candidates is None else best(candidates)
+
+
+__all__ = ["POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
+           "expected_tokens"]

@@ -1,0 +1,198 @@
+"""Adaptive speculative program choice in the reference runtimes (fp32, CPU): the batching engine over
+the reference executor and the sequential reference runtime, choosing each round's program from the
+round costs the reference executor measured and the acceptance observed, give plain greedy decoding's
+tokens; forged cost tables steer the choice both ways; a request that opted out never speculates;
+the per-position, per-width and cost metrics move, in the runtime's snapshot and on /metrics."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from prometheus_client import generate_latest
+
+from helios.engine.worker import BatchingRuntime
+from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+from helios.proto import contract_pb2
+from helios.reference.engine import ReferenceEngine
+from helios.reference.executor import ReferenceExecutor
+from helios.runtime.costs import RoundCost, RoundCosts
+from helios.runtime.interface import PreparedRequest
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.options import RuntimeOptions
+from helios.runtime.request import GenerationRequest, SamplingParams
+from helios.server.metrics import HeliosCollector, ServerCounters, build_registry
+from tests.runtime.streams import serve_all
+
+C = contract_pb2
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def core(tiny_checkpoint, tiny_draft):
+    return prepare_checkpoint(tiny_checkpoint("llama"), PreparationOptions(
+        dtype="fp32", draft=tiny_draft("llama", "perturbed"), page_tokens=4, batch_capacities=(1, 2, 4),
+        prefill_capacities=(8, 16), context_tokens=64, speculative_widths=(2, 4)))
+
+
+@pytest.fixture(scope="module")
+def workload(core):
+    rng = random.Random(7)
+    requests = [GenerationRequest(tuple(rng.randrange(256) for _ in range(rng.randrange(3, 14))),
+                                  max_tokens=rng.randrange(6, 16), sampling=GREEDY, ignore_eos=True) for _ in range(5)]
+    plain = ReferenceEngine.load(core, pages=64)
+    return requests, [list(plain.generate(r)) for r in requests]
+
+
+class ForgedCosts:
+    """The reference executor with a cost table of the test's making (what `round_costs` returns)."""
+
+    def __init__(self, executor: ReferenceExecutor, costs: RoundCosts) -> None:
+        self.executor, self.costs, self.frames = executor, costs, executor.frames
+
+    def submit(self, plan):
+        self.executor.submit(plan)
+
+    def collect(self, plan):
+        return self.executor.collect(plan)
+
+    def round_costs(self):
+        return self.costs
+
+
+def _forged(engine: ReferenceEngine, speculative) -> RoundCosts:
+    """Every DECODE round 1 ms, every SPECULATIVE one `speculative(W)` ms."""
+    entries = []
+    for g in engine.contract.graphs:
+        if g.operation == C.OPERATION_DECODE:
+            entries.append(RoundCost(g.name, g.operation, g.batch_capacity, 1, 1e-3))
+        elif g.operation == C.OPERATION_SPECULATIVE:
+            width = g.speculative.verify_tokens
+            entries.append(RoundCost(g.name, g.operation, g.batch_capacity, width, 1e-3 * speculative(width)))
+    return RoundCosts(tuple(entries))
+
+
+def _batching(executor, engine):
+    """The batching engine over `executor`, adaptive, the widest width (4) its fallback."""
+    return BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
+                                        pages=48, speculative_width=4, adaptive_speculation=True)
+
+
+def _prepared(requests, opt_out=()):
+    return [PreparedRequest(f"r{i}", r, observe_tokens=True, speculation=i not in opt_out)
+            for i, r in enumerate(requests)]
+
+
+def _scrape(runtime) -> str:
+    collector = HeliosCollector(runtime.metrics, ServerCounters(), lambda: 0, 1)
+    return generate_latest(build_registry(collector)).decode()
+
+
+def test_batching_adaptive_choice_gives_the_plain_greedy_tokens_and_its_metrics_move(core, workload):
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    rt = _batching(engine.executor, engine)
+    results = serve_all(rt, _prepared(requests))
+    assert [tokens for tokens, _ in results] == expected
+    m = rt.metrics()
+    # the reference executor measured every DECODE and SPECULATIVE graph's round
+    measured = {(c.operation_name, c.lanes, c.width) for c in m.round_costs}
+    assert ("decode", 1, 1) in measured and ("speculative", 4, 4) in measured and len(measured) == 9
+    assert all(c.seconds > 0 for c in m.round_costs)
+    assert sum(m.speculative_rounds_by_width.values()) == m.speculative_rounds
+    assert m.speculative_rounds + m.plain_choices >= 1 and m.fallback_choices == 0
+    assert sum(m.offered_by_position.values()) == m.offered_drafts
+    assert sum(m.accepted_by_position.values()) == m.accepted_drafts
+    # acceptance at a position needs acceptance at every one before it
+    positions = sorted(m.accepted_by_position)
+    assert all(m.accepted_by_position[k] <= m.accepted_by_position.get(k - 1, m.accepted_drafts) for k in positions)
+    text = _scrape(rt)
+    assert 'helios_round_cost_seconds{lanes="4",operation="speculative",width="4"}' in text
+    if m.speculative_rounds:
+        assert 'helios_speculative_position_offered_total{position="1"}' in text
+        assert "helios_speculative_width_rounds_total{width=" in text
+
+
+def test_forged_costs_steer_the_choice_both_ways_with_the_same_tokens(core, workload):
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    dear = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 2.0 * w)), engine)  # W tokens at most, 2W ms
+    assert [tokens for tokens, _ in serve_all(dear, _prepared(requests))] == expected
+    counters = dear.scheduler.counters
+    assert counters.speculative_rounds == 0 and counters.plain_choices >= 1
+    engine = ReferenceEngine.load(core, pages=48)
+    cheap = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)  # 1 token alone beats decode
+    assert [tokens for tokens, _ in serve_all(cheap, _prepared(requests))] == expected
+    counters = cheap.scheduler.counters
+    assert counters.speculative_rounds >= 1 and counters.plain_choices == 0
+    # at 0.5 ms whatever the width, the widest is the best wherever a lane has room for its rows
+    assert counters.rounds_by_width.get(4, 0) > counters.rounds_by_width.get(2, 0)
+
+
+def test_under_two_frames_lanes_chosen_for_plain_decoding_fill_both_frames(core, workload):
+    """A cohort for which plain decoding was chosen decodes as any decode lane for a few tokens, so
+    under two frames its rounds are pipelined (then it drains and is chosen for again)."""
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    executor = ReferenceExecutor.load(core, pages=48, frames=2)
+    rt = _batching(ForgedCosts(executor, _forged(engine, lambda w: 2.0 * w)), engine)
+    in_flight, pipelined = [], []
+    submit, collect = executor.submit, executor.collect
+
+    def spy_submit(plan):
+        if plan.operation == C.OPERATION_DECODE:  # a decode lane whose previous round is still in flight
+            pipelined.extend(set(plan.request_ids) & {r for held in in_flight for r in held.request_ids})
+        in_flight.append(plan)
+        submit(plan)
+
+    def spy_collect(plan):
+        in_flight.remove(plan)
+        return collect(plan)
+
+    executor.submit, executor.collect = spy_submit, spy_collect
+    assert [tokens for tokens, _ in serve_all(rt, _prepared(requests))] == expected
+    assert rt.scheduler.config.frames == 2 and rt.scheduler.counters.speculative_rounds == 0
+    assert pipelined and rt.scheduler.counters.plain_choices >= 2
+
+
+def test_a_request_that_opted_out_decodes_plainly_among_speculating_ones(core, workload):
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    rt = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)
+    seen = []
+    submit = engine.executor.submit
+
+    def spy(plan):
+        if plan.operation == C.OPERATION_SPECULATIVE:
+            seen.extend(plan.request_ids)
+        submit(plan)
+
+    engine.executor.submit = spy
+    results = serve_all(rt, _prepared(requests, opt_out={0}))
+    assert [tokens for tokens, _ in results] == expected
+    assert seen and "r0" not in seen
+
+
+def test_the_sequential_reference_runtime_chooses_adaptively(core, workload):
+    from helios.reference import load_runtime
+
+    requests, expected = workload
+    runtime = load_runtime(core, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=8),
+                                                adaptive_speculation=True))
+    results = serve_all(runtime, _prepared(requests, opt_out={1}))
+    assert [tokens for tokens, _ in results] == expected
+    m = runtime.metrics()
+    # the one-lane graphs it runs were measured: DECODE and each width's SPECULATIVE
+    assert {(c.operation_name, c.lanes, c.width) for c in m.round_costs} == {
+        ("decode", 1, 1), ("speculative", 1, 2), ("speculative", 1, 4)}
+    assert m.speculative_rounds + m.plain_choices >= 1
+    assert sum(m.speculative_rounds_by_width.values()) == m.speculative_rounds
+    assert sum(m.offered_by_position.values()) == m.offered_drafts
+    assert 'helios_round_cost_seconds{lanes="1",operation="decode",width="1"}' in _scrape(runtime)
+    # every request opted out: no round speculates, none is even chosen
+    runtime = load_runtime(core, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=8),
+                                                adaptive_speculation=True))
+    results = serve_all(runtime, _prepared(requests[:2], opt_out={0, 1}))
+    assert [tokens for tokens, _ in results] == expected[:2]
+    m = runtime.metrics()
+    assert m.speculative_rounds == 0 and m.plain_choices == 0

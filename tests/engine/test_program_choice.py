@@ -1,0 +1,288 @@
+"""Speculative program choice from measured costs (host only, no executor): the expected-token model,
+the choice's candidates, and a seeded property test over random cost tables and random acceptance
+histories, through the scheduler itself, that it never chooses a program whose expected rate is below
+plain decoding's (and always the best one); unknown and stale costs fall back to the configured width;
+a request that opted out decodes plainly."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from helios.engine.catalog import GraphCatalog, GraphVariant
+from helios.engine.config import SchedulerConfig, SchedulerRequest
+from helios.engine.page_cache import PageCache
+from helios.engine.program_choice import (
+    AcceptanceEstimate,
+    ProgramChoice,
+    best,
+    expected_round_tokens,
+    expected_tokens,
+)
+from helios.engine.scheduler import Scheduler
+from helios.proto import contract_pb2
+from helios.runtime.completion import Completion, SpeculativeRound
+from helios.runtime.costs import RoundCost, RoundCosts
+from helios.runtime.request import GenerationRequest
+
+C = contract_pb2
+INIT, PREFILL, DECODE, SPEC = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE,
+                               C.OPERATION_SPECULATIVE)
+
+
+def catalog(rng: random.Random) -> GraphCatalog:
+    """A random selection: DECODE at some lane capacities, SPECULATIVE at some widths and lane
+    capacities, rectangular (P = B * W) or confidence (P < B * W)."""
+    variants = [GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill_p16", PREFILL, 1, 16, True)]
+    decode = sorted(rng.sample([1, 2, 4, 8], rng.randrange(1, 5)))
+    variants += [GraphVariant(f"decode_b{b}", DECODE, b, b, True) for b in decode]
+    for width in sorted(rng.sample([1, 2, 3, 4, 6], rng.randrange(1, 4))):
+        for b in sorted(rng.sample([1, 2, 4, 8], rng.randrange(1, 4))):
+            packed = b * width if rng.random() < 0.6 else rng.randrange(b, b * width + 1)
+            variants.append(GraphVariant(f"speculative_b{b}_w{width}_p{packed}", SPEC, b, packed, True, width=width,
+                                         drafts=width - 1, lane_limit=width,
+                                         check=SpeculativeRound(packed, exact=packed == b * width)))
+    return GraphCatalog(variants)
+
+
+def costs_for(catalog: GraphCatalog, rng: random.Random) -> RoundCosts:
+    """Random measured costs: a decode round of B lanes about base * (1 + B / 16), a speculative one
+    wider by a random factor of its width (from nearly free to far dearer than plain decoding)."""
+    base = rng.uniform(1e-3, 1e-2)
+    entries = []
+    for op in (DECODE, SPEC):
+        for v in catalog.variants(op):
+            seconds = base * (1 + v.batch_capacity / 16) * rng.uniform(0.8, 1.2)
+            if op == SPEC:
+                seconds *= 1 + rng.uniform(0.0, 2.0) * v.width
+            entries.append(RoundCost(v.name, op, v.batch_capacity, v.width or 1, seconds))
+    return RoundCosts(tuple(entries))
+
+
+def test_expected_tokens_is_the_geometric_sum():
+    for a in (0.0, 0.3, 0.9, 1.0):
+        for limit in range(1, 7):
+            assert expected_tokens(a, limit) == pytest.approx(sum(a ** k for k in range(limit)))
+
+
+def test_rows_within_p_go_where_they_are_worth_most():
+    """The greedy allocation by survival probability equals the best split of P rows (brute force)."""
+    rng = random.Random(11)
+    for _ in range(300):
+        lanes = rng.randrange(1, 4)
+        acceptances = [rng.random() for _ in range(lanes)]
+        limits = [rng.randrange(1, 5) for _ in range(lanes)]
+        packed = rng.randrange(lanes, sum(limits) + 2)
+        brute = max(sum(expected_tokens(a, n) for a, n in zip(acceptances, split, strict=True))
+                    for split in itertools.product(*(range(1, m + 1) for m in limits)) if sum(split) <= packed)
+        assert expected_round_tokens(acceptances, limits, packed) == pytest.approx(brute)
+
+
+def test_acceptance_estimate_counts_a_rejection_once_a_round():
+    estimate = AcceptanceEstimate()
+    estimate.observe(3, 3)  # all accepted: no rejection
+    estimate.observe(3, 1)  # the second proposal rejected, the third never judged
+    assert (estimate.accepted, estimate.rejected) == (4, 1)
+    assert estimate.mean(0.5, weight=2.0) == pytest.approx(5 / 7)
+    with pytest.raises(ValueError):
+        estimate.observe(2, 3)
+
+
+def _spec_rows(plan, rng: random.Random, acceptance: dict[str, float], token: int = 7) -> list[Completion]:
+    """Rows a correct executor writes for a round: a speculative lane accepts each proposal with its
+    request's true acceptance, up to its offer."""
+    out = []
+    offers = [lane.speculative_limit for lane in plan.lanes]
+    if plan.operation == SPEC and sum(offers) > plan_packed(plan):  # a confidence program: P rows in all
+        offers, rows = [1] * len(plan.lanes), plan_packed(plan) - len(plan.lanes)
+        for i in itertools.cycle(range(len(offers))):
+            if rows == 0 or all(o == lane.speculative_limit for o, lane in zip(offers, plan.lanes, strict=True)):
+                break
+            if offers[i] < plan.lanes[i].speculative_limit:
+                offers[i] += 1
+                rows -= 1
+    for lane, request_id, offer in zip(plan.lanes, plan.request_ids, offers, strict=True):
+        if plan.operation == SPEC:
+            accepted = 0
+            while accepted < offer - 1 and rng.random() < acceptance[request_id]:
+                accepted += 1
+            endpoint = lane.consumed + accepted + 1
+            out.append(Completion(frame_index=plan.frame, submission_sequence=plan.sequence,
+                                  generation=lane.generation, sampled_id=token, emitted=accepted + 1,
+                                  consumed_endpoint=endpoint, draft_cursor=endpoint, model_reserved=-1, status=0,
+                                  offer=offer, accepted_drafts=accepted, sampled_ids=(token,) * (accepted + 1)))
+        else:
+            out.append(Completion(frame_index=plan.frame, submission_sequence=plan.sequence,
+                                  generation=lane.generation, sampled_id=token, emitted=int(lane.samples),
+                                  consumed_endpoint=lane.consumed + len(lane.tokens), draft_cursor=-1,
+                                  model_reserved=-1, status=0))
+    return out
+
+
+def plan_packed(plan) -> int:
+    return int(plan.graph.split("_p")[-1]) if "_p" in plan.graph else 1 << 30
+
+
+def _scheduler(cat: GraphCatalog, costs: RoundCosts | None, *, fallback: int, lifetime: float | None = None,
+               max_active: int = 8) -> Scheduler:
+    config = SchedulerConfig(max_active=max_active, queue_capacity=16, page_tokens=4, context_tokens=96,
+                             input_tokens=300, sampled_tokens=300, speculative_width=fallback,
+                             adaptive_speculation=True, cost_lifetime=lifetime)
+    return Scheduler(config, cat, PageCache(256, 4, "test"), costs=costs)
+
+
+def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
+    """Property (seeded): over random selections, cost tables and requests whose drafts accept at
+    random rates, every choice the scheduler makes from its completed observations has the highest
+    expected rate among its candidates, never below plain decoding's, and speculation only where it
+    is strictly above; the round it then submits runs that program."""
+    rng = random.Random(2026)
+    checked = speculative = plain = 0
+    for case in range(60):
+        cat = catalog(rng)
+        costs = costs_for(cat, rng)
+        widths = sorted({v.width for v in cat.variants(SPEC)})
+        s = _scheduler(cat, costs, fallback=max(widths))
+        assert s.choice is not None
+        decisions = []
+        choose = s.choice.choose
+
+        def recording(acceptances, rooms, choose=choose, decisions=decisions):
+            chosen = choose(acceptances, rooms)
+            decisions.append((list(acceptances), list(rooms), chosen))
+            return chosen
+
+        s.choice.choose = recording
+        truth = {}
+        for i in range(rng.randrange(1, 9)):
+            name = f"c{case}r{i}"
+            truth[name] = rng.choice([0.0, 0.1, 0.5, 0.8, 0.95, 1.0, rng.random()])
+            s.add(SchedulerRequest(name, GenerationRequest(tuple(range(1, 1 + rng.randrange(1, 12))),
+                                                           max_tokens=rng.randrange(2, 30))))
+        for _ in range(400):
+            before = len(decisions)
+            plan = s.schedule()
+            if plan is None:
+                break
+            if len(decisions) > before:  # this round's program was chosen now: it runs the choice
+                chosen = decisions[-1][2]
+                if chosen.speculative:
+                    assert plan.operation == SPEC and cat.variant(plan.graph).width == chosen.width
+                else:  # they decode plainly (this round, or after a prefill round's turn)
+                    assert plan.operation != SPEC
+            s.complete(plan, _spec_rows(plan, rng, truth))
+            for request_id in {r for r in plan.request_ids}:
+                held = s._all.get(request_id)
+                if held is not None and held.sampled >= held.request.generation.max_tokens:
+                    s.finish(request_id)
+        assert s.idle, f"case {case}: requests left unfinished"
+        seconds = costs.by_graph()
+        for acceptances, rooms, chosen in decisions:
+            # plain decoding's rate, from the table alone: the smallest DECODE graph holding the lanes
+            lanes = min(len(acceptances), cat.max_lanes(DECODE))
+            decode = min((v for v in cat.variants(DECODE) if v.batch_capacity >= lanes),
+                         key=lambda v: v.batch_capacity)
+            plain_rate = lanes / seconds[decode.name]
+            if chosen.speculative and chosen.variant.packed_token_capacity >= chosen.lanes * chosen.width:
+                # a rectangular round: every lane's geometric sum up to its limit, recomputed
+                expected = sum(sum(a ** k for k in range(min(chosen.width, room)))
+                               for a, room in zip(acceptances[:chosen.lanes], rooms, strict=False))
+                assert chosen.expected == pytest.approx(expected)
+            assert chosen.seconds == seconds[chosen.variant.name]
+            candidates = s.choice.candidates(acceptances, rooms)
+            top = max(c.rate for c in candidates)
+            assert chosen.rate >= plain_rate * (1 - 1e-12) and chosen.rate == top
+            if chosen.speculative:
+                assert chosen.rate > plain_rate
+                speculative += 1
+            else:
+                plain += 1
+            checked += 1
+    assert checked > 200 and speculative > 20 and plain > 20, (checked, speculative, plain)
+
+
+def test_cheap_speculation_with_accepting_drafts_is_chosen_and_dear_speculation_is_not():
+    cat = GraphCatalog([GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True),
+                        GraphVariant("decode_b1", DECODE, 1, 1, True),
+                        GraphVariant("speculative_b1_w4", SPEC, 1, 4, True, width=4, drafts=3, lane_limit=4,
+                                     check=SpeculativeRound(4, exact=True))])
+
+    def table(speculative_seconds):
+        return RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0),
+                           RoundCost("speculative_b1_w4", SPEC, 1, 4, speculative_seconds)))
+
+    choice = ProgramChoice(cat, table(1.5))
+    assert choice.choose([0.9], [10]).speculative  # 3.44 tokens for 1.5 s beats 1 for 1 s
+    assert not choice.choose([0.1], [10]).speculative  # 1.11 tokens for 1.5 s does not
+    assert not choice.choose([0.9], [1]).speculative  # one token left: the pending row alone
+    choice = ProgramChoice(cat, table(4.0))
+    assert not choice.choose([1.0], [10]).speculative  # 4 tokens for 4 s: a tie goes to plain decoding
+    assert best(choice.candidates([1.0], [10])).width == 1
+
+
+def test_pooled_evidence_against_the_draft_ages_while_plain_decoding_runs():
+    """A pool that judged the draft poor makes new requests decode plainly; each plain choice ages the
+    pool toward the uniform prior, so the draft is tried again (never below plain's expected rate)."""
+    cat = GraphCatalog([GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True),
+                        GraphVariant("decode_b1", DECODE, 1, 1, True),
+                        GraphVariant("speculative_b1_w4", SPEC, 1, 4, True, width=4, drafts=3, lane_limit=4,
+                                     check=SpeculativeRound(4, exact=True))])
+    costs = RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0), RoundCost("speculative_b1_w4", SPEC, 1, 4, 1.5)))
+    config = SchedulerConfig(max_active=1, queue_capacity=2, page_tokens=4, context_tokens=512, input_tokens=300,
+                             sampled_tokens=300, speculative_width=4, adaptive_speculation=True)
+    s = Scheduler(config, cat, PageCache(160, 4, "test"), costs=costs)
+    s.pooled = AcceptanceEstimate(accepted=0, rejected=5)  # five rounds that rejected their first proposal
+    s.add(SchedulerRequest("a", GenerationRequest((1, 2, 3), max_tokens=300)))
+    rng = random.Random(4)
+    first_speculative = None
+    while (plan := s.schedule()) is not None:
+        if plan.operation == SPEC and first_speculative is None:
+            first_speculative = s.counters.plain_choices
+        s.complete(plan, _spec_rows(plan, rng, {"a": 0.9}))
+        if s._all["a"].sampled >= 300:
+            s.finish("a")
+    # at a = 1 / 7 plain decoding wins; 0.9 ** k ages the five rejections until a >= about 0.38 wins
+    assert first_speculative is not None and 10 < first_speculative < 40, first_speculative
+    assert s.counters.speculative_rounds > 10  # then the request's own acceptance (0.9) keeps it speculating
+
+
+def test_unknown_or_stale_costs_fall_back_to_the_configured_width():
+    cat = catalog(random.Random(5))
+    widths = sorted({v.width for v in cat.variants(SPEC)})
+    costs = costs_for(cat, random.Random(6))
+    partial = RoundCosts(tuple(e for e in costs.entries if e.operation == DECODE))
+    stale = RoundCosts(costs.entries, measured_at=costs.measured_at - 100.0)
+    for table, lifetime in ((None, None), (partial, None), (stale, 10.0)):
+        s = _scheduler(cat, table, fallback=max(widths), lifetime=lifetime)
+        assert s.choice.choose([0.5], [5]) is None
+        s.add(SchedulerRequest("a", GenerationRequest((1, 2, 3), max_tokens=6)))
+        rng = random.Random(1)
+        while (plan := s.schedule()) is not None:
+            if plan.operation == SPEC:
+                assert cat.variant(plan.graph).width == max(widths)
+            s.complete(plan, _spec_rows(plan, rng, {"a": 0.5}))
+            if s._all["a"].sampled >= 6:
+                s.finish("a")
+        assert s.counters.speculative_rounds >= 1 and s.counters.fallback_choices == s.counters.speculative_rounds
+    assert ProgramChoice(cat, stale, lifetime=1000.0).usable()
+
+
+def test_a_request_that_opted_out_decodes_plainly():
+    cat = catalog(random.Random(5))
+    widths = sorted({v.width for v in cat.variants(SPEC)})
+    s = _scheduler(cat, None, fallback=max(widths))
+    s.add(SchedulerRequest("plain", GenerationRequest((1, 2, 3), max_tokens=8), speculation=False))
+    s.add(SchedulerRequest("spec", GenerationRequest((4, 5, 6), max_tokens=8)))
+    rng = random.Random(2)
+    speculated = set()
+    while (plan := s.schedule()) is not None:
+        if plan.operation == SPEC:
+            speculated.update(plan.request_ids)
+        s.complete(plan, _spec_rows(plan, rng, {"plain": 1.0, "spec": 1.0}))
+        for name in ("plain", "spec"):
+            held = s._all.get(name)
+            if held is not None and not held.ended and held.sampled >= 8:
+                s.finish(name)
+    assert speculated == {"spec"}
