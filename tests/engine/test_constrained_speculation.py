@@ -204,3 +204,22 @@ def test_a_constrained_lane_decodes_plainly_without_per_position_masks(grammar_m
     assert plan.operation == C.OPERATION_DECODE
     (lane,) = plan.lanes
     assert lane.grammar_mask == grammar.mask() and lane.candidate_masks is None and lane.copied == ()
+
+
+def test_adaptive_program_choice_keeps_constrained_requests_lossless(served):
+    """Under adaptive choice (each round's program from measured costs: any width, or plain decoding)
+    the constrained requests still give the plain tokens, in both engines."""
+    core, frontend, plain = served
+    engine = ReferenceEngine.load(core, speculative_width=4, history_drafting=True, adaptive_speculation=True)
+    contract = core.contract
+    sequential = SequentialRuntime(engine, AdmissionLimits(max_active=1, queue_capacity=4),
+                                   context_tokens=contract.context_tokens,
+                                   vocab_size=contract.model.vocabulary.sampled_tokens, rejections=(AdmissionRejected,))
+    results = serve_all(sequential, [prepared(frontend, name, f"a-{name}").runtime_request for name in NAMES])
+    assert [tokens for tokens, _ in results] == [plain[name][0] for name in NAMES]
+    executor = ReferenceEngine.load(core, pages=256).executor
+    batching = BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=8),
+                                            pages=256, speculative_width=4, history_drafting=True,
+                                            adaptive_speculation=True)
+    results = serve_all(batching, [prepared(frontend, name, f"c-{name}").runtime_request for name in NAMES])
+    assert [tokens for tokens, _ in results] == [plain[name][0] for name in NAMES]
