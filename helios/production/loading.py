@@ -36,6 +36,12 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels module defines its kernels
+        import sys
+
+        kernels = sys.modules.get("helios.production.kernels")
+        if kernels is not None and not kernels.INTERPRETED:
+            raise RuntimeError("the production kernels were defined without TRITON_INTERPRET=1 in this process, "
+                               "so they cannot run on the CPU: set TRITON_INTERPRET=1 before Helios starts")
     from helios.contract import StartupOptions
     from helios.production.native_model import LoadOptions, NativeModel
 

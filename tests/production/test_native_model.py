@@ -439,3 +439,14 @@ def test_every_kernel_compiles_ahead_of_the_warm_run(cores):
     finally:
         knobs.runtime.jit_post_compile_hook = previous
     assert compiles["ahead"] > 0 and compiles["at_launch"] == 0, compiles
+
+
+def test_a_cpu_load_after_compiled_kernel_definitions_fails_in_one_line(cores, monkeypatch):
+    """Triton fixes interpretation when a kernel is defined: kernels defined without TRITON_INTERPRET
+    cannot run on CPU tensors, so a CPU load in such a process says so instead of failing mid-plan."""
+    from helios.production import kernels
+    from helios.production.loading import load_native_model
+
+    monkeypatch.setattr(kernels, "INTERPRETED", False)
+    with pytest.raises(RuntimeError, match="defined without TRITON_INTERPRET=1 in this process"):
+        load_native_model(cores("llama"), device="cpu", pages=8)
