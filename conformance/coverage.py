@@ -21,7 +21,8 @@ Observed from what ran, never from what a workload intended:
   token stop       -                                                finish reason stop on one of stop_token_ids
   sequence stop    -                                                finish reason stop, the ids ending in a stop sequence
   string stop      -                                                finish reason stop otherwise (a stop string)
-  grammar          a sampling lane with a grammar mask              a grammar-constrained request that finished
+  grammar          a sampling lane with a grammar mask (or the      a grammar-constrained request that finished
+                   per-position masks of its copied proposals)
   tool call        -                                                a tool call its output pipeline parsed
   output filter    -                                                a request with an output filter that released text
   no output filter -                                                a token-observed request without an output filter
@@ -70,7 +71,7 @@ def _lane_mechanisms(lanes: Iterable[Any], rows: Iterable[Any], window: int | No
             out.add(CHUNKED)
         if window is not None and lane.tokens and lane.consumed + len(lane.tokens) > window:
             out.add(WINDOW)
-        if lane.grammar_mask is not None and lane.samples:
+        if (lane.grammar_mask is not None or lane.candidate_masks is not None) and lane.samples:
             out.add(GRAMMAR)
         if row.emitted and lane.samples and row.sampled_id in lane.eos_ids:
             out.add(eos_mechanism(int(row.sampled_id)))

@@ -47,7 +47,8 @@ PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation")
 INTEGER = ("i32", "i64")
 # operators whose inputs do not take the case's dtype: run in the f32 pass only
 F32_ONLY = ("argmax", "sample", "fill", "token_probability", "speculative_allocate", "speculative_pack",
-            "speculative_verify", "speculative_commit", "copied_proposal", "prompt_scores")
+            "speculative_verify", "speculative_commit", "copied_proposal", "speculative_grammar_mask",
+            "prompt_scores")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +184,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     yield "speculative_verify", "greedy_and_sampled", first, _speculative_verify
     yield "speculative_commit", "lanes", first, _speculative_commit
     yield "copied_proposal", "runs", first, _copied_proposal
+    yield "speculative_grammar_mask", "positions", first, _speculative_grammar_mask
     yield "embedding", "row_offset", first, _embedding_slice
     yield "all_reduce", "one_rank", first, _one_rank("all_reduce")
     yield "all_gather", "one_rank", first, _one_rank("all_gather")
@@ -607,6 +609,21 @@ def _copied_proposal(p, rng, cohort, g, cases):
         p.input("draft_logits", _normal(rng, lanes, vocab, scale=3.0), "f32"),
         p.input("copied_ids", copied, "i32"), p.input("copied_count", count, "i32")], {"index": 1},
         into=[token, logits])
+
+
+def _speculative_grammar_mask(p, rng, cohort, g, cases):
+    """Per-position grammar masks over packed target rows and draft rows: lanes of every length up to
+    W, a padding lane, padding rows past the lanes, random masks, an all-ones row and an all-zero one."""
+    lanes, drafts, width, vocab = 5, 3, 4, g["vocab"]
+    words = (vocab + 31) // 32
+    lengths = np.array([4, 0, 1, 3, 2], np.int32)
+    masks = rng.integers(0, 2**32, size=(lanes, width, words), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    masks[0, 1], masks[3, 0] = -1, 0
+    logits = p.input("logits", _normal(rng, int(lengths.sum()) + 2, vocab, scale=3.0), "f32")
+    draft_logits = p.input("draft_logits", _normal(rng, lanes, drafts, vocab, scale=3.0), "f32")
+    p.outputs += [logits, draft_logits]
+    p.builder.speculative_grammar_mask(logits, draft_logits, p.input("masks", masks, "i32"),
+                                       p.input("lengths", lengths, "i32"))
 
 
 def _prompt_scores(p, rng, cohort, g, cases):

@@ -108,6 +108,8 @@ def lane_to_json(lane: LaneInput) -> dict:
         out[name] = list(out[name])
     if lane.grammar_mask is not None:
         out["grammar_mask"] = list(lane.grammar_mask)
+    if lane.candidate_masks is not None:
+        out["candidate_masks"] = [list(mask) for mask in lane.candidate_masks]
     return out
 
 
@@ -119,6 +121,8 @@ def lane_from_json(data: dict) -> LaneInput:
             values[name] = tuple(int(v) for v in values[name])
     if values.get("grammar_mask") is not None:
         values["grammar_mask"] = tuple(int(v) for v in values["grammar_mask"])
+    if values.get("candidate_masks") is not None:  # per-position masks: recorded since constrained speculation
+        values["candidate_masks"] = tuple(tuple(int(v) for v in mask) for mask in values["candidate_masks"])
     return LaneInput(**values)
 
 

@@ -41,3 +41,7 @@ DTYPE_NBYTES = {
 LENGTH_SOURCES = frozenset({ValueSource.QUERY_LENGTH, ValueSource.SPECULATIVE_PREFIX_LIMIT})
 # Sources of copied proposals (history drafting inputs).
 COPIED_TOKEN_SOURCES = frozenset({ValueSource.CANDIDATE_IDS, ValueSource.CANDIDATE_COUNT})
+# Every copied-proposal source: the copied tokens and what a runtime needs beside them.
+COPIED_PROPOSAL_SOURCES = COPIED_TOKEN_SOURCES | {ValueSource.CANDIDATE_GENERATION,
+                                                  ValueSource.CANDIDATE_CONSUMED_ENDPOINT,
+                                                  ValueSource.CANDIDATE_GRAMMAR_MASKS}

@@ -98,6 +98,11 @@ class ConfidenceWidthMismatch(ContractError):
     """confidence_width is set but differs from the program's actual draft draws D."""
 
 
+class CopiedProposalBinding(ContractError):
+    """A copied-proposal input is bound outside a SPECULATIVE graph that draws proposals, per-position
+    grammar masks without the copied proposals they mask, or masks not shaped [B, W, mask_words] i32."""
+
+
 class ConfidenceStorageInvalid(ContractError):
     """proposal_confidence is not contiguous FP32 [2, request_slots, draft_capacity] covering every width."""
 

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import helios.contract.errors as e
 from helios.contract.enums import (
+    COPIED_PROPOSAL_SOURCES,
+    COPIED_TOKEN_SOURCES,
     DTYPE_NBYTES,
     LENGTH_SOURCES,
     Access,
@@ -277,6 +279,7 @@ def _graph(c: TranslatedContract, path: str, g: Graph) -> Iterator[e.ContractErr
         yield e.UnknownHistory(f"{path}.draft_cursor.committed_state",
                                f"{g.draft_cursor.committed_state!r} names no history region")
     yield from _speculative(path, g)
+    yield from _copied_proposals(c, path, g)
     yield from _tuned(c, path, g)
 
 
@@ -336,6 +339,43 @@ def _speculative(path: str, g: Graph) -> Iterator[e.ContractError]:
         yield e.ConfidenceWidthMismatch(f"{path}.speculative.confidence_width",
                                         f"{s.confidence_width} differs from the program's draft draws D = "
                                         f"{s.draft_tokens}")
+
+
+def _copied_proposals(c: TranslatedContract, path: str, g: Graph) -> Iterator[e.ContractError]:
+    """Copied proposals feed a SPECULATIVE program that draws proposals; its per-position grammar masks
+    (CANDIDATE_GRAMMAR_MASKS) mask those proposals, one [mask_words] row per target position:
+    [B, W, mask_words] i32 by submission row (or [S, W, mask_words] by physical request row)."""
+    for j, b in enumerate(g.value_bindings):
+        if b.source not in COPIED_PROPOSAL_SOURCES:
+            continue
+        bpath = f"{path}.value_bindings[{j}]"
+        if g.speculative is None or g.speculative.draft_tokens == 0:
+            yield e.CopiedProposalBinding(f"{bpath}.source", f"{ValueSource(b.source).name} feeds copied proposals, which only "
+                                          "a SPECULATIVE graph drawing proposals (D >= 1) verifies")
+            continue
+        if b.source != ValueSource.CANDIDATE_GRAMMAR_MASKS:
+            continue
+        bound = {x.source for x in g.value_bindings}
+        if not COPIED_TOKEN_SOURCES <= bound:
+            yield e.CopiedProposalBinding(f"{bpath}.source", "CANDIDATE_GRAMMAR_MASKS masks copied proposals, "
+                                          "but the graph binds no CANDIDATE_IDS and CANDIDATE_COUNT")
+        desc = c.manifest.buffer(b.destination)
+        if desc is None:
+            continue  # reported as an unregistered destination
+        rows = g.batch_capacity if b.indexing != Indexing.PHYSICAL_REQUEST_ROW else c.max_concurrency
+        words = c.vocabulary.mask_words
+        width = g.speculative.verify_tokens
+        if (desc.dtype != DType.I32 or len(desc.shape) != 3 or desc.shape[0] < rows or desc.shape[1] != width
+                or desc.shape[2] != words or b.indexing not in (Indexing.SUBMISSION_ROW, Indexing.ACTIVE_ROW,
+                                                                  Indexing.PHYSICAL_REQUEST_ROW)):
+            yield e.CopiedProposalBinding(
+                f"{bpath}.destination",
+                f"{b.destination!r} must be i32 [>= {rows}, W = {width}, mask_words = {words}] with a row indexing; "
+                f"found {_dtype_name(desc.dtype)} {list(desc.shape)}, {_name_of(b.indexing)}")
+
+
+def _name_of(value) -> str:
+    return getattr(value, "name", str(value))
 
 
 def _confidence_storage(c: TranslatedContract) -> Iterator[e.ContractError]:

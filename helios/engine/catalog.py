@@ -36,6 +36,9 @@ class GraphVariant:
     drafts: int = 0
     lane_limit: int = 0
     check: SpeculativeRound | None = None
+    # SPECULATIVE graphs: the program takes per-position grammar masks (CANDIDATE_GRAMMAR_MASKS), so a
+    # grammar-constrained lane may speculate over its copied proposals
+    grammar_masks: bool = False
 
     @property
     def draft_passes(self) -> int:
@@ -82,7 +85,7 @@ class GraphCatalog:
             spec = g.speculative
             speculative = {} if spec is None else dict(
                 width=spec.verify_tokens, drafts=spec.draft_tokens, lane_limit=spec.lane_token_limit,
-                check=SpeculativeRound.of(g))
+                check=SpeculativeRound.of(g), grammar_masks=C.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS in sources)
             variants.append(GraphVariant(g.name, int(g.operation), g.batch_capacity, g.packed_token_capacity,
                                          device_pending=g.pending_token_state is not None and not host_pending,
                                          page_table=C.VALUE_SOURCE_PAGE_TABLE in sources, **speculative))

@@ -75,12 +75,13 @@ from helios.engine.residency import (
     SchedulerCounters,
     UnknownRequest,
 )
-from helios.engine.sequence import SequenceState, build_lane, decode_lane
+from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_fields
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
 from helios.runtime.costs import RoundCosts
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
+from helios.runtime.proposal_masks import constrained_proposal
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
 
@@ -128,6 +129,11 @@ class Scheduler(RequestResidency):
         self._draft_passes = first.draft_passes if first is not None else 0
         if self.choice is not None:
             self._draft_passes = max((v.draft_passes for v in catalog.variants(C.OPERATION_SPECULATIVE)), default=0)
+        # Grammar-constrained lanes speculate over their copied proposals only, and only where every
+        # SPECULATIVE graph that draws proposals takes their per-position grammar masks.
+        drawing = [v for v in catalog.variants(C.OPERATION_SPECULATIVE) if v.drafts > 0]
+        self._constrained_speculation = bool(config.history_drafting and drawing
+                                             and all(v.grammar_masks for v in drawing))
         # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
         self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
@@ -405,17 +411,27 @@ class Scheduler(RequestResidency):
 
     def _speculates(self, s: SequenceState) -> bool:
         """A decode lane may run a speculative round: none of its rounds is outstanding (the host
-        chooses its length from completed observations) and `_would_speculate`."""
-        return not s.in_flight and self._would_speculate(s)
+        chooses its length from completed observations) and `_would_speculate`; a grammar-constrained
+        lane also needs a copied proposal (without one it decodes plainly, its mask one token ahead)."""
+        if s.in_flight or not self._would_speculate(s):
+            return False
+        if s.request.grammar is None:
+            return True
+        if s.history is None:
+            s.history = HistoryIndex()
+        return bool(s.history.propose(s.known, 1))
 
     def _would_speculate(self, s: SequenceState) -> bool:
         """A decode lane would run a speculative round once none of its rounds is outstanding: a width
         is configured, its pending token is the device's (sampled there, not fed after a readmission),
-        no grammar masks it (its mask is known one token ahead only), and its output limit and the
-        context leave a token. Such a lane never joins the second frame: a plain DECODE there would
-        keep one of its rounds outstanding at every scheduling point, so it would never speculate."""
-        if (not self.config.speculative_width or not s.request.speculation or s.request.constrained
-                or s.request.grammar is not None or s.sampled < s.plain_until):
+        a grammar that masks it has per-position masks for its copied proposals (history drafting,
+        graphs taking CANDIDATE_GRAMMAR_MASKS), and its output limit and the context leave a token.
+        Such a lane never joins the second frame: a plain DECODE there would keep one of its rounds
+        outstanding at every scheduling point, so it would never speculate."""
+        if not self.config.speculative_width or not s.request.speculation or s.sampled < s.plain_until:
+            return False
+        if (s.request.constrained or s.request.grammar is not None) and not (
+                s.request.grammar is not None and self._constrained_speculation):
             return False
         frontier = s.consumed + s.submitted
         return (frontier >= s.admitted_known and s.sampled + s.unknown < s.request.generation.max_tokens
@@ -466,6 +482,7 @@ class Scheduler(RequestResidency):
         cohort: list[tuple[SequenceState, int]] = []
         limits: list[int] = []
         copied: list[tuple[int, ...]] | None = [] if self.config.history_drafting else None
+        masks: list[tuple[tuple[int, ...], ...] | None] = []
         for s in order[:self.catalog.speculative_lanes(width)]:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
@@ -476,17 +493,31 @@ class Scheduler(RequestResidency):
                         self.config.context_tokens - frontier - 1)
             if reach > len(s.pages.pages) * page_tokens and not self._reserve(s, reach, keep=cohort):  # type: ignore[union-attr]
                 break
-            cohort.append((s, 1))
-            limits.append(limit)
+            lane_masks = None
             if copied is not None:  # the lane's own tokens, all known: none of its rounds is outstanding
                 if s.history is None:
                     s.history = HistoryIndex()
-                copied.append(s.history.propose(s.known, min(limit - 1, first.drafts)))
+                proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
+                if s.request.grammar is not None and first.grammar_masks:
+                    # Only the copied run the grammar allows, each target row under its position's mask:
+                    # the host knows no mask for a position past it, so the lane's limit stops there.
+                    # Its grammar consumed every known token: delivery advanced it before this round.
+                    proposal, lane_masks = constrained_proposal(s.request.grammar, proposal,
+                                                                lane_fields(s, self.config.eos_ids)[3])
+                    limit = min(limit, len(proposal) + 1)
+                elif s.request.grammar is not None:
+                    # a program without per-position masks (one token wide): the lane's own mask, the
+                    # grammar's next one, holds for its one row
+                    proposal, limit = (), 1
+                copied.append(proposal)
+            cohort.append((s, 1))
+            limits.append(limit)
+            masks.append(lane_masks)
         if not cohort:
             return None
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
-        return self._submit(variant, cohort, limits, copied)
+        return self._submit(variant, cohort, limits, copied, masks)
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
@@ -515,7 +546,8 @@ class Scheduler(RequestResidency):
         return cohort
 
     def _submit(self, variant: GraphVariant, cohort: list[tuple[SequenceState, int]],
-                limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None) -> RoundPlan:
+                limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None,
+                masks: list[tuple[tuple[int, ...], ...] | None] | None = None) -> RoundPlan:
         self._sequence += 1
         lanes, updates, sequences = [], [], []
         constrained = 0
@@ -525,13 +557,17 @@ class Scheduler(RequestResidency):
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
         for s, chunk in cohort:
+            # a constrained speculative lane's masks are its per-position ones: its lane mask allows every token
+            lane_masks = masks[len(lanes)] if masks is not None else None
             if chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
                 lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
-                lane = build_lane(s, chunk, initialization, device_pending, eos_ids)
+                lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None)
             if limits is not None:
-                lane = dataclasses.replace(lane, speculative_limit=limits[len(lanes)],
-                                           copied=copied[len(lanes)] if copied is not None else ())
+                i = len(lanes)
+                lane = dataclasses.replace(lane, speculative_limit=limits[i],
+                                           copied=copied[i] if copied is not None else (),
+                                           candidate_masks=lane_masks)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):

@@ -94,8 +94,10 @@ def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
 
 
 def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
-               default_eos_ids: tuple[int, ...]) -> LaneInput:
-    """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round)."""
+               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True) -> LaneInput:
+    """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round);
+    `lane_mask` False: no GRAMMAR_MASK row even for a constrained request (a speculative lane whose
+    rows carry per-position masks instead)."""
     assert s.pages is not None and s.slot is not None
     fields = lane_fields(s, default_eos_ids)
     if initialization:
@@ -112,7 +114,7 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
         ends_in_sample = samples and total > len(fields[4]) and not (end <= s.admitted_known and device_pending)
         prompt_in_round = chunk - 1 if ends_in_sample else chunk
     return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
-                     grammar_mask(s.request, samples))
+                     grammar_mask(s.request, samples) if lane_mask else None)
 
 
 def grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:

@@ -42,9 +42,11 @@ class TokenEngine(Protocol):
     def generate(self, request: GenerationRequest, *, slot: int) -> Iterator[int]:
         """Sampled ids of `request` in request slot `slot` (distinct among concurrent requests),
         EOS included; may raise one of the runtime's `rejections` before the first id. A
-        constrained request is started with `grammar_mask=`, a callable the engine calls before
-        each sampling round for that round's GRAMMAR_MASK words; a request that opted out of
-        speculation with `speculation=False`."""
+        constrained request is started with `grammar_mask=`, a callable the engine calls before each
+        sampling round for that round's GRAMMAR_MASK words, and `grammar=`, the matcher itself
+        (advanced by the worker with every id before the next is asked for), from whose forks an
+        engine that speculates takes the per-position masks of copied proposals; a request that
+        opted out of speculation with `speculation=False`."""
         ...
 
 
@@ -266,7 +268,7 @@ class SequentialRuntime(ThreadedModelRuntime):
             grammar = entry.request.grammar
             extra: dict = {}
             if grammar is not None:  # NOTE: the engine asks for the mask when it packs each sampling round
-                extra["grammar_mask"] = grammar.mask
+                extra.update(grammar_mask=grammar.mask, grammar=grammar)
             if not entry.request.speculation:  # the request opted out of speculation: it decodes plainly
                 extra["speculation"] = False
             if entry.request.prompt_logprobs is not None:  # its scores reach the stream before its first token

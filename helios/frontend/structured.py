@@ -414,6 +414,13 @@ class GrammarState:
             words += [0] * (self._words - len(words))
         return tuple(words[: self._words])
 
+    def fork(self) -> GrammarState:
+        """A copy of this state (`LLMatcher.deep_copy`): advancing it leaves this one unchanged. A
+        copy rather than `rollback`, which miscounts an EOS consumed after the grammar stopped."""
+        fork = GrammarState(self._matcher.deep_copy(), self._mask.shape[1] * 32, self._words)
+        fork.consumed = self.consumed
+        return fork
+
     def advance(self, token: int) -> None:
         if not self._matcher.consume_token(token):
             raise GrammarViolation(

@@ -286,6 +286,13 @@ class ProgramBuilder:
                                   {"index": index}, names=[name, f"{name}_logits"])
         return token, logits
 
+    def speculative_grammar_mask(self, logits: str, draft_logits: str, masks: str, lengths: str) -> tuple[str, str]:
+        """In place: `logits` [P, V] and `draft_logits` [B, D, V] masked by each lane's position masks
+        `masks` [B, W, words] (version 5)."""
+        out = self.emit("speculative_grammar_mask", [logits, draft_logits, masks, lengths],
+                        into=[logits, draft_logits])
+        return out[0], out[1]
+
     def speculative_commit(self, ids: str, accepted: str, lengths: str, consumed: str) -> tuple[str, ...]:
         """(pending, emitted, endpoint) per lane."""
         return self.emit("speculative_commit", [ids, accepted, lengths, consumed],

@@ -31,9 +31,10 @@ from helios.program.types import (
 # (helios/program/speculative.py). Version 4 adds `copied_proposal` (history drafting), the
 # collectives `all_reduce` and `all_gather` (helios/program/collectives.py), `embedding`'s
 # `row_offset` (a rank's slice of the vocabulary) and `prompt_scores` (scored prefill,
-# helios/program/scores.py). Every earlier meaning is unchanged, so older programs keep loading.
-OPERATOR_SET_VERSION = 4
-SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4})
+# helios/program/scores.py). Version 5 adds `speculative_grammar_mask` (the per-position grammar
+# masks of a speculative round). Every earlier meaning is unchanged, so older programs keep loading.
+OPERATOR_SET_VERSION = 5
+SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4, 5})
 
 # Columns of the `parameters` input of `sample` ([B, 7] f32), in this order.
 SAMPLING_PARAMETERS = (

@@ -3,7 +3,8 @@
 One SPECULATIVE program draws proposals from a draft model, may score them (`token_probability`)
 and allocate target rows by survival (`speculative_allocate`), packs the target's rows
 (`speculative_pack`), verifies them (`speculative_verify`) and commits the accepted run
-(`speculative_commit`). Every per-lane tensor here is indexed by submission row `b` in `[0, B)`
+(`speculative_commit`); under per-position grammar masks, `speculative_grammar_mask` masks the
+target's and the draft's rows before verification. Every per-lane tensor here is indexed by submission row `b` in `[0, B)`
 (the lanes in the order the host submitted them, padding rows after them): `lane_order[b]` is the
 lane's physical request slot, -1 on a padding row. `docs/operators.md` gives the exact semantics;
 `helios.reference.speculative` is their executable definition.
@@ -131,6 +132,21 @@ def _copied_proposal(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
     return [drawn, draft_logits]
 
 
+def _speculative_grammar_mask(ins: Types, attrs: Attrs, outs: Outs) -> list[TensorType]:
+    logits, draft_logits, masks, lengths = ins
+    if logits.dtype != F32 or logits.rank != 2:
+        raise RuleError(f"logits must be f32 [P, V], got {logits}")
+    width = logits.shape[1]
+    if draft_logits.dtype != F32 or draft_logits.rank != 3 or draft_logits.shape[2] != width:
+        raise RuleError(f"draft_logits must be f32 [B, D, {width}], got {draft_logits}")
+    rows = draft_logits.shape[0]
+    words = (width + 31) // 32
+    if masks.dtype != I32 or masks.rank != 3 or masks.shape[0] != rows or masks.shape[2] != words:
+        raise RuleError(f"masks must be i32 [{rows}, W, {words}], got {masks}")
+    _lanes(lengths, "lengths", rows)
+    return [logits, draft_logits]
+
+
 def _a(name: str, kind: str, doc: str, **kw: object) -> AttributeSpec:
     return AttributeSpec(name=name, kind=kind, doc=doc, **kw)  # type: ignore[arg-type]
 
@@ -138,6 +154,7 @@ def _a(name: str, kind: str, doc: str, **kw: object) -> AttributeSpec:
 _PACKED = _a("packed_tokens", "i", "P: the target rows of the program", required=True)
 SINCE = 3
 COPIED_SINCE = 4  # history drafting: copied proposals
+GRAMMAR_SINCE = 5  # per-position grammar masks of a speculative round (CANDIDATE_GRAMMAR_MASKS)
 
 SPECULATIVE_SPECS = (
     OperatorSpec("token_probability",
@@ -163,6 +180,11 @@ SPECULATIVE_SPECS = (
                  "else the draft's draw and logits",
                  ("drawn", "draft_logits", "copied_ids", "copied_count"), ("token", "logits"), _copied_proposal,
                  (_a("index", "i", "j: the proposal column (proposal j + 1)", required=True),), since=COPIED_SINCE),
+    OperatorSpec("speculative_grammar_mask",
+                 "in place: each lane's target row k and draft row k -inf where masks[b, k] forbids the id "
+                 "(the per-position grammar masks of a speculative round)",
+                 ("logits", "draft_logits", "masks", "lengths"), ("logits", "draft_logits"),
+                 _speculative_grammar_mask, in_place=((0, 0), (1, 1)), since=GRAMMAR_SINCE),
     OperatorSpec("speculative_commit",
                  "each lane's next pending token, emitted count and consumed endpoint",
                  ("ids", "accepted", "lengths", "consumed"), ("pending", "emitted", "endpoint"),

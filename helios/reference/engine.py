@@ -32,7 +32,9 @@ from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
 from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
+from helios.runtime.interface import GrammarMatcher
 from helios.runtime.packing import LaneInput
+from helios.runtime.proposal_masks import constrained_proposal
 from helios.runtime.request import GenerationRequest
 from helios.runtime.rounds import single_round
 from helios.runtime.scores import (
@@ -113,6 +115,12 @@ class ReferenceEngine:
                             key=lambda g: (g.batch_capacity, g.packed_token_capacity)).name,
                         *(g.name for g in self._one_lane.values())]
             self.choice = ProgramChoice(GraphCatalog.from_graphs(prepared.graphs), executor.round_costs(one_lane))
+        # a grammar-constrained request speculates over its copied proposals only, under their
+        # per-position grammar masks: with history drafting, where every program drawing proposals that
+        # a round may run takes them (a round of one that does not decodes the request plainly)
+        programs = [] if self.speculative is None else [self._speculative_graph, *self._one_lane.values()]
+        self._grammar_masks = history_drafting and bool(programs) and all(
+            _takes_masks(g) for g in programs if g.speculative.draft_tokens > 0)
         # History drafting: the speculative rounds also carry proposals copied from the request's tokens
         # (load-time selection checked the graphs take them: PreparedContract.select)
         self.history_drafting = history_drafting
@@ -220,7 +228,8 @@ class ReferenceEngine:
         return self._one_lane[chosen.width]
 
     def generate(self, request: GenerationRequest, *, slot: int = 0,
-                 grammar_mask: Callable[[], Sequence[int]] | None = None, prompt_logprobs: int | None = None,
+                 grammar_mask: Callable[[], Sequence[int]] | None = None, grammar: GrammarMatcher | None = None,
+                 prompt_logprobs: int | None = None,
                  on_scores: Callable[[PromptScoreEvent], None] | None = None,
                  speculation: bool = True) -> Iterator[int]:
         """Sampled ids one at a time: stops after an EOS id (yielded) or at max_tokens.
@@ -230,7 +239,10 @@ class ReferenceEngine:
         exhausting it) cancels the request and returns its pages; requests in distinct slots may
         interleave, each round still runs alone. With `grammar_mask`, each sampling round's
         GRAMMAR_MASK row is what it returns when that round is packed (the caller advances its grammar
-        with every yielded id before asking for the next). With `prompt_logprobs` (alternatives a
+        with every yielded id before asking for the next). With `grammar` (the request's matcher, the
+        caller advancing it the same way) the mask is `grammar.mask()`, and under history drafting the
+        request also speculates over its copied proposals, each target row under its position's mask
+        (computed on a fork of `grammar`). With `prompt_logprobs` (alternatives a
         token), the prompt runs through SCORED_PREFILL graphs and `on_scores` receives each round's
         validated `PromptScoreEvent` before the first id is yielded. With `speculation` False (the
         request opted out) it decodes plainly on a speculative engine."""
@@ -254,25 +266,31 @@ class ReferenceEngine:
             self._active_slots.discard(slot)
 
         scoring = None if prompt_logprobs is None else (prompt_logprobs, on_scores or (lambda event: None))
+        if grammar is not None and grammar_mask is None:
+            grammar_mask = grammar.mask
         rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask, scoring,
-                              speculation)
+                              speculation, grammar)
         return _Generation(rounds, release)
 
     def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...],
                 grammar_mask: Callable[[], Sequence[int]] | None = None,
                 scoring: tuple[int, Callable[[PromptScoreEvent], None]] | None = None,
-                speculation: bool = True) -> Iterator[int]:
+                speculation: bool = True, grammar: GrammarMatcher | None = None) -> Iterator[int]:
         eos = set(request.eos_token_ids or self.contract.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
         def lane(consumed: int, tokens: tuple[int, ...], prompt_in_round: int, samples: bool,
-                 limit: int = 0, copied: tuple[int, ...] = ()) -> LaneInput:
+                 limit: int = 0, copied: tuple[int, ...] = (),
+                 masks: tuple[tuple[int, ...], ...] | None = None) -> LaneInput:
+            # a lane with per-position masks (a constrained speculative lane) allows every token in its
+            # lane mask: each target row is masked by its position's
+            masked = grammar_mask is not None and samples and masks is None
             return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
                              prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages,
                              seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
                              eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt,
-                             grammar_mask=tuple(grammar_mask()) if grammar_mask is not None and samples else None,
-                             speculative_limit=limit, copied=copied)
+                             grammar_mask=tuple(grammar_mask()) if masked else None,  # type: ignore[misc]
+                             speculative_limit=limit, copied=copied, candidate_masks=masks)
 
         history = list(prompt)  # the prompt, then every emitted token (history drafting's source)
         index = HistoryIndex() if self.history_drafting else None
@@ -308,15 +326,25 @@ class ReferenceEngine:
                 return
             if consumed + 1 >= self.contract.context_tokens:
                 return  # the context is full: the next token would have no position
+            constrained = grammar_mask is not None
             limit = 0
             if speculation:
-                limit = self._speculative_limit(request, emitted, consumed, len(pages), grammar_mask is not None)
+                limit = self._speculative_limit(request, emitted, consumed, len(pages),
+                                                constrained and not (grammar is not None and self._grammar_masks))
             program = self._program(acceptance, limit) if limit else None
+            masks = None
             if program is not None:
                 spec = program.speculative
                 limit = min(limit, spec.lane_token_limit)
                 copied = index.propose(history, min(limit - 1, spec.draft_tokens)) if index is not None else ()
-                (row,) = self.run_round(program.name, [lane(consumed, (pending,), 0, True, limit, copied)])
+                if constrained:  # the copied run its grammar allows, each row under its position's mask
+                    assert grammar is not None  # the caller advanced it with every yielded id
+                    copied, masks = constrained_proposal(grammar, copied, eos)
+                    limit = min(limit, len(copied) + 1)
+                    if not copied or not _takes_masks(program):  # nothing to verify: decode plainly
+                        program = None
+            if program is not None:
+                (row,) = self.run_round(program.name, [lane(consumed, (pending,), 0, True, limit, copied, masks)])
                 counts = self.speculative_counts
                 counts["rounds"] += 1
                 counts["offered"] += row.offer - 1
@@ -353,7 +381,8 @@ class ReferenceEngine:
         """The target rows a speculative round may offer the request (0: decode plainly): within the
         program's lane limit, the output limit (every row may emit a token), the context (the last
         emitted token needs a position) and the pages (the draft passes write from the pending token
-        on). A grammar-constrained request decodes plainly: its mask is known one token ahead only."""
+        on). A grammar-constrained request without per-position masks (`constrained`) decodes plainly:
+        its mask is known one token ahead only."""
         if self.speculative is None or constrained:
             return 0
         if consumed + self._draft_passes() > pages * self.contract.cache.page_tokens:
@@ -362,6 +391,11 @@ class ReferenceEngine:
         if self.choice is not None:  # each width's lane limit applies once the program is chosen
             return max(0, room)
         return max(0, min(self._speculative_graph.speculative.lane_token_limit, room))
+
+
+def _takes_masks(graph) -> bool:
+    """Whether a speculative graph binds per-position grammar masks (CANDIDATE_GRAMMAR_MASKS)."""
+    return any(b.source == C.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS for b in graph.value_bindings)
 
 
 class _Generation(Iterator[int]):

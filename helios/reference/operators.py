@@ -281,6 +281,7 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "speculative_pack": speculative.speculative_pack,
     "speculative_verify": speculative.speculative_verify,
     "speculative_commit": speculative.speculative_commit,
+    "speculative_grammar_mask": speculative.speculative_grammar_mask,
     "copied_proposal": speculative.copied_proposal,
     "all_reduce": collectives.all_reduce,
     "all_gather": collectives.all_gather,

@@ -224,6 +224,31 @@ def copied_proposal(drawn: np.ndarray, draft_logits: np.ndarray, copied_ids: np.
     return token, logits
 
 
+def speculative_grammar_mask(logits: np.ndarray, draft_logits: np.ndarray, masks: np.ndarray,
+                             lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """In place: the per-position grammar masks of a speculative round. Lane b's target row
+    `start_b + k` (k < min(lengths[b], W), rows packed as `speculative_pack` lays them out, rows at or
+    past P skipped) and its draft row `draft_logits[b, k]` (k < min(D, W), every lane) become -inf at
+    every id `masks[b, k]` forbids (bit t % 32 of word t // 32): row k judges the token at position
+    consumed + k + 1, the one after the pending token and the first k proposals. Other rows and
+    allowed ids keep their values, so an all-ones mask changes nothing."""
+    rows, width = logits.shape
+    lanes, drafts, vocab = draft_logits.shape
+    positions = masks.shape[1]
+    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
+    start = 0
+    for b in range(lanes):
+        for k in range(min(int(lengths[b]), positions)):
+            if start + k < rows:
+                allowed = sampling.allowed_tokens(masks[b, k], width)
+                logits[start + k][~allowed] = -np.inf
+        start += int(lengths[b])
+        for k in range(min(drafts, positions)):
+            allowed = sampling.allowed_tokens(masks[b, k], vocab)
+            draft_logits[b, k][~allowed] = -np.inf
+    return logits, draft_logits
+
+
 def speculative_commit(ids: np.ndarray, accepted: np.ndarray, lengths: np.ndarray,
                        consumed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[B] i32 each lane's next pending token (its last emitted id), emitted count (accepted + 1) and

@@ -51,6 +51,11 @@ class GrammarMatcher(Protocol):
         """Consume a validated token; raises if the token was outside the mask."""
         ...
 
+    def fork(self) -> GrammarMatcher:
+        """An independent copy in the same state: advancing it leaves this one unchanged (the
+        per-position masks of a speculative round's copied proposals are computed on a fork)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:

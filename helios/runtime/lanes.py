@@ -52,6 +52,10 @@ class LaneInput:
     # A SPECULATIVE lane's copied proposals (history drafting): the ids proposed after its pending
     # token, in order (CANDIDATE_IDS, CANDIDATE_COUNT); () lets the draft propose every position.
     copied: tuple[int, ...] = ()
+    # A SPECULATIVE lane of a grammar-constrained request: the grammar's masks (int32 words) of the
+    # tokens after its pending token and each copied prefix, positions 0 .. len(copied)
+    # (CANDIDATE_GRAMMAR_MASKS); None: every token allowed at every position.
+    candidate_masks: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round

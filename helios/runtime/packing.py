@@ -45,6 +45,9 @@ Source layouts (the trailing extent of the destination row):
         frequency penalty (SAMPLING_PARAMETER_ORDER)
     EOS_IDS                                                              -> [k] ids, padded
     CANDIDATE_IDS                                                        -> [D] copied proposal ids, padded
+    CANDIDATE_GRAMMAR_MASKS                                              -> [W, mask_words] int32: row k the
+        mask of position k (after the pending token and k copied ids); all set for a lane without
+        masks, none set past a lane's masks (a position the host has no mask for allows nothing)
     PROMPT_HISTOGRAM                                                     -> [histogram_width] counts
     CONSTANT                                                             -> the declared constants,
         one per trailing element (a single constant fills the row)
@@ -130,7 +133,7 @@ _ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_P
 
 _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
                 V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK,
-                V.VALUE_SOURCE_CANDIDATE_IDS)
+                V.VALUE_SOURCE_CANDIDATE_IDS, V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS)
 _TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS,
                   V.VALUE_SOURCE_SCORED_PREFILL_TARGETS)
 
@@ -246,6 +249,8 @@ class ResolvedBinding:
             return self._padded(lane.eos_ids, width, "EOS ids")
         if source == V.VALUE_SOURCE_CANDIDATE_IDS:
             return self._padded(lane.copied, width, "copied proposals")
+        if source == V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS:
+            return self._candidate_masks(lane)
         if source == V.VALUE_SOURCE_SEED_BITS:
             seed = lane.seed & 0xFFFF_FFFF_FFFF_FFFF
             if width == 2:
@@ -269,6 +274,21 @@ class ResolvedBinding:
             np.add.at(counts, ids, 1)
             return counts
         raise UnsupportedValueSource(f"{self.destination}: {_source_name(source)} has no row form")
+
+    def _candidate_masks(self, lane: LaneInput) -> np.ndarray:
+        masks = lane.candidate_masks
+        if masks is None:
+            return np.full(self.row_shape, -1, dtype=self.dtype)  # every bit set at every position
+        positions, words = self.row_shape
+        if len(masks) > positions or any(len(mask) != words for mask in masks):
+            raise LaneOverflow(f"{self.destination}: {len(masks)} position masks of "
+                               f"{sorted({len(m) for m in masks})} words, rows hold {positions} of {words}")
+        # NOTE: positions past the host's masks allow nothing: a lane's limit never reaches them, and
+        # a program that judged one anyway would emit no token (a failed round) rather than a free one
+        rows = np.zeros(self.row_shape, dtype=self.dtype)
+        if masks:
+            rows[:len(masks)] = np.asarray(masks, dtype=np.int64).astype(self.dtype)
+        return rows
 
     def _padded(self, values: Sequence[int], width: int, what: str) -> np.ndarray:
         if len(values) > width:
@@ -371,6 +391,8 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
     if source in (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM,
                   V.VALUE_SOURCE_GRAMMAR_MASK, V.VALUE_SOURCE_CANDIDATE_IDS) and len(row_shape) != 1:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} needs one trailing extent")
+    if source == V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS and len(row_shape) != 2:
+        raise BindingExtentMismatch(f"{where}: CANDIDATE_GRAMMAR_MASKS needs [W, mask_words] rows")
     constants = tuple(int(c) for c in binding.constants)
     if source == V.VALUE_SOURCE_CONSTANT:
         count = math.prod(row_shape) if row_shape else 1

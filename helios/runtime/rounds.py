@@ -83,7 +83,8 @@ def single_round(graph: str, operation: int, lanes: Sequence[LaneInput], *, sequ
     lanes = tuple(lanes)
     return RoundPlan(sequence=sequence, frame=frame, graph=graph, operation=operation, lanes=lanes,
                      request_ids=tuple(f"lane-{i}" for i in range(len(lanes))), page_table_updates=full_rows(lanes),
-                     constrained_lanes=sum(lane.grammar_mask is not None for lane in lanes), outstanding=1)
+                     constrained_lanes=sum(lane.grammar_mask is not None or lane.candidate_masks is not None
+                                           for lane in lanes), outstanding=1)
 
 
 __all__ = ["Executor", "PageTableUpdate", "RoundPlan", "full_rows", "single_round"]

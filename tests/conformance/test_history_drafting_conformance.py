@@ -1,8 +1,10 @@
 """`helios conform --history-drafting`: both runtimes' speculative rounds carry proposals copied from
 each request's own tokens; the trace audit replays production's very lanes (their copied proposals
-included, through the CANDIDATE_IDS and CANDIDATE_COUNT bindings) on the reference and the
-end-to-end level compares tokens, on a confidence core whose draft (a smaller random model) the
-target almost never agrees with, so the accepted proposals are the copied ones. (That greedy tokens
+included, through the CANDIDATE_IDS and CANDIDATE_COUNT bindings, and a constrained request's
+per-position grammar masks, CANDIDATE_GRAMMAR_MASKS) on the reference and the end-to-end level
+compares tokens, on a confidence core whose draft (a smaller random model) the target almost never
+agrees with, so the accepted proposals are the copied ones; production's per-position masks left
+unapplied are caught by the trace audit. (That greedy tokens
 with history drafting equal plain decoding's is tests/reference/test_history_drafting_generation.py's.)"""
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from tests.conformance.helpers import workload
 pytestmark = pytest.mark.slow
 
 REPEATED = [40, 41, 42, 43, 44] * 2 + [40, 41]
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+          "required": ["a"], "additionalProperties": False}
 HISTORY = workload("history",
                    {"name": "repeated", "prompt": REPEATED, "max_tokens": 14, "temperature": 0},
                    {"name": "seeded", "prompt": REPEATED[:7], "max_tokens": 8, "temperature": 0.9, "seed": 5})
+CONSTRAINED = workload("constrained",
+                       {"name": "json", "messages": [{"role": "user", "content": 'say {"a":1} {"a":2}'}],
+                        "max_tokens": 12, "temperature": 0,
+                        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}})
 
 
 class Observed:
@@ -35,18 +43,22 @@ class Observed:
 def core(tiny_checkpoint, tiny_draft):
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 
+    # a context of 64: the constrained request's chat prompt (its envelope alone is 23 tokens) and answer
+    options = {**CAPACITIES, "context_tokens": 64}
     return prepare_checkpoint(tiny_checkpoint("llama"), PreparationOptions(
-        **CAPACITIES, draft=tiny_draft("llama", "small"), speculative_widths=(4,), speculative_budget=3))
+        **options, draft=tiny_draft("llama", "small"), speculative_widths=(4,), speculative_budget=3))
 
 
 def test_trace_and_e2e_pass_with_history_drafting(core):
     production = Observed()
-    report = conform(core, ConformOptions(levels=("trace", "e2e"), device=DEVICE, extra_workloads=(HISTORY,),
+    report = conform(core, ConformOptions(levels=("trace", "e2e"), device=DEVICE, extra_workloads=(HISTORY, CONSTRAINED),
                                           production=production, history_drafting=True))
     assert report.verdict == "pass", report.table()
     records = [r for sink in production.sinks for r in sink.records if r.graph.startswith("speculative")]
     copied = [(lane, row) for r in records for lane, row in zip(r.lanes, r.rows, strict=True) if lane.copied]
     assert copied and any(row.accepted_drafts > 0 for _, row in copied)
+    constrained = [(lane, row) for lane, row in copied if lane.candidate_masks is not None]
+    assert constrained and any(row.accepted_drafts > 0 for _, row in constrained)  # audited with its masks
 
 
 def test_history_drafting_on_a_core_without_copied_inputs_fails_in_one_line(tiny_checkpoint):
@@ -57,3 +69,17 @@ def test_history_drafting_on_a_core_without_copied_inputs_fails_in_one_line(tiny
     with pytest.raises(HistoryDraftingUnsupported, match="history drafting requires enabled learned speculation"):
         conform(plain, ConformOptions(levels=("e2e",), device=DEVICE, extra_workloads=(HISTORY,),
                                       history_drafting=True))
+
+
+def test_per_position_masks_left_unapplied_in_production_are_caught(core, monkeypatch):
+    """Production's `speculative_grammar_mask` launching nothing: the trace audit, replaying the
+    constrained request's speculative lanes with their masks on the reference, names the round."""
+    from helios.production.lowering import operators as lowering
+
+    monkeypatch.setitem(lowering.LOWERINGS, "speculative_grammar_mask", lambda c, op: lambda: None)
+    report = conform(core, ConformOptions(levels=("trace",), device=DEVICE, extra_workloads=(CONSTRAINED,),
+                                          production=Production(DEVICE, history_drafting=True),
+                                          history_drafting=True))
+    found = report.level("trace").divergences
+    assert found and found[0].field in ("sampled_ids", "accepted_drafts", "emitted", "consumed_endpoint"), \
+        report.table()

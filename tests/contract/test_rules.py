@@ -33,8 +33,32 @@ def _drop(s, mf, name):
     mf.graphs.extend(handles)
 
 
+def _masks(s, mf, *, graph_name="speculative_4x3", shape=(4, 3, 2), dtype=m.DTYPE_I32, without_ids=False):
+    """Bind per-position grammar masks (CANDIDATE_GRAMMAR_MASKS) into a fresh buffer of `shape`."""
+    mf.buffers.append(m.BufferDescriptor(name="candidate_masks", role=m.BUFFER_ROLE_TRANSPORT, dtype=dtype,
+                                         shape=list(shape), per_frame=True))
+    g = graph(s, graph_name)
+    if without_ids:
+        g.value_bindings.remove(binding(g, "candidate_ids"))
+    g.value_bindings.append(c.ValueBinding(destination="candidate_masks", source=c.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS,
+                                           indexing=c.INDEXING_ACTIVE_ROW, padding=-1))
+
+
 # (id, mutate(serving, manifest), error class, expected path)
 CASES = [
+    ("candidate-masks-off-speculative", lambda s, mf: _masks(s, mf, graph_name="decode_4"),
+     e.CopiedProposalBinding, "model.graphs[2].value_bindings[3].source"),
+    ("candidate-masks-without-ids", lambda s, mf: _masks(s, mf, without_ids=True),
+     e.CopiedProposalBinding, "model.graphs[3].value_bindings[6].source"),
+    ("candidate-masks-wrong-width", lambda s, mf: _masks(s, mf, shape=(4, 2, 2)),
+     e.CopiedProposalBinding, "model.graphs[3].value_bindings[7].destination"),
+    ("candidate-masks-wrong-words", lambda s, mf: _masks(s, mf, shape=(4, 3, 1)),
+     e.CopiedProposalBinding, "model.graphs[3].value_bindings[7].destination"),
+    ("candidate-masks-not-i32", lambda s, mf: _masks(s, mf, dtype=m.DTYPE_F32),
+     e.CopiedProposalBinding, "model.graphs[3].value_bindings[7].destination"),
+    ("candidate-ids-off-speculative", lambda s, mf: graph(s, "decode_4").value_bindings.append(c.ValueBinding(
+        destination="candidate_count", source=c.VALUE_SOURCE_CANDIDATE_COUNT, indexing=c.INDEXING_ACTIVE_ROW)),
+     e.CopiedProposalBinding, "model.graphs[2].value_bindings[3].source"),
     ("version-0", lambda s, mf: setattr(s.model, "version", 0), e.UnsupportedContractVersion, "model.version"),
     ("version-4", lambda s, mf: setattr(s.model, "version", 4), e.UnsupportedContractVersion, "model.version"),
     ("unspecified-operation", lambda s, mf: setattr(graph(s, "prefill_16"), "operation", 0),
@@ -226,6 +250,12 @@ def test_each_rule_rejects_with_its_error_and_path(mutate, error, path):
         f"expected {error.__name__} at {path}; got {[(type(p).__name__, p.path) for p in problems]}"
     with pytest.raises(e.ContractError):
         PreparedContract.decode(serving, manifest)
+
+
+def test_per_position_grammar_masks_of_the_right_shape_are_valid():
+    serving, manifest = valid.serving(), valid.manifest()
+    _masks(serving, manifest)
+    assert PreparedContract.check(serving, manifest) == []
 
 
 def test_the_valid_contract_is_valid():

@@ -37,7 +37,7 @@ class MaskedRandomEngine:
         self.lock = threading.Lock()
 
     def generate(self, request: GenerationRequest, *, slot: int,
-                 grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:  # fmt: skip
+                 grammar_mask: Callable[[], Sequence[int]] | None = None, grammar=None) -> Iterator[int]:  # fmt: skip
         def rounds() -> Iterator[int]:
             for _ in range(request.max_tokens):
                 if grammar_mask is None:

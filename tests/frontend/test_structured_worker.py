@@ -45,7 +45,7 @@ class MaskedEngine:
         self.unconstrained: list[int] = []
 
     def generate(self, request: GenerationRequest, *, slot: int,
-                 grammar_mask: Callable[[], Sequence[int]] | None = None) -> Iterator[int]:  # fmt: skip
+                 grammar_mask: Callable[[], Sequence[int]] | None = None, grammar=None) -> Iterator[int]:  # fmt: skip
         def rounds() -> Iterator[int]:
             for index in range(request.max_tokens):
                 if grammar_mask is None:

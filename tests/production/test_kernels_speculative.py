@@ -350,3 +350,25 @@ def test_copied_proposal_matches_the_reference(index):
                                 block=BLOCK)
     assert numpy(out_token).tolist() == token.tolist()
     np.testing.assert_array_equal(numpy(out_logits), logits)
+
+
+def test_speculative_grammar_mask_matches_the_reference():
+    """Per-position grammar masks over packed target rows and draft rows: lanes of every length 0..W
+    (and one past W), padding rows past the lanes, masks of random words, an all-ones mask (nothing
+    changes) and an all-zero one, several vocabulary blocks a row: the rows, bit for bit."""
+    rng = np.random.default_rng()
+    lanes, drafts, width, words = 6, 3, 4, (VOCAB + 31) // 32
+    lengths = np.array([4, 0, 1, 2, 5, 3], np.int32)
+    packed = int(lengths.sum()) + 2
+    masks = rng.integers(0, 2**32, size=(lanes, width, words), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    masks[0, 1], masks[3, 0] = -1, 0
+    logits = rng.standard_normal((packed, VOCAB)).astype(np.float32)
+    draft_logits = rng.standard_normal((lanes, drafts, VOCAB)).astype(np.float32)
+    expected_logits, expected_draft = spec.speculative_grammar_mask(logits.copy(), draft_logits.copy(), masks, lengths)
+    assert np.isneginf(expected_logits).any() and not np.isneginf(expected_logits[-2:]).any()
+    np.testing.assert_array_equal(expected_logits[1], logits[1])  # lane 0's row 1: all ones
+    assert np.isneginf(expected_logits[5]).all()  # lane 3's row 0: nothing allowed
+    out_logits, out_draft = _t(logits), _t(draft_logits)
+    speculative.speculative_grammar_mask(out_logits, out_draft, _t(masks), _t(lengths), block=BLOCK)
+    np.testing.assert_array_equal(numpy(out_logits), expected_logits)
+    np.testing.assert_array_equal(numpy(out_draft), expected_draft)

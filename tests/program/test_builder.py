@@ -33,7 +33,7 @@ def test_a_collective_or_a_row_offset_stamps_version_4_and_an_older_program_may_
     x = b.transport("x", "x", "f32", [2, 8])
     b.all_reduce(x, ranks=2, name="summed")
     b.all_gather(x, ranks=2, name="joined")
-    assert b.build().operator_set_version == OPERATOR_SET_VERSION == 4
+    assert b.build().operator_set_version == 4 < OPERATOR_SET_VERSION
     assert b.type_of("joined") == TensorType(F32, (2, 16))
 
     e = ProgramBuilder("e")
@@ -49,6 +49,26 @@ def test_a_collective_or_a_row_offset_stamps_version_4_and_an_older_program_may_
     plain.embedding(plain.transport("ids", "ids", "i32", [3]),
                     plain.weight("table", resource="w", dtype="f32", shape=[4, 8]), row_offset=0)
     assert plain.build().operator_set_version == 2  # offset 0 is left unset: what every older program means
+
+
+def test_the_per_position_grammar_masks_stamp_version_5_and_an_older_program_may_not_hold_them():
+    b = ProgramBuilder("s")
+    logits = b.fill(0, shape=(6, 40), dtype="f32", name="logits")
+    draft = b.fill(0, shape=(2, 3, 40), dtype="f32", name="draft")
+    masks = b.transport("masks", "masks", "i32", [2, 4, 2])
+    lengths = b.transport("lengths", "lengths", "i32", [2])
+    assert b.speculative_grammar_mask(logits, draft, masks, lengths) == (logits, draft)  # in place
+    program = b.build()
+    assert program.operator_set_version == OPERATOR_SET_VERSION == 5
+    program.operator_set_version = 4
+    with pytest.raises(E.OperatorNewerThanProgram, match="speculative_grammar_mask"):
+        validate_program(program)
+    bad = ProgramBuilder("t")
+    wrong = bad.transport("masks", "masks", "i32", [2, 4, 1])  # one word cannot mask 40 ids
+    with pytest.raises(E.ShapeRuleViolation, match="masks must be i32"):
+        bad.speculative_grammar_mask(bad.fill(0, shape=(6, 40), dtype="f32", name="l"),
+                                     bad.fill(0, shape=(2, 3, 40), dtype="f32", name="d"), wrong,
+                                     bad.transport("n", "n", "i32", [2]))
 
 
 def test_a_built_program_round_trips_through_bytes_and_validates_against_its_buffers():

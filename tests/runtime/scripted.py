@@ -63,7 +63,7 @@ class MaskedEngine(ScriptedEngine):
     allowed id the script names when the mask allows it, else the lowest allowed id (EOS once the
     grammar allows only EOS), so structured output runs end to end without a model."""
 
-    def generate(self, request: GenerationRequest, *, slot: int, grammar_mask=None,
+    def generate(self, request: GenerationRequest, *, slot: int, grammar_mask=None, grammar=None,
                  speculation: bool = True) -> Iterator[int]:
         tokens = super().generate(request, slot=slot, speculation=speculation)
         if grammar_mask is None:

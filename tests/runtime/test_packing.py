@@ -107,3 +107,21 @@ def test_grammar_masks_and_vector_rows():
     assert pages.tolist() == [[-7] * 3, [1, 0, 0], [-7] * 3, [-7] * 3, [4, 0, 0]]
     with pytest.raises(LaneOverflow, match="grammar mask of 2 words"):
         _write(_binding(V.VALUE_SOURCE_GRAMMAR_MASK, V.INDEXING_PHYSICAL_REQUEST_ROW, 5, (3,)), lanes)
+
+
+def test_candidate_grammar_masks_rows():
+    """CANDIDATE_GRAMMAR_MASKS [W, words] by submission row: a constrained lane's masks, then rows that
+    allow nothing (positions the host has no mask for); all ones without masks; padding rows past the
+    lanes; masks of the wrong width refused."""
+    from dataclasses import replace
+
+    masks = ((5, -1), (7, 3))
+    lanes = [replace(LANES[1], candidate_masks=masks, copied=(42,)), LANES[1]]
+    out = _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (4, 2), padding=-1),
+                 lanes)
+    assert out[0].tolist() == [[5, -1], [7, 3], [0, 0], [0, 0]]
+    assert (out[1] == -1).all() and (out[2] == -1).all()
+    with pytest.raises(LaneOverflow, match="position masks"):
+        _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (4, 3)), lanes)
+    with pytest.raises(LaneOverflow, match="position masks"):
+        _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (1, 2)), lanes)

@@ -6,7 +6,9 @@ lane's consumed-token endpoint once per draft pass (the pass's position: the end
 pass index, a binding offset), each lane's target length (QUERY_LENGTH) or ceiling
 (SPECULATIVE_PREFIX_LIMIT), the shared page table, the device-owned pending tokens and, in a graph
 that draws proposals, the copied-token inputs history drafting feeds (CANDIDATE_IDS and
-CANDIDATE_COUNT: the host's proposals for each lane, used before the draft's own). Every
+CANDIDATE_COUNT: the host's proposals for each lane, used before the draft's own) and their
+per-position grammar masks (CANDIDATE_GRAMMAR_MASKS [B, W, mask_words]: row k the ids a constrained
+lane's grammar allows after its pending token and first k proposals; all ones for other lanes). Every
 per-lane input is indexed by submission row, so nothing stale of another slot is read.
 `SpeculativeInputs.publish_confidence` writes the proposal confidence into its framed storage
 (`proposal_confidence[frame, b, :]`, rows in lane order), and `complete` writes the completion
@@ -43,6 +45,7 @@ class SpeculativeInputs:
     pending_state: str  # [S] i32 STATE: the device-owned pending tokens
     copied_ids: str | None  # [B, D] i32: each lane's copied proposals (history drafting), -1 past them
     copied_count: str | None  # [B] i32: how many of them the host supplied (0: the draft proposes)
+    candidate_masks: str | None  # [B, W, mask_words] i32: each lane's per-position grammar masks
     rows: str | None  # [S] i32: 0 .. B-1 then -1 (the confidence storage's lane-order rows)
     confidence_state: str | None  # [2, S, capacity] f32 STATE: proposal_confidence
     geometry: TextGeometry
@@ -75,7 +78,7 @@ def confidence_buffer(decl: Declarations, geometry: TextGeometry, capacity: int)
 
 
 def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBuilder, *, batch: int, passes: int,
-                       drafts: int, confidence: bool, confidence_capacity: int = 0) -> SpeculativeInputs:
+                       drafts: int, width: int, confidence: bool, confidence_capacity: int = 0) -> SpeculativeInputs:
     row = C.INDEXING_SUBMISSION_ROW
     lane_buffer = decl.buffer(f"spec_lane_order_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (batch,))
     bindings = [_binding(lane_buffer, C.VALUE_SOURCE_SLOT, row, padding=-1)]
@@ -91,7 +94,7 @@ def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBui
     decl.buffer(PAGE_TABLE_BUFFER, M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (geometry.slots, geometry.max_pages))
     bindings.append(_binding(PAGE_TABLE_BUFFER, C.VALUE_SOURCE_PAGE_TABLE, C.INDEXING_PHYSICAL_REQUEST_ROW))
     pending_buffer = decl.buffer(PENDING_TOKEN_BUFFER, M.BUFFER_ROLE_STATE, M.DTYPE_I32, (geometry.slots,))
-    copied_ids = copied_count = None
+    copied_ids = copied_count = candidate_masks = None
     if drafts > 0:  # a wider graph: concrete copied-token inputs, so history drafting can feed it
         ids_buffer = decl.buffer(f"spec_copied_ids_b{batch}_d{drafts}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32,
                                  (batch, drafts))
@@ -100,6 +103,11 @@ def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBui
                      _binding(count_buffer, C.VALUE_SOURCE_CANDIDATE_COUNT, row)]
         copied_ids = b.transport("copied_ids", ids_buffer, "i32", (batch, drafts))
         copied_count = b.transport("copied_count", count_buffer, "i32", (batch,))
+        shape = (batch, width, geometry.mask_words)
+        masks_buffer = decl.buffer(f"spec_candidate_masks_b{batch}_w{width}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32,
+                                   shape)
+        bindings.append(_binding(masks_buffer, C.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, row, padding=-1))
+        candidate_masks = b.transport("candidate_grammar_masks", masks_buffer, "i32", shape)
     rows = state = None
     if confidence:
         rows_buffer = decl.buffer(f"spec_rows_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (geometry.slots,))
@@ -116,4 +124,4 @@ def speculative_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBui
         limits=b.transport(f"lane_{what}", limit_buffer, "i32", (batch,)),
         page_table=b.transport("page_table", PAGE_TABLE_BUFFER, "i32", (geometry.slots, geometry.max_pages)),
         pending_state=b.state("pending_tokens", pending_buffer, "i32", (geometry.slots,)),
-        copied_ids=copied_ids, copied_count=copied_count, rows=rows, confidence_state=state, geometry=geometry, bindings=tuple(bindings))
+        copied_ids=copied_ids, copied_count=copied_count, candidate_masks=candidate_masks, rows=rows, confidence_state=state, geometry=geometry, bindings=tuple(bindings))

@@ -590,12 +590,14 @@ def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry,
     and the draft's next pass reads it, so the draft's history follows the proposals either way. The lanes' target lengths are the host's
     (QUERY_LENGTH) or allocated on the device within P from the confidences (SPECULATIVE_PREFIX_LIMIT:
     the host's ceilings). The target then runs over the packed rows, every row's logits are judged
-    (`speculative_verify`), and the accepted run is committed: the pending token, the completion's
+    (`speculative_verify`; first masked by each position's grammar mask, `speculative_grammar_mask`, in
+    a program that takes copied proposals), and the accepted run is committed: the pending token, the completion's
     offers, accepted drafts, emitted ids, consumed endpoint and draft cursor (lag 0).
     """
     b = ProgramBuilder(graph)
     spec = speculative_inputs(decl, geometry, b, batch=batch, passes=max(drafts, min(drafts + 1, width)),
-                              drafts=drafts, confidence=confidence, confidence_capacity=confidence_capacity)
+                              drafts=drafts, width=width, confidence=confidence,
+                              confidence_capacity=confidence_capacity)
     admission = admission_inputs(decl, geometry, b, sampling_decision=False)
     sampling = sampling_inputs(decl, geometry, b)
     lanes = spec.lane_order
@@ -641,6 +643,8 @@ def speculative_program(target: Decoder, draft: Decoder, geometry: TextGeometry,
     x = target.embed(b, tw, tokens, name="x")
     x = target.layers(b, tw, x, positions, token_lane, spec.page_table, tag="")
     logits = target.head(b, tw, x, geometry, tag="")
+    if spec.candidate_masks is not None:  # each row judged under its position's grammar mask
+        logits, draft_logits = b.speculative_grammar_mask(logits, draft_logits, spec.candidate_masks, lengths)
     ids, accepted = b.speculative_verify(logits, draft_logits, candidates, lengths, spec.consumed, seed, parameters,
                                          histogram, mask, verify_tokens=completion_width)
     next_pending, emitted, endpoint = b.speculative_commit(ids, accepted, lengths, spec.consumed)

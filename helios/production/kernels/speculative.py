@@ -1,5 +1,6 @@
 """Speculative operators (device side): `token_probability`, `speculative_allocate`,
-`speculative_pack`, `speculative_verify`, `speculative_commit` and `copied_proposal` (docs/operators.md "Speculative
+`speculative_pack`, `speculative_verify`, `speculative_commit`, `copied_proposal` and
+`speculative_grammar_mask` (docs/operators.md "Speculative
 operators"; `helios.reference.speculative` is their definition, reproduced bit for bit).
 
 Every filter a speculative row passes through is the sampler's: `Sampler.kept_weights`
@@ -14,7 +15,10 @@ greedy id, so the probabilities here are exactly the ones `sample` draws from. W
                          only then), the plain sampler's token as the bonus;
   `_commit_kernel`       one block of lanes: pending token, emitted count, consumed endpoint;
   `_copied_kernel`       (lane, vocabulary block) programs: a copied proposal and its one-hot row,
-                         or the draft's draw and row (history drafting).
+                         or the draft's draw and row (history drafting);
+  `_target_mask_kernel`, `_draft_mask_kernel`
+                         (row, vocabulary block) programs: -inf at the ids a row's position mask
+                         forbids (the per-position grammar masks of a speculative round).
 
 All of it runs on static buffers with no host synchronisation, so a speculative program captures
 into one CUDA graph. The rank stage (top-k, top-p, min-p) runs as the device's `RankFilters` switch
@@ -396,3 +400,59 @@ def copied_proposal(drawn: torch.Tensor, draft_logits: torch.Tensor, copied_ids:
     _copied_kernel[(lanes, triton.cdiv(vocab, block))](
         drawn, draft_logits, copied_ids, copied_count, token, logits, drafts, vocab, index,
         draft_logits.stride(0), logits.stride(0), BLOCK=block, DRAFTS=triton.next_power_of_2(max(drafts, 1)))
+
+
+@triton.jit
+def _forbid(row_ptr, masks_ptr, mask_row, live, vocab, words, BLOCK: tl.constexpr):
+    # -inf at the ids of this vocabulary block that mask row `mask_row` forbids (bit t % 32 of word
+    # t // 32); allowed ids are not touched. An arithmetic shift keeps bit t % 32 at bit 0.
+    ids = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    # NOTE: `!= 0` keeps the masks boolean in the interpreter (see `_allocate_kernel`)
+    inside = ((ids < vocab) & live) != 0
+    word = tl.load(masks_ptr + mask_row.to(tl.int64) * words + ids // 32, mask=inside, other=-1)
+    forbidden = (inside & (((word >> (ids % 32)) & 1) == 0)) != 0
+    tl.store(row_ptr + ids, tl.full([BLOCK], float("-inf"), tl.float32), mask=forbidden)
+
+
+@triton.jit
+def _target_mask_kernel(logits_ptr, masks_ptr, lengths_ptr, lanes, positions, vocab, words, stride_row,
+                        BLOCK: tl.constexpr):
+    # program (packed target row t, vocabulary block): t's lane b and index k in the packed layout
+    # (lanes in submission order, each max(lengths[b], 0) rows), masked by masks[b, k] for k < W
+    t = tl.program_id(0)
+    start = tl.zeros((), tl.int32)
+    lane = tl.zeros((), tl.int32) - 1
+    k = tl.zeros((), tl.int32)
+    for b in range(0, lanes):
+        n = tl.maximum(tl.load(lengths_ptr + b), 0)
+        mine = (t >= start) & (t < start + n)
+        lane = tl.where(mine, b, lane)
+        k = tl.where(mine, t - start, k)
+        start += n
+    live = (lane >= 0) & (k < positions)
+    _forbid(logits_ptr + t.to(tl.int64) * stride_row, masks_ptr, lane * positions + k, live, vocab, words, BLOCK)
+
+
+@triton.jit
+def _draft_mask_kernel(draft_ptr, masks_ptr, drafts, positions, vocab, words, BLOCK: tl.constexpr):
+    # program (draft row r = b * D + j, vocabulary block): masked by masks[b, j] for j < W
+    r = tl.program_id(0)
+    b, j = r // drafts, r % drafts
+    _forbid(draft_ptr + r.to(tl.int64) * vocab, masks_ptr, b * positions + j, j < positions, vocab, words, BLOCK)
+
+
+def speculative_grammar_mask(logits: torch.Tensor, draft_logits: torch.Tensor, masks: torch.Tensor,
+                             lengths: torch.Tensor, *, block: int = 4096) -> None:
+    """In place (docs/operators.md `speculative_grammar_mask`): each lane's packed target row k and
+    its draft row k become -inf where masks[b, k] forbids the id. Two launches of (row, vocabulary
+    block) programs; the draft rows are contiguous [B, D, V]."""
+    packed, vocab = logits.shape
+    lanes, drafts = draft_logits.shape[0], draft_logits.shape[1]
+    positions, words = masks.shape[1], masks.shape[2]
+    block = min(block, triton.next_power_of_2(vocab))
+    blocks = triton.cdiv(vocab, block)
+    _target_mask_kernel[(packed, blocks)](logits, masks, lengths, lanes, positions, vocab, words, logits.stride(0),
+                                          BLOCK=block)
+    if lanes * drafts:
+        _draft_mask_kernel[(lanes * drafts, blocks)](draft_logits, masks, drafts, positions, vocab, words,
+                                                     BLOCK=block)

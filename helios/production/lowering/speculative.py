@@ -77,3 +77,9 @@ def lower_copied_proposal(c: Context, op: ValidatedOperator):
     index, block = int(op.attributes["index"]), _vocab_block(c)
     return lambda: speculative.copied_proposal(drawn, draft_logits, copied_ids, copied_count, token, logits,
                                                index=index, block=block)
+
+
+def lower_speculative_grammar_mask(c: Context, op: ValidatedOperator):
+    logits, draft_logits, masks, lengths = (c.t(n) for n in op.inputs)  # the outputs are the first two
+    block = _vocab_block(c)
+    return lambda: speculative.speculative_grammar_mask(logits, draft_logits, masks, lengths, block=block)
