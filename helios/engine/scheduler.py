@@ -423,12 +423,13 @@ class Scheduler(RequestResidency):
 
     def _would_speculate(self, s: SequenceState) -> bool:
         """A decode lane would run a speculative round once none of its rounds is outstanding: a width
-        is configured, its pending token is the device's (sampled there, not fed after a readmission),
-        a grammar that masks it has per-position masks for its copied proposals (history drafting,
+        is configured, the request has no string stops (their host-stop barrier is width one), its
+        pending token is the device's (sampled there, not fed after a readmission), a grammar that masks it has per-position masks for its copied proposals (history drafting,
         graphs taking CANDIDATE_GRAMMAR_MASKS), and its output limit and the context leave a token.
         Such a lane never joins the second frame: a plain DECODE there would keep one of its rounds
         outstanding at every scheduling point, so it would never speculate."""
-        if not self.config.speculative_width or not s.request.speculation or s.sampled < s.plain_until:
+        if (not self.config.speculative_width or not s.request.speculation or s.request.host_stop
+                or s.sampled < s.plain_until):  # string stops: the host-stop barrier is width one
             return False
         if (s.request.constrained or s.request.grammar is not None) and not (
                 s.request.grammar is not None and self._constrained_speculation):

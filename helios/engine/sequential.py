@@ -269,7 +269,9 @@ class SequentialRuntime(ThreadedModelRuntime):
             extra: dict = {}
             if grammar is not None:  # NOTE: the engine asks for the mask when it packs each sampling round
                 extra.update(grammar_mask=grammar.mask, grammar=grammar)
-            if not entry.request.speculation:  # the request opted out of speculation: it decodes plainly
+            # the request opted out of speculation, or has string stops (the host-stop barrier is width
+            # one): it decodes plainly
+            if not entry.request.speculation or entry.request.host_stop:
                 extra["speculation"] = False
             if entry.request.prompt_logprobs is not None:  # its scores reach the stream before its first token
                 stream = entry.stream

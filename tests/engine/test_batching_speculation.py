@@ -107,3 +107,21 @@ def test_one_token_prompts_speculate_under_two_frames(cores):
         launches = rt.scheduler.counters.launches
         # each cohort's first round decodes the prompt token; every later round speculates
         assert launches.get("decode", 0) <= 2 and launches.get("speculative", 0) >= 6, (frames, launches)
+
+
+def test_string_stop_requests_decode_at_width_one(cores):
+    """The host-stop barrier of string stops is width one: such a request never runs a SPECULATIVE
+    round (its worker finds the match before another round), and gives the plain tokens."""
+    core = cores("same", None)
+    requests = _workload(3, seed=8)
+    plain = ReferenceEngine.load(core, pages=64)
+    expected = [list(plain.generate(r)) for r in requests]
+    engine = ReferenceEngine.load(core, pages=64)
+    rt = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
+                                      pages=64, speculative_width=4)
+    prepared = [PreparedRequest(f"r{i}", r, observe_tokens=True, host_stop=True) for i, r in enumerate(requests)]
+    results = serve_all(rt, prepared)
+    assert [tokens for tokens, _ in results] == expected
+    assert rt.scheduler.counters.speculative_rounds == 0
+    results, rt = _serve(core, requests, pages=64, width=4)  # without string stops they speculate
+    assert [tokens for tokens, _ in results] == expected and rt.scheduler.counters.speculative_rounds >= 1
