@@ -68,7 +68,7 @@ from helios.engine.residency import (
     SchedulerCounters,
     UnknownRequest,
 )
-from helios.engine.sequence import SequenceState, build_lane, decode_lane
+from helios.engine.sequence import SequenceState, build_lane, decode_lane, restoration_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
@@ -101,6 +101,9 @@ class Scheduler(RequestResidency):
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
         self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
+        # Preemption snapshots partial pages and readmission restores them when a RESTORATION graph is
+        # selected and the continuation storage has snapshot rows (docs/snapshots.md).
+        self.snapshots = catalog.has(C.OPERATION_RESTORATION) and self.rows.capacity > 0
         # the one-lane variant of the configured width: its lane limit and draft passes are every variant's
         first = catalog.speculative(config.speculative_width, lanes=1) if config.speculative_width else None
         if config.speculative_width and first is None:
@@ -148,6 +151,7 @@ class Scheduler(RequestResidency):
             return None
         second_frame = len(self._outstanding) == 1 and limit == 2
         decode, prefill, initialize, scored = [], [], [], []
+        restoring: list[SequenceState] = []  # readmitted requests whose partial page is still to restore
         init_lanes = self._init_lanes
         for s in self._running:  # one pass: requests still to initialize go first, together
             if not s.initialized:
@@ -156,7 +160,11 @@ class Scheduler(RequestResidency):
                 continue
             if initialize:
                 continue
-            if s.cancelled or s.ended:
+            if s.cancelled or s.ended or s.snapshot_row is not None:  # a victim waits for its snapshot
+                continue
+            if s.restore_row is not None:
+                if s.in_flight == 0:
+                    restoring.append(s)
                 continue
             remaining = len(s.known) + s.unknown - s.consumed - s.submitted
             if remaining < 1 or (s.in_flight and not (self._second_frame_ready(s, second_frame)
@@ -169,6 +177,8 @@ class Scheduler(RequestResidency):
         if initialize:
             variant = self.catalog.smallest(C.OPERATION_INITIALIZATION, lanes=len(initialize), tokens=0)
             return self._submit(variant or self._init, initialize)
+        if restoring or self._snapshot_due:
+            return self._restoration_round(restoring)
         if self.config.speculative_width and decode:
             speculating = [s for s in decode if self._speculates(s)]
             # One speculative round at a time: its lanes need completion feedback anyway, so lanes that
@@ -262,6 +272,7 @@ class Scheduler(RequestResidency):
         ids, tokens, counts = outcomes.request_ids, outcomes.tokens, outcomes.sampled  # appended in step
         page_tokens = self.config.page_tokens
         initialization = plan.operation == C.OPERATION_INITIALIZATION
+        restoration = plan.operation == C.OPERATION_RESTORATION
         # The plan's requests in lane order, kept at submission (a request is forgotten only after the
         # fence of its last outstanding round, so every one is still here).
         sequences = self._cohorts.pop(plan.sequence)
@@ -284,6 +295,9 @@ class Scheduler(RequestResidency):
             if initialization:
                 s.initialized = True
                 continue
+            if restoration:  # the round's fence has passed: its snapshots are published, its restores done
+                self._retire_restoration(s)
+                continue
             if speculative:  # every emitted id, in order (delivery ends the request at a stop among them);
                 for token in sampled_id:  # known before publication: the accepted ones are committed history
                     s.known.append(token)
@@ -305,6 +319,32 @@ class Scheduler(RequestResidency):
                 s.sampled += 1
         self.counters.output_tokens += len(outcomes)
         return outcomes
+
+    def _retire_restoration(self, s: SequenceState) -> None:
+        """A validated RESTORATION lane: a snapshot lane's partial page is in its row, so the request is
+        preempted now (its partial page returns, its checkpoints and row form its snapshot); a restore
+        lane's row is in its private page, so the row returns and the request continues at its endpoint."""
+        if s.snapshot_row is not None:
+            row, s.snapshot_row = s.snapshot_row, None
+            self._snapshotting -= 1
+            self.counters.snapshots_published += 1
+            self._preempt(s, row)
+        elif s.restore_row is not None:
+            self.rows.give(s.restore_row)
+            s.restore_row = None
+            self.counters.snapshots_restored += 1
+
+    def _restoration_round(self, restoring: list[SequenceState]) -> RoundPlan:
+        """One RESTORATION round: the victims whose partial page is due for a snapshot, then readmitted
+        requests whose row is due for restoration, up to the largest RESTORATION variant."""
+        limit = self.catalog.max_lanes(C.OPERATION_RESTORATION)
+        lanes = (self._snapshot_due + restoring)[:limit]
+        for s in lanes:
+            if s in self._snapshot_due:
+                self._snapshot_due.remove(s)
+        variant = self.catalog.smallest(C.OPERATION_RESTORATION, lanes=len(lanes), tokens=0)
+        assert variant is not None  # within the largest variant
+        return self._submit(variant, [(s, 0) for s in lanes])
 
     def _owes_scores(self, s: SequenceState) -> bool:
         """A scoring request's next chunk starts at a position whose next prompt token is not scored
@@ -451,11 +491,14 @@ class Scheduler(RequestResidency):
         constrained = 0
         operation = variant.operation
         initialization = operation == C.OPERATION_INITIALIZATION
+        restoration = operation == C.OPERATION_RESTORATION
         delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
         for s, chunk in cohort:
-            if chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
+            if restoration:
+                lane = restoration_lane(s, eos_ids)
+            elif chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
                 lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids)

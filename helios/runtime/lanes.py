@@ -52,6 +52,10 @@ class LaneInput:
     # A SPECULATIVE lane's copied proposals (history drafting): the ids proposed after its pending
     # token, in order (CANDIDATE_IDS, CANDIDATE_COUNT); () lets the draft propose every position.
     copied: tuple[int, ...] = ()
+    # A RESTORATION lane: the continuation row its partial page is restored from (RESTORE_SOURCE) or
+    # snapshotted into (SNAPSHOT_DESTINATION) at its endpoint `consumed`; -1 for none (every other lane).
+    restore_source: int = -1
+    snapshot_destination: int = -1
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round
@@ -82,6 +86,8 @@ ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
     V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
     V.VALUE_SOURCE_CANDIDATE_COUNT: lambda lane: len(lane.copied),
+    V.VALUE_SOURCE_RESTORE_SOURCE: lambda lane: lane.restore_source,
+    V.VALUE_SOURCE_SNAPSHOT_DESTINATION: lambda lane: lane.snapshot_destination,
 }
 
 

@@ -33,7 +33,7 @@ def test_a_collective_or_a_row_offset_stamps_version_4_and_an_older_program_may_
     x = b.transport("x", "x", "f32", [2, 8])
     b.all_reduce(x, ranks=2, name="summed")
     b.all_gather(x, ranks=2, name="joined")
-    assert b.build().operator_set_version == OPERATOR_SET_VERSION == 4
+    assert b.build().operator_set_version == 4 < OPERATOR_SET_VERSION
     assert b.type_of("joined") == TensorType(F32, (2, 16))
 
     e = ProgramBuilder("e")
