@@ -239,7 +239,7 @@ class RequestResidency:
                 s.reused_prompt_tokens = min(reused, len(s.request.generation.prompt_token_ids))
             if snapshot is None:
                 self.counters.prefix_lookups += 1
-                self.counters.reused_tokens += reused
+            self.counters.reused_tokens += reused  # a snapshot's checkpoints too (served, not recomputed)
             s.slot = self._free_slots.pop()
             # A slot's generations count per slot: what the device holds of another slot's row says
             # nothing of this one's, so the first round here rewrites the whole row.

@@ -109,6 +109,7 @@ class Scheduler(RequestResidency):
         if config.speculative_width and first is None:
             raise ValueError(f"no SPECULATIVE graph of width {config.speculative_width} is selected")
         self._first_speculative = first
+        self._preempt_asks = 0  # running requests `preempt` asked to preempt, not preempted yet
         # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
         self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
@@ -141,10 +142,41 @@ class Scheduler(RequestResidency):
 
     # ------------------------------------------------------------------------------------ rounds
 
+    def preempt(self, request_id: str) -> None:
+        """Preempt a running request at the next scheduling point where none of its rounds is in
+        flight, exactly as page pressure would (snapshot, release, restore at readmission); a request
+        not running (queued, preempted, ended) is left as it is."""
+        s = self._all.get(request_id)
+        if s is None:
+            raise UnknownRequest(f"request {request_id!r} is not scheduled")
+        if s.slot is not None and not s.preempt_asked:
+            s.preempt_asked = True
+            self._preempt_asks += 1
+
+    def _preempt_asked(self) -> None:
+        self._preempt_asks = 0
+        for s in [v for v in self._running if v.preempt_asked]:
+            if s.cancelled or s.ended or s.snapshot_row is not None:
+                s.preempt_asked = False
+            elif s.in_flight == 0 and s.initialized:
+                s.preempt_asked = False
+                self._preempt_youngest(s)
+            else:
+                self._preempt_asks += 1  # at a later scheduling point
+
     def schedule(self) -> RoundPlan | None:
         """The next round to submit, or None (nothing ready, or the frames are full)."""
+        plan = self._schedule()
+        if plan is None and self._snapshot_due and len(self._outstanding) < self.max_inflight():
+            # forming this round preempted a request whose partial page must first be snapshotted
+            return self._restoration_round([])
+        return plan
+
+    def _schedule(self) -> RoundPlan | None:
         if len(self._outstanding) >= self.max_inflight():
             return None
+        if self._preempt_asks:
+            self._preempt_asked()
         self._admit()
         limit = self.max_inflight()  # decided once a round: it looks at every running request
         if len(self._outstanding) >= limit:  # an admission may have brought feedback needs

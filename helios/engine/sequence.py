@@ -63,6 +63,7 @@ class SequenceState:
     snapshot_row: int | None = None
     restore_row: int | None = None
     preempted_at: int = 0  # positions it had consumed when it was last preempted
+    preempt_asked: bool = False  # `Scheduler.preempt` asked for its preemption at the next scheduling point
 
     @property
     def frontier(self) -> int:
