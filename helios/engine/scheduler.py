@@ -143,8 +143,8 @@ class Scheduler(RequestResidency):
     # ------------------------------------------------------------------------------------ rounds
 
     def preempt(self, request_id: str) -> None:
-        """Preempt a running request at the next scheduling point where none of its rounds is in
-        flight, exactly as page pressure would (snapshot, release, restore at readmission); a request
+        """Preempt a running request once none of its rounds is in flight (it is given no new round
+        meanwhile), exactly as page pressure would (snapshot, release, restore at readmission); a request
         not running (queued, preempted, ended) is left as it is."""
         s = self._all.get(request_id)
         if s is None:
@@ -192,8 +192,8 @@ class Scheduler(RequestResidency):
                 continue
             if initialize:
                 continue
-            if s.cancelled or s.ended or s.snapshot_row is not None:  # a victim waits for its snapshot
-                continue
+            if s.cancelled or s.ended or s.snapshot_row is not None or s.preempt_asked:
+                continue  # a victim waits for its snapshot; one asked to be preempted drains its rounds
             if s.restore_row is not None:
                 if s.in_flight == 0:
                     restoring.append(s)

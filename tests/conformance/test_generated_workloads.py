@@ -158,10 +158,10 @@ def test_the_default_workloads_catch_a_preemption_that_leaks_a_page(conform_core
     preempting: list[bool] = []
     preempt, release = RequestResidency._preempt, PageCache.release
 
-    def flagged(self, s):
+    def flagged(self, s, row=None):
         preempting.append(True)
         try:
-            preempt(self, s)
+            preempt(self, s, row)
         finally:
             preempting.pop()
 
