@@ -261,3 +261,26 @@ def test_a_stop_inside_a_page_leaves_every_earlier_checkpoint_unchanged(core):
     results = serve(runtime, [PreparedRequest("follower", follower, observe_tokens=True)])
     assert results[0].tokens == list(ReferenceEngine.load(core, pages=16).generate(follower))
     assert runtime.scheduler.counters.reused_tokens >= 8
+
+
+def test_without_a_free_continuation_row_a_preemption_recomputes_its_partial_page(tiny_checkpoint):
+    """One snapshot row, three requests preempted at once mid-page: one is snapshotted into the row,
+    the others keep their checkpoints only and recompute their partial pages (counted); every token
+    stays the reference's and every row comes back."""
+    one_row = prepare_checkpoint(tiny_checkpoint("qwen3"), PreparationOptions(
+        dtype="fp32", page_tokens=4, batch_capacities=(1, 4), prefill_capacities=(16,), context_tokens=64,
+        snapshot_capacity=1))
+    greedy = [GenerationRequest(tuple(range(10 * i, 10 * i + 5)), max_tokens=6, sampling=GREEDY, ignore_eos=True)
+              for i in range(3)]
+    requests = {f"r{i}": r for i, r in enumerate(greedy)}
+    reference = ReferenceEngine.load(one_row, pages=16)
+    expected = {request_id: list(reference.generate(r)) for request_id, r in requests.items()}
+    runtime = reference_runtime(one_row, pages=32)
+    # after 2 tokens each endpoint is 6: inside its second page
+    tokens, checked, _ = drive(runtime, requests, {r: 2 for r in requests}, reference_planes(runtime),
+                               cache_planes(one_row.contract))
+    assert tokens == expected
+    counters = runtime.scheduler.counters
+    assert counters.preemptions == 3 and counters.snapshots_published == counters.snapshots_restored == 1
+    assert counters.recomputed_tokens == 2 * (6 - 4)  # two partial pages of two positions each
+    assert runtime.scheduler.rows.in_use == 0 and checked == len(cache_planes(one_row.contract))
