@@ -81,3 +81,25 @@ def test_a_restore_one_token_short_is_caught_in_the_restored_page(conform_core, 
     report = run(conform_core, ("trace",), snapshot_workload)
     found = only_divergence(report, "trace")
     assert found.field.startswith("cache.") and "position" in found.detail, report.table()
+
+
+def test_a_continuation_row_never_returned_is_named_by_resource_accounting(conform_core, snapshot_workload,
+                                                                           monkeypatch):
+    """The mutation forgets to return a restored snapshot's row: the tokens are right, and resource
+    accounting names the row still held once the workload has ended."""
+    from helios.engine.scheduler import Scheduler
+
+    def keeps_the_row(self, s):
+        if s.restore_row is not None:
+            s.restore_row = None  # the row is never given back
+            self.counters.snapshots_restored += 1
+        elif s.snapshot_row is not None:
+            row, s.snapshot_row = s.snapshot_row, None
+            self._snapshotting -= 1
+            self.counters.snapshots_published += 1
+            self._preempt(s, row)
+
+    monkeypatch.setattr(Scheduler, "_retire_restoration", keeps_the_row)
+    report = run(conform_core, ("trace",), snapshot_workload)
+    leaks = [d for d in report.level("trace").divergences if d.field == "resources.continuation_rows"]
+    assert leaks and leaks[0].case == "snapshot/resources/production", report.table()
