@@ -284,3 +284,27 @@ def test_without_a_free_continuation_row_a_preemption_recomputes_its_partial_pag
     assert counters.preemptions == 3 and counters.snapshots_published == counters.snapshots_restored == 1
     assert counters.recomputed_tokens == 2 * (6 - 4)  # two partial pages of two positions each
     assert runtime.scheduler.rows.in_use == 0 and checked == len(cache_planes(one_row.contract))
+
+
+def test_a_speculative_cores_snapshot_covers_the_draft_history(tiny_checkpoint, tiny_draft):
+    """On a core with a draft, a snapshot and its restoration cover the draft's planes too: greedy
+    requests preempted mid-page and resumed under SPECULATIVE rounds give the plain greedy tokens, and
+    every restored page of every plane (target and draft) equals the original."""
+    speculative = prepare_checkpoint(tiny_checkpoint("qwen3"), PreparationOptions(
+        dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,), context_tokens=64,
+        draft=tiny_draft("qwen3", "perturbed"), speculative_widths=(3,)))
+    requests = {"a": GenerationRequest(tuple(range(3)), max_tokens=12, sampling=GREEDY, ignore_eos=True),
+                "b": GenerationRequest(tuple(range(20, 26)), max_tokens=10, sampling=GREEDY, ignore_eos=True)}
+    reference = ReferenceEngine.load(speculative, pages=16)
+    expected = {request_id: list(reference.generate(r)) for request_id, r in requests.items()}
+    engine = ReferenceEngine.load(speculative, pages=32)
+    runtime = BatchingRuntime.for_executor(engine.executor, engine.contract,
+                                           AdmissionLimits(max_active=2, queue_capacity=4), pages=32,
+                                           speculative_width=3)
+    planes = cache_planes(speculative.contract)
+    assert any(plane.startswith("draft.") for plane in planes)
+    tokens, checked, _ = drive(runtime, requests, {"a": 5, "b": 3}, reference_planes(runtime), planes)
+    assert tokens == expected
+    counters = runtime.scheduler.counters
+    assert counters.speculative_rounds >= 1 and counters.snapshots_restored >= 1
+    assert checked == counters.snapshots_restored * len(planes) and counters.recomputed_tokens == 0
