@@ -8,14 +8,17 @@ submitted. Each round is compared in this order, and the first disagreement ends
 
 1. page choices (`pages`): production's pages against the allocation rules the trace alone can
    check (`conformance.state.PageRules`: ids within the physical pages, no page written by one lane
-   and held by another of the round, no page written while another request holds it);
+   and held by another of the round, no page written while another request holds it, none written
+   while the previous round that held it for another request is outstanding: its fence);
 2. the submission itself: the reference must accept it (pages cover every row, capacities hold);
 3. transport: every destination the graph binds, on the rows the round addresses, exactly as the
    reference's packing of the same lanes writes them (`transport.<destination>`);
 4. lane order: production's rows must answer the lanes in submission order (`lane_order`, when its
    rows are the reference's rows of other lanes);
 5. the cache records the round wrote, plane by plane in layer order (`cache.<plane>`, the detail
-   naming region, layer, page, position and head), then the logits rows of the sampling lanes
+   naming region, layer, page, position and head; a RESTORATION lane restoring a snapshot writes the
+   whole page holding its endpoint), the continuation rows a RESTORATION round snapshotted into
+   (`continuation.<plane>`), then the logits rows of the sampling lanes
    (`logits`), within the precision's state tolerance (`conformance.state`);
 6. each lane's completion row, integer fields exactly: status, generation, offer and accepted
    drafts (a speculative lane's allocation and acceptance; -1 elsewhere), emitted,
@@ -52,7 +55,15 @@ import numpy as np
 
 from conformance.draw import DrawInputs, is_draw_tie, sampling_site
 from conformance.report import CaseResult, Divergence
-from conformance.state import Finding, PageRules, StateSpec, compare_cache, compare_logits, compare_views
+from conformance.state import (
+    Finding,
+    PageRules,
+    StateSpec,
+    compare_cache,
+    compare_continuation,
+    compare_logits,
+    compare_views,
+)
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
 from helios.core.source import CoreSource
 from helios.engine.sequence import DEVICE_PENDING
@@ -121,7 +132,8 @@ class _Replay:
 
     def round(self, record: RoundRecord) -> Divergence | None:
         lanes = self.lanes(record)
-        ruled = self.finding(record, self.pages.check(record.round, record.lanes))
+        ruled = self.finding(record, self.pages.check(record.round, record.lanes, sequence=record.sequence,
+                                                      outstanding=record.outstanding))
         if ruled is not None:
             return ruled
         try:
@@ -137,6 +149,8 @@ class _Replay:
         if found is None and state is not None:
             found = (self.finding(record, compare_cache(self.spec, record.graph, lanes, self.engine.buffers, state,
                                                         self.dtype))
+                     or self.finding(record, compare_continuation(self.spec, record.graph, lanes,
+                                                                  self.engine.buffers, state, self.dtype))
                      or self.finding(record, compare_logits(self.spec, lanes, logits, state, self.dtype)))
         found = found or self._rows(record, lanes, reference, kept)
         adopted = found is None

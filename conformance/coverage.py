@@ -43,7 +43,8 @@ CHUNKED, REUSE, PREEMPTION, WINDOW = "chunked prefill", "prefix reuse", "preempt
 TOKEN_STOP, SEQUENCE_STOP, STRING_STOP = "token stop", "sequence stop", "string stop"
 GRAMMAR, TOOL, FILTERED, UNFILTERED = "grammar", "tool call", "output filter", "no output filter"
 SCORED = "scored prefill"
-MECHANISMS = (CHUNKED, REUSE, PREEMPTION, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, GRAMMAR, TOOL,
+RESTORE = "snapshot restore"  # a preempted request's partial page snapshotted, restored and resumed
+MECHANISMS = (CHUNKED, REUSE, PREEMPTION, RESTORE, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, GRAMMAR, TOOL,
               FILTERED, UNFILTERED, SCORED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
 # NOTE: the trace audit compares a scored round's completion rows, not its prompt scores: scores are
 # compared end to end only.
@@ -169,6 +170,8 @@ class Observed:
             seen.add(REUSE)
         if audited is None and counters is not None and counters.preemptions and counters.readmissions:
             seen.add(PREEMPTION)
+        if any(lane.restore_source >= 0 for record in passed for lane in record.lanes):
+            seen.add(RESTORE)  # a restore lane's page was audited, and every round after it
 
     def e2e(self, workload: Any, prepared: Sequence[Any], results: Sequence[Any], verdicts: Sequence[str],
             records: Sequence[Any], counters: Any) -> None:
@@ -204,6 +207,8 @@ class Observed:
         if (counters is not None and counters.preemptions and counters.readmissions
                 and all(v == "pass" for v in verdicts)):
             seen.add(PREEMPTION)
+            if getattr(counters, "snapshots_restored", 0):
+                seen.add(RESTORE)
 
     @staticmethod
     def _ending(body: Mapping[str, Any], item: Any, result: Any) -> set[str]:
@@ -224,7 +229,7 @@ class Observed:
     def coverage(self, levels: Sequence[str], unsupported: Mapping[str, str], eos_ids: Sequence[int], *,
                  required: bool) -> Coverage:
         run = tuple(level for level in WORKLOAD_LEVELS if level in levels)
-        names = [*MECHANISMS[:4], *(eos_mechanism(e) for e in eos_ids), *MECHANISMS[4:]]
+        names = [*MECHANISMS[:5], *(eos_mechanism(e) for e in eos_ids), *MECHANISMS[5:]]
         rows = []
         for name in names:
             note = unsupported.get(name, "")

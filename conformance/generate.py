@@ -32,6 +32,9 @@ actually reached):
   pressure  two requests and two cache pages: the older one's decode needs the page the younger
             holds, so production preempts it and readmits it later (the shape is checked on the
             reference's batching run before it is kept)
+  snapshot  where the core has RESTORATION graphs: two requests on five pages; the older's growth
+            preempts the younger with its endpoint inside a page, whose partial page is snapshotted,
+            released and restored at readmission, nothing recomputed (checked the same way)
 
 Prompts are token ids (their lengths are exact on any tokenizer), drawn from ids that are neither EOS
 ids nor template tokens. Where a request's point is a mechanism reached after some draws, its prompt
@@ -81,6 +84,7 @@ class Geometry:
     chat: bool  # the core carries a chat template (grammar and tool requests are chat requests)
     prompt_ids: tuple[int, ...]  # ids prompts are drawn from: in the vocabulary, no EOS, no template token
     prompt_score_width: int = 0  # K of the core's scored prefill (0: no SCORED_PREFILL graphs)
+    snapshots: bool = False  # RESTORATION graphs and continuation storage (preemption snapshots, restores)
 
     @classmethod
     def of(cls, core: CoreSource) -> Geometry:
@@ -105,7 +109,9 @@ class Geometry:
                    slots=contract.max_concurrency, eos_ids=tuple(frontend.eos_token_ids),
                    tool_syntax=frontend.tool_parser not in (ToolParser.NONE, ToolParser.UNSPECIFIED),
                    reasoning_syntax=frontend.reasoning_parser not in (ReasoningParser.NONE, ReasoningParser.UNSPECIFIED),
-                   chat=chat, prompt_ids=ids, prompt_score_width=prompt_score_width(contract))
+                   chat=chat, prompt_ids=ids, prompt_score_width=prompt_score_width(contract),
+                   snapshots=(contract.snapshot_capacity > 0 and any(g.operation == Operation.RESTORATION
+                                                                     for g in contract.graphs)))
 
     def prompt(self, length: int, salt: int = 0) -> list[int]:
         """`length` deterministic ids (a fixed walk through `prompt_ids`; `salt` picks another walk)."""
@@ -139,6 +145,9 @@ class Geometry:
             out[c.REUSE] = "not supported by the core (the context holds no full page and more)"
         if self.slots < 2:
             out[c.PREEMPTION] = "not supported by the core (one request slot)"
+            out[c.RESTORE] = out[c.PREEMPTION]
+        elif not self.snapshots:
+            out[c.RESTORE] = "not supported by the core (no RESTORATION graphs or continuation storage)"
         if not self.tool_syntax:
             out[c.TOOL] = "not supported by the core (no tool syntax)"
         if not self.prompt_score_width:
@@ -201,6 +210,10 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
                                       "filter")]
     if c.PREEMPTION not in unsupported:
         workloads.append(_pressure(core, geometry))
+    if c.RESTORE not in unsupported:
+        snapshot = _snapshot(core, geometry)
+        if snapshot is not None:
+            workloads.append(snapshot)
     return tuple(workloads)
 
 
@@ -383,7 +396,39 @@ def _pressure(core: CoreSource, geometry: Geometry) -> Workload:
     return first
 
 
+def _snapshot(core: CoreSource, geometry: Geometry) -> Workload | None:
+    """Two requests on five pages, each reaching three: the younger takes its third page first, so the
+    older's growth preempts it with its endpoint inside a page; its partial page is snapshotted,
+    released and restored at readmission, and it resumes with nothing recomputed. A greedy older and a
+    seeded younger; the first shape whose reference batching run restores is kept (None: none does)."""
+    page = geometry.page_tokens
+    for older, younger in ((max(1, page - 1), page + 2), (1, page + 1), (max(1, page - 2), page + 3)):
+        growth = 3 * page - older + 1  # each consumes 3 * page positions: three pages
+        young_growth = 3 * page - younger + 1
+        if young_growth < 2 or older + growth > geometry.context_tokens or younger > geometry.chunk_tokens:
+            continue
+        workload = Workload("snapshot", (
+            _request("older", {"prompt": geometry.prompt(older, salt=22), "max_tokens": growth, "temperature": 0,
+                               "ignore_eos": True}),
+            _request("younger", {"prompt": geometry.prompt(younger, salt=23), "max_tokens": young_growth,
+                                 "temperature": 0.8, "seed": 3, "ignore_eos": True})),
+            max_active=2, queue_capacity=2, pages=5,
+            description="five cache pages: the older request's growth preempts the younger mid-page; its "
+                        "partial page is snapshotted, released and restored, nothing recomputed")
+        counters = _batching_counters(core, workload)
+        if counters is not None and counters.snapshots_restored > 0 and counters.recomputed_tokens == 0:
+            return workload
+    return None
+
+
 def _preempts(core: CoreSource, workload: Workload) -> bool:
+    counters = _batching_counters(core, workload)
+    return counters is not None and counters.preemptions > 0 and counters.readmissions > 0
+
+
+def _batching_counters(core: CoreSource, workload: Workload):
+    """The scheduler counters of `workload` on the reference's batching run (the production scheduler
+    over the reference executor), None unless every request finished."""
     from conformance.e2e import drive_copy, prepare_workload
     from helios.contract import PreparedContract
     from helios.engine.worker import BatchingRuntime
@@ -397,6 +442,5 @@ def _preempts(core: CoreSource, workload: Workload) -> bool:
                                                                                queue_capacity=2), pages=workload.pages)
     (copy,) = prepare_workload(core, workload, copies=1)
     results = drive_copy(runtime, copy, timeout_s=120)
-    counters = runtime.scheduler.counters
-    return all(r.outcome == "finished" for r in results) and counters.preemptions > 0 and counters.readmissions > 0
+    return runtime.scheduler.counters if all(r.outcome == "finished" for r in results) else None
 

@@ -189,6 +189,9 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     yield "all_reduce", "one_rank", first, _one_rank("all_reduce")
     yield "all_gather", "one_rank", first, _one_rank("all_gather")
     yield "prompt_scores", "rows", first, _prompt_scores
+    for cohort in cases.cohorts:
+        yield "page_snapshot", cohort.name, cohort, _page_copy("page_snapshot")
+        yield "page_restore", cohort.name, cohort, _page_copy("page_restore")
     yield "fill", "f32", first, _fill
 
 
@@ -471,6 +474,29 @@ def _scatter(p, rng, cohort, g, cases):
     p.outputs.append(pending)
     p.builder.emit("scatter", [pending, p.input("tokens", rng.integers(0, g["vocab"], size=slots).astype(np.int32),
                                                  "i32"), p.input("lane", index, "i32")])
+
+
+def _page_copy(op: str) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        """Each lane's page at its endpoint (the cohort's history, mid-page or on a boundary) to or from
+        a distinct continuation row; a padding lane (slot -1), a lane without a row (-1), a row past the
+        plane and an endpoint past the page table copy nothing, and every other row keeps its bytes."""
+        lanes = len(cohort.history)
+        cache, table = _cache(p, rng, g, lanes, "cache", random=True)
+        rows = lanes + 3
+        continuation = p.input("continuation", _normal(rng, rows, g["page_tokens"], g["kv_heads"], g["head_dim"]))
+        slots = np.array(list(range(lanes)) + [-1, 0, 1, 0], np.int32)
+        endpoint = np.array(list(cohort.history) + [0, 1, 2, g["page_tokens"] * g["max_pages"]], np.int32)
+        row_index = np.array(list(rng.permutation(rows)[:lanes]) + [0, -1, rows, 1], np.int32)
+        inputs = [p.input("lane_slot", slots, "i32"), p.input("endpoint", endpoint, "i32"),
+                  p.input("rows", row_index, "i32")]
+        if op == "page_snapshot":
+            p.outputs.append(continuation)
+            p.builder.page_snapshot(continuation, cache, table, *inputs)
+        else:
+            p.outputs.append(cache)
+            p.builder.page_restore(cache, continuation, table, *inputs)
+    return build
 
 
 def _column_write(p, rng, cohort, g, cases):

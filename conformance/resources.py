@@ -12,6 +12,7 @@ value found (for the reference runtime too: the case names which runtime leaked)
     resources.slots      every request slot on the free list, once
     resources.requests   the scheduler (or the sequential worker) holds no request
     resources.progress   the batching runtime tracks no request (progress entries, ingress, cancels)
+    resources.continuation_rows  no continuation row holds a snapshot and no waiting request a snapshot
     resources.feedback   no running request counted as needing completion feedback
     resources.rounds     the scheduler holds no outstanding plan and no cohort kept for one
     resources.frames     the executor holds no submitted, uncollected round (`outstanding`, where the
@@ -71,6 +72,10 @@ def scheduler_leaks(residency: Residency, case: str) -> list[Divergence]:
         leaks.append(Divergence(case, "resources.requests", [], list(residency.requests),
                                 detail=f"{residency.pending} pending, {residency.readmitting} readmitting, "
                                        f"{residency.running} running"))
+    if residency.continuation_rows or residency.snapshots:
+        leaks.append(Divergence(case, "resources.continuation_rows", 0, residency.continuation_rows,
+                                detail=f"{residency.continuation_rows} continuation row(s) held, "
+                                       f"{residency.snapshots} snapshot(s) of waiting requests"))
     if residency.feedback:
         leaks.append(Divergence(case, "resources.feedback", 0, residency.feedback,
                                 detail="requests counted as needing completion feedback (one frame only)"))

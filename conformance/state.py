@@ -16,6 +16,12 @@ duck-typed: this module never imports torch); the recorded state of a round is a
                       positions ascending; values [n, *record shape] (kv heads, head dim)
     "logits.<name>"   rows: the logits rows of the sampling lanes; values [n, vocabulary]
     "state.<buffer>"  rows: the lanes' slots; values [n, elements of the view's row]
+    "continuation.<plane>"  rows: the continuation rows a RESTORATION round's lanes snapshot into;
+                      values [n, page tokens, *record shape]
+
+A RESTORATION lane consumes nothing; a lane restoring a snapshot writes the whole page holding its
+endpoint (every record of it, in every cache plane), and a lane snapshotting writes one row of every
+continuation plane (docs/snapshots.md).
 
 and `compare` checks it against the reference's buffers after the same round: cache planes first,
 in layer order (the first differing layer is the most upstream one), then the logits, then the
@@ -28,7 +34,7 @@ state rows. Floats agree within the precision's state tolerance against the reco
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -72,18 +78,25 @@ class StateSpec:
     planes: Mapping[str, tuple[str, ...]]  # graph -> the cache planes it writes, in layer order
     views: Mapping[str, tuple[View, ...]]  # graph -> the state views it writes
     floats: frozenset[str]  # buffers holding floats
+    # graph -> the continuation planes it writes (a RESTORATION graph's snapshots)
+    continuation: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest) -> StateSpec:
         buffers = {b.name: b for b in manifest.buffers}
         cache = serving.model.cache
         region: dict[str, tuple[str, tuple[int, ...]]] = {}
+        continuation_planes = {plane for history in cache.histories if history.kind == V.HISTORY_KIND_CONTINUATION
+                               for plane in history.planes}
         for history in cache.histories:
+            if history.kind == V.HISTORY_KIND_CONTINUATION:
+                continue  # rows of snapshots, not records of positions: "continuation.<plane>"
             for plane in history.planes:
                 region[plane] = (history.name, tuple(int(layer) for layer in history.layers))
         order = {plane: (min(layers, default=0), i) for i, (plane, (_, layers)) in enumerate(region.items())}
         planes: dict[str, tuple[str, ...]] = {}
         views: dict[str, tuple[View, ...]] = {}
+        continuation: dict[str, tuple[str, ...]] = {}
         for graph in serving.model.graphs:
             written = {a.view.buffer for a in graph.state_accesses if a.access in WRITES}
             planes[graph.name] = tuple(sorted((p for p in written if p in region and p in buffers),
@@ -93,6 +106,8 @@ class StateSpec:
                 descriptor = buffers.get(access.view.buffer)
                 if access.access not in WRITES or descriptor is None or descriptor.role != M.BUFFER_ROLE_STATE:
                     continue
+                if access.view.buffer in continuation_planes:
+                    continue
                 size = ELEMENT_BYTES.get(descriptor.dtype)
                 view = access.view
                 if size is None or view.byte_offset % size or view.row_stride % size or view.byte_extent % size:
@@ -100,16 +115,21 @@ class StateSpec:
                 own.append(View(view.buffer, view.byte_offset // size, view.row_stride // size,
                                 view.byte_extent // size))
             views[graph.name] = tuple(own)
+            continuation[graph.name] = tuple(sorted(p for p in written if p in continuation_planes))
         floats = frozenset(b.name for b in manifest.buffers if b.dtype in (M.DTYPE_F32, M.DTYPE_BF16, M.DTYPE_F16,
                                                                            M.DTYPE_F64))
-        return cls(int(cache.page_tokens), int(serving.max_concurrency), region, planes, views, floats)
+        return cls(int(cache.page_tokens), int(serving.max_concurrency), region, planes, views, floats,
+                   continuation)
 
     def written(self, lanes: Sequence[LaneInput]) -> list[tuple[int, int, int, int]]:
         """(lane index, position, page, offset) of every cache record the lanes write, in order."""
         out = []
         t = self.page_tokens
         for index, lane in enumerate(lanes):
-            for position in range(lane.consumed, lane.consumed + len(lane.tokens)):
+            positions = range(lane.consumed, lane.consumed + len(lane.tokens))
+            if not lane.tokens and lane.restore_source >= 0:  # the whole page holding its endpoint
+                positions = range(lane.consumed // t * t, lane.consumed // t * t + t)
+            for position in positions:
                 logical = position // t
                 page = lane.page_ids[logical] if logical < len(lane.page_ids) else -1
                 out.append((index, position, page, position % t))
@@ -144,6 +164,10 @@ def capture(spec: StateSpec, graph: str, lanes: Sequence[LaneInput], buffers: Ma
         rows = logits_rows(lanes, int(tensor.shape[0]), spec.slots)
         if rows:
             out[f"logits.{logits}"] = (rows, _host(tensor[list(rows)]))
+    rows = snapshot_rows(lanes)
+    for plane in spec.continuation.get(graph, ()):
+        if rows and plane in buffers:
+            out[f"continuation.{plane}"] = (rows, _host(buffers[plane][list(rows)]))
     slots = sorted({lane.slot for lane in lanes})
     for view in spec.views.get(graph, ()):
         if view.buffer in buffers and slots:
@@ -210,6 +234,37 @@ def compare_cache(spec: StateSpec, graph: str, lanes: Sequence[LaneInput], refer
     return None
 
 
+def snapshot_rows(lanes: Sequence[LaneInput]) -> tuple[int, ...]:
+    """The continuation rows the lanes snapshot into, in lane order."""
+    return tuple(lane.snapshot_destination for lane in lanes if not lane.tokens and lane.snapshot_destination >= 0)
+
+
+def compare_continuation(spec: StateSpec, graph: str, lanes: Sequence[LaneInput],
+                         reference: Mapping[str, np.ndarray], recorded: Recorded, dtype: str) -> Finding | None:
+    """The continuation rows a RESTORATION round's lanes snapshotted into."""
+    rows = snapshot_rows(lanes)
+    limit = tolerance(dtype).state
+    for plane in spec.continuation.get(graph, ()):
+        key = f"continuation.{plane}"
+        if not rows:
+            return None
+        if key not in recorded:
+            return Finding(key, "written", "not recorded", None, f"{plane}: production's rows were not recorded")
+        recorded_rows, values = recorded[key]
+        if tuple(recorded_rows) != rows:
+            return Finding(key, list(rows), list(recorded_rows), None,
+                           f"{plane}: the recorded rows are not the ones the round's lanes snapshot into")
+        for lane, row, value in zip([lane for lane in lanes if lane.snapshot_destination >= 0], rows, values,
+                                    strict=True):
+            at = mismatch(np.asarray(reference[plane][row]), value, limit)
+            if at is not None:
+                return Finding(key, _value(np.asarray(reference[plane][row]), at), _value(value, at), lane.slot,
+                               f"slot {lane.slot}: continuation row {row} of {plane} (its endpoint "
+                               f"{lane.consumed}), {_element(at)} differs beyond the {dtype} state tolerance "
+                               f"{limit:g}")
+    return None
+
+
 def compare_logits(spec: StateSpec, lanes: Sequence[LaneInput], reference: np.ndarray | None, recorded: Recorded,
                    dtype: str) -> Finding | None:
     """The logits rows of the sampling lanes, when both runtimes kept them."""
@@ -261,7 +316,13 @@ class PageRules:
     3. no lane writes a page another request still holds: a residency (slot, generation) holds the
        pages of its page ids from the first round it lists them; a write by another residency after
        that, followed by a round where the holder still lists the page, is a violation (a residency's
-       pages only grow, so it held the page throughout).
+       pages only grow, so it held the page throughout);
+    4. resources are retained through their fence: a round submitted while the previous one was
+       outstanding (`outstanding` 2) writes no page a lane of that previous round held for another
+       residency (a request that ends, is cancelled or is preempted, a snapshot lane included, keeps
+       its pages until its round completes).
+
+    A RESTORATION lane that restores a snapshot writes the page holding its endpoint.
     """
 
     def __init__(self, page_tokens: int, pages: int) -> None:
@@ -269,8 +330,32 @@ class PageRules:
         self.pages = pages
         self._held: dict[int, dict[tuple[int, int], int]] = {}  # page -> residency -> first round held
         self._writes: dict[int, dict[tuple[int, int], int]] = {}  # page -> writer residency -> last round
+        self._previous: tuple[int | None, Sequence[LaneInput]] = (None, ())  # the last round's sequence, lanes
 
-    def check(self, round_number: int, lanes: Sequence[LaneInput]) -> Finding | None:
+    def check(self, round_number: int, lanes: Sequence[LaneInput], *, sequence: int | None = None,
+              outstanding: int | None = None) -> Finding | None:
+        found = self._check(round_number, lanes)
+        previous_sequence, previous = self._previous
+        self._previous = (sequence, lanes)
+        if found is None and outstanding == 2 and sequence is not None and previous_sequence == sequence - 1:
+            found = self._fenced(round_number, lanes, previous)
+        return found
+
+    def _fenced(self, round_number: int, lanes: Sequence[LaneInput],
+                previous: Sequence[LaneInput]) -> Finding | None:
+        held = {page: (lane.slot, lane.generation) for lane in previous for page in lane.page_ids}
+        for lane in lanes:
+            for page in sorted(self._written_pages(lane)):
+                holder = held.get(page)
+                if holder is not None and holder != (lane.slot, lane.generation):
+                    return Finding("pages", f"page {page} retained by slot {holder[0]} through its fence",
+                                   f"written by slot {lane.slot}", lane.slot,
+                                   f"slot {lane.slot} (generation {lane.generation}) writes page {page} in round "
+                                   f"{round_number}, submitted while round {round_number - 1}, whose slot "
+                                   f"{holder[0]} (generation {holder[1]}) held that page, was still outstanding")
+        return None
+
+    def _check(self, round_number: int, lanes: Sequence[LaneInput]) -> Finding | None:
         for lane in lanes:
             bad = [p for p in lane.page_ids if not 0 <= p < self.pages]
             if bad:
@@ -302,5 +387,8 @@ class PageRules:
 
     def _written_pages(self, lane: LaneInput) -> set[int]:
         t = self.page_tokens
+        if not lane.tokens and lane.restore_source >= 0:  # a restored snapshot's page
+            logical = lane.consumed // t
+            return {lane.page_ids[logical]} if logical < len(lane.page_ids) else set()
         logical = range(lane.consumed // t, -(-(lane.consumed + len(lane.tokens)) // t)) if lane.tokens else ()
         return {lane.page_ids[i] for i in logical if i < len(lane.page_ids)}

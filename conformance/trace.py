@@ -20,10 +20,12 @@ cache identity, physical pages, request slots); each further line is one round:
 
     {"round": n, "graph": name, "frame": f, "lanes": [lane...], "transport": {dest: array...},
      "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>": array...},
-     "rows": [completion...], "error": null | "ExceptionClass: message"}
+     "rows": [completion...], "error": null | "ExceptionClass: message", "outstanding": k}
 
 Version 2 added "state"; a version 1 trace is still read (its rounds carry no state, so the audit
-compares transport and completion rows only).
+compares transport and completion rows only). "outstanding" (rounds outstanding right after the
+submission, itself included) came later within version 2; a round without it skips the page rule
+that needs it (resources retained through their fence).
 
 Arrays are {"dtype", "shape", "rows", "data"}: `rows` the leading indices recorded (physical slots,
 or a prefix), `data` the zlib-compressed little-endian bytes in base64 (histograms are mostly zeros).
@@ -84,6 +86,9 @@ class RoundRecord:
     error: str | None = None  # the executor's own rejection of its completion, if any
     # what the round wrote (conformance.state), as recorded rows and values; None: not recorded
     state: Mapping[str, tuple[tuple[int, ...], np.ndarray]] | None = None
+    # rounds outstanding right after its submission, itself included (RoundPlan.outstanding); None:
+    # not recorded (traces before snapshots)
+    outstanding: int | None = None
 
 
 # ------------------------------------------------------------------------------------------------ encoding
@@ -132,7 +137,8 @@ def record_to_json(record: RoundRecord) -> dict:
             "transport": {name: _array(rows, values) for name, (rows, values) in record.transport.items()},
             "state": (None if record.state is None else
                       {name: _array(rows, values) for name, (rows, values) in record.state.items()}),
-            "rows": [asdict(row) for row in record.rows], "sequence": record.sequence, "error": record.error}
+            "rows": [asdict(row) for row in record.rows], "sequence": record.sequence, "error": record.error,
+            "outstanding": record.outstanding}
 
 
 def record_from_json(data: dict) -> RoundRecord:
@@ -140,7 +146,7 @@ def record_from_json(data: dict) -> RoundRecord:
                        lanes=tuple(lane_from_json(lane) for lane in data["lanes"]),
                        transport={name: _from_array(item) for name, item in data["transport"].items()},
                        rows=tuple(Completion(**row) for row in data["rows"]), sequence=data.get("sequence"),
-                       error=data.get("error"),
+                       error=data.get("error"), outstanding=data.get("outstanding"),
                        state=(None if data.get("state") is None else
                               {name: _from_array(item) for name, item in data["state"].items()}))
 
@@ -296,7 +302,7 @@ class TraceRecorder:
         self.rounds += 1
         self.sink.round(RoundRecord(self.rounds, plan.graph, plan.frame, tuple(plan.lanes), transport, tuple(rows),
                                     plan.sequence, None if error is None else f"{type(error).__name__}: {error}",
-                                    state))
+                                    state, plan.outstanding))
         if error is not None:
             raise error
         if scores is not None:  # the rows as read, with the scores the scheduler validates and delivers

@@ -85,6 +85,10 @@ def register(subparsers) -> None:
                         help="capture SCORED_PREFILL programs at every prefill capacity that score each prompt "
                              "token and its K most likely alternatives (echo with logprobs, prompt_logprobs; "
                              "default: 20; 0 captures none)")
+    parser.add_argument("--snapshot-capacity", type=int, default=None, metavar="ROWS",
+                        help="continuation storage rows (one partial page of every cache plane a row) and "
+                             "RESTORATION programs at every batch capacity, so a preempted request resumes "
+                             "without recomputation (default: one row per request slot; 0 captures none)")
     parser.set_defaults(func=_prepare)
 
 
@@ -117,7 +121,7 @@ def _prepare(args) -> int:
                                  context_tokens=args.context_tokens, pending_token=args.pending_token,
                                  draft=args.draft, speculative_widths=args.speculative_widths,
                                  speculative_budget=args.speculative_budget, tensor_parallel=args.tp,
-                                 prompt_score_top=args.prompt_score_top)
+                                 prompt_score_top=args.prompt_score_top, snapshot_capacity=args.snapshot_capacity)
     prepared = prepare_checkpoint(args.checkpoint, options)
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)

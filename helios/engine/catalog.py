@@ -71,8 +71,8 @@ class GraphCatalog:
         for operation in self.REQUIRED:
             if operation not in self._by_operation:
                 raise MissingOperation(f"no selected graph performs {C.Operation.Name(operation)}")
-        generating = [v for op, group in self._by_operation.items() if op != C.OPERATION_INITIALIZATION
-                      for v in group]
+        generating = [v for op, group in self._by_operation.items()
+                      if op not in (C.OPERATION_INITIALIZATION, C.OPERATION_RESTORATION) for v in group]
         self._device_pending = bool(generating) and all(v.device_pending for v in generating)
 
     @classmethod

@@ -32,6 +32,9 @@ class SchedulerConfig:
     cost_lifetime: float | None = None  # seconds a measured cost table stays fresh (None: while served)
     history_drafting: bool = False  # those rounds carry proposals copied from each request's tokens
     prompt_score_width: int = 0  # K: alternatives a SCORED_PREFILL round gives each prompt token (0: no such graph)
+    # The continuation storage's snapshot rows (helios.runtime.packing.snapshot_rows); empty: preemption
+    # releases every page and readmission recomputes what the prefix cache no longer holds.
+    snapshot_rows: range = range(0)
 
     def __post_init__(self) -> None:
         for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):

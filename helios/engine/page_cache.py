@@ -69,6 +69,7 @@ class CacheGauges:
     lookups: int  # prefix lookups performed
     hit_tokens: int  # tokens served by lookups
     evictions: int  # cached pages evicted to satisfy allocations
+    published: int = 0  # pages published as immutable checkpoints (newly keyed)
 
 
 class PageCache:
@@ -91,6 +92,7 @@ class PageCache:
         self._lookups = 0
         self._hit_tokens = 0
         self._evictions = 0
+        self._published = 0
 
     # ------------------------------------------------------------------------------------ keys
 
@@ -156,6 +158,7 @@ class PageCache:
             return False
         self._key_of[page] = key
         self._page_of[key] = page
+        self._published += 1
         return True
 
     def lookup(self, tokens: Sequence[int], *, limit: int) -> PrefixMatch:
@@ -188,7 +191,8 @@ class PageCache:
     def gauges(self) -> CacheGauges:
         in_use = sum(1 for r in self._references if r > 0)
         return CacheGauges(capacity=self.pages, in_use=in_use, cached=len(self._cached), free=len(self._free),
-                           lookups=self._lookups, hit_tokens=self._hit_tokens, evictions=self._evictions)
+                           lookups=self._lookups, hit_tokens=self._hit_tokens, evictions=self._evictions,
+                           published=self._published)
 
 
 class SequencePages:
@@ -236,6 +240,22 @@ class SequencePages:
             published += int(self._cache.publish(self.pages[i], key))
             self.keys.append(key)
         return published
+
+    @classmethod
+    def adopt(cls, cache: PageCache, pages: Sequence[int], keys: Sequence[bytes]) -> SequencePages:
+        """Pages whose references the caller hands over (a snapshot's checkpoints), keyed by `keys`."""
+        held = cls(cache)
+        held.pages, held.keys = list(pages), list(keys)
+        return held
+
+    def keep(self, count: int) -> tuple[list[int], list[bytes]]:
+        """Keep the references of the first `count` pages for the caller (a snapshot's checkpoints) and
+        release the rest; this sequence then holds none."""
+        kept, rest = self.pages[:count], self.pages[count:]
+        keys = self.keys[:count]
+        self.pages, self.keys, self._ids = [], [], ()
+        self._cache.release(rest)
+        return kept, keys
 
     def release(self) -> None:
         """Return every page (published ones stay cached for reuse)."""

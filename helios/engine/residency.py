@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from helios.engine.config import SchedulerConfig, SchedulerRequest
 from helios.engine.page_cache import CacheGauges, PageCache, PagesShort, SequencePages, pages_for
 from helios.engine.sequence import SequenceState
+from helios.engine.snapshots import ContinuationRows, Snapshot
 from helios.errors import HeliosError
 
 
@@ -68,6 +69,10 @@ class SchedulerCounters:
     rounds_by_width: dict[int, int] = field(default_factory=dict)  # W -> SPECULATIVE rounds completed
     plain_choices: int = 0  # cohorts ready to speculate for which the choice ran plain DECODE instead
     fallback_choices: int = 0  # speculative rounds formed at the fallback width (costs unknown or stale)
+    snapshots_published: int = 0  # continuation snapshots published (their RESTORATION round's fence passed)
+    snapshots_restored: int = 0  # continuation snapshots restored into a private page (after the fence)
+    snapshots_evicted: int = 0  # snapshots given up under page pressure (their request then recomputes)
+    recomputed_tokens: int = 0  # positions a readmitted request consumes again (consumed before its preemption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,8 @@ class Residency:
     referenced_pages: dict[int, int]  # page -> references held
     outstanding: tuple[int, ...] = ()  # sequences of the rounds submitted and not completed
     cohorts: tuple[int, ...] = ()  # sequences whose lanes' requests are still kept for retirement
+    continuation_rows: int = 0  # continuation rows holding (or being written with) a snapshot
+    snapshots: int = 0  # preempted requests holding a snapshot
 
 
 class RequestResidency:
@@ -104,6 +111,12 @@ class RequestResidency:
         self._free_slots = list(range(config.max_active - 1, -1, -1))
         self._slot_generations = [0] * config.max_active
         self._released: list[str] = []  # cancelled requests whose resources came back
+        # Snapshots (snapshots.py): the continuation rows, and whether preemption snapshots at all (the
+        # scheduler turns it on when a RESTORATION graph is selected and the storage has rows).
+        self.rows = ContinuationRows(config.snapshot_rows)
+        self.snapshots = False
+        self._snapshot_due: list[SequenceState] = []  # victims whose snapshot round is still to submit
+        self._snapshotting = 0  # victims whose partial page is being snapshotted (due or in flight)
 
     # ------------------------------------------------------------------------------------ intake
 
@@ -185,7 +198,9 @@ class RequestResidency:
         return Residency(slots=self.config.max_active, free_slots=tuple(self._free_slots),
                          requests=tuple(sorted(self._all)), pending=len(self._pending),
                          readmitting=len(self._readmit), running=len(self._running), feedback=self._feedback,
-                         pages=self.cache.gauges(), referenced_pages=self.cache.referenced())
+                         pages=self.cache.gauges(), referenced_pages=self.cache.referenced(),
+                         continuation_rows=self.rows.in_use,
+                         snapshots=sum(1 for v in self._readmit if v.snapshot is not None))
 
     @property
     def active(self) -> int:
@@ -196,40 +211,70 @@ class RequestResidency:
     def _admit(self) -> None:
         while self._free_slots and (self._readmit or self._pending):
             s = self._readmit[0] if self._readmit else self._pending[0]
-            limit = len(s.known) - 1
-            if s.request.prompt_logprobs is not None and s.scored < len(s.request.generation.prompt_token_ids) - 1:
-                limit = min(limit, s.scored)  # positions whose scores are still owed are recomputed, scored
-            match = self.cache.lookup(s.known, limit=limit)
-            pages = SequencePages(self.cache, match)
+            snapshot = s.snapshot
+            if snapshot is not None:  # its checkpoints are held: no lookup
+                pages = SequencePages.adopt(self.cache, snapshot.pages, snapshot.keys)
+                reused = len(snapshot.pages) * self.config.page_tokens
+            else:
+                limit = len(s.known) - 1
+                if (s.request.prompt_logprobs is not None
+                        and s.scored < len(s.request.generation.prompt_token_ids) - 1):
+                    limit = min(limit, s.scored)  # positions whose scores are still owed are recomputed, scored
+                match = self.cache.lookup(s.known, limit=limit)
+                pages = SequencePages(self.cache, match)
+                reused = match.tokens
             # Room for the whole known history, plus a page of growth for each running request.
             need = pages.shortfall(len(s.known) + 1)
             headroom = len(self._running)
             if self._running and need + headroom > self.cache.available:
-                pages.release()
-                return
+                if snapshot is None:
+                    pages.release()
+                return  # a snapshot keeps its checkpoints' references while it waits
+            consumed = reused
+            if snapshot is not None:
+                s.snapshot = None
+                consumed = self._restore_into(s, pages, snapshot)
             if self._readmit and self._readmit[0] is s:
                 self._readmit.pop(0)
                 self.counters.readmissions += 1
+                self.counters.recomputed_tokens += max(s.preempted_at - consumed, 0)
             else:
                 self._pending.popleft()
                 self.counters.started += 1
                 self.counters.prompt_tokens += len(s.request.generation.prompt_token_ids)
-                s.reused_prompt_tokens = min(match.tokens, len(s.request.generation.prompt_token_ids))
-            self.counters.prefix_lookups += 1
-            self.counters.reused_tokens += match.tokens
+                s.reused_prompt_tokens = min(reused, len(s.request.generation.prompt_token_ids))
+            if snapshot is None:
+                self.counters.prefix_lookups += 1
+            self.counters.reused_tokens += reused  # a snapshot's checkpoints too (served, not recomputed)
             s.slot = self._free_slots.pop()
             # A slot's generations count per slot: what the device holds of another slot's row says
             # nothing of this one's, so the first round here rewrites the whole row.
             s.table_generation = s.table_entries = -1
             self._slot_generations[s.slot] += 1
             s.generation = self._slot_generations[s.slot]
-            s.pages, s.consumed, s.initialized, s.admitted = pages, match.tokens, False, True
+            s.pages, s.consumed, s.initialized, s.admitted = pages, consumed, False, True
             s.admitted_known = len(s.known)
             self._run(s)
 
+    def _restore_into(self, s: SequenceState, pages: SequencePages, snapshot: Snapshot) -> int:
+        """Where a readmitted request with `snapshot` resumes: its endpoint when the snapshot has no
+        continuation row, or when a private page for the partial one can be had (the row is then
+        restored into it by a RESTORATION round before the request continues); else the end of its
+        checkpoints (the partial page is recomputed, counted)."""
+        checkpoints = len(snapshot.pages) * self.config.page_tokens
+        if snapshot.row is None:
+            return snapshot.endpoint
+        try:
+            pages.reserve(snapshot.endpoint + 1)
+        except PagesShort:
+            self.rows.give(snapshot.row)
+            return checkpoints
+        s.restore_row = snapshot.row
+        return snapshot.endpoint
+
     def _reserve(self, s: SequenceState, tokens: int, keep: list[tuple[SequenceState, int]]) -> bool:
         """Pages for positions [0, tokens) of `s`, preempting younger idle requests (not in the cohort
-        being formed, `keep`) if needed."""
+        being formed, `keep`) if needed, then giving up younger preempted requests' snapshots."""
         assert s.pages is not None
         if tokens <= len(s.pages.pages) * self.config.page_tokens:
             return True  # the pages held already cover the chunk (every decode step but one a page)
@@ -240,27 +285,75 @@ class RequestResidency:
                 s.pages.reserve(tokens)
                 return True
             except PagesShort:
+                if self._snapshotting:
+                    return False  # a preemption awaits its snapshot round's fence: its pages come back then
                 if members is None:
                     members = {id(v) for v, _ in keep}
                 victims = [v for v in self._running if v.order > s.order and v.in_flight == 0
                            and id(v) not in members and v is not s]
-                if not victims:
+                held = [v for v in self._readmit if v.snapshot is not None and v.order > s.order]
+                if not victims and not held:
                     return False
                 if not checked:  # preempting them all must make room, else none is preempted for nothing
-                    room = self.cache.available + self.cache.freed_by(v.pages.pages for v in victims if v.pages)
+                    holders = [v.pages.pages for v in victims if v.pages] + [v.snapshot.pages for v in held]
+                    room = self.cache.available + self.cache.freed_by(holders)
                     if room < s.pages.shortfall(tokens):
                         return False
                     checked = True
-                self._preempt(max(victims, key=lambda v: v.order))
+                if victims:
+                    if self._preempt_youngest(max(victims, key=lambda v: v.order)):
+                        return False  # its snapshot round goes first; this lane waits for the fence
+                else:
+                    self._evict_snapshot(max(held, key=lambda v: v.order))
 
-    def _preempt(self, s: SequenceState) -> None:
+    def _preempt_youngest(self, v: SequenceState) -> bool:
+        """Preempt `v`; True when its partial page must first be snapshotted into a continuation row
+        (its RESTORATION round is due, and its pages return at that round's fence)."""
+        assert v.pages is not None
+        if v.restore_row is not None:  # not restored yet: the row still holds its partial page
+            row, v.restore_row = v.restore_row, None
+            self._preempt(v, row)
+            return False
+        if self.snapshots and v.consumed % self.config.page_tokens:
+            row = self.rows.take()
+            if row is not None:
+                v.snapshot_row = row
+                self._snapshot_due.append(v)
+                self._snapshotting += 1
+                return True
+        self._preempt(v)
+        return False
+
+    def _preempt(self, s: SequenceState, row: int | None = None) -> None:
+        """Release the request's slot and pages (with snapshots: keep its checkpoints and the
+        continuation `row` holding its partial page, if any) and queue it for readmission."""
         assert s.pages is not None and s.slot is not None
-        s.pages.release()
+        s.preempted_at = s.consumed
+        if self.snapshots:
+            page_tokens = self.config.page_tokens
+            s.pages.publish(s.known, s.consumed)  # the complete pages are keyed: immutable checkpoints
+            count = s.consumed // page_tokens
+            kept, keys = s.pages.keep(count)
+            endpoint = s.consumed if row is not None else count * page_tokens
+            s.snapshot = Snapshot(endpoint, kept, keys, row)
+        else:
+            s.pages.release()
         self._free_slot(s)
         s.pages, s.consumed, s.submitted, s.unknown, s.initialized = None, 0, 0, 0, False
         self._stop_running(s)
         bisect.insort(self._readmit, s, key=lambda v: v.order)
         self.counters.preemptions += 1
+
+    def _evict_snapshot(self, s: SequenceState) -> None:
+        """Give up a waiting request's snapshot: its checkpoints go to the cache (matchable until
+        evicted), its row back to the storage; its readmission recomputes what it cannot match."""
+        snapshot = s.snapshot
+        assert snapshot is not None
+        s.snapshot = None
+        self.cache.release(snapshot.pages)
+        if snapshot.row is not None:
+            self.rows.give(snapshot.row)
+        self.counters.snapshots_evicted += 1
 
     def _run(self, s: SequenceState) -> None:
         bisect.insort(self._running, s, key=lambda v: v.order)
@@ -277,7 +370,21 @@ class RequestResidency:
             s.slot = None
 
     def _release(self, s: SequenceState) -> None:
-        """Return the request's slot and pages and forget it (the fence has passed)."""
+        """Return the request's slot, pages, snapshot and rows and forget it (the fence has passed)."""
+        if s.snapshot_row is not None:  # preemption cancelled with it (the request ended, or the round failed)
+            self.rows.give(s.snapshot_row)
+            s.snapshot_row = None
+            self._snapshotting -= 1
+            if s in self._snapshot_due:
+                self._snapshot_due.remove(s)
+        if s.restore_row is not None:
+            self.rows.give(s.restore_row)
+            s.restore_row = None
+        if s.snapshot is not None:
+            self.cache.release(s.snapshot.pages)
+            if s.snapshot.row is not None:
+                self.rows.give(s.snapshot.row)
+            s.snapshot = None
         if s.pages is not None:
             s.pages.release()
             s.pages = None

@@ -75,7 +75,7 @@ from helios.engine.residency import (
     SchedulerCounters,
     UnknownRequest,
 )
-from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_fields
+from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_fields, restoration_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
@@ -114,6 +114,9 @@ class Scheduler(RequestResidency):
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
         self._init_lanes = catalog.max_lanes(C.OPERATION_INITIALIZATION)  # admissions initialized in one round
+        # Preemption snapshots partial pages and readmission restores them when a RESTORATION graph is
+        # selected and the continuation storage has snapshot rows (docs/snapshots.md).
+        self.snapshots = catalog.has(C.OPERATION_RESTORATION) and self.rows.capacity > 0
         # the one-lane variant of the configured width: its lane limit and draft passes are every variant's
         first = catalog.speculative(config.speculative_width, lanes=1) if config.speculative_width else None
         if config.speculative_width and first is None:
@@ -134,6 +137,7 @@ class Scheduler(RequestResidency):
         drawing = [v for v in catalog.variants(C.OPERATION_SPECULATIVE) if v.drafts > 0]
         self._constrained_speculation = bool(config.history_drafting and drawing
                                              and all(v.grammar_masks for v in drawing))
+        self._preempt_asks = 0  # running requests `preempt` asked to preempt, not preempted yet
         # positions a page-table row can address: a lane whose draft passes would pass them decodes plainly
         self._table_tokens = -(-config.context_tokens // config.page_tokens) * config.page_tokens
 
@@ -166,16 +170,48 @@ class Scheduler(RequestResidency):
 
     # ------------------------------------------------------------------------------------ rounds
 
+    def preempt(self, request_id: str) -> None:
+        """Preempt a running request once none of its rounds is in flight (it is given no new round
+        meanwhile), exactly as page pressure would (snapshot, release, restore at readmission); a request
+        not running (queued, preempted, ended) is left as it is."""
+        s = self._all.get(request_id)
+        if s is None:
+            raise UnknownRequest(f"request {request_id!r} is not scheduled")
+        if s.slot is not None and not s.preempt_asked:
+            s.preempt_asked = True
+            self._preempt_asks += 1
+
+    def _preempt_asked(self) -> None:
+        self._preempt_asks = 0
+        for s in [v for v in self._running if v.preempt_asked]:
+            if s.cancelled or s.ended or s.snapshot_row is not None:
+                s.preempt_asked = False
+            elif s.in_flight == 0 and s.initialized:
+                s.preempt_asked = False
+                self._preempt_youngest(s)
+            else:
+                self._preempt_asks += 1  # at a later scheduling point
+
     def schedule(self) -> RoundPlan | None:
         """The next round to submit, or None (nothing ready, or the frames are full)."""
+        plan = self._schedule()
+        if plan is None and self._snapshot_due and len(self._outstanding) < self.max_inflight():
+            # forming this round preempted a request whose partial page must first be snapshotted
+            return self._restoration_round([])
+        return plan
+
+    def _schedule(self) -> RoundPlan | None:
         if len(self._outstanding) >= self.max_inflight():
             return None
+        if self._preempt_asks:
+            self._preempt_asked()
         self._admit()
         limit = self.max_inflight()  # decided once a round: it looks at every running request
         if len(self._outstanding) >= limit:  # an admission may have brought feedback needs
             return None
         second_frame = len(self._outstanding) == 1 and limit == 2
         decode, prefill, initialize, scored = [], [], [], []
+        restoring: list[SequenceState] = []  # readmitted requests whose partial page is still to restore
         init_lanes = self._init_lanes
         for s in self._running:  # one pass: requests still to initialize go first, together
             if not s.initialized:
@@ -184,7 +220,11 @@ class Scheduler(RequestResidency):
                 continue
             if initialize:
                 continue
-            if s.cancelled or s.ended:
+            if s.cancelled or s.ended or s.snapshot_row is not None or s.preempt_asked:
+                continue  # a victim waits for its snapshot; one asked to be preempted drains its rounds
+            if s.restore_row is not None:
+                if s.in_flight == 0:
+                    restoring.append(s)
                 continue
             remaining = len(s.known) + s.unknown - s.consumed - s.submitted
             if remaining < 1 or (s.in_flight and not (self._second_frame_ready(s, second_frame)
@@ -197,6 +237,8 @@ class Scheduler(RequestResidency):
         if initialize:
             variant = self.catalog.smallest(C.OPERATION_INITIALIZATION, lanes=len(initialize), tokens=0)
             return self._submit(variant or self._init, initialize)
+        if restoring or self._snapshot_due:
+            return self._restoration_round(restoring)
         if self.config.speculative_width and decode:
             speculating = [s for s in decode if self._speculates(s)]
             # One speculative round at a time: its lanes need completion feedback anyway, so lanes that
@@ -304,6 +346,7 @@ class Scheduler(RequestResidency):
         ids, tokens, counts = outcomes.request_ids, outcomes.tokens, outcomes.sampled  # appended in step
         page_tokens = self.config.page_tokens
         initialization = plan.operation == C.OPERATION_INITIALIZATION
+        restoration = plan.operation == C.OPERATION_RESTORATION
         # The plan's requests in lane order, kept at submission (a request is forgotten only after the
         # fence of its last outstanding round, so every one is still here).
         sequences = self._cohorts.pop(plan.sequence)
@@ -326,6 +369,9 @@ class Scheduler(RequestResidency):
             if initialization:
                 s.initialized = True
                 continue
+            if restoration:  # the round's fence has passed: its snapshots are published, its restores done
+                self._retire_restoration(s)
+                continue
             if speculative:  # every emitted id, in order (delivery ends the request at a stop among them);
                 for token in sampled_id:  # known before publication: the accepted ones are committed history
                     s.known.append(token)
@@ -347,6 +393,32 @@ class Scheduler(RequestResidency):
                 s.sampled += 1
         self.counters.output_tokens += len(outcomes)
         return outcomes
+
+    def _retire_restoration(self, s: SequenceState) -> None:
+        """A validated RESTORATION lane: a snapshot lane's partial page is in its row, so the request is
+        preempted now (its partial page returns, its checkpoints and row form its snapshot); a restore
+        lane's row is in its private page, so the row returns and the request continues at its endpoint."""
+        if s.snapshot_row is not None:
+            row, s.snapshot_row = s.snapshot_row, None
+            self._snapshotting -= 1
+            self.counters.snapshots_published += 1
+            self._preempt(s, row)
+        elif s.restore_row is not None:
+            self.rows.give(s.restore_row)
+            s.restore_row = None
+            self.counters.snapshots_restored += 1
+
+    def _restoration_round(self, restoring: list[SequenceState]) -> RoundPlan:
+        """One RESTORATION round: the victims whose partial page is due for a snapshot, then readmitted
+        requests whose row is due for restoration, up to the largest RESTORATION variant."""
+        limit = self.catalog.max_lanes(C.OPERATION_RESTORATION)
+        lanes = (self._snapshot_due + restoring)[:limit]
+        for s in lanes:
+            if s in self._snapshot_due:
+                self._snapshot_due.remove(s)
+        variant = self.catalog.smallest(C.OPERATION_RESTORATION, lanes=len(lanes), tokens=0)
+        assert variant is not None  # within the largest variant
+        return self._submit(variant, [(s, 0) for s in lanes])
 
     def _owes_scores(self, s: SequenceState) -> bool:
         """A scoring request's next chunk starts at a position whose next prompt token is not scored
@@ -554,13 +626,16 @@ class Scheduler(RequestResidency):
         constrained = 0
         operation = variant.operation
         initialization = operation == C.OPERATION_INITIALIZATION
+        restoration = operation == C.OPERATION_RESTORATION
         delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
         for s, chunk in cohort:
             # a constrained speculative lane's masks are its per-position ones: its lane mask allows every token
             lane_masks = masks[len(lanes)] if masks is not None else None
-            if chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
+            if restoration:
+                lane = restoration_lane(s, eos_ids)
+            elif chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
                 lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from helios.engine.config import SchedulerRequest
 from helios.engine.page_cache import SequencePages
 from helios.engine.program_choice import AcceptanceEstimate
+from helios.engine.snapshots import Snapshot
 from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.packing import LaneInput
 
@@ -58,6 +59,14 @@ class SequenceState:
     history: HistoryIndex | None = None  # history drafting's n-gram index of `known`, built on first use
     acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
     plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
+    # Snapshots (snapshots.py). While preempted: its checkpoints and continuation row. While running: the
+    # row a RESTORATION round is snapshotting its partial page into (its preemption awaits that round's
+    # fence), or the row a RESTORATION round must restore into its private page before it continues.
+    snapshot: Snapshot | None = None
+    snapshot_row: int | None = None
+    restore_row: int | None = None
+    preempted_at: int = 0  # positions it had consumed when it was last preempted
+    preempt_asked: bool = False  # `Scheduler.preempt` asked for its preemption at the next scheduling point
 
     @property
     def frontier(self) -> int:
@@ -117,6 +126,16 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
                      grammar_mask(s.request, samples) if lane_mask else None)
 
 
+def restoration_lane(s: SequenceState, default_eos_ids: tuple[int, ...]) -> LaneInput:
+    """The RESTORATION lane of `s` at its endpoint `consumed`: it snapshots the partial page there
+    into `snapshot_row`, or restores `restore_row` into it; it consumes and samples nothing."""
+    assert s.pages is not None and s.slot is not None
+    fields = lane_fields(s, default_eos_ids)
+    return LaneInput(s.slot, s.generation, s.consumed, (), 0, False, s.pages.page_ids, *fields, None,
+                     restore_source=-1 if s.restore_row is None else s.restore_row,
+                     snapshot_destination=-1 if s.snapshot_row is None else s.snapshot_row)
+
+
 def grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | None:
     """A sampling lane of a constrained request carries its grammar's mask; the request's previous
     token was delivered (and advanced the grammar) before this round: one outstanding round."""
@@ -125,4 +144,5 @@ def grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | 
     return tuple(request.grammar.mask())
 
 
-__all__ = ["DEVICE_PENDING", "SequenceState", "build_lane", "decode_lane", "grammar_mask", "lane_fields"]
+__all__ = ["DEVICE_PENDING", "SequenceState", "build_lane", "decode_lane", "grammar_mask", "lane_fields",
+           "restoration_lane"]

@@ -37,6 +37,7 @@ from helios.engine.delivery import TokenDelivery
 from helios.engine.page_cache import PageCache
 from helios.engine.progress import RequestProgress
 from helios.engine.scheduler import Scheduler
+from helios.engine.snapshots import continuation_rows
 from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
@@ -97,7 +98,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             frames=max(min(contract.manifest.frames, executor.frames, 2), 1),
             speculative_width=speculative_width or 0, history_drafting=history_drafting,
             adaptive_speculation=adaptive_speculation and bool(speculative_width), cost_lifetime=cost_lifetime,
-            prompt_score_width=prompt_score_width(contract))
+            prompt_score_width=prompt_score_width(contract),
+            snapshot_rows=continuation_rows(contract, graphs))
         cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
         costs = None
         if config.adaptive_speculation:
@@ -175,6 +177,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                         "context_tokens": s.config.context_tokens, "pages": gauges.capacity, **self._capacity}
             # Allocatable now: free pages plus cached (published, unreferenced, evictable) ones.
             available = {"pages": gauges.free + gauges.cached, "cached_pages": gauges.cached}
+            if s.rows.capacity:
+                capacity["continuation_rows"] = s.rows.capacity
+                available["continuation_rows"] = s.rows.capacity - s.rows.in_use
             return RuntimeMetrics(
                 requests_submitted=self._submitted, requests_started=c.started, requests_rejected=self._rejected,
                 requests_finished=dict(self._finished), requests_failed=self._failed,
@@ -188,6 +193,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 fallback_choices=c.fallback_choices,
                 round_costs=s.choice.costs.entries if s.choice is not None and s.choice.costs is not None else (),
                 available=available,
+                snapshots_published=gauges.published + c.snapshots_published,
+                snapshots_evicted=gauges.evictions + c.snapshots_evicted, snapshots_restored=c.snapshots_restored,
+                continuation_rows_in_use=s.rows.in_use, recomputed_tokens=c.recomputed_tokens,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight)
 

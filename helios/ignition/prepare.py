@@ -36,6 +36,11 @@ from helios.ignition.preparation.contract import (
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
+from helios.ignition.preparation.snapshots import (
+    continuation_accesses,
+    continuation_storage,
+    restoration_program,
+)
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
 from helios.ignition.recipes import llama_family
 from helios.ignition.recipes.catalog import RECIPE_MODULES
@@ -85,6 +90,10 @@ class PreparationOptions:
     # the target's log-probability and the `prompt_score_top` most likely ids (prompt log-probabilities,
     # `echo` with `logprobs`); 0 captures none.
     prompt_score_top: int = 20
+    # Snapshots (docs/snapshots.md): continuation storage rows beside the cache planes, one partial page
+    # of every plane a row, and RESTORATION programs at every batch capacity that snapshot and restore
+    # them; None: one row per request slot; 0 captures neither (preemption then recomputes).
+    snapshot_capacity: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -112,6 +121,8 @@ class PreparationOptions:
         if self.draft is not None and self.tensor_parallel > 1:
             raise InvalidPreparationOptions(f"--draft with --tp {self.tensor_parallel}: speculative programs on "
                                             "tensor-parallel ranks are not built (prepare with --tp 1)")
+        if self.snapshot_capacity is not None and self.snapshot_capacity < 0:
+            raise InvalidPreparationOptions(f"--snapshot-capacity must be >= 0, got {self.snapshot_capacity}")
         if self.prompt_score_top < 0:
             raise InvalidPreparationOptions(f"--prompt-score-top must be >= 0, got {self.prompt_score_top}")
         if self.draft is not None and self.pending_token != "device":
@@ -249,6 +260,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                                          window_tokens=draft_cfg.windows[i], prefix="draft.")
                            for i in range(draft_cfg.layers)]
     accesses = _state_accesses(histories + draft_histories)
+    snapshot_rows = geometry.slots if options.snapshot_capacity is None else options.snapshot_capacity
+    storage = (continuation_storage(decl, histories + draft_histories, rows=snapshot_rows)
+               if snapshot_rows else None)
     draft = (llama_family.Decoder(draft_cfg, tuple(draft_histories), program_dtype, prefix="draft.")
              if draft_cfg is not None else None)
 
@@ -265,6 +279,18 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                 geometry, decl, graph=name, completion_width=completion_width, rank=rank)
             init_programs.append(init_program)
         graphs.append((name, C.OPERATION_INITIALIZATION, batch, batch, init_programs, init_bindings, []))
+    # RESTORATION at every batch capacity: preemptions and readmissions of one scheduling point snapshot
+    # and restore their partial pages in one round.
+    if storage is not None:
+        for batch in sorted({1, *options.batch_capacities}):
+            name = f"restoration_b{batch}"
+            restore_programs = []
+            for rank in range(ranks):
+                restore_program, restore_bindings = restoration_program(
+                    geometry, decl, storage, histories + draft_histories, graph=name, batch=batch,
+                    completion_width=completion_width, rank=rank)
+                restore_programs.append(restore_program)
+            graphs.append((name, C.OPERATION_RESTORATION, batch, batch, restore_programs, restore_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
     if scores is not None:  # the prompt of a request asking for prompt scores is consumed by these
         variants += [(f"scored_prefill_p{p}", C.OPERATION_SCORED_PREFILL, 1, p) for p in options.prefill_capacities]
@@ -325,7 +351,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
             graph.speculative.CopyFrom(descriptors[name])
             graph.draft_cursor.CopyFrom(C.CompletionCursor(committed_state=draft_histories[0].region.name,
                                                            lag_tokens=0))
-        if operation != C.OPERATION_INITIALIZATION:
+        if operation == C.OPERATION_RESTORATION:  # the cache planes and their continuation planes
+            graph.state_accesses.extend(accesses + continuation_accesses(storage))
+        elif operation != C.OPERATION_INITIALIZATION:
             graph.state_accesses.extend(accesses)
             if device_pending:  # every text graph reads the pending token and writes what it samples
                 view = pending_token_view(geometry)
@@ -370,6 +398,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                  f"--prefill-capacities={','.join(map(str, options.prefill_capacities))}",
                  f"--context-tokens={context}", f"--pending-token={options.pending_token}",
                  f"--prompt-score-top={options.prompt_score_top}"]
+    arguments.append(f"--snapshot-capacity={snapshot_rows}")
     if ranks > 1:  # one-rank cores keep the arguments they always had
         arguments.append(f"--tp={ranks}")
     if draft_checkpoint is not None:
@@ -387,7 +416,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         histogram_width=geometry.histogram_width, mask_words=geometry.mask_words))
     model.input_vocabulary.CopyFrom(C.InputVocabularyContract(input_tokens=cfg.vocab_size))
     model.cache.CopyFrom(C.CacheContract(page_tokens=geometry.page_tokens,
-                                         histories=[h.region for h in histories + draft_histories],
+                                         histories=[h.region for h in histories + draft_histories]
+                                         + ([storage.region] if storage is not None else []),
                                          page_table_views=page_table_views()))
     specials = _special_tokens(checkpoint)
     eos_texts = [t for t, i in specials.items() if i in checkpoint.eos_token_ids]
@@ -406,7 +436,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     contract = C.ServingContract(
         served_id=served_id, cache_identity=identity, context_tokens=context,
         prefill_tokens=max(options.prefill_capacities), page_capacity=geometry.slots * geometry.max_pages,
-        snapshot_capacity=0, max_concurrency=geometry.slots, speculative_widths=list(widths),
+        snapshot_capacity=snapshot_rows, max_concurrency=geometry.slots, speculative_widths=list(widths),
         defaults=C.ServingDefaults(sampling=_sampling_defaults(checkpoint)), model=model)
     return PreparedCore(contract, manifest, tuple(resources))
 

@@ -265,7 +265,7 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
         raise StartupFailed(f"tensor-parallel ranks are not built in the production runtime: the core has "
                             f"{manifest.ranks} ranks (the reference runtime runs them: --runtime reference)")
     check_page_table_views(serving)
-    check_history_regions(serving)
+    check_history_regions(serving, manifest)
     descriptors = {b.name: b for b in manifest.buffers}
     handles = {h.name: h for h in manifest.graphs}
     out: dict[str, _Program] = {}

@@ -251,6 +251,16 @@ class ProgramBuilder:
         """out[index[t]] = x[t] into the existing tensor `into` (rows outside it skipped)."""
         return self.emit("scatter", [into, x, index], None, into=[into])[0]
 
+    def page_snapshot(self, continuation: str, cache: str, page_table: str, lane_slot: str, endpoint: str,
+                      rows: str) -> str:
+        """Copy the page holding each lane's endpoint into its continuation row (in place)."""
+        return self.emit("page_snapshot", [continuation, cache, page_table, lane_slot, endpoint, rows])[0]
+
+    def page_restore(self, cache: str, continuation: str, page_table: str, lane_slot: str, endpoint: str,
+                     rows: str) -> str:
+        """Copy each lane's continuation row into the page holding its endpoint (in place)."""
+        return self.emit("page_restore", [cache, continuation, page_table, lane_slot, endpoint, rows])[0]
+
     def column_write(self, value: str, *, index: int, into: str) -> str:
         """into[:, index] = value."""
         return self.emit("column_write", [into, value], {"index": index}, into=[into])[0]

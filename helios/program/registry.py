@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from helios.program.collectives import COLLECTIVE_SPECS
 from helios.program.scores import SCORE_SPECS
+from helios.program.snapshots import SNAPSHOT_SPECS
 from helios.program.spec import AttributeSpec, AttributeValue, OperatorSpec, RuleError
 from helios.program.speculative import SPECULATIVE_SPECS
 from helios.program.types import (
@@ -32,7 +33,8 @@ from helios.program.types import (
 # collectives `all_reduce` and `all_gather` (helios/program/collectives.py), `embedding`'s
 # `row_offset` (a rank's slice of the vocabulary) and `prompt_scores` (scored prefill,
 # helios/program/scores.py). Version 5 adds `speculative_grammar_mask` (the per-position grammar
-# masks of a speculative round). Every earlier meaning is unchanged, so older programs keep loading.
+# masks of a speculative round), `page_snapshot` and `page_restore` (RESTORATION programs,
+# helios/program/snapshots.py). Every earlier meaning is unchanged, so older programs keep loading.
 OPERATOR_SET_VERSION = 5
 SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4, 5})
 
@@ -401,6 +403,7 @@ _SPECS = (
     *SPECULATIVE_SPECS,
     *COLLECTIVE_SPECS,
     *SCORE_SPECS,
+    *SNAPSHOT_SPECS,
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

@@ -119,7 +119,7 @@ class ReferenceExecutor:
         if ranks < 1:
             raise EngineLoadError(f"the core declares {ranks} ranks")
         check_page_table_views(serving)
-        check_history_regions(serving)
+        check_history_regions(serving, manifest)
         if pages < 1:
             raise EngineLoadError(f"pages must be >= 1, got {pages}")
         buffer_descriptors = {b.name: b for b in manifest.buffers}

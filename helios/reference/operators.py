@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, sampling, scores, speculative
+from helios.reference import collectives, sampling, scores, snapshots, speculative
 
 F = np.float32
 
@@ -286,5 +286,7 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "all_reduce": collectives.all_reduce,
     "all_gather": collectives.all_gather,
     "prompt_scores": scores.prompt_scores,
+    "page_snapshot": snapshots.page_snapshot,
+    "page_restore": snapshots.page_restore,
     "fill": fill,
 })

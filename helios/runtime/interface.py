@@ -121,8 +121,11 @@ class RuntimeMetrics:
     plain_choices: int = 0  # adaptive choice: cohorts ready to speculate that decoded plainly instead
     fallback_choices: int = 0  # adaptive choice: rounds at the fallback width (costs unknown or stale)
     round_costs: tuple[RoundCost, ...] = ()  # the measured round costs the adaptive choice reads
-    snapshots_published: int = 0
-    snapshots_evicted: int = 0
+    snapshots_published: int = 0  # immutable checkpoints (complete pages) and continuation snapshots published
+    snapshots_evicted: int = 0  # checkpoints evicted from the cache and snapshots given up under page pressure
+    snapshots_restored: int = 0  # continuation snapshots restored into private pages
+    continuation_rows_in_use: int = 0  # continuation storage rows holding a snapshot now
+    recomputed_tokens: int = 0  # positions consumed again after a readmission (0 while snapshots hold)
     capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity
     available: dict[str, int] = field(default_factory=dict)  # resource -> currently free
     mixed_grammar_decode_steps: int = 0  # flare_mixed_grammar_decode_steps_total

@@ -56,6 +56,10 @@ class LaneInput:
     # tokens after its pending token and each copied prefix, positions 0 .. len(copied)
     # (CANDIDATE_GRAMMAR_MASKS); None: every token allowed at every position.
     candidate_masks: tuple[tuple[int, ...], ...] | None = None
+    # A RESTORATION lane: the continuation row its partial page is restored from (RESTORE_SOURCE) or
+    # snapshotted into (SNAPSHOT_DESTINATION) at its endpoint `consumed`; -1 for none (every other lane).
+    restore_source: int = -1
+    snapshot_destination: int = -1
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round
@@ -86,6 +90,8 @@ ROW_SCALARS: dict[int, Callable[[LaneInput], int]] = {
     V.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT: lambda lane: lane.consumed,
     V.VALUE_SOURCE_OUTPUT_LIMIT: lambda lane: lane.output_limit,
     V.VALUE_SOURCE_CANDIDATE_COUNT: lambda lane: len(lane.copied),
+    V.VALUE_SOURCE_RESTORE_SOURCE: lambda lane: lane.restore_source,
+    V.VALUE_SOURCE_SNAPSHOT_DESTINATION: lambda lane: lane.snapshot_destination,
 }
 
 

@@ -80,21 +80,76 @@ class UnservedHistoryKind(PackingError):
     """A history region of a kind no runtime serves yet (paged latent, recurrent, continuation)."""
 
 
-# The history kinds the programs' operators and the page cache serve: paged key/value planes and
-# sliding windows over them. Paged latent and recurrent regions need their own operators and state
-# transfer (issue #21); continuation storage comes with snapshots (issue #15).
-SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW)
+# The history kinds the programs' operators and the page cache serve: paged key/value planes, sliding
+# windows over them, and continuation storage (partial pages of those planes, docs/snapshots.md).
+# Paged latent and recurrent regions need their own operators and state transfer (issue #21).
+SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW, V.HISTORY_KIND_CONTINUATION)
 
 
-def check_history_regions(serving: contract_pb2.ServingContract) -> None:
+def check_history_regions(serving: contract_pb2.ServingContract,
+                          manifest: manifest_pb2.ExecutionManifest | None = None) -> None:
     """Refuse, in one line naming it, a history region of a kind this runtime does not serve: a core
-    whose recurrent or latent state were silently ignored would be served wrong."""
+    whose recurrent or latent state were silently ignored would be served wrong. A CONTINUATION region
+    is served only as the snapshot storage of docs/snapshots.md (`continuation_problem`)."""
     for i, region in enumerate(serving.model.cache.histories):
+        kind = V.HistoryKind.Name(region.kind) if region.kind in V.HistoryKind.values() else f"#{region.kind}"
+        where = f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories"
         if region.kind not in SERVED_HISTORY_KINDS:
-            kind = V.HistoryKind.Name(region.kind) if region.kind in V.HistoryKind.values() else f"#{region.kind}"
             raise UnservedHistoryKind(
-                f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories "
-                "are not served by this runtime (it serves PAGED_KEY_VALUE and SLIDING_WINDOW regions)")
+                f"{where} are not served by this runtime (it serves PAGED_KEY_VALUE, SLIDING_WINDOW and "
+                "CONTINUATION regions)")
+        if region.kind == V.HISTORY_KIND_CONTINUATION:
+            problem = continuation_problem(serving, manifest, region)
+            if problem is not None:
+                raise UnservedHistoryKind(f"{where} are not served by this runtime except as snapshot storage: "
+                                          f"{problem}")
+
+
+def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
+    """The cache planes of the paged regions (key/value and sliding-window), in region order."""
+    return [plane for region in serving.model.cache.histories
+            if region.kind in (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW)
+            for plane in region.planes]
+
+
+def snapshot_rows(max_concurrency: int, snapshot_capacity: int, state_rows_per_request: int) -> range:
+    """The continuation rows snapshots use. The specification's partition: the first
+    `max_concurrency * state_rows_per_request` rows (`state_rows_per_request`: the maximum among the
+    selected graphs) are execution rows, live state of running requests; the next
+    `snapshot_capacity` are snapshot rows."""
+    first = max_concurrency * state_rows_per_request
+    return range(first, first + snapshot_capacity)
+
+
+def continuation_problem(serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest | None,
+                         region: contract_pb2.HistoryRegion) -> str | None:
+    """Why `region` is not the one continuation storage this runtime serves, or None: exactly one
+    continuation plane per cache plane, in the same order, each a STATE buffer of page records of
+    its cache plane's dtype and page shape covering every snapshot row, and RESTORATION graphs that
+    snapshot and restore them."""
+    regions = [r for r in serving.model.cache.histories if r.kind == V.HISTORY_KIND_CONTINUATION]
+    if regions[0] is not region and regions[0] != region:
+        return f"a second continuation region (the first, {regions[0].name!r}, holds every plane's partial pages)"
+    if not any(g.operation == V.OPERATION_RESTORATION for g in serving.model.graphs):
+        return "the core has no RESTORATION graph to snapshot and restore its rows"
+    if serving.snapshot_capacity < 1:
+        return "snapshot_capacity is 0"
+    planes = cache_planes(serving)
+    if len(region.planes) != len(planes):
+        return f"{len(region.planes)} planes for the {len(planes)} cache planes"
+    if manifest is None:
+        return None
+    buffers = {b.name: b for b in manifest.buffers}
+    rows = snapshot_rows(serving.max_concurrency, serving.snapshot_capacity,
+                         max((g.state_rows_per_request for g in serving.model.graphs), default=0))
+    for plane, cache in zip(region.planes, planes, strict=True):
+        b, c = buffers.get(plane), buffers.get(cache)
+        if b is None or c is None or b.role != manifest_pb2.BUFFER_ROLE_STATE:
+            return f"plane {plane!r} is not a STATE buffer beside cache plane {cache!r}"
+        if b.dtype != c.dtype or list(b.shape[1:]) != list(c.shape[1:]) or b.shape[0] < rows.stop:
+            return (f"plane {plane!r} {list(b.shape)} does not hold {rows.stop} page records of cache plane "
+                    f"{cache!r} {list(c.shape)}")
+    return None
 
 
 def check_page_table_views(serving: contract_pb2.ServingContract) -> None:

@@ -137,8 +137,16 @@ class HeliosCollector(Collector):
             m.reused_prompt_tokens,
         )
         # snapshots
-        yield counter("helios_snapshots_published", "Immutable snapshots published.", m.snapshots_published)
-        yield counter("helios_snapshots_evicted", "Snapshots evicted.", m.snapshots_evicted)
+        yield counter("helios_snapshots_published", "Immutable checkpoints and continuation snapshots published "
+                      "after their round's fence.", m.snapshots_published)
+        yield counter("helios_snapshots_evicted", "Checkpoints evicted from the page cache and snapshots given up "
+                      "under page pressure.", m.snapshots_evicted)
+        yield counter("helios_snapshots_restored", "Continuation snapshots restored into private pages.",
+                      m.snapshots_restored)
+        yield gauge("helios_continuation_rows_in_use", "Continuation storage rows holding a snapshot.",
+                    m.continuation_rows_in_use)
+        yield counter("helios_recomputed_tokens", "Positions consumed again after a readmission (work a "
+                      "preemption threw away).", m.recomputed_tokens)
         # resource capacity
         capacity = GaugeMetricFamily(
             "helios_capacity", "Prepared and selected capacities.", labels=["resource"]

@@ -70,7 +70,7 @@ def test_page16_tool_core_reaches_every_mechanism(tool_core):
 def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core):
     for core in (conform_core, tool_core):
         geometry = Geometry.of(core)
-        geometry_workload, pressure = generated_workloads(core, geometry)
+        geometry_workload, pressure, *snapshot = generated_workloads(core, geometry)
         requests = {r.name: r for r in geometry_workload.requests}
         assert len(requests["chunked"].body["prompt"]) > geometry.chunk_tokens
         reuse = requests["reuse"]
@@ -80,6 +80,10 @@ def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core)
         assert requests["grammar"].chat and "response_format" in requests["grammar"].body
         assert ("tool" in requests) == geometry.tool_syntax
         assert pressure.pages == 2 and len(pressure.requests) == 2
+        # both cores prepare RESTORATION graphs; the snapshot workload is kept where its shape restores
+        assert geometry.snapshots and [w.name for w in snapshot] in ([], ["snapshot"])
+        assert all(w.pages == 5 and len(w.requests) == 2 for w in snapshot)
+    assert generated_workloads(conform_core)[-1].name == "snapshot"  # it restores on the page-4 core
 
 
 def test_a_narrowed_workload_is_incomplete(conform_core):
@@ -158,10 +162,10 @@ def test_the_default_workloads_catch_a_preemption_that_leaks_a_page(conform_core
     preempting: list[bool] = []
     preempt, release = RequestResidency._preempt, PageCache.release
 
-    def flagged(self, s):
+    def flagged(self, s, row=None):
         preempting.append(True)
         try:
-            preempt(self, s)
+            preempt(self, s, row)
         finally:
             preempting.pop()
 

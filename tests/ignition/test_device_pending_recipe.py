@@ -24,12 +24,14 @@ def prepared(tiny_checkpoint):
 def test_the_contract_declares_a_device_owned_pending_token(prepared):
     contract = PreparedContract.decode(prepared.contract, prepared.manifest)  # validates every rule
     assert prepared.manifest.transport.frames == 2
-    (state,) = [b for b in prepared.manifest.buffers if b.role == M.BUFFER_ROLE_STATE]
+    # the pending tokens, and the snapshots' continuation planes (docs/snapshots.md)
+    (state,) = [b for b in prepared.manifest.buffers if b.role == M.BUFFER_ROLE_STATE
+                and not b.name.startswith("continuation.")]
     assert (state.name, state.dtype, list(state.shape)) == ("pending_tokens", M.DTYPE_I32, [2])
     for g in prepared.contract.model.graphs:
         sources = {b.source for b in g.value_bindings}
         assert C.VALUE_SOURCE_PENDING_TOKEN not in sources, g.name
-        if g.operation == C.OPERATION_INITIALIZATION:
+        if g.operation in (C.OPERATION_INITIALIZATION, C.OPERATION_RESTORATION):  # they produce no pending token
             assert not g.HasField("pending_token_state")
             continue
         view = g.pending_token_state
@@ -45,7 +47,7 @@ def test_every_text_program_reads_the_state_and_writes_the_sampled_token_back(pr
     for handle in prepared.manifest.graphs:
         program = program_pb2.Program.FromString(prepared.read(handle.program_resources[0]))
         ops = [(o.op, list(o.inputs), list(o.outputs)) for o in program.operators]
-        if handle.operation == C.OPERATION_INITIALIZATION:
+        if handle.operation in (C.OPERATION_INITIALIZATION, C.OPERATION_RESTORATION):
             assert all("pending_tokens" not in o[1] + o[2] for o in ops)
             continue
         assert ops[0] == ("gather", ["pending_tokens", "token_lane"], ["pending_rows"])
@@ -62,5 +64,5 @@ def test_device_pending_is_the_default_host_stays_available_and_other_owners_are
     host = prepare_checkpoint(tiny_checkpoint("qwen3"), PreparationOptions(
         dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,), pending_token="host"))
     assert host.manifest.transport.frames == 1
-    assert all(b.role != M.BUFFER_ROLE_STATE for b in host.manifest.buffers)
+    assert all(b.role != M.BUFFER_ROLE_STATE or b.name.startswith("continuation.") for b in host.manifest.buffers)
 

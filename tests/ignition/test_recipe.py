@@ -83,7 +83,7 @@ def test_qwen_style_sliding_layers(tiny_checkpoint, tmp_path):
     prepared = prepare_checkpoint(directory, SMALL)
     kinds = [(h.kind, h.window_tokens) for h in prepared.contract.model.cache.histories]
     assert kinds == [(C.HISTORY_KIND_PAGED_KEY_VALUE, 0), (C.HISTORY_KIND_SLIDING_WINDOW, 6),
-                     (C.HISTORY_KIND_PAGED_KEY_VALUE, 0)]
+                     (C.HISTORY_KIND_PAGED_KEY_VALUE, 0), (C.HISTORY_KIND_CONTINUATION, 0)]
 
 
 def test_preparation_emits_a_valid_contract(tiny_checkpoint):
@@ -93,11 +93,15 @@ def test_preparation_emits_a_valid_contract(tiny_checkpoint):
     operations = sorted((g.operation, g.capacity.batch_capacity, g.capacity.packed_token_capacity)
                         for g in prepared.contract.model.graphs)
     assert operations == [(C.OPERATION_INITIALIZATION, 1, 1), (C.OPERATION_INITIALIZATION, 2, 2),
+                          (C.OPERATION_RESTORATION, 1, 1), (C.OPERATION_RESTORATION, 2, 2),
                           (C.OPERATION_PREFILL, 1, 8), (C.OPERATION_SCORED_PREFILL, 1, 8), (C.OPERATION_DECODE, 1, 1),
                           (C.OPERATION_DECODE, 2, 2), (C.OPERATION_MIXED, 2, 9)]
     histories = prepared.contract.model.cache.histories
-    assert [h.kind for h in histories] == [C.HISTORY_KIND_SLIDING_WINDOW] * 2 and histories[0].window_tokens == 8
-    assert list(histories[0].planes) == ["layer0.key", "layer0.value"]
+    assert [h.kind for h in histories] == [C.HISTORY_KIND_SLIDING_WINDOW] * 2 + [C.HISTORY_KIND_CONTINUATION]
+    assert histories[0].window_tokens == 8 and list(histories[0].planes) == ["layer0.key", "layer0.value"]
+    # continuation storage: a plane of one row a request slot beside each cache plane (docs/snapshots.md)
+    assert list(histories[2].planes) == [f"continuation.layer{i}.{kv}" for i in (0, 1) for kv in ("key", "value")]
+    assert prepared.contract.snapshot_capacity == 2
     cache = [b for b in prepared.manifest.buffers if b.role == manifest_pb2.BUFFER_ROLE_CACHE]
     assert len(cache) == 4 and all(b.shape[0] == 0 for b in cache)
     fields = {slot.field for slot in prepared.manifest.completion.fields}
@@ -125,8 +129,12 @@ def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint, pend
     initialization = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_INITIALIZATION}
     assert initialization == {"initialization", "initialization_b2"}  # one a batch capacity, the same operators
     assert len({tuple(op.op for op in programs[name].operators) for name in initialization}) == 1
+    restoration = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_RESTORATION}
+    assert restoration == {"restoration_b1", "restoration_b2"}  # one a batch capacity, the same operators
+    assert {tuple(op.op for op in programs[name].operators) for name in restoration} == {
+        ("page_snapshot", "page_restore") * 4 + ("copy", "fill", "fill", "copy", "fill", "fill", "fill")}
     scored = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_SCORED_PREFILL}
-    text = [name for name in programs if name not in initialization | scored]
+    text = [name for name in programs if name not in initialization | scored | restoration]
     sequences = {tuple(op.op for op in programs[name].operators) for name in text}
     assert len(sequences) == 1
     (sequence,) = sequences

@@ -128,7 +128,10 @@ def test_one_rank_cores_are_unchanged_by_the_option(tiny_checkpoint):
     core = prepare_checkpoint(tiny_checkpoint("mistral"), SMALL)
     assert core.manifest.ranks == 1
     programs = {h.name: _program(core, h.name, 0) for h in core.manifest.graphs}
-    # version 4 only where the program scores prompts (prompt_scores); no collective or row offset anywhere
-    assert all(p.operator_set_version <= 3 for name, p in programs.items() if not name.startswith("scored_prefill"))
+    # version 4 only where the program scores prompts (prompt_scores), 5 where it restores (page_snapshot,
+    # page_restore); no collective or row offset anywhere
+    assert all(p.operator_set_version <= 3 for name, p in programs.items()
+               if not name.startswith(("scored_prefill", "restoration")))
+    assert {p.operator_set_version for name, p in programs.items() if name.startswith("restoration")} == {5}
     assert not any(o.op in ("all_reduce", "all_gather") or "row_offset" in o.attributes
                    for p in programs.values() for o in p.operators)

@@ -60,3 +60,6 @@ def test_the_production_executor_under_the_batching_scheduler(core):
     results = serve(rt, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
     assert [r.tokens for r in results] == expected
     assert rt.scheduler.counters.preemptions >= 1
+    # The younger's endpoint is mid-page: snapshotted, released, restored; nothing recomputed.
+    metrics = rt.metrics()
+    assert metrics.snapshots_restored >= 1 and metrics.recomputed_tokens == 0

@@ -5,7 +5,8 @@ it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where
 `fill` a small torch call on static tensors (`gather` and `where` move one integer per lane: a
 device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
 and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`,
-`prompt_scores` (torch reductions and a sort) in `scores.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+`prompt_scores` (torch reductions and a sort) in `scores.py`, `page_snapshot` and `page_restore` in
+`snapshots.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -26,6 +27,7 @@ from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
 from helios.production.lowering.scores import lower_prompt_scores
+from helios.production.lowering.snapshots import lower_page_restore, lower_page_snapshot
 from helios.production.lowering.speculative import (
     lower_copied_proposal,
     lower_speculative_allocate,
@@ -216,6 +218,8 @@ LOWERINGS: Mapping[str, Lowering] = {
     "all_reduce": lower_all_reduce,
     "all_gather": lower_all_gather,
     "prompt_scores": lower_prompt_scores,
+    "page_snapshot": lower_page_snapshot,
+    "page_restore": lower_page_restore,
     "fill": _fill,
 }
 
