@@ -110,6 +110,7 @@ class Scheduler(RequestResidency):
         self._cohorts: dict[int, list[SequenceState]] = {}  # outstanding plan sequence -> its lanes' requests
         self._prefill_turn = False
         self._scored_turn = True  # scored and plain prefill chunks alternate while both kinds wait
+        self._partly_retired: dict[int, int] = {}  # round sequence -> lanes retired before `complete` failed
         self._speculative_turn = True  # speculative and other rounds alternate while both kinds wait
         self._next_frame = 0  # frames alternate by submission, never into a held one; rounds retire in order
         self._init = catalog.variants(C.OPERATION_INITIALIZATION)[0]
@@ -352,45 +353,51 @@ class Scheduler(RequestResidency):
         sequences = self._cohorts.pop(plan.sequence)
         if plan.operation == C.OPERATION_SCORED_PREFILL:
             self._retire_scores(plan, sequences, scores, outcomes)
-        for s, lane, request_id, emits, sampled_id in zip(sequences, plan.lanes, plan.request_ids, emitted,
-                                                          sampled_ids, strict=True):
-            count = len(lane.tokens)  # the lane retires: its tokens are committed
-            s.in_flight -= 1
-            s.submitted -= count
-            if speculative:  # the pending token and the accepted proposals are committed
-                count = emits
-            consumed = s.consumed = s.consumed + count
-            if lane.samples:
-                s.unknown -= 1
-            if s.cancelled or s.ended:
-                if s.in_flight == 0:
-                    self._release(s)
-                continue
-            if initialization:
-                s.initialized = True
-                continue
-            if restoration:  # the round's fence has passed: its snapshots are published, its restores done
-                self._retire_restoration(s)
-                continue
-            if speculative:  # every emitted id, in order (delivery ends the request at a stop among them);
-                for token in sampled_id:  # known before publication: the accepted ones are committed history
-                    s.known.append(token)
+        retired = 0  # lanes whose round count this completion took back (an abort must not again)
+        try:
+            for s, lane, request_id, emits, sampled_id in zip(sequences, plan.lanes, plan.request_ids, emitted,
+                                                              sampled_ids, strict=True):
+                count = len(lane.tokens)  # the lane retires: its tokens are committed
+                s.in_flight -= 1
+                retired += 1
+                s.submitted -= count
+                if speculative:  # the pending token and the accepted proposals are committed
+                    count = emits
+                consumed = s.consumed = s.consumed + count
+                if lane.samples:
+                    s.unknown -= 1
+                if s.cancelled or s.ended:
+                    if s.in_flight == 0:
+                        self._release(s)
+                    continue
+                if initialization:
+                    s.initialized = True
+                    continue
+                if restoration:  # the round's fence has passed: its snapshots are published, its restores done
+                    self._retire_restoration(s)
+                    continue
+                if speculative:  # every emitted id, in order (delivery ends the request at a stop among them);
+                    for token in sampled_id:  # known before publication: the accepted ones are committed history
+                        s.known.append(token)
+                        ids.append(request_id)
+                        tokens.append(token)
+                        counts.append(s.sampled + 1)
+                        s.sampled += 1
+                pages = s.pages
+                published = len(pages.keys)  # type: ignore[union-attr]
+                if (published + 1) * page_tokens <= consumed and published < len(pages.pages):  # type: ignore[union-attr]
+                    pages.publish(s.known, consumed)  # type: ignore[union-attr]  # pages were filled: key them once
+                if speculative:
+                    continue
+                if emits:
+                    s.known.append(sampled_id)
                     ids.append(request_id)
-                    tokens.append(token)
+                    tokens.append(sampled_id)
                     counts.append(s.sampled + 1)
                     s.sampled += 1
-            pages = s.pages
-            published = len(pages.keys)  # type: ignore[union-attr]
-            if (published + 1) * page_tokens <= consumed and published < len(pages.pages):  # type: ignore[union-attr]
-                pages.publish(s.known, consumed)  # type: ignore[union-attr]  # pages were filled: key them once
-            if speculative:
-                continue
-            if emits:
-                s.known.append(sampled_id)
-                ids.append(request_id)
-                tokens.append(sampled_id)
-                counts.append(s.sampled + 1)
-                s.sampled += 1
+        except BaseException:  # host code failed partway: `abort` ends the lanes, these ones retired
+            self._partly_retired[plan.sequence] = retired
+            raise
         self.counters.output_tokens += len(outcomes)
         return outcomes
 
@@ -448,22 +455,25 @@ class Scheduler(RequestResidency):
             row += length
 
     def abort(self, plan: RoundPlan) -> list[str]:
-        """The round failed (the executor raised, or its completion was invalid): its lanes' requests
-        end; returns those the runtime must report as failed (cancelled ones are just released)."""
+        """The round failed (the executor raised, its completion was invalid, or host code failed while
+        `complete` retired its lanes): its lanes' requests end; returns those the runtime must report
+        as failed (cancelled ones are just released)."""
         if plan in self._outstanding:
             self._outstanding.remove(plan)
         self._cohorts.pop(plan.sequence, None)
+        retired = self._partly_retired.pop(plan.sequence, 0)  # lanes `complete` retired before it failed
         failed = []
         for update in plan.page_table_updates:  # the device may not hold them: the slot's next round rewrites its row
             self.uploads.forget(update.slot)
-        for lane, request_id in zip(plan.lanes, plan.request_ids, strict=True):
+        for index, (lane, request_id) in enumerate(zip(plan.lanes, plan.request_ids, strict=True)):
             s = self._all.get(request_id)
             if s is None:
                 continue
             s.table_generation = s.table_entries = -1
-            s.in_flight -= 1
-            s.submitted -= len(lane.tokens)
-            s.unknown -= int(lane.samples)
+            if index >= retired:
+                s.in_flight -= 1
+                s.submitted -= len(lane.tokens)
+                s.unknown -= int(lane.samples)
             if not (s.cancelled or s.ended):
                 s.ended = True
                 failed.append(request_id)

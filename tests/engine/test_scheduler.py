@@ -525,3 +525,25 @@ def test_decode_rounds_keep_the_cohort_and_skip_unchanged_page_tables():
         assert len(plan.page_table_updates) == len(grown)
         for (slot, start, entries), lane in zip(plan.page_table_updates, grown, strict=True):
             assert (slot, start, entries) == (lane.slot, len(lane.page_ids) - 1, lane.page_ids[-1:])
+
+
+def test_a_completion_failing_partway_through_retirement_releases_every_lane_once():
+    """Host code raising while `complete` retires a round's lanes (after validation): `abort` ends
+    every request of the round and gives back their slots and pages, without taking back the round
+    count of lanes `complete` had already retired (twice would leave them never released)."""
+
+    class Refusing(list):
+        def append(self, token):
+            raise RuntimeError("injected: host fault while retiring")
+
+    s = scheduler()
+    for name in ("a", "b"):
+        s.add(request(name, 3))
+    while (plan := s.schedule()) is not None and plan.operation == INIT:
+        run(s, plan)
+    assert plan is not None and len(plan.lanes) == 2  # one round of both prompts, each sampling
+    s._all[plan.request_ids[1]].known = Refusing(s._all[plan.request_ids[1]].known)  # lane 0 retires first
+    with pytest.raises(RuntimeError, match="injected"):
+        run(s, plan)
+    assert sorted(s.abort(plan)) == ["a", "b"]
+    assert s.idle and not s._all and s.cache.available == 64 and not s.cache.referenced()
