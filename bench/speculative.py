@@ -1,4 +1,5 @@
 """The cost of a SPECULATIVE round against a DECODE round on the GPU, as ratios measured in one run.
+(Serving with speculation, tokens per second of each mode on the demo pair: bench/speculative_serving.py.)
 
     python bench/speculative.py [--target llama-8b] [--draft qwen3-0.6b] [--batches 1 8 64] [--widths 2 4 8]
 

@@ -1,0 +1,190 @@
+"""Serving with speculation on the demo pair (the embedded target and its drafter): tokens per second
+with speculation off, at each fixed width and with the adaptive choice, measured in one run.
+
+    python bench/speculative_serving.py [--concurrency 1 8 32 128 256] [--temperatures 0 0.7]
+                                        [--widths 2 4 8] [--history-drafting] [--json out.json]
+    python bench/speculative_serving.py --tiny   # a short CPU run of every part (the reference runtime)
+
+The demo checkpoint and drafter (helios/demo/) are prepared into one core (`helios prepare --draft`,
+bf16 on a GPU, fp32 on a CPU) with batch capacities up to the largest concurrency and SPECULATIVE
+programs of every `--widths` width. On a GPU the production runtime loads the core once (every width,
+round costs measured at startup) and each mode serves over it: `off` (plain decoding), `W2`, `W4`,
+`W8` (a fixed width) and `auto` (the adaptive choice). On a CPU the reference runtime serves each mode.
+
+Workloads, each at every concurrency C (C requests submitted at once, C admitted at a time):
+  - held_out: the demo's held-out chat prompts (helios/demo/tasks.py), rendered by the core's chat
+    template and frontend exactly as `helios serve` renders them;
+  - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
+    history drafting (`--history-drafting`) has proposals to copy.
+Printed per workload, temperature and concurrency: output tokens per second of each mode, the best
+fixed choice (off or a width), and auto / best (issue #18's target: >= 0.97 at every concurrency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MAX_TOKENS = 128
+
+
+def prepare(workdir: Path, *, dtype: str, capacities: list[int], widths: list[int]) -> tuple[Path, Path]:
+    """The demo pair prepared into one core; returns (core, trusted public key)."""
+    from helios.cli import main as helios
+    from helios.demo.__main__ import CHECKPOINT_DIR, DRAFTER_DIR, PUBLISHER
+
+    key = workdir / "bench.key"
+    if helios(["keys", "new", "--out", str(key)]) != 0:
+        raise SystemExit("could not create a signing key")
+    core = workdir / "pair.hcore"
+    status = helios(["prepare", str(CHECKPOINT_DIR), "--out", str(core), "--publisher", PUBLISHER, "--key", str(key),
+                     "--dtype", dtype, "--draft", str(DRAFTER_DIR),
+                     "--batch-capacities", ",".join(map(str, capacities)),
+                     "--speculative-widths", ",".join(map(str, widths))])
+    if status != 0:
+        raise SystemExit("preparation failed")
+    return core, Path(f"{key}.pub")
+
+
+def held_out_bodies(count: int) -> list[dict]:
+    from helios.demo.tasks import held_out_examples
+
+    bodies = []
+    for example in held_out_examples(seed=7, count=count):
+        body = {"messages": list(example.messages), "max_tokens": MAX_TOKENS}
+        if example.tools:
+            body["tools"] = list(example.tools)
+        bodies.append(body)
+    return bodies
+
+
+def repetitive_bodies(count: int) -> list[dict]:
+    rng = random.Random(11)
+    words = ["apple", "river", "stone", "cloud", "maple", "ember", "delta", "lumen", "cedar", "orbit"]
+    bodies = []
+    for _ in range(count):
+        items = [rng.choice(words) for _ in range(rng.randrange(12, 24))]
+        index = rng.randrange(len(items))
+        text = (f"Repeat this list exactly, but replace item {index + 1} with 'zebra': "
+                + ", ".join(items) + ". Then repeat the changed list once more.")
+        bodies.append({"messages": [{"role": "user", "content": text}], "max_tokens": MAX_TOKENS})
+    return bodies
+
+
+def prepared(preparer, bodies: list[dict], temperature: float, tag: str) -> list:
+    from helios.frontend.openai_request import parse_chat_request
+
+    out = []
+    for i, body in enumerate(bodies):
+        request = parse_chat_request({**body, "temperature": temperature, "seed": i})
+        out.append(preparer.prepare_chat(request, f"{tag}-{i}").runtime_request)
+    return out
+
+
+def serve(runtime, requests) -> tuple[int, float]:
+    """Every request submitted at once; (output tokens, seconds of wall time)."""
+    from helios.runtime.events import Finished, TokenEvent
+
+    async def main() -> tuple[int, float]:
+        runtime.start()
+        try:
+            start = time.perf_counter()
+            streams = [runtime.submit(r) for r in requests]
+            total = 0
+            for stream in streams:
+                async for event in stream:
+                    if isinstance(event, Finished):
+                        total += event.output_tokens
+                    elif not isinstance(event, TokenEvent):
+                        raise RuntimeError(f"request {stream.request_id} ended with {event}")
+            return total, time.perf_counter() - start
+        finally:
+            runtime.shutdown()
+
+    return asyncio.run(main())
+
+
+def modes(widths: list[int]) -> list[tuple[str, dict]]:
+    return ([("off", {"speculation": False})] + [(f"W{w}", {"speculative_width": w}) for w in widths]
+            + [("auto", {"adaptive_speculation": True})])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", nargs="*", type=int, default=[1, 8, 32, 128, 256])
+    parser.add_argument("--temperatures", nargs="*", type=float, default=[0.0, 0.7])
+    parser.add_argument("--widths", nargs="*", type=int, default=[2, 4, 8])
+    parser.add_argument("--history-drafting", action="store_true", help="speculative modes also copy proposals")
+    parser.add_argument("--requests", type=int, default=0, help="requests a concurrency (default: max(C, 16))")
+    parser.add_argument("--tiny", action="store_true", help="a short run of every part (concurrency 1 and 2)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
+    args = parser.parse_args(argv)
+    import torch
+
+    from helios.core.reader import open_core
+    from helios.demo.__main__ import PUBLISHER
+    from helios.frontend.bootstrap import Bootstrap
+    from helios.frontend.preparation import Preparer
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
+
+    gpu = torch.cuda.is_available()
+    concurrency = [1, 2] if args.tiny else sorted(set(args.concurrency))
+    widths = [2, 4] if args.tiny else sorted(set(args.widths))
+    per = (lambda c: 2) if args.tiny else (lambda c: args.requests or max(c, 16))
+    capacities = sorted({1, 2, 4, 8, *concurrency})
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path, key = prepare(Path(tmp), dtype="bf16" if gpu else "fp32", capacities=capacities, widths=widths)
+        core = open_core(path, trusted_keys=[key], accept=PUBLISHER)
+        preparer = Preparer(Bootstrap.from_core(core), served_id=core.contract.served_id,
+                            context_tokens=core.contract.context_tokens)
+        if gpu:
+            from helios.production.loading import load_native_model, runtime_for
+
+            model = load_native_model(core, max_concurrency=max(capacities), speculative_width=max(widths),
+                                      history_drafting=args.history_drafting, measure_costs=True)
+            print(f"device: {torch.cuda.get_device_name()}; production runtime, bf16")
+        else:
+            from helios.reference import load_runtime
+
+            print("device: CPU; reference runtime (NumPy), fp32")
+        workloads = {"held_out": held_out_bodies(max(per(c) for c in concurrency)),
+                     "repetitive": repetitive_bodies(max(per(c) for c in concurrency))}
+        names = [name for name, _ in modes(widths)]
+        print(f"\n{'workload':>10} {'temp':>5} {'C':>4} " + " ".join(f"{n:>9}" for n in names)
+              + f" {'best':>6} {'auto/best':>9}")
+        for workload, bodies in workloads.items():
+            for temperature in args.temperatures:
+                for c in concurrency:
+                    rates = {}
+                    for name, extra in modes(widths):
+                        if name != "off":
+                            extra = {**extra, "history_drafting": args.history_drafting}
+                        options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
+                        runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
+                        requests = prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}")
+                        tokens, seconds = serve(runtime, requests)
+                        rates[name] = tokens / seconds
+                    fixed = {n: r for n, r in rates.items() if n != "auto"}
+                    best = max(fixed, key=fixed.get)
+                    figures.append({"workload": workload, "temperature": temperature, "concurrency": c,
+                                    "tokens_per_second": rates, "best_fixed": best,
+                                    "auto_over_best": rates["auto"] / fixed[best]})
+                    print(f"{workload:>10} {temperature:>5.2f} {c:>4} " + " ".join(f"{rates[n]:>9.1f}" for n in names)
+                          + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
