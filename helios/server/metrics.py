@@ -55,6 +55,12 @@ class HeliosCollector(Collector):
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, value=value)
 
+        def labeled_counter(name: str, doc: str, label: str, values: dict) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, doc, labels=[label])
+            for key, value in sorted(values.items()):
+                family.add_metric([str(key)], value)
+            return family
+
         # request lifecycle
         yield counter(
             "helios_requests_submitted", "Requests submitted to the model runtime.", m.requests_submitted
@@ -68,12 +74,8 @@ class HeliosCollector(Collector):
             m.requests_rejected,
         )
         yield counter("helios_requests_failed", "Requests ended by an execution failure.", m.requests_failed)
-        finished = CounterMetricFamily(
-            "helios_requests_finished", "Requests finished, by termination.", labels=["termination"]
-        )
-        for termination, value in sorted(m.requests_finished.items()):
-            finished.add_metric([termination], value)
-        yield finished
+        yield labeled_counter("helios_requests_finished", "Requests finished, by termination.", "termination",
+                              m.requests_finished)
         yield gauge("helios_requests_active", "Requests holding a model slot.", m.requests_active)
         yield gauge(
             "helios_requests_pending",
@@ -87,12 +89,8 @@ class HeliosCollector(Collector):
             m.output_tokens,
         )
         # graph launches
-        launches = CounterMetricFamily(
-            "helios_graph_launches", "Rounds submitted to the engine, by operation.", labels=["operation"]
-        )
-        for operation, value in sorted(m.graph_launches.items()):
-            launches.add_metric([operation], value)
-        yield launches
+        yield labeled_counter("helios_graph_launches", "Rounds submitted to the engine, by operation.", "operation",
+                              m.graph_launches)
         # learned speculation
         yield counter("helios_speculative_rounds", "SPECULATIVE rounds completed.", m.speculative_rounds)
         yield counter("helios_speculative_offered_drafts", "Draft proposals offered for verification.",
@@ -104,26 +102,19 @@ class HeliosCollector(Collector):
         yield counter("helios_speculative_copied_accepted", "Copied proposals accepted by verification.",
                       m.copied_accepted)
         # per draft position (1-based), per width, and the adaptive program choice
-        offered = CounterMetricFamily("helios_speculative_position_offered",
-                                      "Speculative lanes offered a proposal at this draft position.", labels=["position"])
-        for position, value in sorted(m.offered_by_position.items()):
-            offered.add_metric([str(position)], value)
-        yield offered
-        accepted = CounterMetricFamily("helios_speculative_position_accepted",
-                                       "Speculative lanes whose proposal at this draft position was accepted.",
-                                       labels=["position"])
-        for position, value in sorted(m.accepted_by_position.items()):
-            accepted.add_metric([str(position)], value)
-        yield accepted
-        widths = CounterMetricFamily("helios_speculative_width_rounds", "SPECULATIVE rounds completed, by width W.",
-                                     labels=["width"])
-        for width, value in sorted(m.speculative_rounds_by_width.items()):
-            widths.add_metric([str(width)], value)
-        yield widths
+        yield labeled_counter("helios_speculative_position_offered",
+                              "Speculative lanes offered a proposal at this draft position.", "position",
+                              m.offered_by_position)
+        yield labeled_counter("helios_speculative_position_accepted",
+                              "Speculative lanes whose proposal at this draft position was accepted.", "position",
+                              m.accepted_by_position)
+        yield labeled_counter("helios_speculative_width_rounds", "SPECULATIVE rounds completed, by width W.", "width",
+                              m.speculative_rounds_by_width)
         yield counter("helios_speculative_plain_choices", "Cohorts ready to speculate for which the adaptive "
                       "choice ran plain DECODE (its expected rate was not below speculation's).", m.plain_choices)
         yield counter("helios_speculative_fallback_choices", "Speculative rounds run at the fallback width because "
-                      "the measured round costs were unknown or stale.", m.fallback_choices)
+                      "the measured round costs were unknown or stale, or no acceptance was observed yet.",
+                      m.fallback_choices)
         costs = GaugeMetricFamily("helios_round_cost_seconds", "Measured cost of one round of a selected graph "
                                   "(the adaptive choice's table).", labels=["operation", "lanes", "width"])
         for cost in sorted(m.round_costs, key=lambda c: (c.operation, c.width, c.lanes)):
