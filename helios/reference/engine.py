@@ -85,7 +85,7 @@ class ReferenceEngine:
         # selected width (None: plain decoding, also on a speculative core).
         # SPECULATIVE rounds so far: proposals offered and accepted, and of them the copied ones
         self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0, "copied_offered": 0,
-                                   "copied_accepted": 0, "plain_choices": 0}
+                                   "copied_accepted": 0, "plain_choices": 0, "fallback_choices": 0}
         # per draft position k (lanes offered proposal k, lanes that accepted it) and rounds per width W
         self.position_counts: dict[str, dict[int, int]] = {"offered": {}, "accepted": {}, "rounds_by_width": {}}
         self._speculative_checks = {g.name: SpeculativeRound.of(g) for g in prepared.graphs
@@ -215,11 +215,14 @@ class ReferenceEngine:
     def _program(self, acceptance: AcceptanceEstimate, room: int):
         """The speculative graph contract a round of a request runs (None: plain DECODE): the
         selected width's, or under adaptive choice the one of the highest expected rate (the fallback
-        width's while costs are unknown)."""
-        if self.choice is None or self.choice.explores(self.pooled):  # acceptance unknown: the configured width
+        width's while costs or acceptance are unknown)."""
+        if self.choice is None:
             return self._speculative_graph
-        chosen = self.choice.choose([acceptance.mean(self.pooled.mean(0.5))], [room])
+        # acceptance unknown, or costs unknown or stale: the configured width
+        chosen = None if self.choice.explores(self.pooled) else self.choice.choose(
+            [acceptance.mean(self.pooled.mean(0.5))], [room])
         if chosen is None:
+            self.speculative_counts["fallback_choices"] += 1
             return self._speculative_graph
         if not chosen.speculative:
             self.speculative_counts["plain_choices"] += 1

@@ -189,6 +189,7 @@ def test_the_sequential_reference_runtime_chooses_adaptively(core, workload):
     assert {(c.operation_name, c.lanes, c.width) for c in m.round_costs} == {
         ("decode", 1, 1), ("speculative", 1, 2), ("speculative", 1, 4)}
     assert m.speculative_rounds + m.plain_choices >= 1
+    assert m.fallback_choices >= 1  # the first round explores: acceptance unknown, the configured width
     assert sum(m.speculative_rounds_by_width.values()) == m.speculative_rounds
     assert sum(m.offered_by_position.values()) == m.offered_drafts
     assert 'helios_round_cost_seconds{lanes="1",operation="decode",width="1"}' in _scrape(runtime)
