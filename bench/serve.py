@@ -123,10 +123,33 @@ def roofline(model, workload, bandwidth: float, untied: int) -> dict:
             "weight_bytes": weights, "cache_bytes_per_token": token_bytes}
 
 
+def serve_at_once(runtime, requests) -> tuple[int, float]:
+    """Every request submitted at once to `runtime` (started here, shut down after): (output
+    tokens, seconds of wall time)."""
+    from helios.runtime.events import Finished, TokenEvent
+
+    async def main() -> tuple[int, float]:
+        runtime.start()
+        try:
+            start = time.perf_counter()
+            streams = [runtime.submit(r) for r in requests]
+            total = 0
+            for stream in streams:
+                async for event in stream:
+                    if isinstance(event, Finished):
+                        total += event.output_tokens
+                    elif not isinstance(event, TokenEvent):
+                        raise RuntimeError(f"request {stream.request_id} ended with {event}")
+            return total, time.perf_counter() - start
+        finally:
+            runtime.shutdown()
+
+    return asyncio.run(main())
+
+
 def throughput(model, workload, *, temperature: float) -> dict:
     """Every request submitted at once to a BatchingRuntime; output tokens per second of wall time."""
     from helios.production.loading import runtime_for
-    from helios.runtime.events import Finished, TokenEvent
     from helios.runtime.interface import PreparedRequest
     from helios.runtime.limits import AdmissionLimits
     from helios.runtime.options import RuntimeOptions
@@ -139,23 +162,7 @@ def throughput(model, workload, *, temperature: float) -> dict:
                                                            sampling=SamplingParams(temperature=temperature, seed=i)))
                 for i, (prompt, n) in enumerate(workload)]
 
-    async def main() -> tuple[float, int]:
-        runtime.start()
-        try:
-            start = time.perf_counter()
-            streams = [runtime.submit(r) for r in requests]
-            total = 0
-            for stream in streams:
-                async for event in stream:
-                    if isinstance(event, Finished):
-                        total += event.output_tokens
-                    elif not isinstance(event, TokenEvent):
-                        raise RuntimeError(f"request {stream.request_id} ended with {event}")
-            return time.perf_counter() - start, total
-        finally:
-            runtime.shutdown()
-
-    seconds, tokens = asyncio.run(main())
+    tokens, seconds = serve_at_once(runtime, requests)
     counters = runtime.scheduler.counters
     return {"requests": len(workload), "output_tokens": tokens, "seconds": seconds,
             "tokens_per_second": tokens / seconds, "launches": dict(counters.launches),

@@ -23,15 +23,15 @@ fixed choice (off or a width), and auto / best (issue #18's target: >= 0.97 at e
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.serve import serve_at_once  # noqa: E402
 
 MAX_TOKENS = 128
 
@@ -87,29 +87,6 @@ def prepared(preparer, bodies: list[dict], temperature: float, tag: str) -> list
         request = parse_chat_request({**body, "temperature": temperature, "seed": i})
         out.append(preparer.prepare_chat(request, f"{tag}-{i}").runtime_request)
     return out
-
-
-def serve(runtime, requests) -> tuple[int, float]:
-    """Every request submitted at once; (output tokens, seconds of wall time)."""
-    from helios.runtime.events import Finished, TokenEvent
-
-    async def main() -> tuple[int, float]:
-        runtime.start()
-        try:
-            start = time.perf_counter()
-            streams = [runtime.submit(r) for r in requests]
-            total = 0
-            for stream in streams:
-                async for event in stream:
-                    if isinstance(event, Finished):
-                        total += event.output_tokens
-                    elif not isinstance(event, TokenEvent):
-                        raise RuntimeError(f"request {stream.request_id} ended with {event}")
-            return total, time.perf_counter() - start
-        finally:
-            runtime.shutdown()
-
-    return asyncio.run(main())
 
 
 def modes(widths: list[int]) -> list[tuple[str, dict]]:
@@ -172,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
                         runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
                         requests = prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}")
-                        tokens, seconds = serve(runtime, requests)
+                        tokens, seconds = serve_at_once(runtime, requests)
                         rates[name] = tokens / seconds
                     fixed = {n: r for n, r in rates.items() if n != "auto"}
                     best = max(fixed, key=fixed.get)
