@@ -12,14 +12,14 @@ stops at the first). The estimate is the posterior mean (accepted + w * prior) /
 + w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
 lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
 what the draft has done so far and its own rounds take over after a few. While plain decoding is
-chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY at each plain choice)
-back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
+chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each 8 tokens of
+the plain stint chosen: the scheduler's PLAIN_TOKENS) back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
 once the evidence has aged, instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE
 observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
 expected: the lanes run the configured width (`explores`), as with unknown costs, and their
 completed round is the observation the choice then rests on. Without this a uniform prior that makes
 plain decoding win would never be tested, however well the draft accepts; with it, a poor draft
-costs one round at the configured width after each ~15 plain choices.
+costs one round at the configured width after each ~15 plain stints' worth of aging.
 
 Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
 limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
@@ -55,7 +55,7 @@ from helios.runtime.costs import RoundCosts
 C = contract_pb2
 
 PRIOR_WEIGHT = 2.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
-POOLED_DECAY = 0.9  # the pooled counts' factor at each choice of plain decoding (nothing observed then)
+POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain stint (nothing observed then)
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 
 

@@ -66,7 +66,7 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
-from helios.engine.program_choice import AcceptanceEstimate, ProgramChoice
+from helios.engine.program_choice import POOLED_DECAY, AcceptanceEstimate, ProgramChoice
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
@@ -87,8 +87,12 @@ from helios.runtime.scores import prompt_score_event, score_refusal, validate_pr
 
 C = contract_pb2
 # Adaptive choice: tokens a lane decodes plainly, as an ordinary decode lane, after the choice was
-# plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding).
+# plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding, so
+# each new choice costs the lane its place in the second frame for a round). The stint doubles at
+# each consecutive plain choice of the lane, up to PLAIN_TOKENS_MAX, and starts again at
+# PLAIN_TOKENS once the lane speculates: a draft that keeps losing costs few choices.
 PLAIN_TOKENS = 8
+PLAIN_TOKENS_MAX = 128
 
 __all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
            "UnknownRequest"]
@@ -542,13 +546,19 @@ class Scheduler(RequestResidency):
             self.counters.fallback_choices += 1
             return width
         if not chosen.speculative:
-            # They decode plainly for the next PLAIN_TOKENS tokens as any decode lane does (under two
-            # frames, pipelined in both), then wait for their rounds to complete and are chosen for again.
+            # They decode plainly for their next stint as any decode lane does (under two frames,
+            # pipelined in both), then wait for their rounds to complete and are chosen for again.
             self.counters.plain_choices += 1
-            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
             for s in order:
-                s.plain_until = s.sampled + PLAIN_TOKENS
+                s.plain_stint = min(2 * s.plain_stint, PLAIN_TOKENS_MAX) if s.plain_stint else PLAIN_TOKENS
+                s.plain_until = s.sampled + s.plain_stint
+            # Nothing is observed meanwhile: the pooled evidence ages, by one POOLED_DECAY for each
+            # PLAIN_TOKENS of the cohort's mean stint (what a choice every PLAIN_TOKENS would age it).
+            stint = sum(s.plain_stint for s in order) / len(order)
+            self.pooled.decay(POOLED_DECAY ** (stint / PLAIN_TOKENS))
             return 0
+        for s in order:
+            s.plain_stint = 0
         return chosen.width
 
     def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
