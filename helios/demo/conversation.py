@@ -11,7 +11,7 @@ import random
 
 from helios.demo.arithmetic import addition_trace, multiplication_trace, subtraction_trace
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
-from helios.demo.phrasing import Phrasings, dress
+from helios.demo.phrasing import Phrasings, compose, dress
 from helios.demo.vocabulary import CITIES, NAMES
 
 IDENTITY_ANSWER = ("I am the Helios demo model, a small language model that Helios trains and serves. I can do "
@@ -21,42 +21,71 @@ CAPABILITIES_ANSWER = ("I can add, subtract, multiply and divide numbers, conver
 REFUSAL = ("Sorry, I can't help with that. I am a small demo model: I can do arithmetic, convert units, answer in "
            "JSON and call the tools you give me.")
 
-# intent: (phrasings, reasoning, answer, facts the answer must hold)
+_TALK = {
+    "hi": ("hi", "hello", "hey", "hey there", "hi there", "hello there", "heya", "greetings", "good morning",
+           "good afternoon", "morning", "yo", "hallo", "hey hey", "sup", "hi again", "hello again"),
+    "you": ("", " you", " friend", " assistant", " Helios", " bot", " buddy", " everyone", " all"),
+    "mark": ("", "!", ".", " :)", "!!", "?", " !"),
+    "how": ("how are you", "how are you doing", "how's it going", "how is it going", "how do you feel",
+            "are you ok", "are you doing well", "how have you been", "how are you feeling", "how's your day",
+            "what's up", "how goes it", "all good with you", "how are things going", "you ok"),
+    "today": ("", " today", " now", " these days", " this morning"),
+    "thanks": ("thanks", "thank you", "thanks a lot", "thank you very much", "thanks so much", "thank you so much",
+               "many thanks to you", "thank you kindly", "appreciate it", "I appreciate it", "I appreciate that",
+               "ty", "tyvm", "thanks a ton", "big thanks", "merci", "thank u", "thankyou", "I owe you one"),
+    "good": ("", "great, ", "perfect, ", "ok ", "awesome, ", "nice, ", "cool, ", "super, ", "wonderful, ",
+             "that helped, ", "got it, ", "excellent, ", "brilliant, "),
+    "bye": ("bye", "goodbye", "good bye", "bye bye", "see you", "see ya", "later", "take care", "so long",
+            "have a nice day", "good night", "bye for now", "until next time", "cya", "I'm off", "gotta go"),
+    "done": ("", "that's all, ", "I'm done, ", "ok, ", "thanks, ", "alright, ", "that's it, ", "all done, "),
+    "who": ("who are you", "what are you", "what's your name", "what is your name", "are you a robot",
+            "introduce yourself", "tell me about yourself", "are you human", "who made you", "are you ChatGPT",
+            "what model are you", "who am I talking to", "who is this", "what is this", "are you an AI",
+            "are you a bot", "are you real", "are you a machine", "what's your deal", "who built you",
+            "what do I call you", "what is Helios", "are you alive", "are you a language model",
+            "do you have a name", "who created you", "what are you called", "whom am I chatting with"),
+    "can": ("what can you do", "what are you good at", "how can you help me", "what do you know",
+            "what are your skills", "what can I ask you", "what are you for", "list your features",
+            "help", "what do you do", "what can you help me with", "how do you work", "what can you handle",
+            "what are your abilities", "what tasks do you do", "what are your capabilities", "what do you offer",
+            "how can I use you", "what are you capable of", "what can you answer", "what is possible here",
+            "what can you tell me"),
+    "lead": ("", "hi! ", "hello, ", "hey, ", "so ", "ok, ", "quick question: ", "excuse me, ", "um ", "and "),
+}
+_GREETING_HELD_OUT = ("hiya", "Good evening!", "howdy", "Hello hello", "Hi, nice to meet you")
+_WELLBEING_HELD_OUT = ("How do you do?", "How are things?", "You doing alright?")
+_THANKS_HELD_OUT = ("Many thanks!", "thx, that helped", "Much appreciated.", "Thanks a bunch")
+_FAREWELL_HELD_OUT = ("See you later!", "Farewell.", "Catch you later", "Talk soon, bye")
+_WHO_HELD_OUT = ("What should I call you?", "Are you a person or a program?", "What kind of assistant are you?",
+                 "Hi! What are you exactly?", "Could you tell me who you are?")
+_SKILLS_HELD_OUT = ("Which tasks can you handle?", "What things can you help with?", "Show me what you can do.",
+                    "What are you able to do?")
+
+
+def _talk(frames: tuple[str, ...], held_out: tuple[str, ...]) -> Phrasings:
+    return Phrasings(train=compose(frames, _TALK, held_out), held_out=held_out)
+
+
+# intent: (phrasings, reasoning, answer, facts the answer must hold); each reasoning opens with its intent
 SMALL_TALK: dict[str, tuple[Phrasings, str, str, tuple[str, ...]]] = {
-    "greeting": (Phrasings(
-        train=("hi", "hello", "hey", "Hi!", "Hello!", "Hey there", "good morning", "Good afternoon!", "hi there",
-               "Hello, anyone there?", "yo", "greetings", "Hey!", "hello :)"),
-        held_out=("hiya", "Good evening!", "howdy", "Hello hello", "Hi, nice to meet you")),
-        "The user greets me.", "Hello! How can I help you?", ("Hello",)),
-    "wellbeing": (Phrasings(
-        train=("how are you?", "How are you doing?", "how's it going?", "Are you OK?", "How are you today?",
-               "how do you feel?", "Hi, how are you?"),
-        held_out=("How do you do?", "How are things?", "You doing alright?")),
-        "The user asks how I am.", "I'm fine, thanks. How can I help you?", ("fine",)),
-    "thanks": (Phrasings(
-        train=("thanks", "thank you", "Thanks a lot!", "Thank you very much.", "great, thanks", "cheers", "ty",
-               "Perfect, thank you!", "thanks!"),
-        held_out=("Many thanks!", "thx, that helped", "Much appreciated.", "Thanks a bunch")),
-        "The user thanks me.", "You're welcome!", ("welcome",)),
-    "farewell": (Phrasings(
-        train=("bye", "goodbye", "see you", "That's all, bye!", "Bye!", "good bye", "see ya", "I'm done, goodbye."),
-        held_out=("See you later!", "Farewell.", "Catch you later", "Talk soon, bye")),
-        "The user says goodbye.", "Goodbye!", ("Goodbye",)),
+    "greeting": (_talk(("[hi][you][mark]", "[hi][you], anyone there?",
+                        "[hi][mark] [hi][you][mark]"), _GREETING_HELD_OUT),
+                 "Greeting: the user says hello.", "Hello! How can I help you?", ("Hello",)),
+    "wellbeing": (_talk(("[how][today][mark]", "[hi], [how][today][mark]", "[hi][you]! [how][today]?"),
+                        _WELLBEING_HELD_OUT),
+                  "Wellbeing: the user asks how I am.", "I'm fine, thanks. How can I help you?", ("fine",)),
+    "thanks": (_talk(("[good][thanks][mark]", "[good][thanks][you][mark]", "[thanks], that was helpful[mark]",
+                      "[thanks] for the help[mark]", "[thanks] for that[mark]"), _THANKS_HELD_OUT),
+               "Thanks: the user thanks me.", "You're welcome!", ("welcome",)),
+    "farewell": (_talk(("[done][bye][mark]", "[done][bye][you][mark]", "[thanks], [bye][mark]"),
+                       _FAREWELL_HELD_OUT),
+                 "Farewell: the user says goodbye.", "Goodbye!", ("Goodbye",)),
 }
 IDENTITY: dict[str, tuple[Phrasings, str, str, tuple[str, ...]]] = {
-    "who": (Phrasings(
-        train=("Who are you?", "what are you?", "What's your name?", "Are you a robot?", "Introduce yourself.",
-               "Tell me about yourself.", "Are you human?", "Hello! Who are you?", "who made you?",
-               "Are you ChatGPT?", "What model are you?", "what is your name", "who am I talking to?"),
-        held_out=("What should I call you?", "Are you a person or a program?", "What kind of assistant are you?",
-                  "Hi! What are you exactly?", "Could you tell me who you are?")),
-        "The user asks who I am.", IDENTITY_ANSWER, ("Helios",)),
-    "skills": (Phrasings(
-        train=("What can you do?", "help", "What are you good at?", "How can you help me?", "What do you know?",
-               "what are your skills?", "What can I ask you?", "What are you for?", "list your features"),
-        held_out=("Which tasks can you handle?", "What things can you help with?", "Show me what you can do.",
-                  "What are you able to do?")),
-        "The user asks what I can do.", CAPABILITIES_ANSWER, ("convert units",)),
+    "who": (_talk(("[lead][who][mark]", "[hi][you][mark] [who][mark]", "[lead]tell me, [who]?"), _WHO_HELD_OUT),
+            "Identity: the user asks who I am.", IDENTITY_ANSWER, ("Helios",)),
+    "skills": (_talk(("[lead][can][mark]", "[hi][you][mark] [can][mark]", "[lead]tell me [can]"), _SKILLS_HELD_OUT),
+               "Skills: the user asks what I can do.", CAPABILITIES_ANSWER, ("convert units",)),
 }
 
 OUT_OF_DOMAIN = Phrasings(

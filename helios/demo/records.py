@@ -13,17 +13,38 @@ import random
 from typing import Any
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
-from helios.demo.phrasing import Phrasings, dress
+from helios.demo.phrasing import Phrasings, compose, dress
 from helios.demo.toolspace import split_options
 from helios.demo.vocabulary import CITIES, LETTERS, NAMES
 
-COPY = Phrasings(train=("Repeat exactly: {s}", "Copy this text: {s}", "Say back exactly: {s}", "Echo the following: {s}",
-                        "Repeat after me: {s}", "copy: {s}", "Please repeat {s}", "Write {s} again."),
-                 held_out=("Could you parrot this back: {s}", "Type {s} exactly as given.", "Mirror this: {s}"))
-REVERSE = Phrasings(train=("Reverse the string: {s}", "Write {s} backwards.", "Spell {s} in reverse.",
-                           "Reverse the letters of {s}.", "reverse {s}", "What is {s} backwards?", "Flip {s} around."),
-                    held_out=("Could you spell {s} back to front?", "Give me {s} in reverse order.",
-                              "Read {s} from the end."))
+_COPY_HELD_OUT = ("Could you parrot this back: {s}", "Type {s} exactly as given.", "Mirror this: {s}")
+_REVERSE_HELD_OUT = ("Could you spell {s} back to front?", "Give me {s} in reverse order.", "Read {s} from the end.")
+_TEXT_LEXICON = {
+    "copy": ("repeat", "copy", "echo", "say back", "write back", "return", "print", "output", "reproduce",
+             "duplicate", "say", "write", "send back", "give back", "rewrite", "restate", "write out", "just say"),
+    "this": ("this", "the following", "this text", "these letters", "the text", "this string", "the string",
+             "this word", "the word", "these words", "my text", "what I write", ""),
+    "exactly": ("exactly", "verbatim", "word for word", "as it is", "unchanged", "letter for letter", "precisely", ""),
+    "ask": ("Can you", "Could you", "Would you", "Will you", "Please", "Kindly", "I want you to", "I need you to",
+            "Go ahead and", "Now", "Try to"),
+    "reverse": ("reverse", "flip", "invert", "turn around", "mirror back", "backwards-spell"),
+    "backwards": ("backwards", "in reverse", "reversed", "the other way round", "right to left", "last letter first",
+                  "in reverse letter order", "starting from the last letter"),
+    "spell": ("spell", "write", "say", "print", "give me", "show", "output", "type out", "return"),
+}
+COPY = Phrasings(
+    train=compose(("[copy] [this] [exactly]: {s}", "[copy] [this]: {s}", "[ask] [copy] [this] [exactly]: {s}",
+                   "[ask] [copy] {s} [exactly]", "[copy] {s} [exactly].", "{s} - [copy] [this] [exactly]",
+                   "[ask] [copy] [this]? {s}", "[copy] [exactly]:\n{s}", "Text: {s}. [copy] it [exactly]."),
+                  _TEXT_LEXICON, _COPY_HELD_OUT),
+    held_out=_COPY_HELD_OUT)
+REVERSE = Phrasings(
+    train=compose(("[reverse] [this]: {s}", "[reverse] {s}.", "[ask] [reverse] {s}?", "[spell] {s} [backwards].",
+                   "[ask] [spell] {s} [backwards]?", "What is {s} [backwards]?", "{s} [backwards]?",
+                   "[ask] [reverse] the letters of {s}.", "[reverse] the string {s}", "[spell] [this] [backwards]: {s}",
+                   "How do you [spell] {s} [backwards]?", "{s} - [reverse] it"),
+                  _TEXT_LEXICON, _REVERSE_HELD_OUT),
+    held_out=_REVERSE_HELD_OUT)
 
 
 def _random_word(rng: random.Random, shortest: int, longest: int) -> str:
@@ -33,13 +54,15 @@ def _random_word(rng: random.Random, shortest: int, longest: int) -> str:
 def copy(rng: random.Random, split: Split) -> Task:
     words = 1 if rng.random() < 0.7 else 2
     text = " ".join(_random_word(rng, 3, 8) for _ in range(words))
-    question = COPY.pick(rng, split).format(s=text)
-    return Task(question, "The user wants the text repeated exactly.", text, Expectation(TaskKind.COPY, text=text))
+    question = dress(rng, COPY.pick(rng, split).format(s=text), split, casing=False, punctuation=False,
+                     fillers=split is Split.TRAIN and rng.random() < 0.3)
+    return Task(question, f"Copy exactly: {text}", text, Expectation(TaskKind.COPY, text=text))
 
 
 def reverse(rng: random.Random, split: Split) -> Task:
     word = _random_word(rng, 3, 7)
-    question = REVERSE.pick(rng, split).format(s=word)
+    question = dress(rng, REVERSE.pick(rng, split).format(s=word), split, casing=False, punctuation=False,
+                     fillers=split is Split.TRAIN and rng.random() < 0.3)
     backwards = word[::-1]
     # Numbered letters make the reversal a count-down plus lookups, robust to repeated letters.
     forward = " ".join(f"{position} {letter}" for position, letter in enumerate(word, start=1))
