@@ -107,10 +107,22 @@ RECORDS: dict[str, tuple[tuple[str, ...], Phrasings]] = {
                "{day} at {time}: {event} in {city}."),
         held_out=("Save the date: a {event} takes place in {city} this {day} starting {time}.",))),
 }
+_REQUESTS_HELD_OUT = ("Please format this as JSON following {shape}.", "I need the data as JSON, schema {shape}.")
 REQUESTS = Phrasings(
     train=("Reply only with JSON of the shape {shape}.", "Answer in JSON as {shape}.", "Extract {shape} as JSON.",
-           "Give me JSON: {shape}", "Return a JSON object {shape}.", "Output JSON matching {shape}."),
-    held_out=("Please format this as JSON following {shape}.", "I need the data as JSON, schema {shape}."),
+           "Give me JSON: {shape}", "Return a JSON object {shape}.", "Output JSON matching {shape}.") + compose((
+               "[ask] [reply] [json] [shaped] {shape}[end]", "[reply] [json] [shaped] {shape}[end]",
+               "[json] [shaped] {shape}, [ask2][end]", "[shaped] {shape}: [reply] [json][end]",
+               "[ask] turn this into [json] [shaped] {shape}[end]", "[ask] extract the fields {shape} as [json][end]"), {
+               "ask": ("Can you", "Could you", "Please", "Now", "I want you to", "Kindly", "Just"),
+               "reply": ("reply with", "answer with", "return", "give me", "output", "write", "produce", "respond in",
+                         "send", "put it in"),
+               "json": ("JSON", "a JSON object", "json", "an object in JSON", "only JSON", "valid JSON"),
+               "shaped": ("of the shape", "matching", "with the shape", "shaped like", "with keys and types",
+                          "using the schema", "that fits", "like", "in the form"),
+               "ask2": ("please", "nothing else", "no prose", "thanks", "only the object"),
+               "end": (".", "", "!", ":")}, _REQUESTS_HELD_OUT),
+    held_out=_REQUESTS_HELD_OUT,
 )
 
 
@@ -135,13 +147,49 @@ def _shape(rng: random.Random, keys: list[tuple[str, str]]) -> str:
     return json.dumps({"type": "object", "properties": properties})
 
 
+KEY_PREFIXES = ("the", "my", "main", "user", "primary", "current", "client", "record", "item", "entry", "x", "raw")
+KEY_SUFFIXES = ("value", "field", "info", "text", "data", "str", "val", "label", "key", "1", "2")
+
+
+def _snake(words: list[str]) -> str:
+    return "_".join(words)
+
+
+def _camel(words: list[str]) -> str:
+    return words[0] + "".join(word.capitalize() for word in words[1:])
+
+
+_HELD_OUT_KEYS = frozenset(key.replace("_", "").lower() for synonyms, _ in FIELDS.values()
+                           for key in split_options(synonyms, Split.HELD_OUT))
+
+
+def _key(rng: random.Random, role: str, split: Split) -> str:
+    """The key a request asks `role` under: a synonym of its split, or in training often a generated
+    name around one of the role's words (so the key is copied from the requested shape, never
+    recalled), never a held-out key."""
+    if split is Split.TRAIN and rng.random() < 0.4:
+        themed = tuple(dict.fromkeys(word for key in FIELDS[role][0] for word in key.split("_") if len(word) > 2))
+        for _ in range(20):
+            words = [rng.choice(themed)]
+            if rng.random() < 0.5:
+                words.insert(0, rng.choice(KEY_PREFIXES))
+            if rng.random() < 0.4:
+                words.append(rng.choice(KEY_SUFFIXES))
+            key = rng.choice((_snake, _camel))(words)
+            if key.replace("_", "").lower() not in _HELD_OUT_KEYS:
+                return key
+    return rng.choice(split_options(FIELDS[role][0], split))
+
+
 def json_extraction(rng: random.Random, split: Split) -> Task:
     record = rng.choice(sorted(RECORDS))
     roles, sentences = RECORDS[record]
     values = {role: _value(rng, role) for role in roles}
     sentence = sentences.pick(rng, split).format(**values)
     chosen = rng.sample(roles, rng.randint(2, len(roles)))
-    keys = [(rng.choice(split_options(FIELDS[role][0], split)), FIELDS[role][1]) for role in chosen]
+    keys = [(_key(rng, role, split), FIELDS[role][1]) for role in chosen]
+    if len({key for key, _ in keys}) < len(keys):  # two roles drew the same key: number them apart
+        keys = [(f"{key}_{position}", kind) for position, (key, kind) in enumerate(keys, start=1)]
     request = REQUESTS.pick(rng, split).format(shape=_shape(rng, keys))
     question = f"{sentence} {request}" if rng.random() < 0.5 else f"{request}\n{sentence}"
     answer = {key: values[role] for (key, _), role in zip(keys, chosen, strict=True)}

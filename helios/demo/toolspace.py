@@ -12,6 +12,7 @@ and the model has to read the rendered schemas to pick the tool and name its arg
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Callable
@@ -186,7 +187,7 @@ def _concept_words(concept: Concept) -> tuple[str, ...]:
 
 
 def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split: Split,
-                    held: frozenset[str]) -> str:
+                    held: frozenset[str], exact: frozenset[str]) -> str:
     if split is Split.TRAIN and rng.random() < 0.5:
         themed = tuple(dict.fromkeys(word for name in parameter.names for word in name.split("_")))
         for _ in range(20):
@@ -195,7 +196,7 @@ def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split:
                 return name
     names = split_options(parameter.names, split)
     if split is Split.TRAIN:
-        names = tuple(name for name in names if _normal(name) not in held) or names
+        names = tuple(name for name in names if name not in exact) or names
     name = rng.choice(names)
     if style in ("camel", "pascal") and "_" in name:
         first, *rest = name.split("_")
@@ -203,7 +204,8 @@ def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split:
     return name
 
 
-def _function_name(concept: Concept, rng: random.Random, split: Split, held: frozenset[str]) -> tuple[str, str]:
+def _function_name(concept: Concept, rng: random.Random, split: Split, held: frozenset[str],
+                   exact: frozenset[str]) -> tuple[str, str]:
     if split is Split.TRAIN and rng.random() < 0.6:
         style = rng.choice(NAME_STYLES)
         for _ in range(20):
@@ -212,7 +214,7 @@ def _function_name(concept: Concept, rng: random.Random, split: Split, held: fro
                 return name, "snake" if style in ("snake", "flat") else "camel"
     names = concept.function_names(split)
     if split is Split.TRAIN:  # another concept may hold out the same spelling
-        names = tuple(name for name in names if _normal(name) not in held) or names
+        names = tuple(name for name in names if name not in exact) or names
     name = rng.choice(names)
     return name, "camel" if any(character.isupper() for character in name) else "snake"
 
@@ -221,29 +223,36 @@ _HELD_OUT_NAMES: dict[str, frozenset[str]] = {}
 
 
 def held_out_names() -> tuple[frozenset[str], frozenset[str]]:
-    """Normalized held-out function and parameter names of every concept (what training never shows)."""
+    """The held-out function and parameter names of every concept, exactly as a schema spells them
+    (parameter names in snake and camel case): what no training schema carries."""
     if not _HELD_OUT_NAMES:
         from helios.demo.tool_concepts import CONCEPTS  # the concept table imports this module
 
-        functions = {_normal(name) for concept in CONCEPTS for name in concept.function_names(Split.HELD_OUT)}
-        parameters = {_normal(name) for concept in CONCEPTS for parameter in concept.parameters
-                      for name in split_options(parameter.names, Split.HELD_OUT)}
+        functions = {name for concept in CONCEPTS for name in concept.function_names(Split.HELD_OUT)}
+        parameters = {spelling for concept in CONCEPTS for parameter in concept.parameters
+                      for name in split_options(parameter.names, Split.HELD_OUT)
+                      for spelling in (name, _style(name.split("_"), "camel"))}
         _HELD_OUT_NAMES["functions"], _HELD_OUT_NAMES["parameters"] = frozenset(functions), frozenset(parameters)
     return _HELD_OUT_NAMES["functions"], _HELD_OUT_NAMES["parameters"]
+
+
+@functools.cache
+def _normalized(names: frozenset[str]) -> frozenset[str]:
+    return frozenset(_normal(name) for name in names)
 
 
 def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
     """A schema for `concept` from the names and wordings of `split`; optional parameters in or out.
     Training schemas often carry generated names (random words and styles) instead of the concept's."""
-    held_functions, held_parameters = held_out_names()
-    name, style = _function_name(concept, rng, split, held_functions)
+    exact_functions, exact_parameters = held_out_names()
+    name, style = _function_name(concept, rng, split, _normalized(exact_functions), exact_functions)
     properties: dict[str, Any] = {}
     names: dict[str, str] = {}
     required = []
     for parameter in concept.parameters:
         if not parameter.required and rng.random() < 0.35:
             continue
-        parameter_name = _parameter_name(parameter, style, rng, split, held_parameters)
+        parameter_name = _parameter_name(parameter, style, rng, split, _normalized(exact_parameters), exact_parameters)
         if parameter_name in properties:  # two roles drew the same name: keep the schema unambiguous
             parameter_name = f"{parameter_name}_{len(properties)}"
         entry: dict[str, Any] = {"type": parameter.type, "description": rng.choice(split_options(parameter.descriptions, split))}
