@@ -62,29 +62,36 @@ _SKILLS_HELD_OUT = ("Which tasks can you handle?", "What things can you help wit
                     "What are you able to do?")
 
 
-def _talk(frames: tuple[str, ...], held_out: tuple[str, ...]) -> Phrasings:
-    return Phrasings(train=compose(frames, _TALK, held_out), held_out=held_out)
+def _talk(frames: tuple[str, ...], held_out: tuple[str, ...], plain: tuple[str, ...] = ()) -> Phrasings:
+    """`plain` phrasings and the expansions of `frames` over the shared small-talk lexicon."""
+    return Phrasings(train=tuple(dict.fromkeys(plain + compose(frames, _TALK, held_out))), held_out=held_out)
 
 
 # intent: (phrasings, reasoning, answer, facts the answer must hold); each reasoning opens with its intent
 SMALL_TALK: dict[str, tuple[Phrasings, str, str, tuple[str, ...]]] = {
     "greeting": (_talk(("[hi][you][mark]", "[hi][you], anyone there?",
-                        "[hi][mark] [hi][you][mark]"), _GREETING_HELD_OUT),
+                        "[hi][mark] [hi][you][mark]"), _GREETING_HELD_OUT,
+                 ('hi', 'hello', 'hey', 'Hi!', 'Hello!', 'Hey there', 'good morning', 'Good afternoon!', 'hi there', 'Hello, anyone there?', 'yo', 'greetings', 'Hey!', 'hello :)')),
                  "Greeting: the user says hello.", "Hello! How can I help you?", ("Hello",)),
     "wellbeing": (_talk(("[how][today][mark]", "[hi], [how][today][mark]", "[hi][you]! [how][today]?"),
-                        _WELLBEING_HELD_OUT),
+                        _WELLBEING_HELD_OUT,
+                 ('how are you?', 'How are you doing?', "how's it going?", 'Are you OK?', 'How are you today?', 'how do you feel?', 'Hi, how are you?')),
                   "Wellbeing: the user asks how I am.", "I'm fine, thanks. How can I help you?", ("fine",)),
     "thanks": (_talk(("[good][thanks][mark]", "[good][thanks][you][mark]", "[thanks], that was helpful[mark]",
-                      "[thanks] for the help[mark]", "[thanks] for that[mark]"), _THANKS_HELD_OUT),
+                      "[thanks] for the help[mark]", "[thanks] for that[mark]"), _THANKS_HELD_OUT,
+                 ('thanks', 'thank you', 'Thanks a lot!', 'Thank you very much.', 'great, thanks', 'cheers', 'ty', 'Perfect, thank you!', 'thanks!')),
                "Thanks: the user thanks me.", "You're welcome!", ("welcome",)),
     "farewell": (_talk(("[done][bye][mark]", "[done][bye][you][mark]", "[thanks], [bye][mark]"),
-                       _FAREWELL_HELD_OUT),
+                       _FAREWELL_HELD_OUT,
+                 ('bye', 'goodbye', 'see you', "That's all, bye!", 'Bye!', 'good bye', 'see ya', "I'm done, goodbye.")),
                  "Farewell: the user says goodbye.", "Goodbye!", ("Goodbye",)),
 }
 IDENTITY: dict[str, tuple[Phrasings, str, str, tuple[str, ...]]] = {
-    "who": (_talk(("[lead][who][mark]", "[hi][you][mark] [who][mark]", "[lead]tell me, [who]?"), _WHO_HELD_OUT),
+    "who": (_talk(("[lead][who][mark]", "[hi][you][mark] [who][mark]", "[lead]tell me, [who]?"), _WHO_HELD_OUT,
+                 ('Who are you?', 'what are you?', "What's your name?", 'Are you a robot?', 'Introduce yourself.', 'Tell me about yourself.', 'Are you human?', 'Hello! Who are you?', 'who made you?', 'Are you ChatGPT?', 'What model are you?', 'what is your name', 'who am I talking to?')),
             "Identity: the user asks who I am.", IDENTITY_ANSWER, ("Helios",)),
-    "skills": (_talk(("[lead][can][mark]", "[hi][you][mark] [can][mark]", "[lead]tell me [can]"), _SKILLS_HELD_OUT),
+    "skills": (_talk(("[lead][can][mark]", "[hi][you][mark] [can][mark]", "[lead]tell me [can]"), _SKILLS_HELD_OUT,
+                 ('What can you do?', 'help', 'What are you good at?', 'How can you help me?', 'What do you know?', 'what are your skills?', 'What can I ask you?', 'What are you for?', 'list your features')),
                "Skills: the user asks what I can do.", CAPABILITIES_ANSWER, ("convert units",)),
 }
 
