@@ -38,11 +38,19 @@ class Phrasings:
     def pick(self, rng: random.Random, split: Split) -> str:
         if split is Split.TRAIN:
             template = rng.choice(self.train)
-            return typo(rng, template) if rng.random() < TYPO_RATE else template
+            roll = rng.random()
+            if roll < TYPO_RATE:
+                return typo(rng, template)
+            if roll < TYPO_RATE + DISTRACTOR_RATE:
+                return distract(rng, template)
+            return template
         return rng.choice(self.held_out)
 
 
 TYPO_RATE = 0.06  # training templates with one misspelt word (slots are never touched)
+DISTRACTOR_RATE = 0.05  # training templates with one stray word between two words
+DISTRACTORS = ("just", "really", "actually", "basically", "like", "kinda", "maybe", "um", "please", "quickly",
+               "now", "so", "ok", "uh", "simply", "also", "btw", "hmm", "honestly", "again")
 _LEXICON_SLOT = re.compile(r"\[(\w+)\]")
 _PLAIN_WORD = re.compile(r"(?<![{\w])[a-z]{4,}(?![}\w])")
 
@@ -75,6 +83,15 @@ def compose(frames: tuple[str, ...], lexicon: dict[str, tuple[str, ...]], held_o
 
 def _bare(text: str) -> str:
     return re.sub(r"[^a-z0-9{}]+", " ", text.lower()).strip()
+
+
+def distract(rng: random.Random, template: str) -> str:
+    """`template` with one stray word (of DISTRACTORS) put at a space between two words."""
+    spaces = [index for index, character in enumerate(template) if character == " "]
+    if not spaces:
+        return template
+    at = rng.choice(spaces)
+    return f"{template[:at]} {rng.choice(DISTRACTORS)}{template[at:]}"
 
 
 def typo(rng: random.Random, template: str) -> str:

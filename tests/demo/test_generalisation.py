@@ -10,7 +10,7 @@ import pytest
 from helios.demo import arithmetic, conversation, records
 from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED, held_out_questions, training_examples
 from helios.demo.kinds import Split, TaskKind
-from helios.demo.phrasing import EmptyPhrasings, Phrasings, compose, typo
+from helios.demo.phrasing import DISTRACTORS, EmptyPhrasings, Phrasings, compose, distract, typo
 from helios.demo.tasks import build_example, held_out_examples, make_example
 from helios.demo.tool_concepts import CONCEPTS
 from helios.demo.toolspace import draw_tool, held_out_names
@@ -50,6 +50,9 @@ def test_typos_leave_slots_and_short_words_alone():
         assert "{s}" in noisy and noisy != "Please repeat {s} exactly"
         assert len(noisy.split()) == 4
     assert typo(rng, "{a} + {b}") == "{a} + {b}"
+    for _ in range(50):
+        words = distract(rng, "Please repeat {s} exactly").split()
+        assert len(words) == 5 and "{s}" in words and set(words) - {"Please", "repeat", "{s}", "exactly"} <= set(DISTRACTORS)
 
 
 def test_training_tool_schemas_never_carry_a_held_out_name(training):
