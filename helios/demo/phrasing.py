@@ -86,8 +86,10 @@ def _bare(text: str) -> str:
 
 
 def distract(rng: random.Random, template: str) -> str:
-    """`template` with one stray word (of DISTRACTORS) put at a space between two words."""
-    spaces = [index for index, character in enumerate(template) if character == " "]
+    """`template` with one stray word (of DISTRACTORS) put at a space between two plain words (never
+    beside a slot, so the text a slot carries stays apart from it)."""
+    spaces = [index for index in range(1, len(template) - 1)
+              if template[index] == " " and template[index - 1].isalpha() and template[index + 1].isalpha()]
     if not spaces:
         return template
     at = rng.choice(spaces)

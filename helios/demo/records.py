@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
-from helios.demo.phrasing import Phrasings, compose, dress
+from helios.demo.phrasing import PREFIXES, Phrasings, compose, dress
 from helios.demo.toolspace import split_options
 from helios.demo.vocabulary import CITIES, LETTERS, NAMES
 
@@ -51,18 +51,24 @@ def _random_word(rng: random.Random, shortest: int, longest: int) -> str:
     return "".join(rng.choice(LETTERS) for _ in range(rng.randint(shortest, longest)))
 
 
+def _lead(rng: random.Random, question: str, split: Split) -> str:
+    """A training question, sometimes after a filler prefix; never a suffix, which would run on from
+    the text to copy or reverse. Held-out questions stay as written."""
+    if split is Split.TRAIN and rng.random() < 0.3:
+        return PREFIXES.pick(rng, split) + question
+    return question
+
+
 def copy(rng: random.Random, split: Split) -> Task:
     words = 1 if rng.random() < 0.7 else 2
     text = " ".join(_random_word(rng, 3, 8) for _ in range(words))
-    question = dress(rng, COPY.pick(rng, split).format(s=text), split, casing=False, punctuation=False,
-                     fillers=split is Split.TRAIN and rng.random() < 0.3)
+    question = _lead(rng, COPY.pick(rng, split).format(s=text), split)
     return Task(question, f"Copy exactly: {text}", text, Expectation(TaskKind.COPY, text=text))
 
 
 def reverse(rng: random.Random, split: Split) -> Task:
     word = _random_word(rng, 3, 7)
-    question = dress(rng, REVERSE.pick(rng, split).format(s=word), split, casing=False, punctuation=False,
-                     fillers=split is Split.TRAIN and rng.random() < 0.3)
+    question = _lead(rng, REVERSE.pick(rng, split).format(s=word), split)
     backwards = word[::-1]
     # Numbered letters make the reversal a count-down plus lookups, robust to repeated letters.
     forward = " ".join(f"{position} {letter}" for position, letter in enumerate(word, start=1))

@@ -53,6 +53,8 @@ def test_typos_leave_slots_and_short_words_alone():
     for _ in range(50):
         words = distract(rng, "Please repeat {s} exactly").split()
         assert len(words) == 5 and "{s}" in words and set(words) - {"Please", "repeat", "{s}", "exactly"} <= set(DISTRACTORS)
+        assert words[0] == "Please" and words[3:] == ["{s}", "exactly"]  # never beside the slot
+    assert distract(rng, "{a} + {b}") == "{a} + {b}"
 
 
 def test_training_tool_schemas_never_carry_a_held_out_name(training):
