@@ -241,6 +241,18 @@ def _normalized(names: frozenset[str]) -> frozenset[str]:
     return frozenset(_normal(name) for name in names)
 
 
+DESCRIPTION_LEADS = ("", "", "", "Tool: ", "Use this to: ", "Helper. ", "API call. ", "Service: ", "Function that does this: ")
+DESCRIPTION_TAILS = ("", "", "", " Returns JSON.", " Fast.", " Needs the listed arguments.", " (beta)", " Call it when asked.",
+                     " No side effects.", " Works worldwide.")
+
+
+def _description(rng: random.Random, description: str, split: Split) -> str:
+    """A training description sometimes wrapped in boilerplate words, so the model reads past them."""
+    if split is not Split.TRAIN or rng.random() < 0.7:
+        return description
+    return f"{rng.choice(DESCRIPTION_LEADS)}{description}{rng.choice(DESCRIPTION_TAILS)}"
+
+
 def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
     """A schema for `concept` from the names and wordings of `split`; optional parameters in or out.
     Training schemas often carry generated names (random words and styles) instead of the concept's."""
@@ -268,7 +280,7 @@ def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
         "type": "function",
         "function": {
             "name": name,
-            "description": rng.choice(split_options(concept.descriptions, split)),
+            "description": _description(rng, rng.choice(split_options(concept.descriptions, split)), split),
             "parameters": {"type": "object", "properties": properties, "required": required},
         },
     }
