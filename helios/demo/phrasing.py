@@ -3,7 +3,9 @@ halves, casing, punctuation, filler words, and numbers spelled in words.
 
 Every pool is a `Phrasings` pair: the training half is what the corpus shows, the held-out half is
 written apart and only used for held-out and validation prompts, so the evaluation asks in words
-the model was never trained on.
+the model was never trained on. Training halves are mostly composed (`compose`: frames over a
+shared lexicon of synonyms), and a training template is sometimes misspelt (`typo`) or carries a
+stray word (`distract`); neither ever touches a slot.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ for it is drawn from a large space: the function name from verbs, nouns and a na
 description from several wordings, each parameter's name from its synonyms, optional parameters in
 or out. Every name, description and parameter name belongs to one split by a stable hash, so the
 held-out prompts offer schemas (and distractors) whose names and wordings training never showed,
-and the model has to read the rendered schemas to pick the tool and name its arguments.
+and the model has to read the rendered schemas to pick the tool and name its arguments. Training
+schemas go further: most function names and half the parameter names are generated (random verbs,
+themed and unrelated words, pseudo-words, four naming styles), so a name can only be copied from
+the prompt, never recalled; no generated name is a held-out one (`held_out_names`).
 
 `helios.demo.tool_concepts` holds the concept table; `helios.demo.tool_tasks` builds the tasks.
 """
