@@ -3,7 +3,8 @@
     core = offset_norm_storage(prepare_checkpoint(directory, options), offset=1.0)
 
 Some checkpoints store a norm's weight as `w - offset` and compute with `stored + offset` (Gemma's
-`(1 + w)` norms, `rms_norm`'s `weight_offset`). This turns a prepared fp32 single-stream core into
+`(1 + w)` norms, `rms_norm`'s `weight_offset`). This turns a prepared fp32 core (any number of ranks:
+every rank holds the norm weights whole, and each rank's producer program fills its own copy) into
 one that stores every `rms_norm` weight that way, and adds one startup tuning producer,
 `norm_weights`, that computes each norm's effective weight `stored + offset` once, into a TUNED
 buffer per weight (`tuned/<weight resource>`); the serving programs' `rms_norm`s read those TUNED
@@ -38,7 +39,7 @@ __all__ = ["PRODUCER", "OffsetNormStorageRefused", "offset_norm_storage", "tuned
 
 
 class OffsetNormStorageRefused(HeliosError):
-    """The prepared core cannot take offset norm storage (not fp32, several ranks, already tuned)."""
+    """The prepared core cannot take offset norm storage (not fp32, no norm, already tuned)."""
 
 
 def tuned_buffer(resource: str) -> str:
@@ -53,13 +54,12 @@ def offset_norm_storage(prepared: PreparedCore, *, offset: float = 1.0) -> Prepa
     manifest.CopyFrom(prepared.manifest)
     serving = C.ServingContract()
     serving.CopyFrom(prepared.contract)
-    if manifest.ranks != 1:
-        raise OffsetNormStorageRefused(f"offset norm storage: the core has {manifest.ranks} ranks; it takes one")
     if manifest.tuning_catalog:
         raise OffsetNormStorageRefused("offset norm storage: the core already has a tuning catalog")
     if offset == 0.0:
         raise OffsetNormStorageRefused("offset norm storage: offset 0 stores the weights unchanged")
-    programs = {h.name: P.Program.FromString(prepared.read(h.program_resources[0])) for h in manifest.graphs}
+    programs = {resource: P.Program.FromString(prepared.read(resource))
+                for h in manifest.graphs for resource in h.program_resources}
     norms: dict[str, tuple[int, ...]] = {}  # weight resource -> shape, in first-use order
     for program in programs.values():
         decls = {d.name: d for d in program.tensors}
@@ -78,39 +78,45 @@ def offset_norm_storage(prepared: PreparedCore, *, offset: float = 1.0) -> Prepa
                                                    dtype=M.DTYPE_F32, shape=list(shape), producer=PRODUCER))
     descriptors = {b.name: b for b in manifest.buffers}
 
-    producer = ProgramBuilder(PRODUCER)
-    for i, (resource, shape) in enumerate(norms.items()):
-        stored = producer.weight(f"stored.{i}", resource, "f32", shape)
-        out = producer.tuned(f"effective.{i}", tuned_buffer(resource), "f32", shape)
-        producer.add(stored, producer.fill(offset, shape=shape, dtype="f32", name=f"offset.{i}"), into=out)
-    producer_program = producer.build(descriptors, produces=[tuned_buffer(r) for r in norms])
-    producer_id = f"program/{PRODUCER}/rank0"
+    # one producer program per rank (every rank holds every norm weight whole and fills its own TUNED buffers)
+    producer_programs: dict[str, bytes] = {}
+    for rank in range(manifest.ranks):
+        producer = ProgramBuilder(PRODUCER, rank=rank)
+        for i, (resource, shape) in enumerate(norms.items()):
+            stored = producer.weight(f"stored.{i}", resource, "f32", shape)
+            out = producer.tuned(f"effective.{i}", tuned_buffer(resource), "f32", shape)
+            producer.add(stored, producer.fill(offset, shape=shape, dtype="f32", name=f"offset.{i}"), into=out)
+        program = producer.build(descriptors, produces=[tuned_buffer(r) for r in norms])
+        producer_programs[f"program/{PRODUCER}/rank{rank}"] = program.SerializeToString(deterministic=True)
     manifest.tuning_catalog.append(M.GraphHandle(name=PRODUCER, operation=C.OPERATION_UNSPECIFIED,
-                                                 program_resources=[producer_id]))
+                                                 program_resources=list(producer_programs)))
 
     rewritten: dict[str, bytes] = {}
     contracts = {g.name: g for g in serving.model.graphs}
     for handle in manifest.graphs:
-        program = programs[handle.name]
-        read_by_norm = {op.inputs[1] for op in program.operators if op.op == "rms_norm"}
         bound: list[str] = []
-        for decl in program.tensors:
-            if decl.role == P.TENSOR_ROLE_WEIGHT and decl.resource in norms:
-                if decl.name not in read_by_norm or any(decl.name in op.inputs for op in program.operators
-                                                        if op.op != "rms_norm"):
-                    raise OffsetNormStorageRefused(f"offset norm storage: graph {handle.name!r} reads norm weight "
-                                                   f"{decl.resource!r} outside an rms_norm")
-                decl.role, decl.buffer = P.TENSOR_ROLE_TUNED, tuned_buffer(decl.resource)
-                decl.ClearField("resource")
-                if decl.buffer not in bound:
-                    bound.append(decl.buffer)
+        for resource_id in handle.program_resources:
+            program = programs[resource_id]
+            read_by_norm = {op.inputs[1] for op in program.operators if op.op == "rms_norm"}
+            changed = False
+            for decl in program.tensors:
+                if decl.role == P.TENSOR_ROLE_WEIGHT and decl.resource in norms:
+                    if decl.name not in read_by_norm or any(decl.name in op.inputs for op in program.operators
+                                                            if op.op != "rms_norm"):
+                        raise OffsetNormStorageRefused(f"offset norm storage: graph {handle.name!r} reads norm "
+                                                       f"weight {decl.resource!r} outside an rms_norm")
+                    decl.role, decl.buffer = P.TENSOR_ROLE_TUNED, tuned_buffer(decl.resource)
+                    decl.ClearField("resource")
+                    changed = True
+                    if decl.buffer not in bound:
+                        bound.append(decl.buffer)
+            if changed:
+                rewritten[resource_id] = program.SerializeToString(deterministic=True)
         if not bound:
             continue
-        rewritten[handle.program_resources[0]] = program.SerializeToString(deterministic=True)
         graph = contracts[handle.name]
         graph.tuned_bindings.extend(C.TunedBinding(buffer=b, producer=PRODUCER) for b in bound)
-        if producer_id not in graph.resource_dependencies:
-            graph.resource_dependencies.append(producer_id)
+        graph.resource_dependencies.extend(r for r in producer_programs if r not in graph.resource_dependencies)
 
     resources: list[PreparedResource] = []
     for resource in prepared.resource_list:
@@ -120,8 +126,8 @@ def offset_norm_storage(prepared: PreparedCore, *, offset: float = 1.0) -> Prepa
             resources.append(replace(resource, produce=_offset(resource.produce, offset)))
         else:
             resources.append(resource)
-    resources.append(PreparedResource(producer_id, core_pb2.RESOURCE_KIND_PROGRAM,
-                                      _constant(producer_program.SerializeToString(deterministic=True))))
+    resources.extend(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_PROGRAM, _constant(data))
+                     for resource_id, data in producer_programs.items())
     return PreparedCore(serving, manifest, tuple(resources))
 
 
