@@ -109,7 +109,7 @@ class LoadOptions:
 
 @dataclass(frozen=True, slots=True)
 class StartupPhase:
-    name: str  # verify, weights, kernels, tuning, cache, graphs
+    name: str  # verify, weights, tuning, kernels, cache, graphs[, costs]
     seconds: float
 
 
