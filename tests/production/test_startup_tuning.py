@@ -20,6 +20,7 @@ from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.reference import executor as reference_executor
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.request import GenerationRequest, SamplingParams
+from helios.runtime.tuning import StartupTuning, TuningRefused
 from tests.production.helpers import DEVICE, PAGES, PROMPT
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
@@ -203,3 +204,43 @@ def test_startup_failed_names_the_tuning_phase(tuned):
     del next(g for g in serving.model.graphs if g.name == "decode_b1").tuned_bindings[-1]
     with pytest.raises(StartupFailed, match=r"^tuning: "):
         NativeModel.load(_edited(core, serving=serving), LoadOptions(device=str(DEVICE), pages=PAGES))
+
+
+def _serving_programs(core) -> dict[str, list[P.Program]]:
+    return {h.name: [P.Program.FromString(core.read(r)) for r in h.program_resources] for h in core.manifest.graphs}
+
+
+def test_a_producer_that_never_writes_one_of_its_buffers_is_refused(tuned):
+    _, core = tuned
+    manifest = M.ExecutionManifest()
+    manifest.CopyFrom(core.manifest)
+    manifest.buffers.append(M.BufferDescriptor(name="tuned/unwritten", role=M.BUFFER_ROLE_TUNED, dtype=M.DTYPE_F32,
+                                               shape=[4], producer=PRODUCER))
+    with pytest.raises(TuningRefused, match=r"never writes its TUNED buffer 'tuned/unwritten'"):
+        StartupTuning.resolve(core.contract, manifest, core.read, _serving_programs(core))
+
+
+def test_a_producer_reading_a_later_producers_buffer_is_refused(tuned):
+    _, core = tuned
+    manifest = M.ExecutionManifest()
+    manifest.CopyFrom(core.manifest)
+    later = M.GraphHandle(name="later", operation=C.OPERATION_UNSPECIFIED, program_resources=["program/later/rank0"])
+    manifest.tuning_catalog.append(later)
+    manifest.buffers.append(M.BufferDescriptor(name="tuned/later", role=M.BUFFER_ROLE_TUNED, dtype=M.DTYPE_F32,
+                                               shape=[4], producer="later"))
+    resource = core.manifest.tuning_catalog[0].program_resources[0]
+    program = P.Program.FromString(core.read(resource))
+    program.tensors.append(P.TensorDecl(name="peek", role=P.TENSOR_ROLE_TUNED, dtype=M.DTYPE_F32, shape=[4],
+                                        buffer="tuned/later"))
+    edited = _edited(core, manifest=manifest, programs={resource: program})
+    with pytest.raises(TuningRefused, match=r"reads TUNED buffer 'tuned/later' of producer 'later', which does not"):
+        StartupTuning.resolve(edited.contract, manifest, edited.read, _serving_programs(core))
+
+
+def test_only_the_producers_selected_graphs_need_run(tuned):
+    _, core = tuned
+    programs = _serving_programs(core)
+    assert [p.name for p in StartupTuning.resolve(core.contract, core.manifest, core.read, programs).producers] \
+        == [PRODUCER]
+    untuned = {"initialization": programs["initialization"]}  # reads no norm: needs no producer
+    assert StartupTuning.resolve(core.contract, core.manifest, core.read, untuned).producers == ()
