@@ -59,10 +59,9 @@ class TuningProducer:
 
 @dataclass(frozen=True, slots=True)
 class StartupTuning:
-    """The producers a load runs, in order, and the TUNED buffers each serving graph reads."""
+    """The producers a load runs, in order."""
 
     producers: tuple[TuningProducer, ...]
-    reads: Mapping[str, tuple[str, ...]]  # serving graph -> the TUNED buffers it binds
 
     @property
     def buffers(self) -> tuple[str, ...]:
@@ -77,7 +76,6 @@ class StartupTuning:
         they need; see the module docstring."""
         descriptors = {b.name: b for b in manifest.buffers}
         contracts = {g.name: g for g in serving.model.graphs}
-        reads: dict[str, tuple[str, ...]] = {}
         required: set[str] = set()
         for graph, programs in serving_programs.items():
             bound = {t.buffer: t.producer for t in contracts[graph].tuned_bindings} if graph in contracts else {}
@@ -86,7 +84,6 @@ class StartupTuning:
                     if decl.role == P.TENSOR_ROLE_TUNED and decl.buffer not in bound:
                         raise TuningRefused(f"graph {graph!r}: tensor {decl.name!r} reads TUNED buffer "
                                             f"{decl.buffer!r}, which its tuned_bindings do not name")
-            reads[graph] = tuple(sorted(bound))
             required.update(bound.values())
         handles = list(manifest.tuning_catalog)
         position = {h.name: i for i, h in enumerate(handles)}
@@ -102,7 +99,7 @@ class StartupTuning:
                 for program in checked[handle.name].programs:
                     required.update(descriptors[d.buffer].producer for d in program.tensors
                                     if d.role == P.TENSOR_ROLE_TUNED and d.buffer not in checked[handle.name].outputs)
-        return cls(tuple(checked[h.name] for h in handles if h.name in required), reads)
+        return cls(tuple(checked[h.name] for h in handles if h.name in required))
 
 
 def _producer(handle: manifest_pb2.GraphHandle, descriptors: Mapping[str, manifest_pb2.BufferDescriptor],
