@@ -8,10 +8,13 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            against the manifest's buffers;
   weights  map rank 0's weights from the core onto the device (one copy per resource, no conversion;
            several resources verified and decoded at once: weight_loading.py);
+  tuning   run the manifest's required startup tuning producers (helios/runtime/tuning.py, checked
+           in verify) into the TUNED buffers, before any serving plan runs: the kernels phase's
+           warm-up, capture, cost measurement and every round read the filled buffers (the same
+           tensors: no serving plan ever sees a TUNED buffer unfilled);
   kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
            the plans launch, many at once (kernel_compile.py), then run each plan once, which
            measures the transient memory the plans need;
-  tuning   run the manifest's startup tuning producers, if any, before any dependent graph is exposed;
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need; never more pages than max_concurrency full contexts;
@@ -55,6 +58,7 @@ from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
 from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
+from helios.runtime.tuning import StartupTuning, TuningRefused
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
 REQUIRED_OPERATIONS = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
@@ -105,7 +109,7 @@ class LoadOptions:
 
 @dataclass(frozen=True, slots=True)
 class StartupPhase:
-    name: str  # verify, weights, kernels, tuning, cache, graphs
+    name: str  # verify, weights, tuning, kernels, cache, graphs[, costs]
     seconds: float
 
 
@@ -166,19 +170,24 @@ class NativeModel:
             contract = PreparedContract.decode(serving, manifest)
             selection = contract.select(options.startup)
             programs = _programs(core, manifest, serving, {g.name for g in selection.graphs})
+            tuning = _tuning(core, serving, manifest, programs)
             slots = selection.max_concurrency
         with phase("weights"):
-            weights = load_weights(core, (decl for item in programs.values() for decl in _weight_declarations(
-                item.program)), device)
+            weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
+                                                               *(p.programs[0] for p in tuning.producers)]
+                                          for decl in _weight_declarations(program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
         paths = options.gpu_paths
         policy = policy_for(options.linear, device, deferred=True, gpu_paths=paths is not None)
         contracts = {g.name: g for g in serving.model.graphs}
+        with phase("tuning"):
+            tuned = _run_tuning(tuning, manifest, weights, arena, device, paths)
+        untuned = [b.name for b in manifest.buffers if b.name not in tuned]
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            placeholder = manifest_buffers(manifest, device, pages=1)
+            placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
             warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths)
                     for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
@@ -197,9 +206,7 @@ class NativeModel:
             del placeholder, warm
         with phase("cache"):
             pages = _pages(contract, manifest, slots, options, device, transient)
-            buffers = manifest_buffers(manifest, device, pages=pages)
-        with phase("tuning"):
-            _run_tuning(core, manifest, weights, buffers, arena, device, paths)
+            buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
             plans = {name: _lower(item, weights, buffers, arena, device, policy, paths)
                      for name, item in programs.items()}
@@ -332,13 +339,21 @@ def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOption
     return int(pages)
 
 
-def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device, gpu_paths: GpuPaths | None = None
-                ) -> None:
-    """Run each startup tuning producer once (they fill TUNED buffers that graphs only read)."""
-    descriptors = {b.name: b for b in manifest.buffers}
-    for handle in manifest.tuning_catalog:
-        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
-        operators = tuple(validate_program(program, descriptors))
-        load_weights(core, _weight_declarations(program), device, into=weights)
-        lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                      gpu_paths=gpu_paths).run()
+def _tuning(core: CoreSource, serving, manifest, programs: dict[str, _Program]) -> StartupTuning:
+    try:
+        return StartupTuning.resolve(serving, manifest, core.read,
+                                     {name: (item.program,) for name, item in programs.items()})
+    except TuningRefused as error:
+        raise StartupFailed(f"tuning: {error}") from None
+
+
+def _run_tuning(tuning: StartupTuning, manifest, weights, arena, device, gpu_paths: GpuPaths | None = None
+                ) -> dict[str, torch.Tensor]:
+    """Run each required startup tuning producer once, in catalog order, into fresh TUNED buffers
+    (the tensors every serving plan then binds; they only read them). A producer binds nothing but
+    weights, its scratch and TUNED buffers (checked by `StartupTuning.resolve`)."""
+    tuned = manifest_buffers(manifest, device, pages=1, names=tuning.buffers)
+    for producer in tuning.producers:
+        lower_program(producer.programs[0], producer.operators[0], weights=weights, buffers=tuned, arena=arena,
+                      device=device, gpu_paths=gpu_paths).run()
+    return tuned

@@ -14,7 +14,9 @@ slot's row and checked against the lane's page ids (`PageTableMismatch`): the re
 whole row from the lane, and a delta that would leave the device holding another row is an error
 here rather than a silent difference.
 
-Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages. `keep` names
+Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages. `load` runs the
+manifest's required startup tuning producers (helios.runtime.tuning) into the TUNED arrays before
+any serving graph can run; `tuned` names the buffers they filled. `keep` names
 program tensors (e.g. "logits") copied into `kept` after every round (conformance reads the draws).
 
 Tensor-parallel ranks. A core of N > 1 ranks runs in this one process: every rank has its own
@@ -47,6 +49,7 @@ from helios.runtime.packing import GraphPacking, check_history_regions, check_pa
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
+from helios.runtime.tuning import StartupTuning
 
 C, M = contract_pb2, manifest_pb2
 
@@ -110,6 +113,7 @@ class ReferenceExecutor:
         self._rows: list[tuple[RoundPlan, CompletionRows] | None] = [None] * frames  # frame -> its round
         self._page_rows: dict[int, tuple[int, ...]] = {}  # slot -> the page-table row the updates built
         self._costs: RoundCosts | None = None  # measured on first asking (`round_costs`)
+        self.tuned: tuple[str, ...] = ()  # the TUNED buffers the startup producers filled (`load`)
 
     @classmethod
     def load(cls, core: CoreSource, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
@@ -172,9 +176,25 @@ class ReferenceExecutor:
             for graph in graphs.values():
                 graph.packing.initialize(buffers)
             rank_buffers.append(buffers)
+        # Startup tuning (helios.runtime.tuning): every required producer fills its TUNED buffers on
+        # every rank before any serving graph runs; serving programs only read them.
+        tuning = StartupTuning.resolve(serving, manifest, core.read,
+                                       {name: graph.rank_programs for name, graph in graphs.items()})
+        for producer in tuning.producers:
+            for program in producer.programs:
+                for decl in program.tensors:
+                    if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                        weights[decl.resource] = _load_weight(core, decl)
+            if ranks == 1:
+                execute(producer.programs[0], {**rank_buffers[0], **weights}, producer.operators[0])
+            else:
+                execute_ranks(producer.programs, [{**buffers, **weights} for buffers in rank_buffers],
+                              producer.operators)
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
-        return cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
-                   rank_buffers=rank_buffers)
+        executor = cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
+                       rank_buffers=rank_buffers)
+        executor.tuned = tuning.buffers
+        return executor
 
     # ------------------------------------------------------------------------------------------ rounds
 
