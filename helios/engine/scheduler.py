@@ -676,7 +676,7 @@ class Scheduler(RequestResidency):
         plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=operation,
                          lanes=tuple(lanes), request_ids=tuple([s.request.request_id for s in sequences]),
                          page_table_updates=tuple(updates), constrained_lanes=constrained,
-                         outstanding=len(self._outstanding) + 1)
+                         outstanding=len(self._outstanding) + 1, page_copies=self.cache.take_copies())
         self._outstanding.append(plan)
         self._cohorts[plan.sequence] = sequences
         return plan
