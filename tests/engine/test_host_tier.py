@@ -32,11 +32,11 @@ def core(tiny_checkpoint):
     return prepare_checkpoint(tiny_checkpoint("qwen3"), OPTIONS)
 
 
-def resent_long_prompts(seed: int) -> list[GenerationRequest]:
+def resent_long_prompts(seed: int, count: int = 3) -> list[GenerationRequest]:
     """Three 30-token prompts, then each re-sent (greedy and seeded): every one evicts the previous
     one's checkpoints from a 12-page cache, so a re-sent prompt finds its prefix only in the host tier."""
     rng = random.Random(seed)
-    prompts = [tuple(rng.randrange(256) for _ in range(30)) for _ in range(3)]
+    prompts = [tuple(rng.randrange(256) for _ in range(30)) for _ in range(count)]
     samplings = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.9, top_k=20, seed=5)]
     return [GenerationRequest(prompt, max_tokens=5, sampling=samplings[i % 2], ignore_eos=True)
             for i, prompt in enumerate(prompts + prompts)]
