@@ -93,7 +93,7 @@ def main() -> int:
         context = prompt_tokens + 16
         core = prepare_checkpoint(directory, PreparationOptions(
             dtype="bf16" if device.startswith("cuda") else "fp32", page_tokens=page_tokens, batch_capacities=(1,),
-            prefill_capacities=(256,) if args.smoke else (2048,), context_tokens=-(-context // 16) * 16))
+            prefill_capacities=(64,) if args.smoke else (2048,), context_tokens=-(-context // 16) * 16))
         pages = (3 * prompt_tokens // 2) // page_tokens + 2  # one prompt and a half
         results = {}
         for label, gib in (("host tier", args.host_cache_gib), ("recompute", 0.0)):

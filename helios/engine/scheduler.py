@@ -367,8 +367,16 @@ class Scheduler(RequestResidency):
                 if lane.samples:
                     s.unknown -= 1
                 if s.cancelled or s.ended:
-                    if s.in_flight == 0:
+                    if restoration and s.publishing:  # its snapshot round is fenced: publish (unless cancelled)
+                        row, s.snapshot_row, s.publishing = s.snapshot_row, None, False
+                        self._snapshotting -= 1
+                        if s.cancelled:  # the private publication candidate is discarded
+                            self.rows.give(row)  # type: ignore[arg-type]
+                        else:
+                            self._publish_continuation(s, row)  # type: ignore[arg-type]
                         self._release(s)
+                    elif s.in_flight == 0:
+                        self._end(s)
                     continue
                 if initialization:
                     s.initialized = True
@@ -410,9 +418,8 @@ class Scheduler(RequestResidency):
             self._snapshotting -= 1
             self.counters.snapshots_published += 1
             self._preempt(s, row)
-        elif s.restore_row is not None:
-            self.rows.give(s.restore_row)
-            s.restore_row = None
+        elif s.restore_row is not None:  # its own snapshot's row returns; a published one is unpinned
+            self._give_restore_row(s)
             self.counters.snapshots_restored += 1
 
     def _restoration_round(self, restoring: list[SequenceState]) -> RoundPlan:

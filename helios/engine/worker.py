@@ -187,7 +187,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             available = {"pages": gauges.free + gauges.cached, "cached_pages": gauges.cached}
             if s.rows.capacity:
                 capacity["continuation_rows"] = s.rows.capacity
-                available["continuation_rows"] = s.rows.capacity - s.rows.in_use
+                # free or holding an evictable published continuation (as pages: free plus cached)
+                available["continuation_rows"] = s.rows.capacity - s.rows.in_use + s.rows.published_rows
             return RuntimeMetrics(
                 requests_submitted=self._submitted, requests_started=c.started, requests_rejected=self._rejected,
                 requests_finished=dict(self._finished), requests_failed=self._failed,
@@ -202,8 +203,10 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 round_costs=s.choice.costs.entries if s.choice is not None and s.choice.costs is not None else (),
                 available=available,
                 snapshots_published=gauges.published + c.snapshots_published,
-                snapshots_evicted=gauges.evictions + c.snapshots_evicted, snapshots_restored=c.snapshots_restored,
-                continuation_rows_in_use=s.rows.in_use, recomputed_tokens=c.recomputed_tokens,
+                snapshots_evicted=gauges.evictions + c.snapshots_evicted + s.rows.evictions,
+                snapshots_restored=c.snapshots_restored, continuations_published=s.rows.published_rows,
+                continuation_hits=s.rows.hits, continuation_evictions=s.rows.evictions,
+                continuation_rows_in_use=s.rows.in_use - s.rows.published_rows, recomputed_tokens=c.recomputed_tokens,
                 host_offloaded_pages=host.offloaded, host_offloaded_bytes=host.offloaded * self._page_bytes,
                 host_readmitted_pages=host.readmitted, host_readmitted_bytes=host.readmitted * self._page_bytes,
                 host_bytes_in_use=host.in_use * self._page_bytes, host_bytes_capacity=host.capacity * self._page_bytes,

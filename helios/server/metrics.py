@@ -136,6 +136,12 @@ class HeliosCollector(Collector):
                       m.snapshots_restored)
         yield gauge("helios_continuation_rows_in_use", "Continuation storage rows holding a snapshot.",
                     m.continuation_rows_in_use)
+        yield gauge("helios_continuations_published", "Continuation rows holding a published mid-page prefix.",
+                    m.continuations_published)
+        yield counter("helios_continuation_hits", "Admissions whose prefix ends mid-page in a published "
+                      "continuation (restored, not recomputed).", m.continuation_hits)
+        yield counter("helios_continuation_evictions", "Published continuations evicted for a row, least "
+                      "recently published or matched first.", m.continuation_evictions)
         yield counter("helios_recomputed_tokens", "Positions consumed again after a readmission (work a "
                       "preemption threw away).", m.recomputed_tokens)
         # the host tier of evicted checkpoints

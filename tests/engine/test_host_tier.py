@@ -58,13 +58,14 @@ def run(runtime: BatchingRuntime, requests: list[GenerationRequest]) -> list[lis
         submit(plan)
 
     runtime.executor.submit = bounded
-    return [r.tokens for r in serve(runtime, [PreparedRequest(f"r{i}", r) for i, r in enumerate(requests)])]
+    return [r.tokens for r in serve(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])]
 
 
 def test_resent_long_prompts_hit_the_host_tier_with_the_tokens_of_recomputation(core):
     requests = resent_long_prompts(11)
     without = host_runtime(core, 0)
     expected = run(without, requests)
+    assert all(len(tokens) == 5 for tokens in expected)
     assert without.metrics().host_readmitted_pages == 0 and without.metrics().host_bytes_capacity == 0
     runtime = host_runtime(core, 64)
     assert run(runtime, requests) == expected
