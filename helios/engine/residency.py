@@ -73,6 +73,7 @@ class SchedulerCounters:
     snapshots_restored: int = 0  # continuation snapshots restored into a private page (after the fence)
     snapshots_evicted: int = 0  # snapshots given up under page pressure (their request then recomputes)
     recomputed_tokens: int = 0  # positions a readmitted request consumes again (consumed before its preemption)
+    continuation_hits: int = 0  # published continuations restored into an admitted request's page (at the fence)
 
 
 @dataclass(frozen=True, slots=True)

@@ -419,6 +419,7 @@ class Scheduler(RequestResidency):
             self.counters.snapshots_published += 1
             self._preempt(s, row)
         elif s.restore_row is not None:  # its own snapshot's row returns; a published one is unpinned
+            self.counters.continuation_hits += int(s.shared_restore)
             self._give_restore_row(s)
             self.counters.snapshots_restored += 1
 

@@ -76,7 +76,7 @@ class ContinuationRows:
         self._by_parent: dict[bytes, list[Continuation]] = {}
         self.published = 0  # continuations published
         self.evictions = 0  # published continuations evicted for a row
-        self.hits = 0  # continuations matched by a later request
+        self.hits = 0  # continuations matched by a later request (pinned; the scheduler counts restores)
 
     @property
     def published_rows(self) -> int:

@@ -205,7 +205,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 snapshots_published=gauges.published + c.snapshots_published,
                 snapshots_evicted=gauges.evictions + c.snapshots_evicted + s.rows.evictions,
                 snapshots_restored=c.snapshots_restored, continuations_published=s.rows.published_rows,
-                continuation_hits=s.rows.hits, continuation_evictions=s.rows.evictions,
+                continuation_hits=c.continuation_hits, continuation_evictions=s.rows.evictions,
                 continuation_rows_in_use=s.rows.in_use - s.rows.published_rows, recomputed_tokens=c.recomputed_tokens,
                 host_offloaded_pages=host.offloaded, host_offloaded_bytes=host.offloaded * self._page_bytes,
                 host_readmitted_pages=host.readmitted, host_readmitted_bytes=host.readmitted * self._page_bytes,
