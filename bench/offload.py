@@ -9,7 +9,8 @@ host-tier metrics, and whether the re-sent request's tokens agree between the tw
 The checkpoint is a Hugging Face directory (e.g. the Qwen3-0.6B shape), prepared here (bf16 on a GPU,
 fp32 on a CPU, page_tokens 16). The device cache holds one prompt and a half, so the second prompt
 evicts most of the first's pages. `--smoke` builds the tests' tiny qwen3 checkpoint, with 120-token
-prompts: it checks the path, not the speed (Triton interpreted on a CPU).
+prompts: it checks the path, not the speed (Triton interpreted on a CPU; on the 2-core development
+machine it printed a 3.2x ratio of interpreted-kernel times, which says nothing about a GPU).
 """
 
 from __future__ import annotations
@@ -77,11 +78,15 @@ def main() -> int:
     args = parser.parse_args()
     if not args.smoke and not args.checkpoint:
         parser.error("give --checkpoint DIR (a GPU measurement) or --smoke")
+    import os
+
     import torch
 
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":  # the kernels run interpreted: set before anything defines them
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     prompt_tokens = 120 if args.smoke else args.prompt_tokens
     page_tokens = 16
     with tempfile.TemporaryDirectory() as tmp:
