@@ -124,3 +124,28 @@ def test_a_matched_stop_publishes_no_continuation_and_rows_are_evicted_least_rec
     m = runtime.metrics()
     assert m.continuations_published == rows and m.continuation_evictions == 2
     assert m.snapshots_evicted >= 2
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+def test_a_publication_cancelled_or_failed_in_flight_publishes_nothing(core, ending):
+    runtime = reference_runtime(core, pages=32, max_active=2)
+    scheduler, executor = runtime.scheduler, runtime.executor
+    request = conversation(GREEDY)
+    scheduler.add(SchedulerRequest("r", request))
+    produced = 0
+    while produced < request.max_tokens:
+        plan = scheduler.schedule()
+        executor.submit(plan)
+        produced += len(scheduler.complete(plan, executor.collect(plan)))
+    scheduler.finish("r", publish=True)  # its last round is fenced: the publication's snapshot round is due
+    plan = scheduler.schedule()
+    assert plan.operation == C.OPERATION_RESTORATION and plan.lanes[0].snapshot_destination >= 0
+    executor.submit(plan)
+    rows = executor.collect(plan)
+    if ending == "cancelled":
+        scheduler.cancel("r")  # after submission: the candidate is discarded at the round's fence
+        scheduler.complete(plan, rows)
+    else:
+        assert scheduler.abort(plan) == []  # it had ended already: nothing to report failed
+    assert scheduler.idle and scheduler.rows.published_rows == 0 and scheduler.rows.in_use == 0
+    assert scheduler.counters.snapshots_published == 0 and not scheduler.residency().referenced_pages
