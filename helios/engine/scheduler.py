@@ -371,8 +371,16 @@ class Scheduler(RequestResidency):
                 if lane.samples:
                     s.unknown -= 1
                 if s.cancelled or s.ended:
-                    if s.in_flight == 0:
+                    if restoration and s.publishing:  # its snapshot round is fenced: publish (unless cancelled)
+                        row, s.snapshot_row, s.publishing = s.snapshot_row, None, False
+                        self._snapshotting -= 1
+                        if s.cancelled:  # the private publication candidate is discarded
+                            self.rows.give(row)  # type: ignore[arg-type]
+                        else:
+                            self._publish_continuation(s, row)  # type: ignore[arg-type]
                         self._release(s)
+                    elif s.in_flight == 0:
+                        self._end(s)
                     continue
                 if initialization:
                     s.initialized = True
@@ -414,9 +422,9 @@ class Scheduler(RequestResidency):
             self._snapshotting -= 1
             self.counters.snapshots_published += 1
             self._preempt(s, row)
-        elif s.restore_row is not None:
-            self.rows.give(s.restore_row)
-            s.restore_row = None
+        elif s.restore_row is not None:  # its own snapshot's row returns; a published one is unpinned
+            self.counters.continuation_hits += int(s.shared_restore)
+            self._give_restore_row(s)
             self.counters.snapshots_restored += 1
 
     def _restoration_round(self, restoring: list[SequenceState]) -> RoundPlan:
@@ -686,7 +694,7 @@ class Scheduler(RequestResidency):
         plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=operation,
                          lanes=tuple(lanes), request_ids=tuple([s.request.request_id for s in sequences]),
                          page_table_updates=tuple(updates), constrained_lanes=constrained,
-                         outstanding=len(self._outstanding) + 1)
+                         outstanding=len(self._outstanding) + 1, page_copies=self.cache.take_copies())
         self._outstanding.append(plan)
         self._cohorts[plan.sequence] = sequences
         return plan

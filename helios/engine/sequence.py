@@ -68,6 +68,12 @@ class SequenceState:
     restore_row: int | None = None
     preempted_at: int = 0  # positions it had consumed when it was last preempted
     preempt_asked: bool = False  # `Scheduler.preempt` asked for its preemption at the next scheduling point
+    # Published continuations (snapshots.py): it ended by EOS or its output limit, so its partial page
+    # may be published (`publish`); `publishing` while its snapshot round is due or in flight;
+    # `shared_restore` when `restore_row` is a published continuation it matched (pinned, not its own).
+    publish: bool = False
+    publishing: bool = False
+    shared_restore: bool = False
 
     @property
     def frontier(self) -> int:

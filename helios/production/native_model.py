@@ -57,6 +57,7 @@ from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
+from helios.runtime.host_cache import host_pages
 from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
 from helios.runtime.tuning import StartupTuning, TuningRefused
 
@@ -93,6 +94,9 @@ class LoadOptions:
     # table, `helios.runtime.costs`): `cost_repeats` replays each on a GPU, one eager run on a CPU.
     measure_costs: bool = False
     cost_repeats: int = 5
+    # The host tier of evicted checkpoints (helios/runtime/host_cache.py): GiB of host memory, pinned on a
+    # GPU; None: sized from the memory available at load (capped); 0: none.
+    host_cache_gib: float | None = None
 
     def __post_init__(self) -> None:
         if self.cost_repeats < 1:
@@ -105,11 +109,13 @@ class LoadOptions:
             raise StartupFailed(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
         if self.pages is not None and self.pages < 1:
             raise StartupFailed(f"pages must be >= 1, got {self.pages}")
+        if self.host_cache_gib is not None and not self.host_cache_gib >= 0:
+            raise StartupFailed(f"host_cache_gib must be >= 0, got {self.host_cache_gib}")
 
 
 @dataclass(frozen=True, slots=True)
 class StartupPhase:
-    name: str  # verify, weights, tuning, kernels, cache, graphs[, costs]
+    name: str  # verify, weights, tuning, kernels, cache, graphs, costs, host_tier
     seconds: float
 
 
@@ -228,8 +234,12 @@ class NativeModel:
                                        options.cost_repeats if device.type == "cuda" else 1)
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         # two frames: a round may be submitted before the last completes
-        executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
-                                  device=device, capture=capture, separate_staging=paths is not None)
+        cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
+        with phase("host_tier"):
+            host = host_pages(options.host_cache_gib, _page_bytes(manifest))
+            executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
+                                      device=device, capture=capture, separate_staging=paths is not None,
+                                      cache_buffers=cache_buffers, host_pages=host)
         executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)
