@@ -60,7 +60,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
@@ -103,7 +104,7 @@ class Scheduler(RequestResidency):
     slots and pages are `RequestResidency`'s (residency.py)."""
 
     def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
-                 costs: RoundCosts | None = None) -> None:
+                 costs: RoundCosts | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
         super().__init__(config, cache)
@@ -132,6 +133,12 @@ class Scheduler(RequestResidency):
         self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime)
                        if config.adaptive_speculation else None)
         self.pooled = AcceptanceEstimate()
+        # Served rounds' wall time for the choice (ProgramChoice.observe): when the schedule call that
+        # formed each outstanding round began, and when the last round completed.
+        self._clock = clock
+        self._schedule_started = 0.0
+        self._round_started: dict[int, float] = {}
+        self._last_completion = 0.0
         # positions a speculating lane's draft passes may reach past its frontier: the configured
         # width's, or under adaptive choice the most of any selected width's
         self._draft_passes = first.draft_passes if first is not None else 0
@@ -199,6 +206,8 @@ class Scheduler(RequestResidency):
 
     def schedule(self) -> RoundPlan | None:
         """The next round to submit, or None (nothing ready, or the frames are full)."""
+        if self.choice is not None:
+            self._schedule_started = self._clock()
         plan = self._schedule()
         if plan is None and self._snapshot_due and len(self._outstanding) < self.max_inflight():
             # forming this round preempted a request whose partial page must first be snapshotted
@@ -303,6 +312,11 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
+        if self.choice is not None:  # the round's wall time, overlap included (program_choice.py)
+            now = self._clock()
+            started = self._round_started.pop(plan.sequence, now)
+            self.choice.observe(plan.graph, now - max(started, self._last_completion))
+            self._last_completion = now
         speculative = plan.operation == C.OPERATION_SPECULATIVE
         check = self.catalog.variant(plan.graph).check if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
@@ -473,6 +487,8 @@ class Scheduler(RequestResidency):
         if plan in self._outstanding:
             self._outstanding.remove(plan)
         self._cohorts.pop(plan.sequence, None)
+        if self.choice is not None and self._round_started.pop(plan.sequence, None) is not None:
+            self._last_completion = self._clock()  # a failed round is not a cost observation
         retired = self._partly_retired.pop(plan.sequence, 0)  # lanes `complete` retired before it failed
         failed = []
         for update in plan.page_table_updates:  # the device may not hold them: the slot's next round rewrites its row
@@ -650,6 +666,8 @@ class Scheduler(RequestResidency):
                 limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None,
                 masks: list[tuple[tuple[int, ...], ...] | None] | None = None) -> RoundPlan:
         self._sequence += 1
+        if self.choice is not None:
+            self._round_started[self._sequence] = self._schedule_started
         lanes, updates, sequences = [], [], []
         constrained = 0
         operation = variant.operation
