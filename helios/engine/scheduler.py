@@ -133,6 +133,9 @@ class Scheduler(RequestResidency):
         self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime)
                        if config.adaptive_speculation else None)
         self.pooled = AcceptanceEstimate()
+        # History drafting: copied proposals and the learned draft's, pooled (`_copies`).
+        self.pooled_copied = AcceptanceEstimate()
+        self.pooled_learned = AcceptanceEstimate()
         # Served rounds' wall time for the choice (ProgramChoice.observe): when the schedule call that
         # formed each outstanding round began, and when the last round completed.
         self._clock = clock
@@ -352,10 +355,12 @@ class Scheduler(RequestResidency):
                     s.acceptance.observe(r.offer - 1, r.accepted_drafts)
                     self.pooled.observe(r.offer - 1, r.accepted_drafts)
             if self.config.history_drafting:
-                for lane, r in zip(plan.lanes, rows, strict=True):
+                for s, lane, r in zip(self._cohorts[plan.sequence], plan.lanes, rows, strict=True):
                     offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
                     self.counters.copied_offered += offered
                     self.counters.copied_accepted += accepted
+                    self._observe_sources(s, offered, accepted, r.offer - 1 - offered,
+                                          r.accepted_drafts - accepted if accepted == offered else 0)
             emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
@@ -615,6 +620,9 @@ class Scheduler(RequestResidency):
                 if s.history is None:
                     s.history = HistoryIndex()
                 proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
+                if proposal and s.request.grammar is None and not self._copies(s):
+                    proposal = ()  # its learned draft has done better than its copies: the draft proposes
+                    self.pooled_copied.decay()  # nothing is observed of copies meanwhile: the pool ages
                 if s.request.grammar is not None and first.grammar_masks:
                     # Only the copied run the grammar allows, each target row under its position's mask:
                     # the host knows no mask for a position past it, so the lane's limit stops there.
@@ -635,6 +643,34 @@ class Scheduler(RequestResidency):
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
         return self._submit(variant, cohort, limits, copied, masks)
+
+    def _observe_sources(self, s: SequenceState, copied: int, copied_accepted: int, learned: int,
+                         learned_accepted: int) -> None:
+        """A completed speculative lane under history drafting: `copied` copied proposals judged and
+        `copied_accepted` of them kept, then `learned` learned-draft proposals judged (none where a
+        copied one was rejected: verification stopped there) and `learned_accepted` kept."""
+        if copied > 0:
+            if s.copied_acceptance is None:
+                s.copied_acceptance = AcceptanceEstimate()
+            s.copied_acceptance.observe(copied, copied_accepted)
+            self.pooled_copied.observe(copied, copied_accepted)
+        if learned > 0 and copied_accepted == copied:
+            if s.learned_acceptance is None:
+                s.learned_acceptance = AcceptanceEstimate()
+            s.learned_acceptance.observe(learned, learned_accepted)
+            self.pooled_learned.observe(learned, learned_accepted)
+
+    def _copies(self, s: SequenceState) -> bool:
+        """An unconstrained lane with a copied run uses it: its copied proposals' acceptance (posterior
+        mean over the pooled prior, as the program choice's) is at least its learned draft's. Both
+        start from the uniform prior, so copies are tried first; a draft that predicts the model better
+        than the request's own history (short n-gram matches on text that does not repeat) keeps its
+        positions. The choice reads completed rounds only: every proposal is verified, so it is
+        lossless whichever way it goes."""
+        copied_prior, learned_prior = self.pooled_copied.mean(0.5), self.pooled_learned.mean(0.5)
+        copied = s.copied_acceptance.mean(copied_prior) if s.copied_acceptance is not None else copied_prior
+        learned = s.learned_acceptance.mean(learned_prior) if s.learned_acceptance is not None else learned_prior
+        return copied >= learned
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane

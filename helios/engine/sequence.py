@@ -58,6 +58,10 @@ class SequenceState:
     table_entries: int = -1
     history: HistoryIndex | None = None  # history drafting's n-gram index of `known`, built on first use
     acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
+    # history drafting: its copied proposals' acceptance and its learned draft's (the positions past
+    # an accepted copied run, or lanes without one), which decide whether its next round copies
+    copied_acceptance: AcceptanceEstimate | None = None
+    learned_acceptance: AcceptanceEstimate | None = None
     plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
     plain_stint: int = 0  # tokens of its last plain stint (0: it speculated since, or never chose plain)
     # Snapshots (snapshots.py). While preempted: its checkpoints and continuation row. While running: the
