@@ -20,7 +20,7 @@ from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest, SamplingParams
 from tests.engine.test_batching_runtime import serve
-from tests.recurrent.helpers import C, GREEDY, OPTIONS, PROMPT, PROMPTS, drive, state_planes
+from tests.recurrent.helpers import GREEDY, OPTIONS, PROMPT, PROMPTS, C, drive, state_planes
 
 
 @pytest.fixture(scope="module")
