@@ -29,11 +29,13 @@ def state_planes(contract) -> list[str]:
 
 
 def drive(runtime, requests: dict[str, GenerationRequest], preempt_at: dict[str, int],
-          read_row: Callable[[str, int], np.ndarray], planes: list[str]) -> tuple[dict[str, list[int]], int]:
+          read_row: Callable[[str, int], np.ndarray], planes: list[str], *,
+          on_submit: Callable[[object], None] | None = None) -> tuple[dict[str, list[int]], int]:
     """Run `requests` on the runtime's scheduler and executor in this thread, asking the scheduler to
     preempt request r once it has `preempt_at[r]` tokens. At each snapshot round's fence the request's
     live state rows (row = its slot) are read; at its restore round's fence its new live rows must
-    equal them byte for byte. Returns (tokens, state rows checked)."""
+    equal them byte for byte; `on_submit(plan)` runs right after each submission. Returns (tokens,
+    state rows checked)."""
     scheduler, executor = runtime.scheduler, runtime.executor
     for request_id, request in requests.items():
         scheduler.add(SchedulerRequest(request_id, request))
@@ -43,6 +45,8 @@ def drive(runtime, requests: dict[str, GenerationRequest], preempt_at: dict[str,
     while not scheduler.idle:
         while (plan := scheduler.schedule()) is not None:
             executor.submit(plan)
+            if on_submit is not None:
+                on_submit(plan)
         plan = scheduler.oldest()
         assert plan is not None
         outcomes = scheduler.complete(plan, executor.collect(plan))
