@@ -15,7 +15,7 @@ import pytest
 from helios.ignition.prepare import prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.request import GenerationRequest, SamplingParams
-from tests.recurrent.helpers import C, GREEDY, OPTIONS, PROMPT, PROMPTS, drive, state_planes
+from tests.recurrent.helpers import GREEDY, OPTIONS, PROMPT, PROMPTS, C, drive, state_planes
 
 
 @pytest.fixture(scope="module")
