@@ -22,7 +22,7 @@ def hybrid_core(tiny_checkpoint):
 
 
 def test_the_generated_workloads_pass_on_a_recurrent_core(hybrid_core):
-    from conformance.coverage import REUSE, RESTORE
+    from conformance.coverage import RESTORE, REUSE
 
     report = run(hybrid_core, ("trace", "e2e"))
     assert report.verdict == "pass", report.table()
