@@ -126,6 +126,27 @@ def test_without_a_continuation_row_a_preempted_recurrent_request_recomputes_fro
     assert runtime.scheduler.counters.recomputed_tokens == len(request.prompt_token_ids) + 2
 
 
+def test_with_one_continuation_row_the_second_preemption_recomputes_from_the_start(checkpoint):
+    """Two requests preempted together: one takes the row (restored, nothing recomputed), the other
+    finds none and, its state saved nowhere, consumes every position again; both give the reference's
+    tokens."""
+    from dataclasses import replace
+
+    core = prepare_checkpoint(checkpoint, replace(OPTIONS, snapshot_capacity=1))
+    requests = {f"r{i}": GenerationRequest(prompt, max_tokens=6, sampling=GREEDY, ignore_eos=True)
+                for i, prompt in enumerate(((3, 4, 5, 6, 7), (40, 41, 42, 43, 44, 45, 46)))}
+    reference = ReferenceEngine.load(core, pages=16)
+    expected = {request_id: list(reference.generate(r)) for request_id, r in requests.items()}
+    runtime = batching(core, pages=32)
+    buffers = runtime.executor.buffers
+    tokens, checked = drive(runtime, requests, {"r0": 2, "r1": 2}, lambda plane, row: buffers[plane][row].copy(),
+                            state_planes(core.contract))
+    assert tokens == expected
+    counters = runtime.scheduler.counters
+    assert counters.preemptions == 2 and counters.snapshots_restored == 1 and checked == 2
+    assert counters.recomputed_tokens in (5 + 1, 7 + 1)  # the unsaved one's prompt and first token, again
+
+
 def test_a_recurrent_core_reuses_no_prefix(core, hf_model):
     """Pages hold no recurrent state at their ends: a second request with the same prompt recomputes it."""
     from tests.fixtures.hf_oracle import hf_greedy
