@@ -17,8 +17,7 @@ import pytest
 from helios.ignition.prepare import prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.request import GenerationRequest, SamplingParams
-from tests.recurrent.helpers import GREEDY, OPTIONS, PROMPT, PROMPTS, C, drive, state_planes
-
+from tests.recurrent.helpers import GREEDY, OPTIONS, PROMPT, drive, state_planes
 
 # fewer graphs than the reference tests' core (the interpreter lowers each): batches of 1 and 2, chunks
 # of 8 (the 20-token prompt is prefilled in three rounds)
