@@ -102,6 +102,11 @@ def check_history_regions(serving: contract_pb2.ServingContract,
             raise UnservedHistoryKind(
                 f"{where} are not served by this runtime (it serves PAGED_KEY_VALUE, SLIDING_WINDOW, RECURRENT "
                 "and CONTINUATION regions)")
+        if region.kind in (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW) \
+                and region.tokens_per_record != 1:
+            # the paged operators and the page cache keep one record per token position
+            raise UnservedHistoryKind(f"{where} with tokens_per_record = {region.tokens_per_record} are not served "
+                                      "by this runtime (it keeps one record per token)")
         if region.kind == V.HISTORY_KIND_RECURRENT:
             problem = recurrent_problem(serving, manifest, region)
             if problem is not None:
