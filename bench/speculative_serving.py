@@ -183,28 +183,26 @@ def main(argv: list[str] | None = None) -> int:
         for workload, bodies in workloads.items():
             for temperature in args.temperatures:
                 for c in concurrency:
+                    def setup(name: str, extra: dict, tag: str, c: int = c, bodies: list = bodies,
+                              temperature: float = temperature, workload: str = workload):
+                        """A fresh runtime of mode `name` and the workload's requests for it."""
+                        if name != "off":
+                            extra = {**extra, "history_drafting": args.history_drafting}
+                        options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
+                        runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
+                        return runtime, prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}-{tag}")
+
                     runs: dict[str, list[float]] = {name: [] for name in names}
                     for repeat in range(repeats):
                         for name, extra in modes(widths):
-                            if name != "off":
-                                extra = {**extra, "history_drafting": args.history_drafting}
-                            options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
-                            runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
-                            requests = prepared(preparer, bodies[:per(c)], temperature,
-                                                f"{workload}-{name}-{c}-{repeat}")
-                            tokens, seconds = serve_at_once(runtime, requests)
+                            tokens, seconds = serve_at_once(*setup(name, extra, str(repeat)))
                             runs[name].append(tokens / seconds)
                     rates = {name: statistics.median(values) for name, values in runs.items()}
-                    for name, extra in modes(widths):
-                        if args.profile and c == concurrency[-1] and temperature == args.temperatures[0]:
+                    if args.profile and c == concurrency[-1] and temperature == args.temperatures[0]:
+                        for name, extra in modes(widths):
                             # one more run of the same requests, under the profiler (its figures are not the
                             # table's: the profiler slows the worker)
-                            if name != "off":
-                                extra = {**extra, "history_drafting": args.history_drafting}
-                            options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
-                            runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
-                            requests = prepared(preparer, bodies[:per(c)], temperature,
-                                                f"{workload}-{name}-{c}-profiled")
+                            runtime, requests = setup(name, extra, "profiled")
                             profiler = profile_worker(runtime)
                             tokens, seconds = serve_at_once(runtime, requests)
                             report_profile(profiler, runtime, f"{workload} C={c} {name}", tokens, seconds,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from helios.ignition.preparation.contract import HistoryPlanes
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.recurrent import RecurrentHistory
-from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
+from helios.ignition.reader import Checkpoint, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.ignition.recipes.llama_family import (
     ROPE_TYPES_FROM_HF,
@@ -36,6 +36,7 @@ from helios.ignition.recipes.llama_family import (
     _int,
     _number,
     _rope_attributes,
+    checked_weight_specs,
     lm_head_tensor,
     weight_resource,
 )
@@ -188,17 +189,7 @@ def weight_specs(cfg: Lfm2Config, checkpoint: Checkpoint) -> tuple[WeightSpec, .
     specs.append(WeightSpec("model.embedding_norm.weight", (h,)))
     if not cfg.tie_word_embeddings:
         specs.append(WeightSpec("lm_head.weight", (cfg.vocab_size, h)))
-    for spec in specs:
-        if spec.name not in checkpoint.tensors:
-            if spec.name == "lm_head.weight":
-                raise MissingCheckpointFile("checkpoint has no lm_head.weight and config.json: "
-                                            "tie_word_embeddings = false")
-            raise MissingCheckpointFile(f"checkpoint has no tensor {spec.name} (required by config.json)")
-        stored = checkpoint.tensors.info(spec.name).shape
-        if stored != spec.shape:
-            raise UnsupportedCheckpoint(f"tensor {spec.name} has shape {list(stored)}, config.json implies "
-                                        f"{list(spec.shape)}")
-    return tuple(specs)
+    return checked_weight_specs(checkpoint, specs)
 
 
 def _thirds(cfg: Lfm2Config) -> tuple[WeightPart, WeightPart, WeightPart]:

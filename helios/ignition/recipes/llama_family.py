@@ -271,6 +271,11 @@ def weight_specs(cfg: LlamaFamilyConfig, checkpoint: Checkpoint) -> tuple[Weight
     specs.append(WeightSpec("model.norm.weight", (h,)))
     if not cfg.tie_word_embeddings:
         specs.append(WeightSpec("lm_head.weight", (cfg.vocab_size, h)))
+    return checked_weight_specs(checkpoint, specs)
+
+
+def checked_weight_specs(checkpoint: Checkpoint, specs: list[WeightSpec]) -> tuple[WeightSpec, ...]:
+    """`specs` once every tensor is in the checkpoint with its shape (one line naming the first that is not)."""
     for spec in specs:
         if spec.name not in checkpoint.tensors:
             if spec.name == "lm_head.weight":
