@@ -3,10 +3,10 @@
 Startup phases, each timed and reported in `NativeModel.startup`:
 
   verify   decode and validate the PreparedContract, apply load-time selection (which may reduce the
-           captured concurrency), check that every selected graph has its program for rank 0, that
+           captured concurrency), check that every selected graph has its program for the loaded rank, that
            the engine's operations (INITIALIZATION, PREFILL, DECODE) are covered, validate programs
            against the manifest's buffers;
-  weights  map rank 0's weights from the core onto the device (one copy per resource, no conversion;
+  weights  map the rank's weights from the core onto the device (one copy per resource, no conversion;
            several resources verified and decoded at once: weight_loading.py);
   kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
            the plans launch, many at once (kernel_compile.py), then run each plan once, which
@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -89,6 +90,10 @@ class LoadOptions:
     # table, `helios.runtime.costs`): `cost_repeats` replays each on a GPU, one eager run on a CPU.
     measure_costs: bool = False
     cost_repeats: int = 5
+    # The tensor-parallel rank this process loads and its `RankGroup` (production/ranks/group.py): a
+    # core of N > 1 ranks loads only with a group of N; rank 0 without one for a one-rank core.
+    rank: int = 0
+    group: Any = None
 
     def __post_init__(self) -> None:
         if self.cost_repeats < 1:
@@ -117,7 +122,7 @@ class _Program:
 
 
 class NativeModel:
-    """A core loaded for production execution on one device (rank 0)."""
+    """A core loaded for production execution of one rank (rank 0 for a one-rank core) on one device."""
 
     def __init__(self, *, contract: PreparedContract, serving: contract_pb2.ServingContract,
                  manifests: tuple[manifest_pb2.ExecutionManifest, ...], executor: NativeExecutor, pages: int,
@@ -165,7 +170,7 @@ class NativeModel:
             serving, manifest = core.contract, core.manifest
             contract = PreparedContract.decode(serving, manifest)
             selection = contract.select(options.startup)
-            programs = _programs(core, manifest, serving, {g.name for g in selection.graphs})
+            programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
             slots = selection.max_concurrency
         with phase("weights"):
             weights = load_weights(core, (decl for item in programs.values() for decl in _weight_declarations(
@@ -179,7 +184,7 @@ class NativeModel:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             placeholder = manifest_buffers(manifest, device, pages=1)
-            warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths)
+            warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
                     for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
@@ -197,11 +202,13 @@ class NativeModel:
             del placeholder, warm
         with phase("cache"):
             pages = _pages(contract, manifest, slots, options, device, transient)
+            if options.group is not None:  # every rank's cache holds the same page ids: the smallest
+                pages = options.group.minimum(pages)
             buffers = manifest_buffers(manifest, device, pages=pages)
         with phase("tuning"):
-            _run_tuning(core, manifest, weights, buffers, arena, device, paths)
+            _run_tuning(core, manifest, weights, buffers, arena, device, paths, options)
         with phase("graphs"):
-            plans = {name: _lower(item, weights, buffers, arena, device, policy, paths)
+            plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
                      for name, item in programs.items()}
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
@@ -260,10 +267,15 @@ def _measure_costs(graphs: dict[str, ExecutorGraph], contracts, persistent: list
 
 
 def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
-              selected: set[str]) -> dict[str, _Program]:
-    if manifest.ranks > 1:
-        raise StartupFailed(f"tensor-parallel ranks are not built in the production runtime: the core has "
-                            f"{manifest.ranks} ranks (the reference runtime runs them: --runtime reference)")
+              selected: set[str], options: LoadOptions) -> dict[str, _Program]:
+    rank, group = options.rank, options.group
+    held = 1 if group is None else group.size
+    if manifest.ranks != held:
+        raise StartupFailed(f"the core has manifest.ranks = {manifest.ranks}, this load holds {held} rank"
+                            f"{'s' if held != 1 else ''} (tensor-parallel cores load through production ranks: "
+                            "helios.production.ranks)")
+    if not 0 <= rank < manifest.ranks or (group is not None and group.rank != rank):
+        raise StartupFailed(f"rank {rank} is not a rank of this load ({manifest.ranks} ranks)")
     check_page_table_views(serving)
     check_history_regions(serving, manifest)
     descriptors = {b.name: b for b in manifest.buffers}
@@ -273,10 +285,11 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
         handle = handles.get(name)
         if handle is None or not handle.program_resources:
             raise MissingGraphVariant(f"selected graph {name!r} has no program in the execution catalog")
-        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
-        if program.graph != name:
-            raise MissingGraphVariant(f"program {handle.program_resources[0]!r} belongs to graph {program.graph!r}, "
-                                      f"not {name!r}")
+        resource = handle.program_resources[rank]
+        program = program_pb2.Program.FromString(core.read(resource))
+        if program.graph != name or program.rank != rank:
+            raise MissingGraphVariant(f"program {resource!r} belongs to graph {program.graph!r} rank {program.rank}, "
+                                      f"not {name!r} rank {rank}")
         out[name] = _Program(handle, program, tuple(validate_program(program, descriptors)))
     for operation in REQUIRED_OPERATIONS:
         if not any(item.handle.operation == operation for item in out.values()):
@@ -291,9 +304,9 @@ def _weight_declarations(program: program_pb2.Program) -> Iterator[WeightDeclara
 
 
 def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device,
-           policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None) -> LaunchPlan:
+           policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None, group=None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                         linear_policy=policy, gpu_paths=gpu_paths)
+                         linear_policy=policy, gpu_paths=gpu_paths, group=group)
 
 
 def _page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
@@ -332,13 +345,14 @@ def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOption
     return int(pages)
 
 
-def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device, gpu_paths: GpuPaths | None = None
-                ) -> None:
+def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device, gpu_paths: GpuPaths | None = None,
+                options: LoadOptions | None = None) -> None:
     """Run each startup tuning producer once (they fill TUNED buffers that graphs only read)."""
     descriptors = {b.name: b for b in manifest.buffers}
     for handle in manifest.tuning_catalog:
-        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
+        rank = options.rank if options is not None and len(handle.program_resources) > 1 else 0
+        program = program_pb2.Program.FromString(core.read(handle.program_resources[rank]))
         operators = tuple(validate_program(program, descriptors))
         load_weights(core, _weight_declarations(program), device, into=weights)
         lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                      gpu_paths=gpu_paths).run()
+                      gpu_paths=gpu_paths, group=options.group if options is not None else None).run()
