@@ -113,7 +113,8 @@ def _generate(args) -> int:
                                                                   history_drafting=args.history_drafting,
                                                                   ranks=rank_options(args.core, args.trust, args.accept,
                                                                                      args.rank_peers, args.master,
-                                                                                     args.rank_timeout)))
+                                                                                     args.rank_timeout,
+                                                                                     args.runtime)))
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         prompt_ids = bootstrap.encode(text)

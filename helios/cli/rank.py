@@ -24,7 +24,7 @@ def add_rank_arguments(parser) -> None:
                              "(default: threads)")
     parser.add_argument("--master", metavar="ADDR:PORT",
                         help="where rank 0 listens for its peers (processes: required; threads: a free loopback port)")
-    parser.add_argument("--rank-timeout", type=float, default=30.0, metavar="S",
+    parser.add_argument("--rank-timeout", type=float, metavar="S",
                         help="seconds a collective waits for a peer before the ranks fail (default: 30)")
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
 
 
-def _device(device: str | None) -> str:
+def load_device(device: str | None) -> str:
     """The device to load on (cuda when present); on the CPU the kernels must be interpreted."""
     import os
 
@@ -47,7 +47,7 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
     on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
     SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token);
     `measure_costs` times the DECODE and SPECULATIVE graphs' rounds once loaded (adaptive choice)."""
-    device = _device(device)
+    device = load_device(device)
     from helios.contract import StartupOptions
     from helios.production.native_model import LoadOptions, NativeModel
 
@@ -87,7 +87,7 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
 
 def _load_ranks(core: CoreSource, options: RuntimeOptions, width: int | None) -> NativeModel:
     """Rank 0 of a core of several ranks, with its peers (helios/production/ranks/rank_zero.py)."""
-    device = _device(options.device)
+    device = load_device(options.device)
     from helios.production.ranks.rank_zero import load_rank_zero
 
     return load_rank_zero(core, options.ranks, device=device, max_concurrency=options.limits.max_active,
@@ -122,4 +122,4 @@ def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:
     return width
 
 
-__all__ = ["load_native_model", "load_runtime", "runtime_for"]
+__all__ = ["load_device", "load_native_model", "load_runtime", "runtime_for"]

@@ -138,6 +138,7 @@ class NativeModel:
         self.weight_bytes = weight_bytes
         self.linear_decisions = linear_decisions  # path of each small matrix product shape (product_choice.py)
         self.max_concurrency = max_concurrency  # request slots of the load-time selection
+        self.rank_weight_bytes = (weight_bytes,)  # every rank's weight bytes (rank 0 of several: all of them)
 
     def run_round(self, graph_name: str, lanes: list[LaneInput]):
         """One round of one graph over a cohort, outside a scheduler (executor.py: `run_round`)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from helios.errors import HeliosError
@@ -73,8 +73,9 @@ class RuntimeOptions:
     # History drafting: speculative rounds also carry proposals copied from each request's own tokens
     # (a startup option; load-time selection checks the core's wider graphs take copied inputs).
     history_drafting: bool = False
-    # Production, a core of several tensor-parallel ranks: where rank 0's peers come from.
-    ranks: RankOptions = field(default_factory=RankOptions)
+    # Production, a core of several tensor-parallel ranks: where rank 0's peers come from (None: a
+    # core of several ranks cannot load; the command line always gives them to production).
+    ranks: RankOptions | None = None
 
     def __post_init__(self) -> None:
         if self.pages is not None and self.pages < 1:

@@ -105,3 +105,13 @@ def test_tp_3_on_four_heads_is_one_line_naming_the_field(tiny_checkpoint, tmp_pa
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--tp 3: config.json: num_attention_heads = 4 is not divisible by 3" in err
     assert not (tmp_path / "m.hcore").exists()
+
+
+def test_inspect_runtime_loads_every_rank_and_shows_each_ranks_weights(signed, capsys):
+    _, two, public = signed
+    capsys.readouterr()
+    assert main(["inspect", str(two), "--runtime", "--accept", "acme/tests", "--trust", public, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ranks"] == 2 and report["cache"]["pages"] > 0
+    per_rank = report["weight_bytes_per_rank"]
+    assert len(per_rank) == 2 and per_rank[0] == per_rank[1] == report["weight_bytes"] > 0

@@ -63,7 +63,7 @@ def _production(prepared, directory, **ranks):
     return runtime, core
 
 
-def _reference(prepared, prompt=PROMPT, max_tokens=6):
+def _reference(prepared, prompt=PROMPT, max_tokens=3):
     from helios.engine.oneshot import generate_tokens
     from helios.reference import load_runtime
 
@@ -71,7 +71,7 @@ def _reference(prepared, prompt=PROMPT, max_tokens=6):
     return generate_tokens(runtime, GenerationRequest(prompt, max_tokens=max_tokens, sampling=GREEDY))
 
 
-async def _run(runtime, request_id: str, prompt=PROMPT, max_tokens=6):
+async def _run(runtime, request_id: str, prompt=PROMPT, max_tokens=3):
     """(tokens, the Failed event or None) of one request on a started runtime."""
     stream = runtime.submit(PreparedRequest(request_id, GenerationRequest(prompt, max_tokens=max_tokens,
                                                                           sampling=GREEDY), observe_tokens=True))

@@ -12,7 +12,9 @@ process groups over the store:
 - `data`: the programs' collectives (`all_reduce`, `all_gather`) and the per-round agreement;
   gloo on a CPU, NCCL on a GPU (capturable in CUDA graphs). Its timeout bounds how long a rank
   waits for a dead or hung peer.
-- `control`: gloo, on the host: rank 0's commands (the round plans) to the peers.
+- `control`: gloo, on the host: rank 0's commands (the round plans) to the peers. Its timeout is
+  the startup timeout (a peer waits there while rank 0 finishes loading); rank 0 notices a lost
+  peer on it at once (a closed connection), and a hung one on the data group.
 
 The groups are `ProcessGroupGloo` / `ProcessGroupNCCL` objects used directly, not the global
 default group, so one process may hold several (tests) and nothing else in the process is touched.
@@ -97,6 +99,13 @@ class RankGroup:
         self.data.allgather([parts], [local]).wait()
         return parts
 
+    def every(self, value: int) -> list[int]:
+        """Every rank's `value`, rank order (control group: host integers)."""
+        local = torch.tensor([value], dtype=torch.int64)
+        parts = [torch.empty_like(local) for _ in range(self.size)]
+        self.control.allgather([parts], [local]).wait()
+        return [int(p[0]) for p in parts]
+
     def minimum(self, value: int) -> int:
         """The smallest of every rank's `value` (control group: host integers)."""
         t = torch.tensor([value], dtype=torch.int64)
@@ -153,7 +162,11 @@ def join(*, master: str, rank: int, size: int, served_id: str, device: torch.dev
             raise RankStartupFailed(f"rank 0 refused the ranks: {verdict['error']}")
         published = verdict["parameters"]
     limit = timedelta(seconds=timeout)
-    control = dist.ProcessGroupGloo(dist.PrefixStore("helios/control", store), rank, size, limit)
+    # NOTE: a peer waits on the control group for rank 0's next command; rank 0 sends one at least
+    # every second once loaded (its monitor), but its load may outlast a peer's by more than the
+    # collective timeout, so the control group waits as long as the startup does.
+    control = dist.ProcessGroupGloo(dist.PrefixStore("helios/control", store), rank, size,
+                                    timedelta(seconds=max(timeout, startup_timeout)))
     if device.type == "cuda":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = limit

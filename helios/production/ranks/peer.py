@@ -47,6 +47,7 @@ def serve_peer(core: CoreSource, *, master: str, rank: int, size: int, device: s
     model = NativeModel.load(core, LoadOptions(device=device, pages=p.get("pages"), startup=startup,
                                                measure_costs=bool(p.get("measure_costs")), rank=rank, group=group,
                                                **fraction))
+    group.every(model.weight_bytes)  # rank 0 reports every rank's weights (load_rank_zero)
     contract = model.contract
     executor = model.executor
     submitted: dict[int, object] = {}

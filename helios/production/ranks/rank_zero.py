@@ -18,7 +18,7 @@ from helios.production.ranks.spawn import free_loopback_port, spawn_peers
 from helios.runtime.options import InvalidRuntimeOptions, RankOptions, RankPeers
 
 
-def load_rank_zero(core: CoreSource, ranks: RankOptions, *, device: str, max_concurrency: int | None,
+def load_rank_zero(core: CoreSource, ranks: RankOptions | None, *, device: str, max_concurrency: int | None,
                    pages: int | None, speculative_width: int | None, history_drafting: bool, measure_costs: bool,
                    gpu_memory_fraction: float | None = None):
     import torch
@@ -27,6 +27,7 @@ def load_rank_zero(core: CoreSource, ranks: RankOptions, *, device: str, max_con
     from helios.production.native_model import LoadOptions, NativeModel
 
     size = core.manifest.ranks
+    ranks = ranks or RankOptions()
     processes = []
     if ranks.peers is RankPeers.THREADS:
         if ranks.open_core is None:
@@ -60,6 +61,7 @@ def load_rank_zero(core: CoreSource, ranks: RankOptions, *, device: str, max_con
         for process in processes:  # peers left waiting for rank 0 would only time out
             process.kill()
         raise
+    model.rank_weight_bytes = tuple(group.every(model.weight_bytes))  # each rank's own weights (inspect)
     model.executor = RankZeroExecutor(model.executor, group, peers=processes)
     return model
 
