@@ -89,6 +89,9 @@ class RoundRecord:
     # rounds outstanding right after its submission, itself included (RoundPlan.outstanding); None:
     # not recorded (traces before snapshots)
     outstanding: int | None = None
+    # production ranks: what the round wrote on ranks 1 .. N-1 (as `state`), read from each peer's own
+    # buffers; recorded in memory for the audit (`helios conform`), not written to trace files
+    rank_states: tuple[Mapping[str, tuple[tuple[int, ...], np.ndarray]], ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------ encoding
@@ -267,7 +270,8 @@ class TraceRecorder:
 
     def submit(self, plan: RoundPlan) -> None:
         self.executor.submit(plan)
-        self._submitted[plan.sequence] = (self._transport(plan.graph, plan.lanes), self._state(plan))
+        self._submitted[plan.sequence] = (self._transport(plan.graph, plan.lanes), self._state(plan),
+                                          self._rank_states(plan))
 
     def _state(self, plan: RoundPlan) -> dict | None:
         from conformance.state import capture
@@ -281,8 +285,20 @@ class TraceRecorder:
                        if launch.kernel in ("sample", "argmax") and getattr(launch, "inputs", ())), None)
         return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits)
 
+    def _rank_states(self, plan: RoundPlan) -> tuple:
+        """What the round wrote on every peer rank, from its own buffers (production ranks only)."""
+        from conformance.state import capture
+
+        read = getattr(self.executor, "peer_buffers", None)
+        if self.state is None or read is None:
+            return ()
+        spec = self.state
+        names = {*spec.planes.get(plan.graph, ()), *spec.continuation.get(plan.graph, ()),
+                 *(view.buffer for view in spec.views.get(plan.graph, ()))}
+        return tuple(capture(spec, plan.graph, plan.lanes, buffers) for buffers in read(sorted(names)))
+
     def collect(self, plan: RoundPlan) -> Sequence[Completion]:
-        transport, state = self._submitted.pop(plan.sequence)
+        transport, state, rank_states = self._submitted.pop(plan.sequence)
         error: BaseException | None = None
         scores = None
         try:
@@ -302,7 +318,7 @@ class TraceRecorder:
         self.rounds += 1
         self.sink.round(RoundRecord(self.rounds, plan.graph, plan.frame, tuple(plan.lanes), transport, tuple(rows),
                                     plan.sequence, None if error is None else f"{type(error).__name__}: {error}",
-                                    state, plan.outstanding))
+                                    state, plan.outstanding, rank_states))
         if error is not None:
             raise error
         if scores is not None:  # the rows as read, with the scores the scheduler validates and delivers

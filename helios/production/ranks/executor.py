@@ -31,7 +31,7 @@ from helios.production.ranks.agreement import ACCEPTED, UNREADABLE, agree, diges
 from helios.production.ranks.group import RankFailed, RankGroup
 from helios.runtime.rounds import RoundPlan
 
-SUBMIT, COLLECT, NOOP, STOP = "submit", "collect", "noop", "stop"
+SUBMIT, COLLECT, NOOP, STOP, READ = "submit", "collect", "noop", "stop", "read"
 
 
 def first_line(error: BaseException) -> str:
@@ -107,6 +107,17 @@ class RankZeroExecutor:
             if failure is not None:
                 raise failure
             return rows
+
+    def peer_buffers(self, names) -> list[dict]:
+        """Every peer's buffers `names` as host arrays, ranks 1 .. N-1 (the conformance recorder's
+        per-rank state: what each rank's round wrote into its own cache and state)."""
+        with self._lock:
+            self._usable()
+            self._send((READ, tuple(names)))
+            try:
+                return self.group.gather_objects(None)[1:]
+            except RuntimeError as error:
+                raise self._lost(error) from None
 
     def failure(self) -> str | None:
         """Why the ranks can no longer serve (a lost or failed rank), or None while they can."""

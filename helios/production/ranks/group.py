@@ -99,6 +99,16 @@ class RankGroup:
         self.data.allgather([parts], [local]).wait()
         return parts
 
+    def gather_objects(self, value) -> list:
+        """Every rank's `value` (pickled plain data), rank order, on every rank (control group)."""
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        lengths = self.every(len(data))
+        local = torch.zeros(max(lengths), dtype=torch.uint8)
+        local[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        parts = [torch.empty_like(local) for _ in range(self.size)]
+        self.control.allgather([parts], [local]).wait()
+        return [pickle.loads(p[:n].numpy().tobytes()) for p, n in zip(parts, lengths, strict=True)]
+
     def every(self, value: int) -> list[int]:
         """Every rank's `value`, rank order (control group: host integers)."""
         local = torch.tensor([value], dtype=torch.int64)

@@ -11,6 +11,7 @@ it is told to stop or a collective fails:
 - `collect(sequence)`: its own `collect`, its own validation of the rows (the engine's
   `validate_round` over the plan's lanes, and `check` when given), then the agreement exchange
   (agreement.py);
+- `read(names)`: its buffers `names` to rank 0 (conformance's per-rank state audit);
 - `noop`: rank 0's heartbeat while idle; `stop`: return.
 
 A peer that loses rank 0 (a collective raises) fails with `RankFailed`.
@@ -25,7 +26,7 @@ import torch
 
 from helios.core.source import CoreSource
 from helios.production.ranks.agreement import ACCEPTED, REJECTED, UNREADABLE, agree, digest
-from helios.production.ranks.executor import COLLECT, NOOP, STOP, SUBMIT, first_line
+from helios.production.ranks.executor import COLLECT, NOOP, READ, STOP, SUBMIT, first_line
 from helios.production.ranks.group import RankFailed, join
 from helios.runtime.completion import validate_round
 
@@ -61,6 +62,12 @@ def serve_peer(core: CoreSource, *, master: str, rank: int, size: int, device: s
             continue
         if kind == STOP:
             return
+        if kind == READ:
+            try:
+                group.gather_objects({name: executor.buffers[name].cpu().numpy() for name in command[1]})
+            except RuntimeError as error:
+                raise RankFailed(f"rank {rank}: lost rank 0: {first_line(error)}") from None
+            continue
         if kind == SUBMIT:
             plan = command[1]
             try:
