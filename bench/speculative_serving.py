@@ -11,7 +11,8 @@ programs of every `--widths` width. On a GPU the production runtime loads the co
 round costs measured at startup) and each mode serves over it: `off` (plain decoding), `W2`, `W4`,
 `W8` (a fixed width) and `auto` (the adaptive choice). On a CPU the reference runtime serves each mode.
 
-Workloads, each at every concurrency C (C requests submitted at once, C admitted at a time):
+Workloads, each at every concurrency C (`--requests`, default max(4 C, 32), submitted at once, C
+admitted at a time; every mode runs `--repeats` times, interleaved, and the table shows its median):
   - held_out: the demo's held-out chat prompts (helios/demo/tasks.py), rendered by the core's chat
     template and frontend exactly as `helios serve` renders them;
   - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
@@ -23,8 +24,12 @@ fixed choice (off or a width), and auto / best (issue #18's target: >= 0.97 at e
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import random
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -89,6 +94,34 @@ def prepared(preparer, bodies: list[dict], temperature: float, tag: str) -> list
     return out
 
 
+def profile_worker(runtime) -> cProfile.Profile:
+    """A profiler enabled inside `runtime`'s worker thread for its whole run."""
+    profiler = cProfile.Profile()
+    run = runtime._run
+
+    def profiled() -> None:
+        profiler.enable()
+        try:
+            run()
+        finally:
+            profiler.disable()
+
+    runtime._run = profiled
+    return profiler
+
+
+def report_profile(profiler: cProfile.Profile, runtime, label: str, tokens: int, seconds: float, top: int) -> None:
+    """The worker's rounds by graph, milliseconds of wall time a round, and the profile's top entries."""
+    scheduler = getattr(runtime, "scheduler", None)  # the sequential reference runtime has none
+    launches = dict(scheduler.counters.launches) if scheduler is not None else {}
+    rounds = sum(launches.values())
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(top)
+    print(f"\n--- profile {label}: {tokens} tokens in {seconds:.3f} s, {rounds} rounds "
+          f"({1e3 * seconds / max(rounds, 1):.2f} ms a round): {launches}")
+    print("\n".join(line for line in stream.getvalue().splitlines() if line.strip())[:12000])
+
+
 def modes(widths: list[int]) -> list[tuple[str, dict]]:
     return ([("off", {"speculation": False})] + [(f"W{w}", {"speculative_width": w}) for w in widths]
             + [("auto", {"adaptive_speculation": True})])
@@ -100,9 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperatures", nargs="*", type=float, default=[0.0, 0.7])
     parser.add_argument("--widths", nargs="*", type=int, default=[2, 4, 8])
     parser.add_argument("--history-drafting", action="store_true", help="speculative modes also copy proposals")
-    parser.add_argument("--requests", type=int, default=0, help="requests a concurrency (default: max(C, 16))")
+    parser.add_argument("--requests", type=int, default=0, help="requests a concurrency (default: max(4 C, 32))")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of every mode, interleaved (off, W2, ..., auto, off, ...); the table shows each "
+                             "mode's median (default %(default)s)")
     parser.add_argument("--tiny", action="store_true", help="a short run of every part (concurrency 1 and 2)")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile the worker thread of every mode at the largest concurrency of each "
+                             "workload (first temperature) and print cProfile's top N entries by own time, with "
+                             "the rounds run and host milliseconds a round")
     args = parser.parse_args(argv)
     import torch
 
@@ -116,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available()
     concurrency = [1, 2] if args.tiny else sorted(set(args.concurrency))
     widths = [2, 4] if args.tiny else sorted(set(args.widths))
-    per = (lambda c: 2) if args.tiny else (lambda c: args.requests or max(c, 16))
+    per = (lambda c: 2) if args.tiny else (lambda c: args.requests or max(4 * c, 32))
+    repeats = 1 if args.tiny else max(1, args.repeats)
     capacities = sorted({1, 2, 4, 8, *concurrency})
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,19 +183,36 @@ def main(argv: list[str] | None = None) -> int:
         for workload, bodies in workloads.items():
             for temperature in args.temperatures:
                 for c in concurrency:
-                    rates = {}
+                    runs: dict[str, list[float]] = {name: [] for name in names}
+                    for repeat in range(repeats):
+                        for name, extra in modes(widths):
+                            if name != "off":
+                                extra = {**extra, "history_drafting": args.history_drafting}
+                            options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
+                            runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
+                            requests = prepared(preparer, bodies[:per(c)], temperature,
+                                                f"{workload}-{name}-{c}-{repeat}")
+                            tokens, seconds = serve_at_once(runtime, requests)
+                            runs[name].append(tokens / seconds)
+                    rates = {name: statistics.median(values) for name, values in runs.items()}
                     for name, extra in modes(widths):
-                        if name != "off":
-                            extra = {**extra, "history_drafting": args.history_drafting}
-                        options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
-                        runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
-                        requests = prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}")
-                        tokens, seconds = serve_at_once(runtime, requests)
-                        rates[name] = tokens / seconds
+                        if args.profile and c == concurrency[-1] and temperature == args.temperatures[0]:
+                            # one more run of the same requests, under the profiler (its figures are not the
+                            # table's: the profiler slows the worker)
+                            if name != "off":
+                                extra = {**extra, "history_drafting": args.history_drafting}
+                            options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
+                            runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
+                            requests = prepared(preparer, bodies[:per(c)], temperature,
+                                                f"{workload}-{name}-{c}-profiled")
+                            profiler = profile_worker(runtime)
+                            tokens, seconds = serve_at_once(runtime, requests)
+                            report_profile(profiler, runtime, f"{workload} C={c} {name}", tokens, seconds,
+                                           args.profile)
                     fixed = {n: r for n, r in rates.items() if n != "auto"}
                     best = max(fixed, key=fixed.get)
                     figures.append({"workload": workload, "temperature": temperature, "concurrency": c,
-                                    "tokens_per_second": rates, "best_fixed": best,
+                                    "requests": per(c), "tokens_per_second": rates, "runs": runs, "best_fixed": best,
                                     "auto_over_best": rates["auto"] / fixed[best]})
                     print(f"{workload:>10} {temperature:>5.2f} {c:>4} " + " ".join(f"{rates[n]:>9.1f}" for n in names)
                           + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f}")

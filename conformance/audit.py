@@ -29,6 +29,11 @@ submitted. Each round is compared in this order, and the first disagreement ends
    production's samples were adopted (below);
 8. production's executor must not have rejected a round the reference accepts identically (`error`).
 
+A round that carried host-tier copies (`copies`: evicted checkpoints offloaded, host hits readmitted)
+has them applied to the reference's own cache pages and a host tier of its own first, in order, as
+production's executor applied them: a readmitted page then holds what the reference computed and
+offloaded, so every later round reading it compares like any other.
+
 Steps 5 and 7 need the round's recorded state (trace version 2); a round recorded without it
 (version 1) skips them, and the logits only where production's plan exposed its sampled logits.
 
@@ -108,6 +113,8 @@ class _Replay:
         self.ties: list[Divergence] = []
         self.spec = StateSpec.of(serving, core.manifest)
         self.pages = PageRules(self.spec.page_tokens, header.pages)
+        self.cache_planes = [b.name for b in core.manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
+        self.host: dict[int, list[dict[str, np.ndarray]]] = {}  # host page -> per rank, plane -> page copy
         # graph -> (state buffer, byte offset, row stride) of its device-owned pending token
         self.pending_state = {g.name: (g.pending_token_state.buffer, g.pending_token_state.byte_offset,
                                        g.pending_token_state.row_stride)
@@ -137,6 +144,7 @@ class _Replay:
         if ruled is not None:
             return ruled
         try:
+            self._copy_pages(record)
             reference = self.engine.run_round(record.graph, lanes)
         except (HeliosError, KeyError, IndexError) as error:
             return self.divergence(record, "submission", f"rejected: {type(error).__name__}: {error}", "submitted",
@@ -184,6 +192,19 @@ class _Replay:
                 return self.divergence(record, f"rank{rank}.{found.field}", found.reference, found.production,
                                        lane=found.lane, detail=f"rank {rank}: {found.detail}")
         return None
+
+    def _copy_pages(self, record: RoundRecord) -> None:
+        """The round's host-tier copies, in order, on the reference's pages (a readmission of a host
+        page the reference never offloaded is a KeyError: the submission is rejected)."""
+        ranks = self.engine.executor.rank_buffers
+        for copy in record.copies:
+            if copy.readmit:
+                for buffers, held in zip(ranks, self.host[copy.host_page], strict=True):
+                    for name in self.cache_planes:
+                        buffers[name][copy.page] = held[name]
+            else:
+                self.host[copy.host_page] = [{name: buffers[name][copy.page].copy() for name in self.cache_planes}
+                                             for buffers in ranks]
 
     def _adopt_pending(self, graph: str, slot: int, token: int) -> None:
         """Production's sample becomes the slot's device-owned pending token on the reference too

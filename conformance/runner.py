@@ -40,6 +40,7 @@ from conformance.report import LEVELS, CaseResult, LevelResult, Report
 from conformance.resources import account, resource_cases
 from conformance.tolerance import tolerance
 from conformance.trace import TraceHeader, TraceList, TraceWriter, header_for, read_trace, recorder_for
+from conformance.tuning import tuned_buffer_cases
 from conformance.workload import (
     OPERATOR_CASES,
     InvalidWorkload,
@@ -222,6 +223,8 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
             if "e2e" in levels:
                 e2e_cases.extend(resource_cases(account(reference, f"{workload.name}/resources/reference")))
         if "trace" in levels:
+            # startup tuning (conformance/tuning.py): both runtimes' TUNED buffers after load
+            trace_cases.extend(tuned_buffer_cases(core, device=device, dtype=dtype, gpu_paths=options.gpu_paths))
             results.append(LevelResult("trace", tuple(trace_cases)))
         if "e2e" in levels:
             results.append(LevelResult("e2e", tuple(e2e_cases)))

@@ -20,7 +20,8 @@ cache identity, physical pages, request slots); each further line is one round:
 
     {"round": n, "graph": name, "frame": f, "lanes": [lane...], "transport": {dest: array...},
      "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>": array...},
-     "rows": [completion...], "error": null | "ExceptionClass: message", "outstanding": k}
+     "rows": [completion...], "error": null | "ExceptionClass: message", "outstanding": k,
+     "copies": [[readmit, page, host_page]...]}           # only when the round carried host-tier copies
 
 Version 2 added "state"; a version 1 trace is still read (its rounds carry no state, so the audit
 compares transport and completion rows only). "outstanding" (rounds outstanding right after the
@@ -48,7 +49,7 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import Completion, CompletionRows, completion_rows
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import SamplingParams
-from helios.runtime.rounds import RoundPlan
+from helios.runtime.rounds import PageCopy, RoundPlan
 
 FORMAT = "helios-trace"
 VERSION = 2
@@ -89,6 +90,9 @@ class RoundRecord:
     # rounds outstanding right after its submission, itself included (RoundPlan.outstanding); None:
     # not recorded (traces before snapshots)
     outstanding: int | None = None
+    # the host-tier copies applied before the round (RoundPlan.page_copies), in order; the replay
+    # applies them to the reference's pages and host tier the same way
+    copies: tuple[PageCopy, ...] = ()
     # production ranks: what the round wrote on ranks 1 .. N-1 (as `state`), read from each peer's own
     # buffers; recorded in memory for the audit (`helios conform`), not written to trace files
     rank_states: tuple[Mapping[str, tuple[tuple[int, ...], np.ndarray]], ...] = ()
@@ -141,7 +145,8 @@ def record_to_json(record: RoundRecord) -> dict:
             "state": (None if record.state is None else
                       {name: _array(rows, values) for name, (rows, values) in record.state.items()}),
             "rows": [asdict(row) for row in record.rows], "sequence": record.sequence, "error": record.error,
-            "outstanding": record.outstanding}
+            "outstanding": record.outstanding,
+            **({"copies": [[int(c.readmit), c.page, c.host_page] for c in record.copies]} if record.copies else {})}
 
 
 def record_from_json(data: dict) -> RoundRecord:
@@ -150,6 +155,7 @@ def record_from_json(data: dict) -> RoundRecord:
                        transport={name: _from_array(item) for name, item in data["transport"].items()},
                        rows=tuple(Completion(**row) for row in data["rows"]), sequence=data.get("sequence"),
                        error=data.get("error"), outstanding=data.get("outstanding"),
+                       copies=tuple(PageCopy(bool(r), int(p), int(h)) for r, p, h in data.get("copies", ())),
                        state=(None if data.get("state") is None else
                               {name: _from_array(item) for name, item in data["state"].items()}))
 
@@ -262,6 +268,15 @@ class TraceRecorder:
         # plan sequence -> the transport it was submitted with, and the state it wrote
         self._submitted: dict[int, tuple[dict, dict | None]] = {}
 
+    @property
+    def host_pages(self) -> int:
+        """The wrapped executor's host tier (pages; 0: none): the engine decides its copies."""
+        return getattr(self.executor, "host_pages", 0)
+
+    @property
+    def page_bytes(self) -> int:
+        return getattr(self.executor, "page_bytes", 0)
+
     def round_costs(self):
         """The wrapped executor's measured round costs (None where it measured none): a recorded
         runtime chooses its speculative programs as the unrecorded one would."""
@@ -318,7 +333,7 @@ class TraceRecorder:
         self.rounds += 1
         self.sink.round(RoundRecord(self.rounds, plan.graph, plan.frame, tuple(plan.lanes), transport, tuple(rows),
                                     plan.sequence, None if error is None else f"{type(error).__name__}: {error}",
-                                    state, plan.outstanding, rank_states))
+                                    state, plan.outstanding, tuple(plan.page_copies), rank_states))
         if error is not None:
             raise error
         if scores is not None:  # the rows as read, with the scores the scheduler validates and delivers

@@ -55,6 +55,7 @@ class ServeOptions:
     frontend_workers: int | None = None
     trace: Path | None = None  # production: record every submission to this file (conformance trace)
     gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
+    host_cache_gib: float | None = None  # production: host tier of evicted checkpoints (None: sized; 0: none)
     speculative_width: int | None = None  # a speculative core: the width decoding uses (None: the widest)
     speculation: bool = True  # False: plain decoding on a speculative core
     adaptive_speculation: bool = False  # choose each round's program from measured costs (--speculative-width auto)
@@ -79,6 +80,12 @@ class ServeOptions:
                                          "add --runtime production")
             if not 0.0 < self.gpu_memory_fraction <= 1.0:
                 raise RuntimeUnavailable(f"--gpu-memory-fraction must lie in (0, 1], got {self.gpu_memory_fraction}")
+        if self.host_cache_gib is not None:
+            if self.runtime != "production" and self.host_cache_gib:
+                raise RuntimeUnavailable("--host-cache-gib sizes the production runtime's host tier (the reference "
+                                         "runtime never evicts a cache page); add --runtime production")
+            if not self.host_cache_gib >= 0:
+                raise RuntimeUnavailable(f"--host-cache-gib must be >= 0, got {self.host_cache_gib}")
         if not 0 <= self.port < 65536:
             raise RuntimeUnavailable(f"--port must lie in [0, 65535], got {self.port}")
         if self.api_key is not None and self.api_key_file is not None:
@@ -151,6 +158,7 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
     runtime_options = RuntimeOptions(
         limits,
         gpu_memory_fraction=options.gpu_memory_fraction,
+        host_cache_gib=options.host_cache_gib if options.runtime == "production" else None,
         freeze_heap=options.runtime == "production",
         wrap_executor=None if options.trace is None else trace_recorder(core, options.trace),
         speculative_width=options.speculative_width,

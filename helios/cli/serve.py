@@ -59,6 +59,10 @@ def register(subparsers) -> None:
     parser.add_argument("--gpu-memory-fraction", type=float, metavar="F",
                         help="with --runtime production: share of the GPU's memory Helios may hold, weights, "
                              "graphs and cache together; the cache gets what is left (default 0.9)")  # fmt: skip
+    parser.add_argument("--host-cache-gib", type=float, metavar="GIB",
+                        help="with --runtime production: host memory (GiB; pinned on a GPU) holding evicted prefix "
+                             "cache pages, readmitted on a hit; 0 disables it (default: a quarter of the memory "
+                             "available at startup, at most 4 GiB)")  # fmt: skip
     parser.add_argument("--speculative-width", metavar="W|auto",
                         help="on a core prepared with --draft: W decodes with its speculative programs of width W; "
                              "auto (the default) chooses, each round, plain decoding or the width of the highest "
@@ -107,6 +111,7 @@ def _serve(args) -> int:
         frontend_workers=args.frontend_workers,
         trace=None if args.trace is None else Path(args.trace),
         gpu_memory_fraction=args.gpu_memory_fraction,
+        host_cache_gib=args.host_cache_gib,
         max_request_bytes=args.max_request_bytes,
         api_key=args.api_key,
         api_key_file=None if args.api_key_file is None else Path(args.api_key_file),

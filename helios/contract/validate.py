@@ -418,14 +418,16 @@ def _tuned(c: TranslatedContract, path: str, g: Graph) -> Iterator[e.ContractErr
         tpath = f"{path}.tuned_bindings[{j}]"
         if t.producer not in producers:
             yield e.UnknownProducer(f"{tpath}.producer", f"{t.producer!r} is not in the tuning catalog")
+        overlaps = [what for overlap, what in ((inputs, "a request input"), (written, "writable graph state"),
+                                               (cache, "cache storage")) if t.buffer in overlap]
+        for what in overlaps:  # first: the overlap says why the buffer cannot be the producer's
+            yield e.TunedOutputOverlap(f"{tpath}.buffer", f"{t.buffer!r} is also {what}; a tuned producer's "
+                                       "output cannot overlap request inputs, writable graph state or cache storage")
         b = c.manifest.buffer(t.buffer)
-        if b is None or b.role != BufferRole.TUNED or b.producer != t.producer:
+        if not overlaps and (b is None or b.role != BufferRole.TUNED or b.producer != t.producer):
             found = "no such buffer" if b is None else f"role {_role(b.role)}, producer {b.producer!r}"
             yield e.TunedDescriptorMismatch(f"{tpath}.buffer",
                                             f"{t.buffer!r} must be a TUNED buffer produced by {t.producer!r} ({found})")
-        for overlap, what in ((inputs, "a request input"), (written, "writable graph state"), (cache, "cache storage")):
-            if t.buffer in overlap:
-                yield e.TunedOutputOverlap(f"{tpath}.buffer", f"{t.buffer!r} is also {what}")
 
 
 def _role(r) -> str:

@@ -11,55 +11,74 @@ from __future__ import annotations
 import random
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
-from helios.demo.phrasing import Phrasings, dress, write_number
+from helios.demo.phrasing import Phrasings, compose, dress, write_number
 from helios.demo.vocabulary import UNIT_CONVERSIONS
 
 COLUMNS = ("Ones", "Tens", "Hundreds", "Thousands")
 
-ADDITION = Phrasings(
-    train=("What is {a} + {b}?", "{a}+{b}=?", "{a} + {b} = ?", "{a} + {b}", "Add {a} and {b}.", "Compute {a} plus {b}.",
-           "How much is {a} + {b}?", "What's {a} plus {b}?", "Calculate {a} + {b}.", "What is the sum of {a} and {b}?",
-           "{a} plus {b}?", "Sum {a} and {b}.", "What do you get when you add {a} and {b}?", "how much is {a} plus {b}",
-           "What is {a}+{b}", "Work out {a} + {b}.", "{a} + {b} equals?", "Please add {a} to {b}."),
-    held_out=("Could you work out {a} + {b}?", "{a} and {b} added together is what?", "Tell me {a} plus {b}.",
-              "what does {a}+{b} make", "Find the total of {a} and {b}.", "What's {a} + {b} equal to?"),
+_ASK = ("What is", "What's", "whats", "How much is", "Calculate", "Compute", "Work out", "Find", "Solve",
+        "Evaluate", "Give me", "Can you calculate", "Can you do", "Please compute", "Do", "I need", "Quick math:",
+        "Help me with", "Answer", "Figure out", "What do you get for", "What would be", "Result of", "calc",
+        "Can you solve", "Please work out", "What is the answer to", "What's the result of", "math:", "Quick:")
+_END = ("?", "", ".", " =", " = ?", "=?", " equals?", " please", "??", " ?")
+_EXPRESSIONS = {
+    "add": ("{a} + {b}", "{a}+{b}", "{a} plus {b}", "{a} + {b} together", "the sum of {a} and {b}", "{a} add {b}",
+            "{a} and {b} summed"),
+    "subtract": ("{a} - {b}", "{a}-{b}", "{a} minus {b}", "{a} − {b}", "{a} less {b}", "{a} subtract {b}",
+                 "{a} -{b}"),
+    "multiply": ("{a} * {b}", "{a}*{b}", "{a} x {b}", "{a} × {b}", "{a} times {b}", "{a} multiplied by {b}",
+                 "the product of {a} and {b}", "{a}x{b}", "{a} X {b}"),
+    "divide": ("{a} / {b}", "{a}/{b}", "{a} ÷ {b}", "{a} divided by {b}", "{a} over {b}", "the quotient of {a} and {b}",
+               "{a} divided into {b} equal parts", "{a} / by {b}"),
+}
+_FRAMES = ("[ask] [expr][end]", "[expr][end]", "[ask] [expr][end] [tail]")
+_TAIL = ("Thanks.", "I need it now.", "Show your work.", "Just the number.", "Be quick.", "It's for homework.")
+
+
+def _arithmetic(operation: str, extra: tuple[str, ...], held_out: tuple[str, ...]) -> Phrasings:
+    lexicon = {"ask": _ASK, "end": _END, "expr": _EXPRESSIONS[operation], "tail": _TAIL}
+    return Phrasings(train=tuple(dict.fromkeys(extra + compose(_FRAMES, lexicon, held_out))), held_out=held_out)
+
+
+ADDITION = _arithmetic(
+    'add',
+    ('What is {a} + {b}?', '{a}+{b}=?', '{a} + {b} = ?', '{a} + {b}', 'Add {a} and {b}.', 'Compute {a} plus {b}.', 'How much is {a} + {b}?', "What's {a} plus {b}?", 'Calculate {a} + {b}.', 'What is the sum of {a} and {b}?', '{a} plus {b}?', 'Sum {a} and {b}.', 'What do you get when you add {a} and {b}?', 'how much is {a} plus {b}', 'What is {a}+{b}', 'Work out {a} + {b}.', '{a} + {b} equals?', 'Please add {a} to {b}.'),
+    ('Could you work out {a} + {b}?', '{a} and {b} added together is what?', 'Tell me {a} plus {b}.', 'what does {a}+{b} make', 'Find the total of {a} and {b}.', "What's {a} + {b} equal to?"),
 )
-SUBTRACTION = Phrasings(
-    train=("What is {a} - {b}?", "{a}-{b}=?", "{a} - {b} = ?", "{a} - {b}", "Compute {a} minus {b}.",
-           "What's {a} minus {b}?", "How much is {a} - {b}?", "Calculate {a} - {b}.", "{a} minus {b}?",
-           "What is {a}-{b}", "Work out {a} - {b}.", "how much is {a} minus {b}", "{a} - {b} equals?"),
-    held_out=("Could you work out {a} - {b}?", "Tell me {a} minus {b}.", "what does {a}-{b} make",
-              "What's {a} - {b} equal to?", "{a} take away {b} is?"),
+SUBTRACTION = _arithmetic(
+    'subtract',
+    ('What is {a} - {b}?', '{a}-{b}=?', '{a} - {b} = ?', '{a} - {b}', 'Compute {a} minus {b}.', "What's {a} minus {b}?", 'How much is {a} - {b}?', 'Calculate {a} - {b}.', '{a} minus {b}?', 'What is {a}-{b}', 'Work out {a} - {b}.', 'how much is {a} minus {b}', '{a} - {b} equals?'),
+    ('Could you work out {a} - {b}?', 'Tell me {a} minus {b}.', 'what does {a}-{b} make', "What's {a} - {b} equal to?", '{a} take away {b} is?'),
+)
+MULTIPLICATION = _arithmetic(
+    'multiply',
+    ('What is {a} * {b}?', '{a}*{b}=?', '{a} × {b} = ?', '{a} x {b}', 'What is {a} times {b}?', 'Compute {a} times {b}.', 'Multiply {a} by {b}.', 'How much is {a} * {b}?', "What's {a} multiplied by {b}?", 'Calculate {a} × {b}.', 'What is the product of {a} and {b}?', '{a} times {b}?', 'What is {a}*{b}', 'Work out {a} * {b}.', 'how much is {a} times {b}', '{a} * {b}'),
+    ('Could you work out {a} * {b}?', 'Tell me {a} times {b}.', 'what does {a}x{b} make', '{a} multiplied with {b} is what?', "What's {a} * {b} equal to?"),
+)
+DIVISION = _arithmetic(
+    'divide',
+    ('What is {a} / {b}?', '{a}/{b}=?', '{a} ÷ {b} = ?', '{a} / {b}', 'What is {a} divided by {b}?', 'Divide {a} by {b}.', 'Compute {a} divided by {b}.', 'How much is {a} / {b}?', "What's {a} over {b}?", 'Calculate {a} ÷ {b}.', 'How many times does {b} go into {a}?', '{a} divided by {b}?', 'What is {a}/{b}', 'Work out {a} / {b}.', 'how much is {a} divided by {b}'),
+    ('Could you work out {a} / {b}?', 'Tell me {a} divided by {b}.', 'what does {a}/{b} make', '{a} shared equally by {b} is what?', "What's {a} / {b} equal to?"),
 )
 # Phrasings that name the larger number first; they never ask for a negative result.
+_SUBTRACTION_FROM_HELD_OUT = ('Remove {b} from {a}. What is left?', 'How much is left when {b} is taken from {a}?')
 SUBTRACTION_FROM = Phrasings(
-    train=("Subtract {b} from {a}.", "Take {b} away from {a}.", "What is the difference between {a} and {b}?",
-           "What do you get if you subtract {b} from {a}?", "Take away {b} from {a}."),
-    held_out=("Remove {b} from {a}. What is left?", "How much is left when {b} is taken from {a}?"),
-)
-MULTIPLICATION = Phrasings(
-    train=("What is {a} * {b}?", "{a}*{b}=?", "{a} × {b} = ?", "{a} x {b}", "What is {a} times {b}?",
-           "Compute {a} times {b}.", "Multiply {a} by {b}.", "How much is {a} * {b}?", "What's {a} multiplied by {b}?",
-           "Calculate {a} × {b}.", "What is the product of {a} and {b}?", "{a} times {b}?", "What is {a}*{b}",
-           "Work out {a} * {b}.", "how much is {a} times {b}", "{a} * {b}"),
-    held_out=("Could you work out {a} * {b}?", "Tell me {a} times {b}.", "what does {a}x{b} make",
-              "{a} multiplied with {b} is what?", "What's {a} * {b} equal to?"),
-)
-DIVISION = Phrasings(
-    train=("What is {a} / {b}?", "{a}/{b}=?", "{a} ÷ {b} = ?", "{a} / {b}", "What is {a} divided by {b}?",
-           "Divide {a} by {b}.", "Compute {a} divided by {b}.", "How much is {a} / {b}?", "What's {a} over {b}?",
-           "Calculate {a} ÷ {b}.", "How many times does {b} go into {a}?", "{a} divided by {b}?", "What is {a}/{b}",
-           "Work out {a} / {b}.", "how much is {a} divided by {b}"),
-    held_out=("Could you work out {a} / {b}?", "Tell me {a} divided by {b}.", "what does {a}/{b} make",
-              "{a} shared equally by {b} is what?", "What's {a} / {b} equal to?"),
-)
+    train=('Subtract {b} from {a}.', 'Take {b} away from {a}.', 'What is the difference between {a} and {b}?', 'What do you get if you subtract {b} from {a}?', 'Take away {b} from {a}.') + compose(("[take] {b} [from] {a}[end]", "[ask] {a} without {b}[end]"), {
+        "take": ("Subtract", "Take", "Take away", "Deduct", "subtract", "take", "Minus"),
+        "from": ("from", "away from", "off"), "end": _END, "ask": _ASK}, _SUBTRACTION_FROM_HELD_OUT),
+    held_out=_SUBTRACTION_FROM_HELD_OUT)
+_CONVERT = ("Convert", "Change", "Turn", "Express", "Switch", "Transform", "convert", "Translate", "Put", "Rewrite")
+_CONVERSION_HELD_OUT = ('Please convert {n} {s} into {t}.', "What's {n} {s} expressed in {t}?", '{n} {s} makes how many {t}?', 'I have {n} {s}. How many {t} is that?', 'Could you give me {n} {s} in {t}?')
 CONVERSION = Phrasings(
-    train=("Convert {n} {s} to {t}.", "How many {t} are in {n} {s}?", "What is {n} {s} in {t}?", "Express {n} {s} in {t}.",
-           "{n} {s} to {t}", "{n} {s} in {t}?", "How many {t} is {n} {s}?", "Turn {n} {s} into {t}.",
-           "{n} {s} equals how many {t}?", "Change {n} {s} to {t}.", "convert {n} {s} into {t}", "What's {n} {s} in {t}?"),
-    held_out=("Please convert {n} {s} into {t}.", "What's {n} {s} expressed in {t}?", "{n} {s} makes how many {t}?",
-              "I have {n} {s}. How many {t} is that?", "Could you give me {n} {s} in {t}?"),
-)
+    train=tuple(dict.fromkeys(('Convert {n} {s} to {t}.', 'How many {t} are in {n} {s}?', 'What is {n} {s} in {t}?', 'Express {n} {s} in {t}.', '{n} {s} to {t}', '{n} {s} in {t}?', 'How many {t} is {n} {s}?', 'Turn {n} {s} into {t}.', '{n} {s} equals how many {t}?', 'Change {n} {s} to {t}.', 'convert {n} {s} into {t}', "What's {n} {s} in {t}?") + compose((
+        "[convert] {n} {s} [into] {t}[end]", "[ask] {n} {s} [into] {t}[end]", "How many {t} [are] {n} {s}[end]",
+        "{n} {s} [into] {t}[end]", "{n} {s} = ? {t}", "{n} {s} is how many {t}[end]",
+        "[convert] {n} {s} [into] {t}, [tail]", "How many {t} [are] there in {n} {s}[end]"), {
+        "convert": _CONVERT, "into": ("in", "to", "into", "as", "in terms of"), "end": _END, "ask": _ASK,
+        "are": ("are in", "is", "in", "are"),
+        "tail": ("please", "thanks", "quickly", "I need it for a recipe", "for my homework")},
+        _CONVERSION_HELD_OUT))),
+    held_out=_CONVERSION_HELD_OUT)
 
 
 def _operand(rng: random.Random, low: int = 0) -> int:

@@ -3,12 +3,16 @@ halves, casing, punctuation, filler words, and numbers spelled in words.
 
 Every pool is a `Phrasings` pair: the training half is what the corpus shows, the held-out half is
 written apart and only used for held-out and validation prompts, so the evaluation asks in words
-the model was never trained on.
+the model was never trained on. Training halves are mostly composed (`compose`: frames over a
+shared lexicon of synonyms), and a training template is sometimes misspelt (`typo`) or carries a
+stray word (`distract`); neither ever touches a slot.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+import re
 from dataclasses import dataclass
 
 from helios.demo.kinds import Split
@@ -34,16 +38,95 @@ class Phrasings:
             raise EmptyPhrasings(f"phrasings in both halves: {sorted(shared)}")
 
     def pick(self, rng: random.Random, split: Split) -> str:
-        return rng.choice(self.train if split is Split.TRAIN else self.held_out)
+        if split is Split.TRAIN:
+            template = rng.choice(self.train)
+            roll = rng.random()
+            if roll < TYPO_RATE:
+                return typo(rng, template)
+            if roll < TYPO_RATE + DISTRACTOR_RATE:
+                return distract(rng, template)
+            return template
+        return rng.choice(self.held_out)
+
+
+TYPO_RATE = 0.06  # training templates with one misspelt word (slots are never touched)
+DISTRACTOR_RATE = 0.05  # training templates with one stray word between two words
+DISTRACTORS = ("just", "really", "actually", "basically", "like", "kinda", "maybe", "um", "please", "quickly",
+               "now", "so", "ok", "uh", "simply", "also", "btw", "hmm", "honestly", "again")
+_LEXICON_SLOT = re.compile(r"\[(\w+)\]")
+_PLAIN_WORD = re.compile(r"(?<![{\w])[a-z]{4,}(?![}\w])")
+
+
+def compose(frames: tuple[str, ...], lexicon: dict[str, tuple[str, ...]], held_out: tuple[str, ...] = (),
+            cap: int = 600) -> tuple[str, ...]:
+    """The expansions of `frames` whose `[word]` slots take each synonym of `lexicon[word]` (format
+    slots like `{s}` stay), first letter capitalized when the frame starts with a slot, in a stable
+    order, without duplicates and without any of `held_out` (compared case- and punctuation-blind).
+    A frame gives at most `cap` expansions (a stable sample), so no frame crowds out the others."""
+    blocked = {_bare(text) for text in held_out}
+    out: list[str] = []
+    for frame in frames:
+        names = _LEXICON_SLOT.findall(frame)
+        choices = list(itertools.product(*(lexicon[name] for name in names)))
+        if len(choices) > cap:
+            choices = random.Random(f"helios-demo-compose:{frame}").sample(choices, cap)
+        for choice in choices:
+            pieces = _LEXICON_SLOT.split(frame)  # text, slot name, text, slot name, ..., text
+            pieces[1::2] = choice
+            text = "".join(pieces)
+            text = re.sub(r"  +", " ", text).strip()
+            text = re.sub(r" ([,.?!:])(?!\))", r"\1", text)
+            if frame.startswith("[") and text:
+                text = text[0].upper() + text[1:]
+            if text and _bare(text) not in blocked:
+                out.append(text)
+    return tuple(dict.fromkeys(out))
+
+
+def _bare(text: str) -> str:
+    return re.sub(r"[^a-z0-9{}]+", " ", text.lower()).strip()
+
+
+def distract(rng: random.Random, template: str) -> str:
+    """`template` with one stray word (of DISTRACTORS) put at a space between two plain words (never
+    beside a slot, so the text a slot carries stays apart from it)."""
+    spaces = [index for index in range(1, len(template) - 1)
+              if template[index] == " " and template[index - 1].isalpha() and template[index + 1].isalpha()]
+    if not spaces:
+        return template
+    at = rng.choice(spaces)
+    return f"{template[:at]} {rng.choice(DISTRACTORS)}{template[at:]}"
+
+
+def typo(rng: random.Random, template: str) -> str:
+    """`template` with one plain word (four letters or more, outside slots) misspelt: two letters
+    swapped, one dropped or one doubled."""
+    words = list(_PLAIN_WORD.finditer(template))
+    if not words:
+        return template
+    match = rng.choice(words)
+    word, at = match.group(), rng.randrange(1, len(match.group()) - 1)
+    change = rng.randrange(3)
+    if change == 0:
+        word = word[:at] + word[at + 1] + word[at] + word[at + 2:]
+    elif change == 1:
+        word = word[:at] + word[at + 1:]
+    else:
+        word = word[:at] + word[at] + word[at:]
+    return template[: match.start()] + word + template[match.end():]
 
 
 PREFIXES = Phrasings(
-    train=("", "", "", "", "", "Hey, ", "Quick question: ", "Please, ", "Hi! ", "Can you help? ", "OK, ", "So, ",
-           "Hello, ", "I need this: ", "Tell me: "),
+    train=("", "", "", "", "", "", "", "", "Hey, ", "Quick question: ", "Please, ", "Hi! ", "Can you help? ", "OK, ",
+           "So, ", "Hello, ", "I need this: ", "Tell me: ", "hey ", "hi, ", "Hello! ", "um, ", "ok so ", "Hmm, ",
+           "Quick one: ", "btw ", "Alright, ", "Well, ", "Yo, ", "Hey you, ", "Good morning! ", "Sorry, ",
+           "One more: ", "Next: ", "Help me out: ", "I wonder, ", "Dear assistant, ", "Hey Helios, "),
     held_out=("", "", "", "Hi there, ", "Excuse me, ", "Question: ", "Hey there! "),
 )
 SUFFIXES = Phrasings(
-    train=("", "", "", "", "", " please", " Thanks!", " thanks", " Please.", " Thank you.", " quickly"),
+    train=("", "", "", "", "", "", "", "", " please", " Thanks!", " thanks", " Please.", " Thank you.", " quickly",
+           " pls", " asap", " :)", " !", " ok?", " thank you!", " Thanks in advance.", " right now", " for me",
+           " real quick", " now", " please?", " ty", " lol", " thanks a lot"),
     held_out=("", "", "", " thx", " Cheers!", " if you can"),
 )
 

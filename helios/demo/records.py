@@ -13,33 +13,62 @@ import random
 from typing import Any
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
-from helios.demo.phrasing import Phrasings, dress
+from helios.demo.phrasing import PREFIXES, Phrasings, compose, dress
 from helios.demo.toolspace import split_options
 from helios.demo.vocabulary import CITIES, LETTERS, NAMES
 
-COPY = Phrasings(train=("Repeat exactly: {s}", "Copy this text: {s}", "Say back exactly: {s}", "Echo the following: {s}",
-                        "Repeat after me: {s}", "copy: {s}", "Please repeat {s}", "Write {s} again."),
-                 held_out=("Could you parrot this back: {s}", "Type {s} exactly as given.", "Mirror this: {s}"))
-REVERSE = Phrasings(train=("Reverse the string: {s}", "Write {s} backwards.", "Spell {s} in reverse.",
-                           "Reverse the letters of {s}.", "reverse {s}", "What is {s} backwards?", "Flip {s} around."),
-                    held_out=("Could you spell {s} back to front?", "Give me {s} in reverse order.",
-                              "Read {s} from the end."))
+_COPY_HELD_OUT = ("Could you parrot this back: {s}", "Type {s} exactly as given.", "Mirror this: {s}")
+_REVERSE_HELD_OUT = ("Could you spell {s} back to front?", "Give me {s} in reverse order.", "Read {s} from the end.")
+_TEXT_LEXICON = {
+    "copy": ("repeat", "copy", "echo", "say back", "write back", "return", "print", "output", "reproduce",
+             "duplicate", "say", "write", "send back", "give back", "rewrite", "restate", "write out", "just say"),
+    "this": ("this", "the following", "this text", "these letters", "the text", "this string", "the string",
+             "this word", "the word", "these words", "my text", "what I write", ""),
+    "exactly": ("exactly", "verbatim", "word for word", "as it is", "unchanged", "letter for letter", "precisely", ""),
+    "ask": ("Can you", "Could you", "Would you", "Will you", "Please", "Kindly", "I want you to", "I need you to",
+            "Go ahead and", "Now", "Try to"),
+    "reverse": ("reverse", "flip", "invert", "turn around", "mirror back", "backwards-spell"),
+    "backwards": ("backwards", "in reverse", "reversed", "the other way round", "right to left", "last letter first",
+                  "in reverse letter order", "starting from the last letter"),
+    "spell": ("spell", "write", "say", "print", "give me", "show", "output", "type out", "return"),
+}
+COPY = Phrasings(
+    train=compose(("[copy] [this] [exactly]: {s}", "[copy] [this]: {s}", "[ask] [copy] [this] [exactly]: {s}",
+                   "[ask] [copy] {s} [exactly]", "[copy] {s} [exactly].", "{s} - [copy] [this] [exactly]",
+                   "[ask] [copy] [this]? {s}", "[copy] [exactly]:\n{s}", "Text: {s}. [copy] it [exactly]."),
+                  _TEXT_LEXICON, _COPY_HELD_OUT),
+    held_out=_COPY_HELD_OUT)
+REVERSE = Phrasings(
+    train=compose(("[reverse] [this]: {s}", "[reverse] {s}.", "[ask] [reverse] {s}?", "[spell] {s} [backwards].",
+                   "[ask] [spell] {s} [backwards]?", "What is {s} [backwards]?", "{s} [backwards]?",
+                   "[ask] [reverse] the letters of {s}.", "[reverse] the string {s}", "[spell] [this] [backwards]: {s}",
+                   "How do you [spell] {s} [backwards]?", "{s} - [reverse] it"),
+                  _TEXT_LEXICON, _REVERSE_HELD_OUT),
+    held_out=_REVERSE_HELD_OUT)
 
 
 def _random_word(rng: random.Random, shortest: int, longest: int) -> str:
     return "".join(rng.choice(LETTERS) for _ in range(rng.randint(shortest, longest)))
 
 
+def _lead(rng: random.Random, question: str, split: Split) -> str:
+    """A training question, sometimes after a filler prefix; never a suffix, which would run on from
+    the text to copy or reverse. Held-out questions stay as written."""
+    if split is Split.TRAIN and rng.random() < 0.3:
+        return PREFIXES.pick(rng, split) + question
+    return question
+
+
 def copy(rng: random.Random, split: Split) -> Task:
     words = 1 if rng.random() < 0.7 else 2
     text = " ".join(_random_word(rng, 3, 8) for _ in range(words))
-    question = COPY.pick(rng, split).format(s=text)
-    return Task(question, "The user wants the text repeated exactly.", text, Expectation(TaskKind.COPY, text=text))
+    question = _lead(rng, COPY.pick(rng, split).format(s=text), split)
+    return Task(question, f"Copy exactly: {text}", text, Expectation(TaskKind.COPY, text=text))
 
 
 def reverse(rng: random.Random, split: Split) -> Task:
     word = _random_word(rng, 3, 7)
-    question = REVERSE.pick(rng, split).format(s=word)
+    question = _lead(rng, REVERSE.pick(rng, split).format(s=word), split)
     backwards = word[::-1]
     # Numbered letters make the reversal a count-down plus lookups, robust to repeated letters.
     forward = " ".join(f"{position} {letter}" for position, letter in enumerate(word, start=1))
@@ -84,10 +113,22 @@ RECORDS: dict[str, tuple[tuple[str, ...], Phrasings]] = {
                "{day} at {time}: {event} in {city}."),
         held_out=("Save the date: a {event} takes place in {city} this {day} starting {time}.",))),
 }
+_REQUESTS_HELD_OUT = ("Please format this as JSON following {shape}.", "I need the data as JSON, schema {shape}.")
 REQUESTS = Phrasings(
     train=("Reply only with JSON of the shape {shape}.", "Answer in JSON as {shape}.", "Extract {shape} as JSON.",
-           "Give me JSON: {shape}", "Return a JSON object {shape}.", "Output JSON matching {shape}."),
-    held_out=("Please format this as JSON following {shape}.", "I need the data as JSON, schema {shape}."),
+           "Give me JSON: {shape}", "Return a JSON object {shape}.", "Output JSON matching {shape}.") + compose((
+               "[ask] [reply] [json] [shaped] {shape}[end]", "[reply] [json] [shaped] {shape}[end]",
+               "[json] [shaped] {shape}, [ask2][end]", "[shaped] {shape}: [reply] [json][end]",
+               "[ask] turn this into [json] [shaped] {shape}[end]", "[ask] extract the fields {shape} as [json][end]"), {
+               "ask": ("Can you", "Could you", "Please", "Now", "I want you to", "Kindly", "Just"),
+               "reply": ("reply with", "answer with", "return", "give me", "output", "write", "produce", "respond in",
+                         "send", "put it in"),
+               "json": ("JSON", "a JSON object", "json", "an object in JSON", "only JSON", "valid JSON"),
+               "shaped": ("of the shape", "matching", "with the shape", "shaped like", "with keys and types",
+                          "using the schema", "that fits", "like", "in the form"),
+               "ask2": ("please", "nothing else", "no prose", "thanks", "only the object"),
+               "end": (".", "", "!", ":")}, _REQUESTS_HELD_OUT),
+    held_out=_REQUESTS_HELD_OUT,
 )
 
 
@@ -112,13 +153,49 @@ def _shape(rng: random.Random, keys: list[tuple[str, str]]) -> str:
     return json.dumps({"type": "object", "properties": properties})
 
 
+KEY_PREFIXES = ("the", "my", "main", "user", "primary", "current", "client", "record", "item", "entry", "x", "raw")
+KEY_SUFFIXES = ("value", "field", "info", "text", "data", "str", "val", "label", "key", "1", "2")
+
+
+def _snake(words: list[str]) -> str:
+    return "_".join(words)
+
+
+def _camel(words: list[str]) -> str:
+    return words[0] + "".join(word.capitalize() for word in words[1:])
+
+
+_HELD_OUT_KEYS = frozenset(key.replace("_", "").lower() for synonyms, _ in FIELDS.values()
+                           for key in split_options(synonyms, Split.HELD_OUT))
+
+
+def _key(rng: random.Random, role: str, split: Split) -> str:
+    """The key a request asks `role` under: a synonym of its split, or in training often a generated
+    name around one of the role's words (so the key is copied from the requested shape, never
+    recalled), never a held-out key."""
+    if split is Split.TRAIN and rng.random() < 0.4:
+        themed = tuple(dict.fromkeys(word for key in FIELDS[role][0] for word in key.split("_") if len(word) > 2))
+        for _ in range(20):
+            words = [rng.choice(themed)]
+            if rng.random() < 0.5:
+                words.insert(0, rng.choice(KEY_PREFIXES))
+            if rng.random() < 0.4:
+                words.append(rng.choice(KEY_SUFFIXES))
+            key = rng.choice((_snake, _camel))(words)
+            if key.replace("_", "").lower() not in _HELD_OUT_KEYS:
+                return key
+    return rng.choice(split_options(FIELDS[role][0], split))
+
+
 def json_extraction(rng: random.Random, split: Split) -> Task:
     record = rng.choice(sorted(RECORDS))
     roles, sentences = RECORDS[record]
     values = {role: _value(rng, role) for role in roles}
     sentence = sentences.pick(rng, split).format(**values)
     chosen = rng.sample(roles, rng.randint(2, len(roles)))
-    keys = [(rng.choice(split_options(FIELDS[role][0], split)), FIELDS[role][1]) for role in chosen]
+    keys = [(_key(rng, role, split), FIELDS[role][1]) for role in chosen]
+    if len({key for key, _ in keys}) < len(keys):  # two roles drew the same key: number them apart
+        keys = [(f"{key}_{position}", kind) for position, (key, kind) in enumerate(keys, start=1)]
     request = REQUESTS.pick(rng, split).format(shape=_shape(rng, keys))
     question = f"{sentence} {request}" if rng.random() < 0.5 else f"{request}\n{sentence}"
     answer = {key: values[role] for (key, _), role in zip(keys, chosen, strict=True)}

@@ -29,23 +29,25 @@ from helios.demo.kinds import (
     TaskKind,
 )
 
-# Training mixture: tool use needs the most examples (a large schema space), then arithmetic.
+# Training mixture: tool use needs the most examples (a large schema space), then arithmetic. The
+# kinds a held-out run found weakest (copy, reverse, JSON, small talk, identity, out-of-domain,
+# multi-turn) get more than before: their composed phrasing pools are far larger than they were.
 TRAINING_WEIGHTS: dict[TaskKind, float] = {
-    TaskKind.ADDITION: 0.08,
-    TaskKind.SUBTRACTION: 0.08,
-    TaskKind.MULTIPLICATION: 0.08,
-    TaskKind.DIVISION: 0.08,
-    TaskKind.UNIT_CONVERSION: 0.08,
-    TaskKind.COPY: 0.04,
-    TaskKind.REVERSE: 0.06,
+    TaskKind.ADDITION: 0.06,
+    TaskKind.SUBTRACTION: 0.06,
+    TaskKind.MULTIPLICATION: 0.06,
+    TaskKind.DIVISION: 0.06,
+    TaskKind.UNIT_CONVERSION: 0.06,
+    TaskKind.COPY: 0.06,
+    TaskKind.REVERSE: 0.07,
     TaskKind.JSON_EXTRACTION: 0.07,
-    TaskKind.TOOL_CALL: 0.16,
-    TaskKind.TOOL_ANSWER: 0.10,
-    TaskKind.NO_TOOL: 0.06,
-    TaskKind.SMALL_TALK: 0.03,
-    TaskKind.IDENTITY: 0.03,
-    TaskKind.OUT_OF_DOMAIN: 0.04,
-    TaskKind.MULTI_TURN: 0.05,
+    TaskKind.TOOL_CALL: 0.15,
+    TaskKind.TOOL_ANSWER: 0.08,
+    TaskKind.NO_TOOL: 0.05,
+    TaskKind.SMALL_TALK: 0.05,
+    TaskKind.IDENTITY: 0.05,
+    TaskKind.OUT_OF_DOMAIN: 0.05,
+    TaskKind.MULTI_TURN: 0.07,
 }
 
 SYSTEM_PROMPTS: tuple[str, ...] = (

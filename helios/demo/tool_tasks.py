@@ -35,7 +35,7 @@ def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split
           most: int = 4) -> tuple[dict[str, Any], ...]:
     """The needed tool (if any) among distractors of other concepts, 1..`most` tools in all."""
     least = 1 if needed is not None else 0
-    count = rng.randint(least, most)
+    count = rng.randint(least, most + (split is Split.TRAIN))  # training offers up to one more distractor
     tools = _distractors(rng, excluded, count - least, split) + ([needed] if needed is not None else [])
     rng.shuffle(tools)
     return tuple(tool.schema for tool in tools)
@@ -60,6 +60,8 @@ def _request(rng: random.Random, split: Split) -> tuple[Concept, DrawnTool, str,
 
 def tool_call(rng: random.Random, split: Split) -> Task:
     concept, tool, question, arguments, reasoning, _ = _request(rng, split)
+    # after the tool as the schema spells it, each argument under the schema's parameter name
+    reasoning = "\n".join((reasoning, *(f"{name}: {rendered_value(value)}" for name, value in arguments.items())))
     expectation = Expectation(TaskKind.TOOL_CALL, tool_name=tool.name,
                               tool_arguments=tuple((name, rendered_value(value)) for name, value in arguments.items()))
     return Task(question, reasoning, None, expectation, tool_calls=(call_message(tool.name, arguments),),

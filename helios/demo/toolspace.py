@@ -5,13 +5,17 @@ for it is drawn from a large space: the function name from verbs, nouns and a na
 description from several wordings, each parameter's name from its synonyms, optional parameters in
 or out. Every name, description and parameter name belongs to one split by a stable hash, so the
 held-out prompts offer schemas (and distractors) whose names and wordings training never showed,
-and the model has to read the rendered schemas to pick the tool and name its arguments.
+and the model has to read the rendered schemas to pick the tool and name its arguments. Training
+schemas go further: most function names and half the parameter names are generated (random verbs,
+themed and unrelated words, pseudo-words, four naming styles), so a name can only be copied from
+the prompt, never recalled; no generated name is a held-out one (`held_out_names`).
 
 `helios.demo.tool_concepts` holds the concept table; `helios.demo.tool_tasks` builds the tasks.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Callable
@@ -120,26 +124,151 @@ class DrawnTool:
         return self.schema["function"]["name"]
 
 
-def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split: Split) -> str:
-    name = rng.choice(split_options(parameter.names, split))
-    if style == "camel" and "_" in name:
+# Training-only name space: generated function and parameter names, so the only way to name the
+# right tool or argument is to copy it from the rendered schema. Held-out names (the concepts' held-out
+# splits) are rejected from it by their normalized spelling, so no held-out name is ever generated.
+NAME_VERBS = ("get", "fetch", "find", "lookup", "query", "read", "load", "make", "create", "set", "put", "add",
+              "run", "do", "call", "start", "open", "send", "post", "push", "pull", "show", "list", "search",
+              "compute", "calc", "resolve", "handle", "process", "request", "retrieve", "obtain", "update", "apply",
+              "trigger", "invoke", "perform", "execute", "submit", "register", "issue", "emit", "dispatch", "grab",
+              "give", "take", "use", "want", "see", "view", "track", "scan", "probe", "ask", "tell", "report")
+NAME_WORDS = ("data", "info", "item", "value", "record", "entry", "task", "job", "thing", "service", "status",
+              "result", "action", "event", "request", "handler", "helper", "util", "api", "node", "unit", "block",
+              "panel", "module", "feature", "system", "object", "signal", "batch", "chunk", "frame", "slot",
+              "token", "cell", "board", "page", "stack", "queue", "graph", "index", "table", "field", "path",
+              "source", "target", "sample", "report", "detail", "summary", "state", "config", "setting", "mode",
+              "level", "point", "place", "area", "zone", "room", "home", "day", "week", "alpha", "beta", "gamma",
+              "delta", "omega", "blue", "green", "red", "orange", "purple", "silver", "gold", "iron", "stone",
+              "cloud", "river", "forest", "ocean", "star", "moon", "sun", "wind", "fire", "snow", "rain", "leaf",
+              "apple", "lemon", "tiger", "panda", "fox", "owl", "wolf", "bear", "whale", "falcon", "rocket", "pixel",
+              "vector", "matrix", "kernel", "socket", "widget", "gadget", "bridge", "tower", "garden", "castle")
+_SYLLABLES = ("ba", "ko", "ri", "zu", "me", "ta", "lo", "vi", "nex", "dor", "qua", "sen", "pli", "mar", "tek",
+              "zo", "fi", "ul", "bra", "cor", "dy", "gen", "hul", "ix", "jo", "kra", "lum", "ny", "or", "pex")
+NAME_STYLES = ("snake", "camel", "pascal", "flat", "snake", "camel")
+
+
+def _normal(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def _style(words: list[str], style: str) -> str:
+    if style == "camel":
+        return words[0] + "".join(word.capitalize() for word in words[1:])
+    if style == "pascal":
+        return "".join(word.capitalize() for word in words)
+    if style == "flat":
+        return "".join(words)
+    return "_".join(words)
+
+
+def _pseudo_word(rng: random.Random) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
+
+
+def generated_name(rng: random.Random, style: str, themed: tuple[str, ...], verbs: bool = True) -> str:
+    """A random identifier: verbs, themed and unrelated words or pseudo-words, sometimes a number."""
+    roll = rng.random()
+    if roll < 0.12:
+        words = [_pseudo_word(rng)]
+    elif roll < 0.2:
+        words = [_pseudo_word(rng), rng.choice(NAME_WORDS)]
+    else:
+        words = []
+        if verbs and rng.random() < 0.7:
+            words.append(rng.choice(NAME_VERBS))
+        for _ in range(rng.choices((1, 2, 3), weights=(0.45, 0.4, 0.15))[0]):
+            pool = themed if themed and rng.random() < 0.5 else NAME_WORDS
+            words.extend(rng.choice(pool).split("_"))
+    if rng.random() < 0.08:
+        words.append(str(rng.randint(1, 99)) if rng.random() < 0.5 else "v" + str(rng.randint(2, 9)))
+    name = _style(words, style)
+    return name if name[:1].isalpha() else "f" + name
+
+
+def _concept_words(concept: Concept) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(word for noun in concept.nouns for word in noun.split("_")))
+
+
+def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split: Split,
+                    held: frozenset[str], exact: frozenset[str]) -> str:
+    if split is Split.TRAIN and rng.random() < 0.5:
+        themed = tuple(dict.fromkeys(word for name in parameter.names for word in name.split("_")))
+        for _ in range(20):
+            name = generated_name(rng, style, themed, verbs=False)
+            if _normal(name) not in held:
+                return name
+    names = split_options(parameter.names, split)
+    if split is Split.TRAIN:
+        names = tuple(name for name in names if name not in exact) or names
+    name = rng.choice(names)
+    if style in ("camel", "pascal") and "_" in name:
         first, *rest = name.split("_")
         return first + "".join(word.capitalize() for word in rest)
     return name
 
 
+def _function_name(concept: Concept, rng: random.Random, split: Split, held: frozenset[str],
+                   exact: frozenset[str]) -> tuple[str, str]:
+    if split is Split.TRAIN and rng.random() < 0.6:
+        style = rng.choice(NAME_STYLES)
+        for _ in range(20):
+            name = generated_name(rng, style, _concept_words(concept))
+            if _normal(name) not in held:
+                return name, "snake" if style in ("snake", "flat") else "camel"
+    names = concept.function_names(split)
+    if split is Split.TRAIN:  # another concept may hold out the same spelling
+        names = tuple(name for name in names if name not in exact) or names
+    name = rng.choice(names)
+    return name, "camel" if any(character.isupper() for character in name) else "snake"
+
+
+_HELD_OUT_NAMES: dict[str, frozenset[str]] = {}
+
+
+def held_out_names() -> tuple[frozenset[str], frozenset[str]]:
+    """The held-out function and parameter names of every concept, exactly as a schema spells them
+    (parameter names in snake and camel case): what no training schema carries."""
+    if not _HELD_OUT_NAMES:
+        from helios.demo.tool_concepts import CONCEPTS  # the concept table imports this module
+
+        functions = {name for concept in CONCEPTS for name in concept.function_names(Split.HELD_OUT)}
+        parameters = {spelling for concept in CONCEPTS for parameter in concept.parameters
+                      for name in split_options(parameter.names, Split.HELD_OUT)
+                      for spelling in (name, _style(name.split("_"), "camel"))}
+        _HELD_OUT_NAMES["functions"], _HELD_OUT_NAMES["parameters"] = frozenset(functions), frozenset(parameters)
+    return _HELD_OUT_NAMES["functions"], _HELD_OUT_NAMES["parameters"]
+
+
+@functools.cache
+def _normalized(names: frozenset[str]) -> frozenset[str]:
+    return frozenset(_normal(name) for name in names)
+
+
+DESCRIPTION_LEADS = ("", "", "", "Tool: ", "Use this to: ", "Helper. ", "API call. ", "Service: ", "Function that does this: ")
+DESCRIPTION_TAILS = ("", "", "", " Returns JSON.", " Fast.", " Needs the listed arguments.", " (beta)", " Call it when asked.",
+                     " No side effects.", " Works worldwide.")
+
+
+def _description(rng: random.Random, description: str, split: Split) -> str:
+    """A training description sometimes wrapped in boilerplate words, so the model reads past them."""
+    if split is not Split.TRAIN or rng.random() < 0.7:
+        return description
+    return f"{rng.choice(DESCRIPTION_LEADS)}{description}{rng.choice(DESCRIPTION_TAILS)}"
+
+
 def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
-    """A schema for `concept` from the names and wordings of `split`; optional parameters in or out."""
-    name = rng.choice(concept.function_names(split))
-    style = "camel" if any(character.isupper() for character in name) else "snake"
+    """A schema for `concept` from the names and wordings of `split`; optional parameters in or out.
+    Training schemas often carry generated names (random words and styles) instead of the concept's."""
+    exact_functions, exact_parameters = held_out_names()
+    name, style = _function_name(concept, rng, split, _normalized(exact_functions), exact_functions)
     properties: dict[str, Any] = {}
     names: dict[str, str] = {}
     required = []
     for parameter in concept.parameters:
         if not parameter.required and rng.random() < 0.35:
             continue
-        parameter_name = _parameter_name(parameter, style, rng, split)
-        if parameter_name in properties:  # two roles drew the same synonym: keep the schema unambiguous
+        parameter_name = _parameter_name(parameter, style, rng, split, _normalized(exact_parameters), exact_parameters)
+        if parameter_name in properties:  # two roles drew the same name: keep the schema unambiguous
             parameter_name = f"{parameter_name}_{len(properties)}"
         entry: dict[str, Any] = {"type": parameter.type, "description": rng.choice(split_options(parameter.descriptions, split))}
         if parameter.enum:
@@ -154,7 +283,7 @@ def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
         "type": "function",
         "function": {
             "name": name,
-            "description": rng.choice(split_options(concept.descriptions, split)),
+            "description": _description(rng, rng.choice(split_options(concept.descriptions, split)), split),
             "parameters": {"type": "object", "properties": properties, "required": required},
         },
     }

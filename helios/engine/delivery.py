@@ -71,7 +71,9 @@ class TokenDelivery:
         request_id = entry.request.request_id
         with self._lock:
             reused = self._scheduler.reused_prompt_tokens(request_id)
-            self._scheduler.finish(request_id)
+            # a matched stop, a cancellation or a failure publishes no continuation (the specification)
+            self._scheduler.finish(request_id, publish=failure is None
+                                   and termination in (Termination.EOS, Termination.LENGTH))
             if failure is not None:
                 self._entries.pop(request_id, None)
                 self._failed += 1

@@ -21,6 +21,14 @@ Lifetime. A page is *free* (no reference, no key), *referenced* (held by one or 
 *cached* (published, no reference: reusable and evictable, least recently released first).
 `allocate` takes free pages first, then evicts cached ones; when both run out the caller preempts.
 
+Host tier. With `host_pages` (host_tier.py), an evicted cached page is not lost: its key moves to
+the host tier and a copy (device page -> host page) is recorded; a lookup whose next key is in the
+host tier, not on the device, takes a device page for it, records the copy back and publishes the
+page under its key again (a readmission). `take_copies` hands the recorded copies, in order, to the
+next round the scheduler submits (`RoundPlan.page_copies`): the executor performs them before that
+round's program, so every round that reads a readmitted page, or a page whose old content was
+offloaded, runs after its copy.
+
 Page-table uploads. `PageTableUploads` remembers, per physical request slot, how many entries of the
 slot's page-table row the device already holds and under which slot generation; a round uploads only
 the entries assigned since, and a new generation (a new request in the slot) invalidates the memory.
@@ -33,7 +41,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from helios.engine.host_tier import HostTier
 from helios.errors import HeliosError
+from helios.runtime.rounds import PageCopy
 
 
 class PagesShort(HeliosError):
@@ -75,7 +85,8 @@ class CacheGauges:
 class PageCache:
     """Free list, reference counts and the prefix index over `pages` physical pages."""
 
-    def __init__(self, pages: int, page_tokens: int, cache_identity: str, *, prefix_reuse: bool = True) -> None:
+    def __init__(self, pages: int, page_tokens: int, cache_identity: str, *, prefix_reuse: bool = True,
+                 host_pages: int = 0) -> None:
         if pages < 1:
             raise ValueError(f"a page cache has at least one page, got {pages}")
         if page_tokens < 1:
@@ -93,6 +104,8 @@ class PageCache:
         self._hit_tokens = 0
         self._evictions = 0
         self._published = 0
+        self.host = HostTier(host_pages if prefix_reuse else 0)  # evicted checkpoints kept in host memory
+        self._copies: list[PageCopy] = []  # host-tier copies decided and not yet handed to a round
 
     # ------------------------------------------------------------------------------------ keys
 
@@ -121,14 +134,30 @@ class PageCache:
             raise PagesShort(f"need {count} pages, {self.available} of {self.pages} are free or evictable")
         out = []
         for _ in range(count):
-            if self._free:
-                page = self._free.pop()
-            else:
-                page, _ = self._cached.popitem(last=False)  # the least recently released
-                del self._page_of[self._key_of.pop(page)]
-                self._evictions += 1
+            page = self._take()
             self._references[page] = 1
             out.append(page)
+        return out
+
+    def _take(self) -> int:
+        """A free page, else the least recently released cached one, evicted (offloaded to the host
+        tier when it has pages); the caller checked `available`."""
+        if self._free:
+            return self._free.pop()
+        page, _ = self._cached.popitem(last=False)
+        key = self._key_of.pop(page)
+        del self._page_of[key]
+        self._evictions += 1
+        host_page = self.host.store(key)
+        if host_page is not None:
+            self._copies.append(PageCopy(False, page, host_page))
+        return page
+
+    def take_copies(self) -> tuple[PageCopy, ...]:
+        """The host-tier copies recorded since the last call, in order (the next round performs them)."""
+        if not self._copies:
+            return ()
+        out, self._copies = tuple(self._copies), []
         return out
 
     def freed_by(self, holders: Iterable[Sequence[int]]) -> int:
@@ -156,6 +185,7 @@ class PageCache:
             raise PageNotHeld(f"page {page} is published without a reference")
         if not self.prefix_reuse or page in self._key_of or key in self._page_of:
             return False
+        self.host.discard(key)  # recomputed while its copy waited in the host tier: this page is it now
         self._key_of[page] = key
         self._page_of[key] = page
         self._published += 1
@@ -163,7 +193,8 @@ class PageCache:
 
     def lookup(self, tokens: Sequence[int], *, limit: int) -> PrefixMatch:
         """Reference the published pages holding the longest complete-page prefix of
-        `tokens[:limit]`; `limit` keeps the positions the caller must still compute."""
+        `tokens[:limit]`; `limit` keeps the positions the caller must still compute. A key found in
+        the host tier only is readmitted into a device page (free or evicted), while one can be had."""
         self._lookups += 1
         pages: list[int] = []
         keys: list[bytes] = []
@@ -173,16 +204,28 @@ class PageCache:
                 key = self.chain_key(parent, tokens[start:start + self.page_tokens])
                 page = self._page_of.get(key)
                 if page is None:
-                    break
+                    if key not in self.host or not self.available:
+                        break
+                    page = self._readmit(key)
+                elif self._references[page] == 0:
+                    del self._cached[page]
+                self._references[page] += 1  # at once: a readmission later in this lookup cannot evict it
                 pages.append(page)
                 keys.append(key)
                 parent = key
-        for page in pages:
-            if self._references[page] == 0:
-                del self._cached[page]
-            self._references[page] += 1
         self._hit_tokens += len(pages) * self.page_tokens
         return PrefixMatch(tuple(pages), tuple(keys), len(pages) * self.page_tokens)
+
+    def _readmit(self, key: bytes) -> int:
+        """A device page holding the host tier's checkpoint `key` again (copied at the next round),
+        published under it; unreferenced (the caller references it)."""
+        host_page = self.host.take(key)  # out of the tier first: the offload below cannot evict it
+        page = self._take()  # may offload another cached page (into another host page): recorded first
+        self._copies.append(PageCopy(True, page, host_page))
+        self.host.free(host_page)
+        self._key_of[page] = key
+        self._page_of[key] = page
+        return page
 
     def referenced(self) -> dict[int, int]:
         """Pages holding references, with their counts (read-only; an idle cache holds none)."""

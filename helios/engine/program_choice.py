@@ -12,14 +12,14 @@ stops at the first). The estimate is the posterior mean (accepted + w * prior) /
 + w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
 lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
 what the draft has done so far and its own rounds take over after a few. While plain decoding is
-chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY at each plain choice)
-back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
+chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each 8 tokens of
+the plain stint chosen: the scheduler's PLAIN_TOKENS) back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
 once the evidence has aged, instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE
 observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
 expected: the lanes run the configured width (`explores`), as with unknown costs, and their
 completed round is the observation the choice then rests on. Without this a uniform prior that makes
 plain decoding win would never be tested, however well the draft accepts; with it, a poor draft
-costs one round at the configured width after each ~15 plain choices.
+costs one round at the configured width after each ~15 plain stints' worth of aging.
 
 Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
 limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
@@ -34,6 +34,19 @@ candidate of the highest rate; plain decoding wins ties, so speculation is never
 expected rate is below (or equal to) plain decoding's. Lane limits stay the largest the contract
 allows (min(D + 1, W), the output and context left): a captured round costs the same whatever its
 lanes' limits, and expected tokens grow with every row, so no lower limit raises a round's rate.
+
+Costs from served rounds. The table measured at load times each graph's replay on the device
+alone; a served round also costs the host's work for it (scheduling, packing, validation, delivery),
+and a speculative lane waits for its round's completion before its next one (no second frame), so
+its rounds overlap nothing while plain decoding's are pipelined. The scheduler therefore reports
+every completed round's wall time to `observe`: the time from the previous completion (or from the
+round's scheduling, after an idle worker) to its own, which in steady state is what the round cost
+the serving loop, overlap included (measured on an H200, the 10.6M demo pair at 128 requests: plain
+decode rounds took 5.5 ms of wall time and W2 rounds 7.5 ms; BENCHMARKS.md, issue #18). Once a graph
+has OBSERVED_ROUNDS observations its cost is their moving average (weight OBSERVED_WEIGHT for the
+newest); until then it costs its table entry. The table is the optimistic side: the device runs one
+round at a time, so a served round's wall time is at least its replay's, and a program not yet
+served looks at least as good as it is, is chosen when that makes it best, and is then measured.
 
 Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
 than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
@@ -55,8 +68,10 @@ from helios.runtime.costs import RoundCosts
 C = contract_pb2
 
 PRIOR_WEIGHT = 2.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
-POOLED_DECAY = 0.9  # the pooled counts' factor at each choice of plain decoding (nothing observed then)
+POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain stint (nothing observed then)
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
+OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost
+OBSERVED_WEIGHT = 0.2  # the newest observation's weight in a graph's moving average
 
 
 @dataclass(slots=True)
@@ -158,6 +173,24 @@ class ProgramChoice:
         self.clock = clock
         self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
         self._seconds = costs.by_graph() if costs is not None else {}
+        self._observed: dict[str, tuple[int, float]] = {}  # graph -> (served rounds, moving average seconds)
+
+    def observe(self, graph: str, seconds: float) -> None:
+        """A served round of `graph` cost `seconds` of wall time (see "Costs from served rounds")."""
+        if not seconds > 0:
+            return
+        count, mean = self._observed.get(graph, (0, seconds))
+        mean = seconds if count == 0 else mean + OBSERVED_WEIGHT * (seconds - mean)
+        self._observed[graph] = (count + 1, mean)
+
+    def seconds(self, graph: str) -> float | None:
+        """A round of `graph`'s cost: its served rounds' moving average once there are OBSERVED_ROUNDS
+        of them, else its table cost; None when the table has none (costs unknown)."""
+        table = self._seconds.get(graph)
+        count, mean = self._observed.get(graph, (0, 0.0))
+        if table is None:
+            return None
+        return mean if count >= OBSERVED_ROUNDS else table
 
     def usable(self) -> bool:
         """A cost table is known and not stale."""
@@ -181,7 +214,7 @@ class ProgramChoice:
             if variant is not None:
                 programs.append((variant, lanes))
         for variant, lanes in programs:
-            seconds = self._seconds.get(variant.name)
+            seconds = self.seconds(variant.name)
             if seconds is None:
                 return None
             if variant.operation == C.OPERATION_DECODE:
@@ -206,5 +239,5 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["EXPLORATION_EVIDENCE", "POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
+__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
            "expected_tokens"]

@@ -73,6 +73,7 @@ class SchedulerCounters:
     snapshots_restored: int = 0  # continuation snapshots restored into a private page (after the fence)
     snapshots_evicted: int = 0  # snapshots given up under page pressure (their request then recomputes)
     recomputed_tokens: int = 0  # positions a readmitted request consumes again (consumed before its preemption)
+    continuation_hits: int = 0  # published continuations restored into an admitted request's page (at the fence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +92,9 @@ class Residency:
     referenced_pages: dict[int, int]  # page -> references held
     outstanding: tuple[int, ...] = ()  # sequences of the rounds submitted and not completed
     cohorts: tuple[int, ...] = ()  # sequences whose lanes' requests are still kept for retirement
-    continuation_rows: int = 0  # continuation rows holding (or being written with) a snapshot
+    continuation_rows: int = 0  # continuation rows holding (or being written with) a request's snapshot
     snapshots: int = 0  # preempted requests holding a snapshot
+    published_continuations: int = 0  # rows holding a published continuation (reusable, evictable)
 
 
 class RequestResidency:
@@ -165,14 +167,49 @@ class RequestResidency:
         if s.in_flight == 0:
             self._release(s)
 
-    def finish(self, request_id: str) -> None:
-        """The runtime ended the request (EOS, stop, output limit, failure): stop scheduling it."""
+    def finish(self, request_id: str, *, publish: bool = False) -> None:
+        """The runtime ended the request (EOS, stop, output limit, failure): stop scheduling it. With
+        `publish` (it ended by EOS or its output limit: no matched stop, no failure) a partial last page
+        is published as a continuation after its fence, where rows allow (snapshots.py)."""
         s = self._all.get(request_id)
         if s is None:
             raise UnknownRequest(f"request {request_id!r} is not scheduled")
         s.ended = True
+        s.publish = publish
         if s.in_flight == 0:
+            self._end(s)
+
+    def _end(self, s: SequenceState) -> None:
+        """An ended request's last round is fenced: publish its partial page (a RESTORATION round with
+        its snapshot lane is due; it is released at that round's fence) or release it now."""
+        if not self._publishes(s):
             self._release(s)
+
+    def _publishes(self, s: SequenceState) -> bool:
+        page_tokens = self.config.page_tokens
+        if not (self.snapshots and s.publish and self.cache.prefix_reuse and not s.cancelled and s.initialized
+                and s.pages is not None and s.slot is not None and s.snapshot_row is None and s.restore_row is None
+                and s.consumed % page_tokens and s.consumed <= len(s.known)
+                and s.consumed // page_tokens < len(s.pages.pages)):
+            return False
+        row = self.rows.take()
+        if row is None:
+            return False
+        s.snapshot_row, s.publishing = row, True
+        self._snapshot_due.append(s)
+        self._snapshotting += 1
+        return True
+
+    def _publish_continuation(self, s: SequenceState, row: int) -> None:
+        """The snapshot round of an ended request is fenced: its row holds its partial page; publish it
+        under its complete pages' chain key and the partial page's tokens."""
+        assert s.pages is not None
+        page_tokens = self.config.page_tokens
+        s.pages.publish(s.known, s.consumed)  # its complete pages are keyed (they were, at their fences)
+        count = s.consumed // page_tokens
+        parent = s.pages.keys[count - 1] if count else b""
+        if self.rows.publish(row, parent, s.known[count * page_tokens:s.consumed]):
+            self.counters.snapshots_published += 1
 
     def released(self) -> list[str]:
         """Cancelled requests whose resources have come back since the last call."""
@@ -199,8 +236,9 @@ class RequestResidency:
                          requests=tuple(sorted(self._all)), pending=len(self._pending),
                          readmitting=len(self._readmit), running=len(self._running), feedback=self._feedback,
                          pages=self.cache.gauges(), referenced_pages=self.cache.referenced(),
-                         continuation_rows=self.rows.in_use,
-                         snapshots=sum(1 for v in self._readmit if v.snapshot is not None))
+                         continuation_rows=self.rows.in_use - self.rows.published_rows,
+                         snapshots=sum(1 for v in self._readmit if v.snapshot is not None),
+                         published_continuations=self.rows.published_rows)
 
     @property
     def active(self) -> int:
@@ -223,17 +261,25 @@ class RequestResidency:
                 match = self.cache.lookup(s.known, limit=limit)
                 pages = SequencePages(self.cache, match)
                 reused = match.tokens
+                hit = None  # a published continuation of the matched pages that the known tokens extend
+                if self.snapshots and self.rows.published_rows:
+                    hit = self.rows.match(match.keys[-1] if match.keys else b"", s.known, match.tokens, limit)
             # Room for the whole known history, plus a page of growth for each running request.
             need = pages.shortfall(len(s.known) + 1)
             headroom = len(self._running)
             if self._running and need + headroom > self.cache.available:
                 if snapshot is None:
                     pages.release()
+                    if hit is not None:
+                        self.rows.unpin(hit.row)
                 return  # a snapshot keeps its checkpoints' references while it waits
             consumed = reused
             if snapshot is not None:
                 s.snapshot = None
                 consumed = self._restore_into(s, pages, snapshot)
+            elif hit is not None:
+                restored = self._restore_continuation(s, pages, hit.row, reused + len(hit.tokens))
+                consumed = reused = restored
             if self._readmit and self._readmit[0] is s:
                 self._readmit.pop(0)
                 self.counters.readmissions += 1
@@ -271,6 +317,29 @@ class RequestResidency:
             return checkpoints
         s.restore_row = snapshot.row
         return snapshot.endpoint
+
+    def _restore_continuation(self, s: SequenceState, pages: SequencePages, row: int, endpoint: int) -> int:
+        """Where an admitted request matching the published continuation in `row` starts: `endpoint`
+        when a private page for it can be had (a RESTORATION round restores the row into it first),
+        else the end of its matched pages (the row is unpinned)."""
+        start = pages.reserved_tokens
+        try:
+            pages.reserve(endpoint + 1)
+        except PagesShort:
+            self.rows.unpin(row)
+            return start
+        s.restore_row, s.shared_restore = row, True
+        return endpoint
+
+    def _give_restore_row(self, s: SequenceState) -> None:
+        """The row `s` was to restore from goes back: its own snapshot's row to the storage, a published
+        continuation's pin released."""
+        assert s.restore_row is not None
+        if s.shared_restore:
+            self.rows.unpin(s.restore_row)
+        else:
+            self.rows.give(s.restore_row)
+        s.restore_row, s.shared_restore = None, False
 
     def _reserve(self, s: SequenceState, tokens: int, keep: list[tuple[SequenceState, int]]) -> bool:
         """Pages for positions [0, tokens) of `s`, preempting younger idle requests (not in the cohort
@@ -310,6 +379,10 @@ class RequestResidency:
         """Preempt `v`; True when its partial page must first be snapshotted into a continuation row
         (its RESTORATION round is due, and its pages return at that round's fence)."""
         assert v.pages is not None
+        if v.restore_row is not None and v.shared_restore:  # a published continuation, not restored yet
+            self._give_restore_row(v)
+            self._preempt(v)
+            return False
         if v.restore_row is not None:  # not restored yet: the row still holds its partial page
             row, v.restore_row = v.restore_row, None
             self._preempt(v, row)
@@ -378,8 +451,8 @@ class RequestResidency:
             if s in self._snapshot_due:
                 self._snapshot_due.remove(s)
         if s.restore_row is not None:
-            self.rows.give(s.restore_row)
-            s.restore_row = None
+            self._give_restore_row(s)
+        s.publishing = False
         if s.snapshot is not None:
             self.cache.release(s.snapshot.pages)
             if s.snapshot.row is not None:

@@ -60,13 +60,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
-from helios.engine.program_choice import AcceptanceEstimate, ProgramChoice
+from helios.engine.program_choice import POOLED_DECAY, AcceptanceEstimate, ProgramChoice
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
@@ -87,8 +88,12 @@ from helios.runtime.scores import prompt_score_event, score_refusal, validate_pr
 
 C = contract_pb2
 # Adaptive choice: tokens a lane decodes plainly, as an ordinary decode lane, after the choice was
-# plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding).
+# plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding, so
+# each new choice costs the lane its place in the second frame for a round). The stint doubles at
+# each consecutive plain choice of the lane, up to PLAIN_TOKENS_MAX, and starts again at
+# PLAIN_TOKENS once the lane speculates: a draft that keeps losing costs few choices.
 PLAIN_TOKENS = 8
+PLAIN_TOKENS_MAX = 128
 
 __all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
            "UnknownRequest"]
@@ -99,7 +104,7 @@ class Scheduler(RequestResidency):
     slots and pages are `RequestResidency`'s (residency.py)."""
 
     def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
-                 costs: RoundCosts | None = None) -> None:
+                 costs: RoundCosts | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
         super().__init__(config, cache)
@@ -128,6 +133,15 @@ class Scheduler(RequestResidency):
         self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime)
                        if config.adaptive_speculation else None)
         self.pooled = AcceptanceEstimate()
+        # History drafting: copied proposals and the learned draft's, pooled (`_copies`).
+        self.pooled_copied = AcceptanceEstimate()
+        self.pooled_learned = AcceptanceEstimate()
+        # Served rounds' wall time for the choice (ProgramChoice.observe): when the schedule call that
+        # formed each outstanding round began, and when the last round completed.
+        self._clock = clock
+        self._schedule_started = 0.0
+        self._round_started: dict[int, float] = {}
+        self._last_completion = 0.0
         # positions a speculating lane's draft passes may reach past its frontier: the configured
         # width's, or under adaptive choice the most of any selected width's
         self._draft_passes = first.draft_passes if first is not None else 0
@@ -195,6 +209,8 @@ class Scheduler(RequestResidency):
 
     def schedule(self) -> RoundPlan | None:
         """The next round to submit, or None (nothing ready, or the frames are full)."""
+        if self.choice is not None:
+            self._schedule_started = self._clock()
         plan = self._schedule()
         if plan is None and self._snapshot_due and len(self._outstanding) < self.max_inflight():
             # forming this round preempted a request whose partial page must first be snapshotted
@@ -299,6 +315,11 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
+        if self.choice is not None:  # the round's wall time, overlap included (program_choice.py)
+            now = self._clock()
+            started = self._round_started.pop(plan.sequence, now)
+            self.choice.observe(plan.graph, now - max(started, self._last_completion))
+            self._last_completion = now
         speculative = plan.operation == C.OPERATION_SPECULATIVE
         check = self.catalog.variant(plan.graph).check if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
@@ -334,10 +355,12 @@ class Scheduler(RequestResidency):
                     s.acceptance.observe(r.offer - 1, r.accepted_drafts)
                     self.pooled.observe(r.offer - 1, r.accepted_drafts)
             if self.config.history_drafting:
-                for lane, r in zip(plan.lanes, rows, strict=True):
+                for s, lane, r in zip(self._cohorts[plan.sequence], plan.lanes, rows, strict=True):
                     offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
                     self.counters.copied_offered += offered
                     self.counters.copied_accepted += accepted
+                    self._observe_sources(s, offered, accepted, r.offer - 1 - offered,
+                                          r.accepted_drafts - accepted if accepted == offered else 0)
             emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
@@ -367,8 +390,16 @@ class Scheduler(RequestResidency):
                 if lane.samples:
                     s.unknown -= 1
                 if s.cancelled or s.ended:
-                    if s.in_flight == 0:
+                    if restoration and s.publishing:  # its snapshot round is fenced: publish (unless cancelled)
+                        row, s.snapshot_row, s.publishing = s.snapshot_row, None, False
+                        self._snapshotting -= 1
+                        if s.cancelled:  # the private publication candidate is discarded
+                            self.rows.give(row)  # type: ignore[arg-type]
+                        else:
+                            self._publish_continuation(s, row)  # type: ignore[arg-type]
                         self._release(s)
+                    elif s.in_flight == 0:
+                        self._end(s)
                     continue
                 if initialization:
                     s.initialized = True
@@ -410,9 +441,9 @@ class Scheduler(RequestResidency):
             self._snapshotting -= 1
             self.counters.snapshots_published += 1
             self._preempt(s, row)
-        elif s.restore_row is not None:
-            self.rows.give(s.restore_row)
-            s.restore_row = None
+        elif s.restore_row is not None:  # its own snapshot's row returns; a published one is unpinned
+            self.counters.continuation_hits += int(s.shared_restore)
+            self._give_restore_row(s)
             self.counters.snapshots_restored += 1
 
     def _restoration_round(self, restoring: list[SequenceState]) -> RoundPlan:
@@ -461,6 +492,8 @@ class Scheduler(RequestResidency):
         if plan in self._outstanding:
             self._outstanding.remove(plan)
         self._cohorts.pop(plan.sequence, None)
+        if self.choice is not None and self._round_started.pop(plan.sequence, None) is not None:
+            self._last_completion = self._clock()  # a failed round is not a cost observation
         retired = self._partly_retired.pop(plan.sequence, 0)  # lanes `complete` retired before it failed
         failed = []
         for update in plan.page_table_updates:  # the device may not hold them: the slot's next round rewrites its row
@@ -542,13 +575,19 @@ class Scheduler(RequestResidency):
             self.counters.fallback_choices += 1
             return width
         if not chosen.speculative:
-            # They decode plainly for the next PLAIN_TOKENS tokens as any decode lane does (under two
-            # frames, pipelined in both), then wait for their rounds to complete and are chosen for again.
+            # They decode plainly for their next stint as any decode lane does (under two frames,
+            # pipelined in both), then wait for their rounds to complete and are chosen for again.
             self.counters.plain_choices += 1
-            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
             for s in order:
-                s.plain_until = s.sampled + PLAIN_TOKENS
+                s.plain_stint = min(2 * s.plain_stint, PLAIN_TOKENS_MAX) if s.plain_stint else PLAIN_TOKENS
+                s.plain_until = s.sampled + s.plain_stint
+            # Nothing is observed meanwhile: the pooled evidence ages, by one POOLED_DECAY for each
+            # PLAIN_TOKENS of the cohort's mean stint (what a choice every PLAIN_TOKENS would age it).
+            stint = sum(s.plain_stint for s in order) / len(order)
+            self.pooled.decay(POOLED_DECAY ** (stint / PLAIN_TOKENS))
             return 0
+        for s in order:
+            s.plain_stint = 0
         return chosen.width
 
     def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
@@ -581,6 +620,9 @@ class Scheduler(RequestResidency):
                 if s.history is None:
                     s.history = HistoryIndex()
                 proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
+                if proposal and s.request.grammar is None and not self._copies(s):
+                    proposal = ()  # its learned draft has done better than its copies: the draft proposes
+                    self.pooled_copied.decay()  # nothing is observed of copies meanwhile: the pool ages
                 if s.request.grammar is not None and first.grammar_masks:
                     # Only the copied run the grammar allows, each target row under its position's mask:
                     # the host knows no mask for a position past it, so the lane's limit stops there.
@@ -601,6 +643,34 @@ class Scheduler(RequestResidency):
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
         return self._submit(variant, cohort, limits, copied, masks)
+
+    def _observe_sources(self, s: SequenceState, copied: int, copied_accepted: int, learned: int,
+                         learned_accepted: int) -> None:
+        """A completed speculative lane under history drafting: `copied` copied proposals judged and
+        `copied_accepted` of them kept, then `learned` learned-draft proposals judged (none where a
+        copied one was rejected: verification stopped there) and `learned_accepted` kept."""
+        if copied > 0:
+            if s.copied_acceptance is None:
+                s.copied_acceptance = AcceptanceEstimate()
+            s.copied_acceptance.observe(copied, copied_accepted)
+            self.pooled_copied.observe(copied, copied_accepted)
+        if learned > 0 and copied_accepted == copied:
+            if s.learned_acceptance is None:
+                s.learned_acceptance = AcceptanceEstimate()
+            s.learned_acceptance.observe(learned, learned_accepted)
+            self.pooled_learned.observe(learned, learned_accepted)
+
+    def _copies(self, s: SequenceState) -> bool:
+        """An unconstrained lane with a copied run uses it: its copied proposals' acceptance (posterior
+        mean over the pooled prior, as the program choice's) is at least its learned draft's. Both
+        start from the uniform prior, so copies are tried first; a draft that predicts the model better
+        than the request's own history (short n-gram matches on text that does not repeat) keeps its
+        positions. The choice reads completed rounds only: every proposal is verified, so it is
+        lossless whichever way it goes."""
+        copied_prior, learned_prior = self.pooled_copied.mean(0.5), self.pooled_learned.mean(0.5)
+        copied = s.copied_acceptance.mean(copied_prior) if s.copied_acceptance is not None else copied_prior
+        learned = s.learned_acceptance.mean(learned_prior) if s.learned_acceptance is not None else learned_prior
+        return copied >= learned
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
@@ -632,6 +702,8 @@ class Scheduler(RequestResidency):
                 limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None,
                 masks: list[tuple[tuple[int, ...], ...] | None] | None = None) -> RoundPlan:
         self._sequence += 1
+        if self.choice is not None:
+            self._round_started[self._sequence] = self._schedule_started
         lanes, updates, sequences = [], [], []
         constrained = 0
         operation = variant.operation
@@ -676,7 +748,7 @@ class Scheduler(RequestResidency):
         plan = RoundPlan(sequence=self._sequence, frame=frame, graph=variant.name, operation=operation,
                          lanes=tuple(lanes), request_ids=tuple([s.request.request_id for s in sequences]),
                          page_table_updates=tuple(updates), constrained_lanes=constrained,
-                         outstanding=len(self._outstanding) + 1)
+                         outstanding=len(self._outstanding) + 1, page_copies=self.cache.take_copies())
         self._outstanding.append(plan)
         self._cohorts[plan.sequence] = sequences
         return plan

@@ -58,7 +58,12 @@ class SequenceState:
     table_entries: int = -1
     history: HistoryIndex | None = None  # history drafting's n-gram index of `known`, built on first use
     acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
+    # history drafting: its copied proposals' acceptance and its learned draft's (the positions past
+    # an accepted copied run, or lanes without one), which decide whether its next round copies
+    copied_acceptance: AcceptanceEstimate | None = None
+    learned_acceptance: AcceptanceEstimate | None = None
     plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
+    plain_stint: int = 0  # tokens of its last plain stint (0: it speculated since, or never chose plain)
     # Snapshots (snapshots.py). While preempted: its checkpoints and continuation row. While running: the
     # row a RESTORATION round is snapshotting its partial page into (its preemption awaits that round's
     # fence), or the row a RESTORATION round must restore into its private page before it continues.
@@ -67,6 +72,12 @@ class SequenceState:
     restore_row: int | None = None
     preempted_at: int = 0  # positions it had consumed when it was last preempted
     preempt_asked: bool = False  # `Scheduler.preempt` asked for its preemption at the next scheduling point
+    # Published continuations (snapshots.py): it ended by EOS or its output limit, so its partial page
+    # may be published (`publish`); `publishing` while its snapshot round is due or in flight;
+    # `shared_restore` when `restore_row` is a published continuation it matched (pinned, not its own).
+    publish: bool = False
+    publishing: bool = False
+    shared_restore: bool = False
 
     @property
     def frontier(self) -> int:

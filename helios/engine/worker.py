@@ -58,8 +58,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     """Continuous batching over one executor; see the module docstring."""
 
     def __init__(self, executor: Executor, limits: AdmissionLimits, scheduler: Scheduler, *,
-                 capacity: dict[str, int] | None = None) -> None:
+                 capacity: dict[str, int] | None = None, page_bytes: int = 0) -> None:
         super().__init__(limits, worker_name="helios-model-worker")
+        self._page_bytes = page_bytes  # one cache page of every plane (and rank): a host-tier page's bytes
         self._executor = executor
         self._scheduler = scheduler
         self._capacity = dict(capacity or {})
@@ -78,7 +79,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     def for_executor(cls, executor: Executor, contract: PreparedContract, limits: AdmissionLimits, *, pages: int,
                      graph_names: Iterable[str] | None = None, prefix_reuse: bool = True,
                      speculative_width: int | None = None, history_drafting: bool = False,
-                     adaptive_speculation: bool = False, cost_lifetime: float | None = None) -> BatchingRuntime:
+                     adaptive_speculation: bool = False, cost_lifetime: float | None = None,
+                     host_pages: int | None = None) -> BatchingRuntime:
         """A runtime over `executor` for a `PreparedContract`; `pages` is the executor's physical cache
         page count, `graph_names` the graphs the executor loaded (default: every graph),
         `speculative_width` the width of the SPECULATIVE rounds decode lanes run (None: plain decoding)
@@ -86,7 +88,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         With `adaptive_speculation` each speculative cohort runs the program of the highest expected
         rate among DECODE and every loaded width, from the executor's measured round costs
         (`executor.round_costs()`; an executor without them leaves `speculative_width` running), a
-        table older than `cost_lifetime` seconds counting as stale."""
+        table older than `cost_lifetime` seconds counting as stale. `host_pages` is the executor's host
+        tier of evicted checkpoints in pages (None: `executor.host_pages`, 0 where it has none;
+        helios/engine/host_tier.py)."""
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
@@ -101,14 +105,17 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             adaptive_speculation=adaptive_speculation and bool(speculative_width), cost_lifetime=cost_lifetime,
             prompt_score_width=prompt_score_width(contract),
             snapshot_rows=continuation_rows(contract, graphs))
-        cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse)
+        if host_pages is None:
+            host_pages = getattr(executor, "host_pages", 0)
+        cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse,
+                          host_pages=host_pages)
         costs = None
         if config.adaptive_speculation:
             measure = getattr(executor, "round_costs", None)
             costs = measure() if measure is not None else None
         scheduler = Scheduler(config, catalog, cache, costs=costs)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
-        return cls(executor, limits, scheduler, capacity=capacity)
+        return cls(executor, limits, scheduler, capacity=capacity, page_bytes=getattr(executor, "page_bytes", 0))
 
     @property
     def scheduler(self) -> Scheduler:
@@ -174,13 +181,15 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             s = self._scheduler
             c = s.counters
             gauges = s.cache.gauges()
+            host = s.cache.host.gauges()
             capacity = {"max_active": s.config.max_active, "queue_capacity": self.limits.queue_capacity,
                         "context_tokens": s.config.context_tokens, "pages": gauges.capacity, **self._capacity}
             # Allocatable now: free pages plus cached (published, unreferenced, evictable) ones.
             available = {"pages": gauges.free + gauges.cached, "cached_pages": gauges.cached}
             if s.rows.capacity:
                 capacity["continuation_rows"] = s.rows.capacity
-                available["continuation_rows"] = s.rows.capacity - s.rows.in_use
+                # free or holding an evictable published continuation (as pages: free plus cached)
+                available["continuation_rows"] = s.rows.capacity - s.rows.in_use + s.rows.published_rows
             return RuntimeMetrics(
                 requests_submitted=self._submitted, requests_started=c.started, requests_rejected=self._rejected,
                 requests_finished=dict(self._finished), requests_failed=self._failed,
@@ -195,8 +204,14 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 round_costs=s.choice.costs.entries if s.choice is not None and s.choice.costs is not None else (),
                 available=available,
                 snapshots_published=gauges.published + c.snapshots_published,
-                snapshots_evicted=gauges.evictions + c.snapshots_evicted, snapshots_restored=c.snapshots_restored,
-                continuation_rows_in_use=s.rows.in_use, recomputed_tokens=c.recomputed_tokens,
+                snapshots_evicted=gauges.evictions + c.snapshots_evicted + s.rows.evictions,
+                snapshots_restored=c.snapshots_restored, continuations_published=s.rows.published_rows,
+                continuation_hits=c.continuation_hits, continuation_evictions=s.rows.evictions,
+                continuation_rows_in_use=s.rows.in_use - s.rows.published_rows, recomputed_tokens=c.recomputed_tokens,
+                host_offloaded_pages=host.offloaded, host_offloaded_bytes=host.offloaded * self._page_bytes,
+                host_readmitted_pages=host.readmitted, host_readmitted_bytes=host.readmitted * self._page_bytes,
+                host_bytes_in_use=host.in_use * self._page_bytes, host_bytes_capacity=host.capacity * self._page_bytes,
+                host_evictions=host.evictions,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight)
 

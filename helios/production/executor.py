@@ -29,6 +29,12 @@ is pinned host memory and every copy is asynchronous on the serving stream. On a
 the device buffer itself and uploads are no-ops, unless `separate_staging` (the GPU-paths mode,
 helios/production/gpu_paths.py): then staging and read-backs are tensors of their own (not pinned)
 and every upload is a real copy (whole buffer, one row, or a slice of a page-table row), as on a GPU.
+
+Host tier. With `host_pages`, every cache plane has a host tensor of `host_pages` pages (pinned on a
+GPU, plain on a CPU; `torch.empty`: never read before an offload wrote it). A plan's `page_copies`
+(helios/engine/host_tier.py decides them) are enqueued first, in order, on the serving stream: an
+offload copies a device page into its host page, a readmission a host page into a device page, each
+asynchronous on a GPU and ordered by the stream before the round's uploads and graph.
 """
 
 from __future__ import annotations
@@ -117,7 +123,8 @@ class NativeExecutor:
 
     def __init__(self, graphs: Mapping[str, ExecutorGraph], buffers: Mapping[str, torch.Tensor],
                  completion: Mapping[int, str], *, frames: int = 1, device: torch.device,
-                 capture: GraphCapture | None, separate_staging: bool = False) -> None:
+                 capture: GraphCapture | None, separate_staging: bool = False,
+                 cache_buffers: Sequence[str] = (), host_pages: int = 0) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -148,6 +155,12 @@ class NativeExecutor:
         self._in_flight: list[_Submitted | None] = [None] * frames  # frame -> its submitted, uncollected plan
         self._uploaded: torch.cuda.Event | None = None  # after the last round's uploads (GPU): staging is free
         self.peak_outstanding = 0  # the most rounds ever outstanding at once (right after a submission)
+        self.cache_buffers = tuple(cache_buffers)
+        self.host_pages = host_pages
+        self.host: dict[str, torch.Tensor] = {  # the host tier: cache plane -> [host_pages, ...one page...]
+            name: torch.empty((host_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
+                              pin_memory=pinned)
+            for name in self.cache_buffers} if host_pages else {}
         self.submissions_while_outstanding = 0  # rounds submitted while another was still outstanding
         # Page-table destinations written only through physical request rows, with one page offset and
         # padding whichever graph binds them: the plan's updates are applied to each. A destination
@@ -211,6 +224,8 @@ class NativeExecutor:
             raise GraphNotCaptured(f"graph {plan.graph!r} is not loaded (loaded: {sorted(self.graphs)})")
         self.sequence = plan.sequence
         gpu = self.device.type == "cuda"
+        if plan.page_copies:
+            self._copy_pages(plan, gpu)
         if self._uploaded is not None:
             self._uploaded.synchronize()  # the previous round's copies have left the staging
         self._pack(graph, plan.lanes, plan.page_table_updates)
@@ -400,6 +415,23 @@ class NativeExecutor:
             self.buffers[name][row].copy_(self.staging[name][row], non_blocking=True)
         else:
             self.buffers[name][row, columns].copy_(self.staging[name][row, columns], non_blocking=True)
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page of every cache plane (a host-tier page)."""
+        return sum(self.buffers[name][0].nbytes for name in self.cache_buffers)
+
+    def _copy_pages(self, plan: RoundPlan, gpu: bool) -> None:
+        """The plan's host-tier copies, in order, on the serving stream (asynchronous on a GPU)."""
+        if not self.host:
+            raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
+        for copy in plan.page_copies:
+            for name in self.cache_buffers:
+                device_page, host_page = self.buffers[name][copy.page], self.host[name][copy.host_page]
+                if copy.readmit:
+                    device_page.copy_(host_page, non_blocking=gpu)
+                else:
+                    host_page.copy_(device_page, non_blocking=gpu)
 
     def _execute(self, graph: ExecutorGraph, frame: int, sequence: int) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.

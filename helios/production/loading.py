@@ -42,11 +42,12 @@ def load_device(device: str | None) -> str:
 def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
                       pages: int | None = None, gpu_memory_fraction: float | None = None,
                       speculative_width: int | None = None, history_drafting: bool = False,
-                      measure_costs: bool = False) -> NativeModel:
+                      measure_costs: bool = False, host_cache_gib: float | None = None) -> NativeModel:
     """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
     on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
     SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token);
-    `measure_costs` times the DECODE and SPECULATIVE graphs' rounds once loaded (adaptive choice)."""
+    `measure_costs` times the DECODE and SPECULATIVE graphs' rounds once loaded (adaptive choice);
+    `host_cache_gib` bounds the host tier of evicted checkpoints (None: sized from free memory; 0: none)."""
     device = load_device(device)
     from helios.contract import StartupOptions
     from helios.production.native_model import LoadOptions, NativeModel
@@ -56,7 +57,7 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
                              history_drafting=history_drafting)
     fraction = {} if gpu_memory_fraction is None else {"gpu_memory_fraction": gpu_memory_fraction}
     return NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup, measure_costs=measure_costs,
-                                              **fraction))
+                                              host_cache_gib=host_cache_gib, **fraction))
 
 
 def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
@@ -71,10 +72,11 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     if core.manifest.ranks > 1:  # tensor-parallel ranks: rank 0 here, its peers spawned or joining
         model = _load_ranks(core, options, width)
     else:
-            model = load_native_model(core, max_concurrency=limits.max_active, device=options.device,
+        model = load_native_model(core, max_concurrency=limits.max_active, device=options.device,
                                   pages=options.pages, gpu_memory_fraction=options.gpu_memory_fraction,
                                   speculative_width=width, history_drafting=options.history_drafting,
-                                  measure_costs=adaptive(tuple(core.contract.speculative_widths), options))
+                                  measure_costs=adaptive(tuple(core.contract.speculative_widths), options),
+                                  host_cache_gib=options.host_cache_gib)
     if options.freeze_heap:
         import atexit
         import gc
@@ -93,7 +95,7 @@ def _load_ranks(core: CoreSource, options: RuntimeOptions, width: int | None) ->
     return load_rank_zero(core, options.ranks, device=device, max_concurrency=options.limits.max_active,
                           pages=options.pages, speculative_width=width, history_drafting=options.history_drafting,
                           measure_costs=adaptive(tuple(core.contract.speculative_widths), options),
-                          gpu_memory_fraction=options.gpu_memory_fraction)
+                          gpu_memory_fraction=options.gpu_memory_fraction, host_cache_gib=options.host_cache_gib)
 
 
 def runtime_for(model: NativeModel, options: RuntimeOptions) -> BatchingRuntime:

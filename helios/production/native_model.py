@@ -8,10 +8,13 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            against the manifest's buffers;
   weights  map the rank's weights from the core onto the device (one copy per resource, no conversion;
            several resources verified and decoded at once: weight_loading.py);
+  tuning   run the manifest's required startup tuning producers (helios/runtime/tuning.py, checked
+           in verify) into the TUNED buffers, before any serving plan runs: the kernels phase's
+           warm-up, capture, cost measurement and every round read the filled buffers (the same
+           tensors: no serving plan ever sees a TUNED buffer unfilled);
   kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
            the plans launch, many at once (kernel_compile.py), then run each plan once, which
            measures the transient memory the plans need;
-  tuning   run the manifest's startup tuning producers, if any, before any dependent graph is exposed;
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need; never more pages than max_concurrency full contexts;
@@ -55,7 +58,9 @@ from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
+from helios.runtime.host_cache import host_pages
 from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
+from helios.runtime.tuning import StartupTuning, TuningRefused
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
 REQUIRED_OPERATIONS = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
@@ -90,6 +95,9 @@ class LoadOptions:
     # table, `helios.runtime.costs`): `cost_repeats` replays each on a GPU, one eager run on a CPU.
     measure_costs: bool = False
     cost_repeats: int = 5
+    # The host tier of evicted checkpoints (helios/runtime/host_cache.py): GiB of host memory, pinned on a
+    # GPU; None: sized from the memory available at load (capped); 0: none.
+    host_cache_gib: float | None = None
     # The tensor-parallel rank this process loads and its `RankGroup` (production/ranks/group.py): a
     # core of N > 1 ranks loads only with a group of N; rank 0 without one for a one-rank core.
     rank: int = 0
@@ -106,11 +114,13 @@ class LoadOptions:
             raise StartupFailed(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
         if self.pages is not None and self.pages < 1:
             raise StartupFailed(f"pages must be >= 1, got {self.pages}")
+        if self.host_cache_gib is not None and not self.host_cache_gib >= 0:
+            raise StartupFailed(f"host_cache_gib must be >= 0, got {self.host_cache_gib}")
 
 
 @dataclass(frozen=True, slots=True)
 class StartupPhase:
-    name: str  # verify, weights, kernels, tuning, cache, graphs
+    name: str  # verify, weights, tuning, kernels, cache, graphs, costs, host_tier
     seconds: float
 
 
@@ -172,19 +182,25 @@ class NativeModel:
             contract = PreparedContract.decode(serving, manifest)
             selection = contract.select(options.startup)
             programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
+            tuning = _tuning(core, serving, manifest, programs)
             slots = selection.max_concurrency
         with phase("weights"):
-            weights = load_weights(core, (decl for item in programs.values() for decl in _weight_declarations(
-                item.program)), device)
+            weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
+                                                               *(p.programs[options.rank if options.rank < len(p.programs) else 0]
+                                                                 for p in tuning.producers)]
+                                          for decl in _weight_declarations(program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
         paths = options.gpu_paths
         policy = policy_for(options.linear, device, deferred=True, gpu_paths=paths is not None)
         contracts = {g.name: g for g in serving.model.graphs}
+        with phase("tuning"):
+            tuned = _run_tuning(tuning, manifest, weights, arena, device, paths, options)
+        untuned = [b.name for b in manifest.buffers if b.name not in tuned]
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            placeholder = manifest_buffers(manifest, device, pages=1)
+            placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
             warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
                     for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
@@ -205,9 +221,7 @@ class NativeModel:
             pages = _pages(contract, manifest, slots, options, device, transient)
             if options.group is not None:  # every rank's cache holds the same page ids: the smallest
                 pages = options.group.minimum(pages)
-            buffers = manifest_buffers(manifest, device, pages=pages)
-        with phase("tuning"):
-            _run_tuning(core, manifest, weights, buffers, arena, device, paths, options)
+            buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
             plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
                      for name, item in programs.items()}
@@ -229,8 +243,12 @@ class NativeModel:
                                        options.cost_repeats if device.type == "cuda" else 1)
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         # two frames: a round may be submitted before the last completes
-        executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
-                                  device=device, capture=capture, separate_staging=paths is not None)
+        cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
+        with phase("host_tier"):
+            host = host_pages(options.host_cache_gib, _page_bytes(manifest))
+            executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
+                                      device=device, capture=capture, separate_staging=paths is not None,
+                                      cache_buffers=cache_buffers, host_pages=host)
         executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)
@@ -346,14 +364,25 @@ def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOption
     return int(pages)
 
 
-def _run_tuning(core: CoreSource, manifest, weights, buffers, arena, device, gpu_paths: GpuPaths | None = None,
-                options: LoadOptions | None = None) -> None:
-    """Run each startup tuning producer once (they fill TUNED buffers that graphs only read)."""
-    descriptors = {b.name: b for b in manifest.buffers}
-    for handle in manifest.tuning_catalog:
-        rank = options.rank if options is not None and len(handle.program_resources) > 1 else 0
-        program = program_pb2.Program.FromString(core.read(handle.program_resources[rank]))
-        operators = tuple(validate_program(program, descriptors))
-        load_weights(core, _weight_declarations(program), device, into=weights)
-        lower_program(program, operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                      gpu_paths=gpu_paths, group=options.group if options is not None else None).run()
+def _tuning(core: CoreSource, serving, manifest, programs: dict[str, _Program]) -> StartupTuning:
+    try:
+        return StartupTuning.resolve(serving, manifest, core.read,
+                                     {name: (item.program,) for name, item in programs.items()})
+    except TuningRefused as error:
+        raise StartupFailed(f"tuning: {error}") from None
+
+
+def _run_tuning(tuning: StartupTuning, manifest, weights, arena, device, gpu_paths: GpuPaths | None = None,
+                options: LoadOptions | None = None) -> dict[str, torch.Tensor]:
+    """Run each required startup tuning producer once, in catalog order, into fresh TUNED buffers
+    (the tensors every serving plan then binds; they only read them). A producer binds nothing but
+    weights, its scratch and TUNED buffers (checked by `StartupTuning.resolve`); on a core of several
+    ranks each rank runs its own producer program (collectives over its group)."""
+    rank = options.rank if options is not None else 0
+    group = options.group if options is not None else None
+    tuned = manifest_buffers(manifest, device, pages=1, names=tuning.buffers)
+    for producer in tuning.producers:
+        r = rank if rank < len(producer.programs) else 0
+        lower_program(producer.programs[r], producer.operators[r], weights=weights, buffers=tuned, arena=arena,
+                      device=device, gpu_paths=gpu_paths, group=group).run()
+    return tuned

@@ -328,9 +328,10 @@ class ProgramBuilder:
     # Result ------------------------------------------------------------------------------------------
 
     def build(
-        self, buffers: Mapping[str, manifest_pb2.BufferDescriptor] | None = None
+        self, buffers: Mapping[str, manifest_pb2.BufferDescriptor] | None = None, *, produces: Sequence[str] = ()
     ) -> program_pb2.Program:
-        """The validated program (against the manifest's buffers when given)."""
+        """The validated program (against the manifest's buffers when given); `produces` names the
+        TUNED buffers a startup tuning producer's program fills."""
         # The oldest operator-set version that holds every operator used (never below 2, the version
         # every core was stamped with before version 3): an engine that knows only older versions
         # keeps loading cores that need nothing newer.
@@ -341,5 +342,5 @@ class ProgramBuilder:
             operator_set_version=version, graph=self.graph, rank=self.rank,
             tensors=self._decls, operators=self._operators,
         )
-        validate_program(program, buffers)
+        validate_program(program, buffers, produces=produces)
         return program

@@ -8,8 +8,9 @@ Checks, in order, before any byte of a program is used:
   3. every operator is known, with known attributes, sorted by name, of the right kind, the
      right number of inputs and outputs, declared tensors, in-place outputs that are the tensor
      they update, and its shape-and-dtype rule satisfied by the declared types;
-  4. no WEIGHT, TRANSPORT or TUNED tensor is written, and every SCRATCH or COMPLETION tensor is
-     written before it is read;
+  4. no WEIGHT, TRANSPORT or TUNED tensor is written (except the TUNED buffers a startup tuning
+     producer fills: `produces`), and every SCRATCH or COMPLETION tensor (and every produced TUNED
+     tensor) is written before it is read;
   5. with the manifest's buffers, every non-scratch, non-weight tensor agrees with its buffer.
 """
 
@@ -218,8 +219,15 @@ def check_buffers(
 def validate_program(
     program: program_pb2.Program,
     buffers: Mapping[str, manifest_pb2.BufferDescriptor] | Iterable[manifest_pb2.BufferDescriptor] | None = None,
+    *,
+    produces: Iterable[str] = (),
 ) -> tuple[ValidatedOperator, ...]:
-    """Validate `program`; return its operators with resolved attributes. Raises a ProgramError."""
+    """Validate `program`; return its operators with resolved attributes. Raises a ProgramError.
+
+    `produces` names the TUNED buffers `program` fills (a startup tuning producer's outputs): its
+    TUNED tensors bound to them are written, not read before they are, like SCRATCH tensors.
+    """
+    produces = set(produces)
     if program.operator_set_version not in SUPPORTED_OPERATOR_SET_VERSIONS:
         raise UnsupportedOperatorSetVersion(
             f"program {program.graph!r}: operator_set_version {program.operator_set_version} is not one of "
@@ -232,10 +240,12 @@ def validate_program(
             raise DuplicateTensor(f"tensors[{index}]: tensor {decl.name!r} is declared twice")
         types[decl.name] = check_tensor(index, decl)
         roles[decl.name] = decl.role
+    produced = {decl.name for decl in program.tensors
+                if decl.role == program_pb2.TENSOR_ROLE_TUNED and decl.buffer in produces}
     # A one-element COMPLETION tensor is a per-submission field, and the transport writes the frame
     # index and submission sequence before the program runs (a speculative program reads the frame
     # index to frame its proposal confidence); per-lane fields are the program's to write first.
-    written = {name for name, role in roles.items() if role in PREFILLED_ROLES
+    written = {name for name, role in roles.items() if (role in PREFILLED_ROLES and name not in produced)
                or (role == program_pb2.TENSOR_ROLE_COMPLETION and types[name].shape == (1,))}
     validated = []
     for index, operator in enumerate(program.operators):
@@ -261,7 +271,7 @@ def validate_program(
                     f"{where}: input {slot} reads {ROLE_NAMES[roles[name]]} tensor {name!r} before any operator writes it"
                 )
         for slot, name in zip(spec.outputs, checked.outputs, strict=True):
-            if roles[name] in READ_ONLY_ROLES:
+            if roles[name] in READ_ONLY_ROLES and name not in produced:
                 raise ReadOnlyTensorWritten(
                     f"{where}: output {slot} writes {ROLE_NAMES[roles[name]]} tensor {name!r}, which programs only read"
                 )

@@ -14,7 +14,11 @@ slot's row and checked against the lane's page ids (`PageTableMismatch`): the re
 whole row from the lane, and a delta that would leave the device holding another row is an error
 here rather than a silent difference.
 
-Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages. `keep` names
+Buffers are plain arrays, one per manifest buffer; cache planes get `pages` pages. `load` runs the
+manifest's required startup tuning producers (helios.runtime.tuning) into the TUNED arrays before
+any serving graph can run; `tuned` names the buffers they filled. With `host_pages`
+the host tier is one plain array per cache plane and rank (`host`, `host_pages` pages each, zeroed
+lazily by the allocator); a plan's `page_copies` are applied first, in order (helios/engine/host_tier.py). `keep` names
 program tensors (e.g. "logits") copied into `kept` after every round (conformance reads the draws).
 
 Tensor-parallel ranks. A core of N > 1 ranks runs in this one process: every rank has its own
@@ -47,6 +51,7 @@ from helios.runtime.packing import GraphPacking, check_history_regions, check_pa
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
+from helios.runtime.tuning import StartupTuning
 
 C, M = contract_pb2, manifest_pb2
 
@@ -92,7 +97,8 @@ class ReferenceExecutor:
     def __init__(self, graphs: Mapping[str, LoadedGraph], weights: Mapping[str, np.ndarray],
                  buffers: dict[str, np.ndarray], completion: Mapping[int, str], *, pages: int,
                  keep: Sequence[str] = (), frames: int = 1,
-                 rank_buffers: Sequence[dict[str, np.ndarray]] = ()) -> None:
+                 rank_buffers: Sequence[dict[str, np.ndarray]] = (), cache_buffers: Sequence[str] = (),
+                 host_pages: int = 0) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -110,10 +116,20 @@ class ReferenceExecutor:
         self._rows: list[tuple[RoundPlan, CompletionRows] | None] = [None] * frames  # frame -> its round
         self._page_rows: dict[int, tuple[int, ...]] = {}  # slot -> the page-table row the updates built
         self._costs: RoundCosts | None = None  # measured on first asking (`round_costs`)
+        self.tuned: tuple[str, ...] = ()  # the TUNED buffers the startup producers filled (`load`)
+        # The host tier: per rank, cache plane -> [host_pages, ...one page...] (np.zeros: calloc'd, so
+        # pages never written take no memory).
+        self.cache_buffers = tuple(cache_buffers)
+        self.host_pages = host_pages
+        self.host: list[dict[str, np.ndarray]] = [
+            {name: np.zeros((host_pages, *buffers[name].shape[1:]), dtype=buffers[name].dtype)
+             for name in self.cache_buffers} for buffers in self.rank_buffers] if host_pages else []
 
     @classmethod
-    def load(cls, core: CoreSource, *, pages: int, keep: Sequence[str] = (), frames: int = 1) -> ReferenceExecutor:
-        """Load `core`'s programs and weights; cache planes get `pages` pages."""
+    def load(cls, core: CoreSource, *, pages: int, keep: Sequence[str] = (), frames: int = 1,
+             host_pages: int = 0) -> ReferenceExecutor:
+        """Load `core`'s programs and weights; cache planes get `pages` pages, the host tier
+        `host_pages` (0: none)."""
         serving, manifest = core.contract, core.manifest
         ranks = manifest.ranks
         if ranks < 1:
@@ -172,14 +188,37 @@ class ReferenceExecutor:
             for graph in graphs.values():
                 graph.packing.initialize(buffers)
             rank_buffers.append(buffers)
+        # Startup tuning (helios.runtime.tuning): every required producer fills its TUNED buffers on
+        # every rank before any serving graph runs; serving programs only read them.
+        tuning = StartupTuning.resolve(serving, manifest, core.read,
+                                       {name: graph.rank_programs for name, graph in graphs.items()})
+        for producer in tuning.producers:
+            for program in producer.programs:
+                for decl in program.tensors:
+                    if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
+                        weights[decl.resource] = _load_weight(core, decl)
+            if ranks == 1:
+                execute(producer.programs[0], {**rank_buffers[0], **weights}, producer.operators[0])
+            else:
+                execute_ranks(producer.programs, [{**buffers, **weights} for buffers in rank_buffers],
+                              producer.operators)
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
-        return cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
-                   rank_buffers=rank_buffers)
+        cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
+        executor = cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
+                       rank_buffers=rank_buffers, cache_buffers=cache_buffers, host_pages=host_pages)
+        executor.tuned = tuning.buffers
+        return executor
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page of every cache plane of every rank, as held here (a host-tier page)."""
+        return sum(buffers[name][0].nbytes for buffers in self.rank_buffers for name in self.cache_buffers)
 
     # ------------------------------------------------------------------------------------------ rounds
 
     def submit(self, plan: RoundPlan) -> None:
         """Run `plan` now (see the module docstring); its rows wait in its frame for `collect`."""
+        self._copy_pages(plan)  # first: what the engine decided is done whatever this round does
         if plan.frame not in range(self.frames) or self._rows[plan.frame] is not None:
             raise FrameBusy(f"graph {plan.graph}: frame {plan.frame} is outside the executor's {self.frames} "
                             "frames or holds an uncollected round")
@@ -261,6 +300,16 @@ class ReferenceExecutor:
                 if not np.array_equal(buffers[name], self.buffers[name]):
                     raise RankDisagreement(f"graph {plan.graph}, round {plan.sequence}: rank {rank}'s completion "
                                            f"field {M.CompletionField.Name(field)} differs from rank 0's")
+
+    def _copy_pages(self, plan: RoundPlan) -> None:
+        """The plan's host-tier copies, in order: every cache plane of every rank, one page each."""
+        for copy in plan.page_copies:
+            for buffers, host in zip(self.rank_buffers, self.host, strict=True):
+                for name in self.cache_buffers:
+                    if copy.readmit:
+                        buffers[name][copy.page] = host[name][copy.host_page]
+                    else:
+                        host[name][copy.host_page] = buffers[name][copy.page]
 
     def _apply_updates(self, plan: RoundPlan, *, check: bool) -> None:
         """Build each slot's page-table row from the updates; with `check` (the graph binds a page

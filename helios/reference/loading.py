@@ -25,6 +25,9 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
     for field, flag in _PRODUCTION_ONLY:
         if getattr(options, field) is not None:
             raise InvalidRuntimeOptions(f"{flag} is an option of the production runtime; add --runtime production")
+    if options.host_cache_gib:
+        raise InvalidRuntimeOptions("--host-cache-gib is an option of the production runtime (the sequential "
+                                    "reference worker never evicts a cache page); add --runtime production")
     serving = core.contract
     limits = options.limits
     pages = options.pages or limits.max_active * pages_for(serving.context_tokens, serving.model.cache.page_tokens)

@@ -126,6 +126,17 @@ class RuntimeMetrics:
     snapshots_restored: int = 0  # continuation snapshots restored into private pages
     continuation_rows_in_use: int = 0  # continuation storage rows holding a snapshot now
     recomputed_tokens: int = 0  # positions consumed again after a readmission (0 while snapshots hold)
+    continuations_published: int = 0  # rows holding a published continuation (a mid-page prefix) now
+    continuation_hits: int = 0  # admissions that matched a published continuation (restored mid-page)
+    continuation_evictions: int = 0  # published continuations evicted for a row (least recently used first)
+    # the host tier of evicted checkpoints (helios/engine/host_tier.py)
+    host_offloaded_pages: int = 0  # checkpoints copied device -> host at their eviction
+    host_offloaded_bytes: int = 0
+    host_readmitted_pages: int = 0  # checkpoints copied host -> device on a prefix hit
+    host_readmitted_bytes: int = 0
+    host_bytes_in_use: int = 0  # host-tier bytes holding a checkpoint now
+    host_bytes_capacity: int = 0  # the tier's bound (--host-cache-gib, in whole pages)
+    host_evictions: int = 0  # host-tier entries dropped to make room (least recently stored first)
     capacity: dict[str, int] = field(default_factory=dict)  # resource -> capacity
     available: dict[str, int] = field(default_factory=dict)  # resource -> currently free
     mixed_grammar_decode_steps: int = 0  # flare_mixed_grammar_decode_steps_total

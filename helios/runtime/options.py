@@ -60,6 +60,9 @@ class RuntimeOptions:
     device: str | None = None  # production: "cuda", "cuda:N" or "cpu" (None: cuda when present)
     gpu_memory_fraction: float | None = None  # production: share of the GPU Helios may hold (None: 0.9)
     prefix_reuse: bool = True  # production: reuse published prefix pages across requests
+    # production: GiB of host memory (pinned on a GPU) for evicted checkpoint pages (None: sized from the
+    # memory available at load, capped: helios/runtime/host_cache.py; 0: no host tier)
+    host_cache_gib: float | None = None
     freeze_heap: bool = False  # production: move what loading left out of the cyclic collector's reach (serving)
     wrap_executor: ExecutorWrapper | None = None  # production: wraps the executor the engine drives
     # Learned speculation on a core with a draft: the width of the SPECULATIVE graphs decoding uses
@@ -80,6 +83,8 @@ class RuntimeOptions:
     def __post_init__(self) -> None:
         if self.pages is not None and self.pages < 1:
             raise InvalidRuntimeOptions(f"pages must be >= 1, got {self.pages}")
+        if self.host_cache_gib is not None and not self.host_cache_gib >= 0:
+            raise InvalidRuntimeOptions(f"--host-cache-gib must be >= 0, got {self.host_cache_gib}")
         if self.speculative_width is not None and self.speculative_width < 1:
             raise InvalidRuntimeOptions(f"--speculative-width must be >= 1, got {self.speculative_width}")
         if self.speculative_width is not None and not self.speculation:

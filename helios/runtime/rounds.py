@@ -36,6 +36,17 @@ class PageTableUpdate(NamedTuple):
     entries: tuple[int, ...]  # page ids for indices [start, start + len(entries))
 
 
+class PageCopy(NamedTuple):
+    """One copy between a device cache page and a host-tier page (every cache plane of every rank),
+    applied in plan order before the round's program: an evicted checkpoint offloaded to the host
+    tier (`readmit` False: device page -> host page) or a host-tier hit readmitted (host -> device).
+    The engine decides them (helios/engine/host_tier.py); executors copy."""
+
+    readmit: bool  # True: host_page -> page; False: page -> host_page
+    page: int  # device cache page
+    host_page: int  # host-tier page
+
+
 @dataclass(frozen=True, slots=True)
 class RoundPlan:
     """One submission: a graph over a cohort, in submission order."""
@@ -49,6 +60,8 @@ class RoundPlan:
     page_table_updates: tuple[PageTableUpdate, ...]  # deltas since each slot's last upload, applied before the run
     constrained_lanes: int  # lanes whose request is grammar-constrained (the flare_ metrics)
     outstanding: int  # rounds outstanding right after this submission, itself included
+    # host-tier copies decided since the previous submission, applied in order before anything else
+    page_copies: tuple[PageCopy, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.lanes) != len(self.request_ids):
@@ -61,7 +74,7 @@ class Executor(Protocol):
     frames: int  # plans it can hold submitted and uncollected at once (1 or 2)
 
     def submit(self, plan: RoundPlan) -> None:
-        """Apply the plan's page-table updates, pack its lanes, write the transport fields (frame
+        """Apply the plan's host-tier page copies (first, in order) and page-table updates, pack its lanes, write the transport fields (frame
         index, submission sequence) and launch its graph."""
         ...
 
@@ -87,4 +100,4 @@ def single_round(graph: str, operation: int, lanes: Sequence[LaneInput], *, sequ
                                            for lane in lanes), outstanding=1)
 
 
-__all__ = ["Executor", "PageTableUpdate", "RoundPlan", "full_rows", "single_round"]
+__all__ = ["Executor", "PageCopy", "PageTableUpdate", "RoundPlan", "full_rows", "single_round"]

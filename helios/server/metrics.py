@@ -136,8 +136,28 @@ class HeliosCollector(Collector):
                       m.snapshots_restored)
         yield gauge("helios_continuation_rows_in_use", "Continuation storage rows holding a snapshot.",
                     m.continuation_rows_in_use)
+        yield gauge("helios_continuations_published", "Continuation rows holding a published mid-page prefix.",
+                    m.continuations_published)
+        yield counter("helios_continuation_hits", "Admissions whose prefix ends mid-page in a published "
+                      "continuation (restored, not recomputed).", m.continuation_hits)
+        yield counter("helios_continuation_evictions", "Published continuations evicted for a row, least "
+                      "recently published or matched first.", m.continuation_evictions)
         yield counter("helios_recomputed_tokens", "Positions consumed again after a readmission (work a "
                       "preemption threw away).", m.recomputed_tokens)
+        # the host tier of evicted checkpoints
+        yield counter("helios_host_cache_offloaded_pages", "Evicted checkpoint pages copied to the host tier.",
+                      m.host_offloaded_pages)
+        yield counter("helios_host_cache_offloaded_bytes", "Bytes copied to the host tier at evictions.",
+                      m.host_offloaded_bytes)
+        yield counter("helios_host_cache_readmitted_pages", "Host-tier pages copied back to device pages on a "
+                      "prefix hit.", m.host_readmitted_pages)
+        yield counter("helios_host_cache_readmitted_bytes", "Bytes copied back from the host tier on prefix hits.",
+                      m.host_readmitted_bytes)
+        yield gauge("helios_host_cache_bytes", "Host-tier bytes holding a checkpoint.", m.host_bytes_in_use)
+        yield gauge("helios_host_cache_capacity_bytes", "The host tier's bound (--host-cache-gib, whole pages).",
+                    m.host_bytes_capacity)
+        yield counter("helios_host_cache_evictions", "Host-tier checkpoints dropped to make room, least recently "
+                      "stored first.", m.host_evictions)
         # resource capacity
         capacity = GaugeMetricFamily(
             "helios_capacity", "Prepared and selected capacities.", labels=["resource"]

@@ -44,7 +44,7 @@ def test_json_geometry_of_the_loaded_core(sealed, capsys):
     caches = [b for b in report["buffers"] if b["role"] == "cache"]
     assert caches and all(b["shape"][0] == 12 for b in caches)
     assert report["cache"]["bytes"] == sum(b["bytes"] for b in caches) > 0
-    assert [p["phase"] for p in report["startup"]][:3] == ["verify", "weights", "kernels"]
+    assert [p["phase"] for p in report["startup"]][:4] == ["verify", "weights", "tuning", "kernels"]
     assert report["weight_bytes"] > 0
     # the measured round cost of each DECODE graph (no draft: no SPECULATIVE graph), what adaptive
     # speculation would choose from

@@ -73,9 +73,13 @@ def _forged(engine: ReferenceEngine, speculative) -> RoundCosts:
 
 
 def _batching(executor, engine):
-    """The batching engine over `executor`, adaptive, the widest width (4) its fallback."""
-    return BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
-                                        pages=48, speculative_width=4, adaptive_speculation=True)
+    """The batching engine over `executor`, adaptive, the widest width (4) its fallback. Over forged
+    costs the served rounds' wall times are not observed, so the forged table stays the costs."""
+    runtime = BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
+                                           pages=48, speculative_width=4, adaptive_speculation=True)
+    if isinstance(executor, ForgedCosts):
+        runtime.scheduler.choice.observe = lambda graph, seconds: None
+    return runtime
 
 
 def _prepared(requests, opt_out=()):
@@ -200,3 +204,28 @@ def test_the_sequential_reference_runtime_chooses_adaptively(core, workload):
     assert [tokens for tokens, _ in results] == expected[:2]
     m = runtime.metrics()
     assert m.speculative_rounds == 0 and m.plain_choices == 0
+
+
+def test_a_lane_kept_on_plain_decoding_doubles_its_stint_up_to_the_cap(core):
+    """Each new choice costs a lane its place in the second frame for a round, so a lane for which
+    plain decoding keeps winning is chosen for after 8, 16, 32, ... tokens (at most PLAIN_TOKENS_MAX),
+    and its tokens stay the plain greedy ones."""
+    from helios.engine import scheduler as scheduling
+
+    request = GenerationRequest((5, 17, 99, 3), max_tokens=56, sampling=GREEDY, ignore_eos=True)
+    engine = ReferenceEngine.load(core, pages=48)
+    expected = list(ReferenceEngine.load(core, pages=48).generate(request))
+    rt = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 2.0 * w)), engine)
+    stints = []
+    choose = rt.scheduler._speculative_width
+
+    def spy(order):
+        width = choose(order)
+        if width == 0:
+            stints.append(order[0].plain_stint)
+        return width
+
+    rt.scheduler._speculative_width = spy
+    assert [tokens for tokens, _ in serve_all(rt, _prepared([request]))] == [expected]
+    assert stints[:3] == [8, 16, 32] and len(stints) <= 4, stints
+    assert scheduling.PLAIN_TOKENS == 8 and max(stints) <= scheduling.PLAIN_TOKENS_MAX

@@ -125,33 +125,50 @@ def plan_packed(plan) -> int:
     return int(plan.graph.split("_p")[-1]) if "_p" in plan.graph else 1 << 30
 
 
+class Clock:
+    """A monotonic clock the test advances (what a served round of each graph costs)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def _scheduler(cat: GraphCatalog, costs: RoundCosts | None, *, fallback: int, lifetime: float | None = None,
-               max_active: int = 8) -> Scheduler:
+               max_active: int = 8, clock=None) -> Scheduler:
     config = SchedulerConfig(max_active=max_active, queue_capacity=16, page_tokens=4, context_tokens=96,
                              input_tokens=300, sampled_tokens=300, speculative_width=fallback,
                              adaptive_speculation=True, cost_lifetime=lifetime)
-    return Scheduler(config, cat, PageCache(256, 4, "test"), costs=costs)
+    return Scheduler(config, cat, PageCache(256, 4, "test"), costs=costs, clock=clock or Clock())
 
 
 def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
     """Property (seeded): over random selections, cost tables and requests whose drafts accept at
     random rates, every choice the scheduler makes from its completed observations has the highest
     expected rate among its candidates, never below plain decoding's, and speculation only where it
-    is strictly above; the round it then submits runs that program."""
+    is strictly above; the round it then submits runs that program. Served rounds cost a random
+    multiple of their table entry (the host's share), so the costs the choice uses move from the
+    table to the observed ones as rounds complete; every check uses the costs of its decision."""
     rng = random.Random(2026)
-    checked = speculative = plain = 0
+    checked = speculative = plain = observed = 0
     for case in range(60):
         cat = catalog(rng)
         costs = costs_for(cat, rng)
         widths = sorted({v.width for v in cat.variants(SPEC)})
-        s = _scheduler(cat, costs, fallback=max(widths))
+        clock = Clock()
+        s = _scheduler(cat, costs, fallback=max(widths), clock=clock)
         assert s.choice is not None
+        table = costs.by_graph()
+        served = {name: seconds * rng.uniform(0.5, 3.0) for name, seconds in table.items()}
         decisions = []
         choose = s.choice.choose
+        names = [v.name for op in (DECODE, SPEC) for v in cat.variants(op)]
 
-        def recording(acceptances, rooms, choose=choose, decisions=decisions):
+        def recording(acceptances, rooms, choose=choose, decisions=decisions, s=s, names=names):
             chosen = choose(acceptances, rooms)
-            decisions.append((list(acceptances), list(rooms), chosen))
+            decisions.append((list(acceptances), list(rooms), chosen, s.choice.candidates(acceptances, rooms),
+                              {name: s.choice.seconds(name) for name in names}))
             return chosen
 
         s.choice.choose = recording
@@ -172,14 +189,15 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
                     assert plan.operation == SPEC and cat.variant(plan.graph).width == chosen.width
                 else:  # they decode plainly (this round, or after a prefill round's turn)
                     assert plan.operation != SPEC
+            clock.now += served.get(plan.graph, 1e-3)
             s.complete(plan, _spec_rows(plan, rng, truth))
             for request_id in {r for r in plan.request_ids}:
                 held = s._all.get(request_id)
                 if held is not None and held.sampled >= held.request.generation.max_tokens:
                     s.finish(request_id)
         assert s.idle, f"case {case}: requests left unfinished"
-        seconds = costs.by_graph()
-        for acceptances, rooms, chosen in decisions:
+        for acceptances, rooms, chosen, candidates, seconds in decisions:
+            observed += any(seconds[name] != table[name] for name in names)
             # plain decoding's rate, from the table alone: the smallest DECODE graph holding the lanes
             lanes = min(len(acceptances), cat.max_lanes(DECODE))
             decode = min((v for v in cat.variants(DECODE) if v.batch_capacity >= lanes),
@@ -191,7 +209,6 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
                                for a, room in zip(acceptances[:chosen.lanes], rooms, strict=False))
                 assert chosen.expected == pytest.approx(expected)
             assert chosen.seconds == seconds[chosen.variant.name]
-            candidates = s.choice.candidates(acceptances, rooms)
             top = max(c.rate for c in candidates)
             assert chosen.rate >= plain_rate * (1 - 1e-12) and chosen.rate == top
             if chosen.speculative:
@@ -201,6 +218,7 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
                 plain += 1
             checked += 1
     assert checked > 200 and speculative > 20 and plain > 20, (checked, speculative, plain)
+    assert observed > checked // 2, (observed, checked)  # most decisions rested on served rounds' costs
 
 
 def test_cheap_speculation_with_accepting_drafts_is_chosen_and_dear_speculation_is_not():
@@ -232,19 +250,22 @@ def test_pooled_evidence_against_the_draft_ages_while_plain_decoding_runs():
     costs = RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0), RoundCost("speculative_b1_w4", SPEC, 1, 4, 1.5)))
     config = SchedulerConfig(max_active=1, queue_capacity=2, page_tokens=4, context_tokens=512, input_tokens=300,
                              sampled_tokens=300, speculative_width=4, adaptive_speculation=True)
-    s = Scheduler(config, cat, PageCache(160, 4, "test"), costs=costs)
+    s = Scheduler(config, cat, PageCache(160, 4, "test"), costs=costs, clock=Clock())  # rounds cost the table's
     s.pooled = AcceptanceEstimate(accepted=0, rejected=5)  # five rounds that rejected their first proposal
     s.add(SchedulerRequest("a", GenerationRequest((1, 2, 3), max_tokens=300)))
     rng = random.Random(4)
     first_speculative = None
     while (plan := s.schedule()) is not None:
         if plan.operation == SPEC and first_speculative is None:
-            first_speculative = s.counters.plain_choices
+            first_speculative = (s.counters.plain_choices, s._all["a"].sampled)
         s.complete(plan, _spec_rows(plan, rng, {"a": 0.9}))
         if s._all["a"].sampled >= 300:
             s.finish("a")
-    # at a = 1 / 7 plain decoding wins; 0.9 ** k ages the five rejections until a >= about 0.38 wins
-    assert first_speculative is not None and 10 < first_speculative < 40, first_speculative
+    # at a = 1 / 7 plain decoding wins; 0.9 ** k (k: plain tokens / 8) ages the five rejections until
+    # a >= about 0.38 wins; the stints double (8, 16, 32, ...), so that takes a few choices
+    assert first_speculative is not None, "the draft was never tried again"
+    choices, sampled = first_speculative
+    assert 3 <= choices <= 6 and 80 < sampled < 300, first_speculative
     assert s.counters.speculative_rounds > 10  # then the request's own acceptance (0.9) keeps it speculating
 
 
@@ -286,3 +307,61 @@ def test_a_request_that_opted_out_decodes_plainly():
             if held is not None and not held.ended and held.sampled >= 8:
                 s.finish(name)
     assert speculated == {"spec"}
+
+
+def test_served_rounds_costs_replace_the_table():
+    cat = GraphCatalog([GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True),
+                        GraphVariant("decode_b1", DECODE, 1, 1, True),
+                        GraphVariant("speculative_b1_w4", SPEC, 1, 4, True, width=4, drafts=3, lane_limit=4,
+                                     check=SpeculativeRound(4, exact=True))])
+    choice = ProgramChoice(cat, RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0),
+                                            RoundCost("speculative_b1_w4", SPEC, 1, 4, 1.5))))
+    assert choice.seconds("speculative_b1_w4") == 1.5 and choice.seconds("prefill") is None
+    choice.observe("speculative_b1_w4", 6.0)
+    choice.observe("speculative_b1_w4", 6.0)
+    choice.observe("speculative_b1_w4", 0.0)  # not a cost (a frozen clock): ignored
+    assert choice.seconds("speculative_b1_w4") == 1.5  # two served rounds are not yet enough
+    assert choice.choose([0.9], [10]).speculative  # the table's: 3.44 tokens for 1.5 s beat 1 for 1 s
+    choice.observe("speculative_b1_w4", 8.5)
+    assert choice.seconds("speculative_b1_w4") == pytest.approx(6.0 + 0.2 * 2.5)  # the moving average
+    assert choice.seconds("decode_b1") == 1.0  # not served yet: its table cost (a lower bound)
+    assert not choice.choose([0.9], [10]).speculative  # served, 3.44 tokens take 6.5 s
+    for _ in range(3):
+        choice.observe("decode_b1", 3.0)  # served plain rounds cost more than the replay too
+    assert choice.seconds("decode_b1") == pytest.approx(3.0)
+    # both served: 3.44 tokens in 6.5 s beat 1 in 3 s; at a = 0.3, 1.42 tokens in 6.5 s do not
+    assert choice.choose([0.9], [10]).speculative and not choice.choose([0.3], [10]).speculative
+
+
+def test_the_scheduler_reports_each_served_rounds_wall_time_and_the_choice_follows():
+    """Through the scheduler: the table ranks speculation first (a = 0.9: 3.4 tokens for 1.5 s against
+    1 for 1 s), but served speculative rounds take 8 s of wall time, host work and lost overlap
+    included; after a few of them plain decoding is chosen, and each interval is measured from the
+    previous completion (pipelined rounds) or from the round's scheduling (after an idle worker)."""
+    cat = GraphCatalog([GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True),
+                        GraphVariant("decode_b1", DECODE, 1, 1, True),
+                        GraphVariant("speculative_b1_w4", SPEC, 1, 4, True, width=4, drafts=3, lane_limit=4,
+                                     check=SpeculativeRound(4, exact=True))])
+    costs = RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0), RoundCost("speculative_b1_w4", SPEC, 1, 4, 1.5)))
+    clock = Clock()
+    config = SchedulerConfig(max_active=1, queue_capacity=2, page_tokens=4, context_tokens=512, input_tokens=300,
+                             sampled_tokens=300, speculative_width=4, adaptive_speculation=True)
+    s = Scheduler(config, cat, PageCache(160, 4, "test"), costs=costs, clock=clock)
+    observed = []
+    observe = s.choice.observe
+    s.choice.observe = lambda graph, seconds: (observed.append((graph, seconds)), observe(graph, seconds))
+    s.add(SchedulerRequest("a", GenerationRequest((1, 2, 3), max_tokens=120)))
+    rng = random.Random(3)
+    clock.now += 50.0  # an idle worker before the first round: not part of its cost
+    operations = []
+    while (plan := s.schedule()) is not None:
+        operations.append(plan.operation)
+        clock.now += 8.0 if plan.operation == SPEC else 1.0
+        s.complete(plan, _spec_rows(plan, rng, {"a": 0.9}))
+        if s._all["a"].sampled >= 120:
+            s.finish("a")
+    assert observed[0][1] == 1.0  # the first round, from its scheduling, not from the idle start
+    assert {seconds for graph, seconds in observed if graph == "speculative_b1_w4"} == {8.0}
+    first_plain = operations.index(DECODE, operations.index(SPEC))
+    assert operations[:first_plain].count(SPEC) >= 3  # the table's choice, until served rounds said otherwise
+    assert s.counters.plain_choices >= 1 and operations[first_plain:].count(SPEC) <= 2

@@ -43,3 +43,13 @@ def test_gpu_memory_fraction_reaches_the_production_loader(tiny_checkpoint, tmp_
                                         gpu_memory_fraction=0.4))
     opened.close()
     assert seen == {"max_concurrency": 1, "gpu_memory_fraction": 0.4, "history_drafting": False, "measure_costs": False}
+
+
+def test_host_cache_gib_is_a_production_option_of_at_least_zero():
+    base = {"core": Path("m.hcore"), "accept": "a/b", "trust": ("k.pub",)}
+    with pytest.raises(HeliosError, match="--host-cache-gib .*--runtime production"):
+        ServeOptions(**base, host_cache_gib=1.0)
+    ServeOptions(**base, host_cache_gib=0.0)  # disabling it is fine anywhere
+    with pytest.raises(HeliosError, match="--host-cache-gib must be >= 0"):
+        ServeOptions(**base, runtime="production", host_cache_gib=-1.0)
+    ServeOptions(**base, runtime="production", host_cache_gib=2.5)

@@ -47,6 +47,7 @@ def serve_peer(core: CoreSource, *, master: str, rank: int, size: int, device: s
     fraction = {} if p.get("gpu_memory_fraction") is None else {"gpu_memory_fraction": p["gpu_memory_fraction"]}
     model = NativeModel.load(core, LoadOptions(device=device, pages=p.get("pages"), startup=startup,
                                                measure_costs=bool(p.get("measure_costs")), rank=rank, group=group,
+                                               host_cache_gib=p.get("host_cache_gib"),
                                                **fraction))
     group.every(model.weight_bytes)  # rank 0 reports every rank's weights (load_rank_zero)
     contract = model.contract

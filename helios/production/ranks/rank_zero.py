@@ -20,7 +20,7 @@ from helios.runtime.options import InvalidRuntimeOptions, RankOptions, RankPeers
 
 def load_rank_zero(core: CoreSource, ranks: RankOptions | None, *, device: str, max_concurrency: int | None,
                    pages: int | None, speculative_width: int | None, history_drafting: bool, measure_costs: bool,
-                   gpu_memory_fraction: float | None = None):
+                   gpu_memory_fraction: float | None = None, host_cache_gib: float | None = None):
     import torch
 
     from helios.contract import StartupOptions
@@ -42,7 +42,7 @@ def load_rank_zero(core: CoreSource, ranks: RankOptions | None, *, device: str, 
         master = ranks.master
     parameters = {"max_concurrency": max_concurrency, "pages": pages, "speculative_width": speculative_width,
                   "history_drafting": history_drafting, "measure_costs": measure_costs,
-                  "gpu_memory_fraction": gpu_memory_fraction}
+                  "gpu_memory_fraction": gpu_memory_fraction, "host_cache_gib": host_cache_gib}
     try:
         group = join(master=master, rank=0, size=size, served_id=core.contract.served_id,
                      device=torch.device(device), timeout=ranks.timeout, startup_timeout=ranks.startup_timeout,
@@ -56,7 +56,8 @@ def load_rank_zero(core: CoreSource, ranks: RankOptions | None, *, device: str, 
                              history_drafting=history_drafting)
     try:
         model = NativeModel.load(core, LoadOptions(device=device, pages=pages, startup=startup,
-                                                   measure_costs=measure_costs, rank=0, group=group, **fraction))
+                                                   measure_costs=measure_costs, rank=0, group=group,
+                                                   host_cache_gib=host_cache_gib, **fraction))
     except BaseException:
         for process in processes:  # peers left waiting for rank 0 would only time out
             process.kill()

@@ -1,0 +1,145 @@
+"""The demo corpus's generalisation levers: generated tool and JSON names copied from the prompt,
+held-out names and phrasings kept out of training, composed phrasings that cover every intent."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from helios.demo import arithmetic, conversation, records
+from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED, held_out_questions, training_examples
+from helios.demo.kinds import Split, TaskKind
+from helios.demo.phrasing import DISTRACTORS, EmptyPhrasings, Phrasings, compose, distract, typo
+from helios.demo.tasks import build_example, held_out_examples, make_example
+from helios.demo.tool_concepts import CONCEPTS
+from helios.demo.toolspace import draw_tool, held_out_names
+
+TRAINING = 4000
+
+
+@pytest.fixture(scope="module")
+def training():
+    return list(training_examples(0, 0, TRAINING))
+
+
+def _tool_names(examples):
+    functions, parameters = set(), set()
+    for example in examples:
+        for tool in example.tools:
+            functions.add(tool["function"]["name"])
+            parameters.update(tool["function"]["parameters"]["properties"])
+    return functions, parameters
+
+
+def test_composition_is_deterministic_and_skips_held_out():
+    frames = ("[v] [o]: {s}", "Can you [v] {s}?")
+    lexicon = {"v": ("repeat", "copy"), "o": ("this", "")}
+    composed = compose(frames, lexicon, held_out=("copy THIS: {s}",))
+    assert composed == compose(frames, lexicon, held_out=("copy THIS: {s}",))
+    assert composed == ("Repeat this: {s}", "Repeat: {s}", "Copy: {s}", "Can you repeat {s}?", "Can you copy {s}?")
+    assert len(compose(("[v] [o] [v] [o]",), lexicon, cap=3)) == 3
+    with pytest.raises(EmptyPhrasings):
+        Phrasings(train=compose(frames, lexicon), held_out=("Copy: {s}",))
+
+
+def test_typos_leave_slots_and_short_words_alone():
+    rng = random.Random(0)
+    for _ in range(200):
+        noisy = typo(rng, "Please repeat {s} exactly")
+        assert "{s}" in noisy and noisy != "Please repeat {s} exactly"
+        assert len(noisy.split()) == 4
+    assert typo(rng, "{a} + {b}") == "{a} + {b}"
+    for _ in range(50):
+        words = distract(rng, "Please repeat {s} exactly").split()
+        assert len(words) == 5 and "{s}" in words and set(words) - {"Please", "repeat", "{s}", "exactly"} <= set(DISTRACTORS)
+        assert words[0] == "Please" and words[3:] == ["{s}", "exactly"]  # never beside the slot
+    assert distract(rng, "{a} + {b}") == "{a} + {b}"
+
+
+def test_training_tool_schemas_never_carry_a_held_out_name(training):
+    held_functions, held_parameters = held_out_names()
+    functions, parameters = _tool_names(training)
+    assert not functions & held_functions
+    assert not parameters & held_parameters
+    # and the held-out prompts do offer those names: the check is not vacuous
+    offered_functions, offered_parameters = _tool_names(held_out_examples(HELD_OUT_SEED, HELD_OUT_COUNT))
+    assert offered_functions <= held_functions and offered_parameters <= held_parameters
+
+
+def test_training_tool_names_are_drawn_from_a_large_space(training):
+    calls = [example for example in training if example.kind is TaskKind.TOOL_CALL]
+    names = {example.expectation.tool_name for example in calls}
+    assert len(names) > 0.7 * len(calls)  # nearly every call names a tool never seen before
+    concept_names = {name for concept in CONCEPTS for name in concept.function_names(Split.TRAIN)}
+    assert len(names - concept_names) > 0.4 * len(names)  # many generated, unrelated to the concept's words
+    for example in calls:  # the called tool is one of several offered, its arguments the schema's parameters
+        offered = {tool["function"]["name"]: tool for tool in example.tools}
+        schema = offered[example.expectation.tool_name]["function"]["parameters"]["properties"]
+        assert {name for name, _ in example.expectation.tool_arguments} <= set(schema)
+    assert sum(len(example.tools) > 1 for example in calls) > 0.6 * len(calls)
+
+
+def test_generated_tools_are_deterministic():
+    first = [draw_tool(concept, random.Random(7), Split.TRAIN).schema for concept in CONCEPTS]
+    assert first == [draw_tool(concept, random.Random(7), Split.TRAIN).schema for concept in CONCEPTS]
+    assert make_example(0, 123) == make_example(0, 123)
+
+
+def test_json_keys_are_copied_from_the_request(training):
+    held = {key for synonyms, _ in records.FIELDS.values()
+            for key in records.split_options(synonyms, Split.HELD_OUT)}
+    extractions = [example for example in training if example.kind is TaskKind.JSON_EXTRACTION]
+    import json
+
+    keys = {key for example in extractions for key in json.loads(example.expectation.json_text)}
+    assert not keys & held
+    synonyms = {key for names, _ in records.FIELDS.values() for key in names}
+    assert len(keys - synonyms) > 20
+    for example in extractions:
+        for key in json.loads(example.expectation.json_text):
+            assert f'"{key}"' in example.question
+
+
+def test_every_intent_has_a_wide_training_pool_and_its_own_held_out_half():
+    pools = {
+        "copy": records.COPY, "reverse": records.REVERSE, "json request": records.REQUESTS,
+        "addition": arithmetic.ADDITION, "subtraction": arithmetic.SUBTRACTION,
+        "multiplication": arithmetic.MULTIPLICATION, "division": arithmetic.DIVISION,
+        "conversion": arithmetic.CONVERSION, "out of domain": conversation.OUT_OF_DOMAIN,
+        **{f"small talk {name}": entry[0] for name, entry in conversation.SMALL_TALK.items()},
+        **{f"identity {name}": entry[0] for name, entry in conversation.IDENTITY.items()},
+        **{f"follow-up {name}": pool for name, pool in conversation.FOLLOW_UPS.items()},
+        "name": conversation.NAME_ASK, "city": conversation.CITY_ASK,
+    }
+    for name, pool in pools.items():
+        assert len(pool.train) >= 100, name
+        bare = {text.lower().strip(" ?.!") for text in pool.train}
+        assert not {text.lower().strip(" ?.!") for text in pool.held_out} & bare, name
+
+
+def test_every_kind_is_in_the_training_stream(training):
+    assert {example.kind for example in training} == set(TaskKind)
+    assert not {example.question for example in training} & held_out_questions()
+
+
+@pytest.mark.parametrize("question", ["What is 6 * 7?", "What is 100 - 1?", "Convert 5 km to meters",
+                                      "Hello! Who are you?"])
+def test_the_issues_newcomer_prompts_are_covered_by_composition(question):
+    pools = (arithmetic.MULTIPLICATION, arithmetic.SUBTRACTION, arithmetic.CONVERSION,
+             conversation.IDENTITY["who"][0])
+    forms = {template.format(a="6", b="7").lower() for template in pools[0].train}
+    forms |= {template.format(a="100", b="1").lower() for template in pools[1].train}
+    forms |= {template.format(n=5, s="km", t="meters").lower() for template in pools[2].train}
+    forms |= {template.lower() for template in pools[3].train}
+    assert question.lower() in forms or question.lower().rstrip("?") in forms
+
+
+def test_the_weather_tool_of_the_readme_is_a_training_schema():
+    weather = next(concept for concept in CONCEPTS if concept.key == "weather")
+    rng = random.Random(0)
+    descriptions = {draw_tool(weather, rng, Split.TRAIN).schema["function"]["description"] for _ in range(300)}
+    assert "Current weather for a city" in descriptions
+    assert "What is the weather in {city}?" in weather.requests.train
+    example = build_example(TaskKind.TOOL_CALL, random.Random(1))
+    assert example.reply["reasoning_content"].count("\n") >= len(example.expectation.tool_arguments)

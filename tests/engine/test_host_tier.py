@@ -1,0 +1,148 @@
+"""The host tier (CPU, fp32): with the device cache forced small, checkpoints evicted by later
+requests move to host memory and a request re-sending a long prompt readmits them (explicit copies,
+counted) instead of recomputing; its tokens equal the run without the tier, the tier never holds more
+pages than its option, and the metrics move through the /metrics collector. The batching scheduler
+drives the reference executor (host tier: NumPy arrays); tests/production/test_host_tier_production.py
+drives the production executor the same way."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from helios.engine.host_tier import HostTier
+from helios.engine.page_cache import PageCache
+from helios.engine.worker import BatchingRuntime
+from helios.ignition.prepare import prepare_checkpoint
+from helios.reference.engine import ReferenceEngine
+from helios.reference.executor import ReferenceExecutor
+from helios.runtime.host_cache import GIB, InvalidHostCache, host_bytes, host_pages
+from helios.runtime.interface import PreparedRequest
+from helios.runtime.limits import AdmissionLimits
+from helios.runtime.request import GenerationRequest, SamplingParams
+from helios.runtime.rounds import PageCopy
+from tests.engine.test_batching_runtime import OPTIONS, serve
+
+PAGES = 12  # device pages: one 30-token prompt's 8 pages, and little more
+
+
+@pytest.fixture(scope="module")
+def core(tiny_checkpoint):
+    return prepare_checkpoint(tiny_checkpoint("qwen3"), OPTIONS)
+
+
+def resent_long_prompts(seed: int, count: int = 3) -> list[GenerationRequest]:
+    """Three 30-token prompts, then each re-sent (greedy and seeded): every one evicts the previous
+    one's checkpoints from a 12-page cache, so a re-sent prompt finds its prefix only in the host tier."""
+    rng = random.Random(seed)
+    prompts = [tuple(rng.randrange(256) for _ in range(30)) for _ in range(count)]
+    samplings = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.9, top_k=20, seed=5)]
+    return [GenerationRequest(prompt, max_tokens=5, sampling=samplings[i % 2], ignore_eos=True)
+            for i, prompt in enumerate(prompts + prompts)]
+
+
+def host_runtime(core, host: int) -> BatchingRuntime:
+    engine = ReferenceEngine.load(core, pages=PAGES)
+    executor = ReferenceExecutor.load(core, pages=PAGES, host_pages=host)
+    return BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=1, queue_capacity=16),
+                                        pages=PAGES)
+
+
+def run(runtime: BatchingRuntime, requests: list[GenerationRequest]) -> list[list[int]]:
+    capacity = runtime.scheduler.cache.host.pages
+    submit = runtime.executor.submit
+
+    def bounded(plan):  # the tier never holds more than its option, at any submission
+        assert runtime.scheduler.cache.host.in_use <= capacity
+        submit(plan)
+
+    runtime.executor.submit = bounded
+    return [r.tokens for r in serve(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])]
+
+
+def test_resent_long_prompts_hit_the_host_tier_with_the_tokens_of_recomputation(core):
+    requests = resent_long_prompts(11)
+    without = host_runtime(core, 0)
+    expected = run(without, requests)
+    assert all(len(tokens) == 5 for tokens in expected)
+    assert without.metrics().host_readmitted_pages == 0 and without.metrics().host_bytes_capacity == 0
+    runtime = host_runtime(core, 64)
+    assert run(runtime, requests) == expected
+    m = runtime.metrics()
+    page_bytes = runtime.executor.page_bytes
+    # each re-sent prompt's 7 complete pages come back from the host tier (its 30th token is computed)
+    assert m.host_readmitted_pages == 3 * 7 and m.host_readmitted_bytes == 3 * 7 * page_bytes
+    assert m.host_offloaded_pages >= m.host_readmitted_pages and m.host_evictions == 0
+    assert m.host_bytes_capacity == 64 * page_bytes and 0 < m.host_bytes_in_use <= m.host_bytes_capacity
+    assert m.reused_prompt_tokens - without.metrics().reused_prompt_tokens == 3 * 7 * OPTIONS.page_tokens
+
+
+def test_the_tier_stays_within_its_option_and_evicts_least_recently_stored_first(core):
+    requests = resent_long_prompts(12)
+    expected = run(host_runtime(core, 0), requests)
+    runtime = host_runtime(core, 8)  # one prompt's checkpoints: the next evictions push older ones out
+    assert run(runtime, requests) == expected
+    m = runtime.metrics()
+    assert m.host_evictions > 0 and m.host_bytes_in_use <= m.host_bytes_capacity == 8 * runtime.executor.page_bytes
+    # the older prompts' checkpoints were pushed out before their re-sends: fewer hits than unbounded
+    assert m.host_readmitted_pages < 3 * 7
+
+
+def test_the_host_metrics_move_through_the_metrics_collector(core):
+    from helios.server.metrics import HeliosCollector, ServerCounters
+
+    runtime = host_runtime(core, 64)
+    names = ("helios_host_cache_offloaded_pages", "helios_host_cache_offloaded_bytes",
+             "helios_host_cache_readmitted_pages", "helios_host_cache_readmitted_bytes", "helios_host_cache_bytes",
+             "helios_host_cache_capacity_bytes", "helios_host_cache_evictions")
+
+    def exported() -> dict[str, float]:
+        families = HeliosCollector(runtime.metrics, ServerCounters(), lambda: 0, 1).collect()
+        return {f.name: f.samples[0].value for f in families if f.name in names}
+
+    before = exported()
+    assert set(before) == set(names) and before["helios_host_cache_capacity_bytes"] > 0
+    assert before["helios_host_cache_offloaded_pages"] == before["helios_host_cache_bytes"] == 0
+    run(runtime, resent_long_prompts(13))
+    after = exported()
+    for name in names[:5]:
+        assert after[name] > 0, name
+    assert after["helios_host_cache_evictions"] == 0
+
+
+def test_a_readmission_reads_its_host_page_before_a_later_offload_reuses_it():
+    cache = PageCache(2, 2, "identity", host_pages=1)
+    first = cache.allocate(1)
+    key = cache.chain_key(b"", (1, 2))
+    cache.publish(first[0], key)
+    cache.release(first)
+    cache.allocate(2)  # evicts the published page: offloaded into the only host page
+    assert cache.take_copies() == (PageCopy(False, first[0], 0),)
+    cache.release([1])  # a private page: free again
+    other = cache.chain_key(b"", (3, 4))
+    cache.publish(0, other)
+    cache.release([0])  # published, cached
+    match = cache.lookup((1, 2, 9), limit=2)  # in the host tier only: readmitted into a device page
+    assert match.tokens == 2
+    copies = cache.take_copies()
+    # the free page serves the readmission: nothing evicted, the copy back alone
+    assert copies == (PageCopy(True, 1, 0),)
+    assert cache.host.gauges().readmitted == 1 and cache.host.in_use == 0
+
+
+def test_a_full_tier_does_not_evict_the_entry_being_readmitted():
+    tier = HostTier(1)
+    assert tier.store(b"a") == 0
+    page = tier.take(b"a")
+    assert tier.store(b"b") is None and tier.evictions == 0  # its one page is being read: b is lost
+    tier.free(page)
+    assert tier.store(b"b") == page and tier.in_use == 1
+
+
+def test_the_host_cache_option():
+    assert host_pages(0, 4096) == 0 and host_pages(1, GIB // 4) == 4
+    assert host_bytes(None, available=64 * GIB) == 4 * GIB  # capped
+    assert host_bytes(None, available=4 * GIB) == GIB  # a quarter of what is available
+    with pytest.raises(InvalidHostCache, match="--host-cache-gib"):
+        host_bytes(-1)
