@@ -85,6 +85,7 @@ class Geometry:
     prompt_ids: tuple[int, ...]  # ids prompts are drawn from: in the vocabulary, no EOS, no template token
     prompt_score_width: int = 0  # K of the core's scored prefill (0: no SCORED_PREFILL graphs)
     snapshots: bool = False  # RESTORATION graphs and continuation storage (preemption snapshots, restores)
+    recurrent: bool = False  # a RECURRENT history region: no prefix is reused (docs/recurrent.md)
 
     @classmethod
     def of(cls, core: CoreSource) -> Geometry:
@@ -111,7 +112,8 @@ class Geometry:
                    reasoning_syntax=frontend.reasoning_parser not in (ReasoningParser.NONE, ReasoningParser.UNSPECIFIED),
                    chat=chat, prompt_ids=ids, prompt_score_width=prompt_score_width(contract),
                    snapshots=(contract.snapshot_capacity > 0 and any(g.operation == Operation.RESTORATION
-                                                                     for g in contract.graphs)))
+                                                                     for g in contract.graphs)),
+                   recurrent=any(h.kind == HistoryKind.RECURRENT for h in contract.cache.histories))
 
     def prompt(self, length: int, salt: int = 0) -> list[int]:
         """`length` deterministic ids (a fixed walk through `prompt_ids`; `salt` picks another walk)."""
@@ -143,6 +145,8 @@ class Geometry:
             out[c.CHUNKED] = "not supported by the core (the context is no longer than a chunk)"
         if self.page_tokens + 2 + 2 > self.context_tokens:
             out[c.REUSE] = "not supported by the core (the context holds no full page and more)"
+        elif self.recurrent:
+            out[c.REUSE] = "not supported by the core (recurrent state: pages hold no state at their ends)"
         if self.slots < 2:
             out[c.PREEMPTION] = "not supported by the core (one request slot)"
             out[c.RESTORE] = out[c.PREEMPTION]
@@ -183,7 +187,8 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
         name, length = first
         prompt = _clear_prompt(draws, [geometry.prompt(length, salt=salt) for salt in range(GREEDY_CANDIDATES)])
         requests.append(_request(name, {"prompt": prompt, "max_tokens": 2, "temperature": 0}))
-        if c.REUSE not in unsupported:
+        # On a recurrent core the shared prefix must be recomputed, not reused: the same request checks it.
+        if c.REUSE not in unsupported or geometry.recurrent:
             shared = _clear_prompt(draws, [prompt[: geometry.page_tokens] + geometry.prompt(2, salt=1 + salt)
                                            for salt in range(GREEDY_CANDIDATES)])
             requests.append(_request("reuse", {"prompt": shared, "max_tokens": 2, "temperature": 0},
@@ -297,6 +302,9 @@ def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[
     """Token, sequence and string stops taken from the reference's own greedy stream of one prompt:
     the first of a few prompts whose draws are clear of numeric ties and whose text holds a printable
     character after its first one (the string stop)."""
+    from helios.frontend.bootstrap import Bootstrap
+
+    known = Bootstrap.from_core(core).vocab_size  # stop ids must be ids the tokenizer knows
     chosen = None
     for salt in range(CANDIDATES):
         base = {"prompt": geometry.prompt(3, salt=2 + salt), "max_tokens": 3, "temperature": 0}
@@ -305,7 +313,7 @@ def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[
         probe = Workload("probe", (_request("probe", {**base, "ignore_eos": True}),))
         (result,) = _reference_results(core, probe)
         stop = next((ch for ch in result.text[1:] if ch.strip() and ch != "\ufffd"), None)
-        if len(result.token_ids) >= 2 and (stop is not None or chosen is None):
+        if len(result.token_ids) >= 2 and max(result.token_ids[:2]) < known and (stop is not None or chosen is None):
             chosen = base, result.token_ids, stop
             if stop is not None:
                 break

@@ -192,6 +192,9 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     for cohort in cases.cohorts:
         yield "page_snapshot", cohort.name, cohort, _page_copy("page_snapshot")
         yield "page_restore", cohort.name, cohort, _page_copy("page_restore")
+        yield "short_convolution", cohort.name, cohort, _short_convolution(bias=True)
+    yield "short_convolution", f"{first.name}/no_bias", first, _short_convolution(bias=False)
+    yield "state_row_copy", "rows", first, _state_row_copy
     yield "fill", "f32", first, _fill
 
 
@@ -497,6 +500,38 @@ def _page_copy(op: str) -> Builder:
             p.outputs.append(cache)
             p.builder.page_restore(cache, continuation, table, *inputs)
     return build
+
+
+def _short_convolution(*, bias: bool) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        """Each lane's rows convolved with its state row's inputs (a lane at position 0 ignores its
+        row's bytes: nothing precedes it) and a random state; a slot without rows and the rows of no
+        lane keep their state bytes, padding rows give 0."""
+        lanes, positions = _rows(cohort)
+        taps, channels = 4, g["hidden"]
+        slots = len(cohort.history) + 1
+        rows = slots + 2
+        state = p.input("state", _normal(rng, rows, taps - 1, channels))
+        p.outputs.append(state)
+        out = p.output("out", (len(lanes), channels))
+        inputs = [p.input("x", _normal(rng, len(lanes), channels)),
+                  p.input("weight", _normal(rng, channels, 1, taps)), p.input("token_lane", lanes, "i32"),
+                  p.input("positions", positions, "i32"),
+                  p.input("state_rows", rng.permutation(rows)[:slots].astype(np.int32), "i32")]
+        if bias:
+            inputs.append(p.input("bias", _normal(rng, channels)))
+        p.builder.emit("short_convolution", [state, *inputs], into=[state, out])
+    return build
+
+
+def _state_row_copy(p, rng, cohort, g, cases):
+    """Snapshot rows and restores in one call (every read before any write: a row both read and
+    written keeps its value for its reader); -1 and rows past the state copy nothing."""
+    state = p.input("state", _normal(rng, 8, 3, g["hidden"]))
+    p.outputs.append(state)
+    source = np.array([0, 5, 2, -1, 7, 9], np.int32)
+    destination = np.array([4, 0, 6, 1, -1, 3], np.int32)
+    p.builder.state_row_copy(state, p.input("source", source, "i32"), p.input("destination", destination, "i32"))
 
 
 def _column_write(p, rng, cohort, g, cases):

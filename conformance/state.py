@@ -8,7 +8,7 @@ A round writes, per lane, the cache records of the positions it consumes, [consu
 len(tokens)), in every cache plane its graph declares writable (`state_accesses` on a CACHE buffer):
 position p lives on page `page_ids[p // page_tokens]` at offset `p % page_tokens`. It also writes the
 rows of its persistent state views (STATE buffers its graph declares writable, one row per request
-slot: the device-owned pending token among them), and its sampling site reads one logits row per
+slot: the device-owned pending token and a recurrent history's live state rows among them), and its sampling site reads one logits row per
 sampling lane. `capture` reads exactly those from a runtime's buffers (arrays or device tensors,
 duck-typed: this module never imports torch); the recorded state of a round is a mapping
 
@@ -91,6 +91,8 @@ class StateSpec:
         for history in cache.histories:
             if history.kind == V.HISTORY_KIND_CONTINUATION:
                 continue  # rows of snapshots, not records of positions: "continuation.<plane>"
+            if history.kind == V.HISTORY_KIND_RECURRENT:
+                continue  # a state row per slot, not records of positions: its state views ("state.<plane>")
             for plane in history.planes:
                 region[plane] = (history.name, tuple(int(layer) for layer in history.layers))
         order = {plane: (min(layers, default=0), i) for i, (plane, (_, layers)) in enumerate(region.items())}

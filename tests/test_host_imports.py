@@ -23,7 +23,7 @@ RUNTIME_PACKAGES = ("engine", "runtime", "production", "reference", "server", "f
 # NOTE: "Qwen Coder" names a tool-call syntax in the specification ("Qwen Coder function tags"), not a
 # model identity, so the syntax name is allowed; the family name on its own is not.
 FAMILY_NAMES = re.compile(
-    r"(?<![a-z])(llama|qwen(?![-_ ]?coder(?![a-z]))|mistral|gemma|deepseek|phi-?\d|gpt-?oss)"
+    r"(?<![a-z])(llama|qwen(?![-_ ]?coder(?![a-z]))|mistral|gemma|deepseek|phi-?\d|gpt-?oss|lfm)"
     r"(?:[-_ .]?v?\d+(?:\.\d+)*)?(?![a-z])",
     re.IGNORECASE,
 )
@@ -78,7 +78,7 @@ def test_no_model_family_names_in_runtime_packages():
 @pytest.mark.parametrize("text", [
     "Qwen3", "qwen2", "qwen2.5", "a Qwen3-0.6B shape", "llama3", "Llama-3", "Llama-3.1-8B", "LLAMA_3", "mistral",
     "Mistral-7B-v0.1", "DeepSeekV3", "deepseek-v3", "gemma2", "gemma-2", "phi-3", "phi3", "gpt-oss", "gptoss-20b",
-    'rope_type == "llama3"', "# the head norms (Qwen3)", "QWEN", "(qwen)",
+    'rope_type == "llama3"', "# the head norms (Qwen3)", "QWEN", "(qwen)", "LFM2", "lfm2", "LFM2-1.2B",
 ])
 def test_the_family_pattern_catches_every_spelling(text):
     assert FAMILY_NAMES.search(text), text
@@ -86,7 +86,7 @@ def test_the_family_pattern_catches_every_spelling(text):
 
 @pytest.mark.parametrize("text", [
     "Qwen Coder function tags", "qwen-coder", "QWEN_CODER", "TOOL_PARSER_QWEN_CODER", "qwen_coder", "philox",
-    "Philox4x32-10", "phi", "alphabet", "llamas", "frequency_band", "gemmaplex", "oss", "gpt",
+    "Philox4x32-10", "phi", "alphabet", "llamas", "frequency_band", "gemmaplex", "oss", "gpt", "half",
 ])
 def test_the_family_pattern_allows_other_words(text):
     assert not FAMILY_NAMES.search(text), text

@@ -15,7 +15,15 @@ from typing import Any
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
 from helios.demo.phrasing import dress
 from helios.demo.tool_concepts import CONCEPTS
-from helios.demo.toolspace import Concept, DrawnTool, call_arguments, draw_tool, pick_request, rendered_value
+from helios.demo.toolspace import (
+    Concept,
+    DrawnTool,
+    call_arguments,
+    draw_tool,
+    held_out_names,
+    pick_request,
+    rendered_value,
+)
 
 NO_FITTING_TOOL = "Sorry, none of the available tools can do that."
 NO_TOOLS = "Sorry, I can't do that: I have no tool for it."
@@ -28,7 +36,7 @@ def call_message(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 def _distractors(rng: random.Random, excluded: Concept, count: int, split: Split) -> list[DrawnTool]:
     others = [concept for concept in CONCEPTS if concept is not excluded]
-    return [draw_tool(concept, rng, split) for concept in rng.sample(others, count)]
+    return [draw_tool(concept, rng, split, held_out_names(tuple(CONCEPTS))) for concept in rng.sample(others, count)]
 
 
 def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split: Split,
@@ -44,12 +52,12 @@ def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split
 def random_tools(rng: random.Random, split: Split, most: int = 3) -> tuple[dict[str, Any], ...]:
     """Tools offered to a task that needs none (1..`most` of them)."""
     concepts = rng.sample(CONCEPTS, rng.randint(1, most))
-    return tuple(draw_tool(concept, rng, split).schema for concept in concepts)
+    return tuple(draw_tool(concept, rng, split, held_out_names(tuple(CONCEPTS))).schema for concept in concepts)
 
 
 def _request(rng: random.Random, split: Split) -> tuple[Concept, DrawnTool, str, dict[str, Any], str, str]:
     concept = rng.choice(CONCEPTS)
-    tool = draw_tool(concept, rng, split)
+    tool = draw_tool(concept, rng, split, held_out_names(tuple(CONCEPTS)))
     template = pick_request(tool, rng, split)
     values, spoken = concept.draw(rng)
     question = dress(rng, template.format(**spoken), split, casing=False)

@@ -222,21 +222,15 @@ def _function_name(concept: Concept, rng: random.Random, split: Split, held: fro
     return name, "camel" if any(character.isupper() for character in name) else "snake"
 
 
-_HELD_OUT_NAMES: dict[str, frozenset[str]] = {}
-
-
-def held_out_names() -> tuple[frozenset[str], frozenset[str]]:
-    """The held-out function and parameter names of every concept, exactly as a schema spells them
-    (parameter names in snake and camel case): what no training schema carries."""
-    if not _HELD_OUT_NAMES:
-        from helios.demo.tool_concepts import CONCEPTS  # the concept table imports this module
-
-        functions = {name for concept in CONCEPTS for name in concept.function_names(Split.HELD_OUT)}
-        parameters = {spelling for concept in CONCEPTS for parameter in concept.parameters
-                      for name in split_options(parameter.names, Split.HELD_OUT)
-                      for spelling in (name, _style(name.split("_"), "camel"))}
-        _HELD_OUT_NAMES["functions"], _HELD_OUT_NAMES["parameters"] = frozenset(functions), frozenset(parameters)
-    return _HELD_OUT_NAMES["functions"], _HELD_OUT_NAMES["parameters"]
+@functools.cache
+def held_out_names(concepts: tuple[Concept, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """The held-out function and parameter names of `concepts` (the concept table), exactly as a
+    schema spells them (parameter names in snake and camel case): what no training schema carries."""
+    functions = {name for concept in concepts for name in concept.function_names(Split.HELD_OUT)}
+    parameters = {spelling for concept in concepts for parameter in concept.parameters
+                  for name in split_options(parameter.names, Split.HELD_OUT)
+                  for spelling in (name, _style(name.split("_"), "camel"))}
+    return frozenset(functions), frozenset(parameters)
 
 
 @functools.cache
@@ -256,10 +250,12 @@ def _description(rng: random.Random, description: str, split: Split) -> str:
     return f"{rng.choice(DESCRIPTION_LEADS)}{description}{rng.choice(DESCRIPTION_TAILS)}"
 
 
-def draw_tool(concept: Concept, rng: random.Random, split: Split) -> DrawnTool:
+def draw_tool(concept: Concept, rng: random.Random, split: Split,
+              held_out: tuple[frozenset[str], frozenset[str]]) -> DrawnTool:
     """A schema for `concept` from the names and wordings of `split`; optional parameters in or out.
-    Training schemas often carry generated names (random words and styles) instead of the concept's."""
-    exact_functions, exact_parameters = held_out_names()
+    Training schemas often carry generated names (random words and styles) instead of the concept's,
+    never one of `held_out` (`held_out_names` of the concept table)."""
+    exact_functions, exact_parameters = held_out
     name, style = _function_name(concept, rng, split, _normalized(exact_functions), exact_functions)
     properties: dict[str, Any] = {}
     names: dict[str, str] = {}

@@ -35,6 +35,10 @@ class SchedulerConfig:
     # The continuation storage's snapshot rows (helios.runtime.packing.snapshot_rows); empty: preemption
     # releases every page and readmission recomputes what the prefix cache no longer holds.
     snapshot_rows: range = range(0)
+    # Recurrent state (a RECURRENT history region, docs/recurrent.md): a request's state exists only at
+    # the endpoint it was saved at, so a snapshot saves a continuation row at every endpoint (on a page
+    # boundary too), a preemption without one recomputes from position 0, and no prefix is reused.
+    recurrent_state: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):

@@ -314,6 +314,9 @@ class RequestResidency:
             pages.reserve(snapshot.endpoint + 1)
         except PagesShort:
             self.rows.give(snapshot.row)
+            if self.config.recurrent_state:  # the state is in the row alone: recompute from position 0
+                pages.release()
+                return 0
             return checkpoints
         s.restore_row = snapshot.row
         return snapshot.endpoint
@@ -387,7 +390,7 @@ class RequestResidency:
             row, v.restore_row = v.restore_row, None
             self._preempt(v, row)
             return False
-        if self.snapshots and v.consumed % self.config.page_tokens:
+        if self.snapshots and (v.consumed % self.config.page_tokens or self.config.recurrent_state):
             row = self.rows.take()
             if row is not None:
                 v.snapshot_row = row
@@ -402,7 +405,7 @@ class RequestResidency:
         continuation `row` holding its partial page, if any) and queue it for readmission."""
         assert s.pages is not None and s.slot is not None
         s.preempted_at = s.consumed
-        if self.snapshots:
+        if self.snapshots and (row is not None or not self.config.recurrent_state):
             page_tokens = self.config.page_tokens
             s.pages.publish(s.known, s.consumed)  # the complete pages are keyed: immutable checkpoints
             count = s.consumed // page_tokens

@@ -31,6 +31,7 @@ import collections
 from collections.abc import Iterable
 
 from helios.contract import PreparedContract
+from helios.contract.enums import HistoryKind
 from helios.engine.catalog import GraphCatalog
 from helios.engine.config import SchedulerConfig, SchedulerRequest
 from helios.engine.delivery import TokenDelivery
@@ -94,6 +95,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
+        recurrent = any(h.kind == HistoryKind.RECURRENT for h in contract.cache.histories)
         config = SchedulerConfig(
             max_active=min(limits.max_active, contract.max_concurrency), queue_capacity=max(limits.queue_capacity, 1),
             page_tokens=contract.cache.page_tokens, context_tokens=contract.context_tokens,
@@ -104,11 +106,13 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             speculative_width=speculative_width or 0, history_drafting=history_drafting,
             adaptive_speculation=adaptive_speculation and bool(speculative_width), cost_lifetime=cost_lifetime,
             prompt_score_width=prompt_score_width(contract),
-            snapshot_rows=continuation_rows(contract, graphs))
+            snapshot_rows=continuation_rows(contract, graphs), recurrent_state=recurrent)
         if host_pages is None:
             host_pages = getattr(executor, "host_pages", 0)
-        cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity, prefix_reuse=prefix_reuse,
-                          host_pages=host_pages)
+        # A recurrent state exists only where a snapshot saved it, never at a published page's end: a
+        # prefix hit would have pages without their state, so a recurrent core reuses no prefix.
+        cache = PageCache(pages, contract.cache.page_tokens, contract.cache_identity,
+                          prefix_reuse=prefix_reuse and not recurrent, host_pages=host_pages)
         costs = None
         if config.adaptive_speculation:
             measure = getattr(executor, "round_costs", None)

@@ -36,13 +36,14 @@ from helios.ignition.preparation.contract import (
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
+from helios.ignition.preparation.recurrent import STATE_ROWS_PER_REQUEST, recurrent_history
 from helios.ignition.preparation.snapshots import (
     continuation_accesses,
     continuation_storage,
     restoration_program,
 )
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
-from helios.ignition.recipes import llama_family
+from helios.ignition.recipes import lfm2, llama_family
 from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.proto import contract_pb2, core_pb2, manifest_pb2, program_pb2
 
@@ -224,13 +225,18 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     """Prepare a checkpoint directory; raises CheckpointError, UnsupportedCheckpoint or option errors."""
     checkpoint = read_checkpoint(directory)
     model_type = checkpoint.config.get("model_type")
-    if RECIPE_MODULES.get(model_type) != llama_family.RECIPE:
+    recipe = {module.RECIPE: module for module in (llama_family, lfm2)}.get(RECIPE_MODULES.get(model_type, ""))
+    if recipe is None:
         raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (supported: {sorted(RECIPE_MODULES)})")
-    cfg = llama_family.parse_config(checkpoint)
+    cfg = recipe.parse_config(checkpoint)
+    hybrid = recipe is lfm2  # convolution layers keep recurrent state (docs/recurrent.md)
     ranks = options.tensor_parallel
-    llama_family.check_tensor_parallel(cfg, ranks)
+    recipe.check_tensor_parallel(cfg, ranks)
+    if hybrid and options.draft is not None:
+        raise InvalidPreparationOptions(f"--draft: speculative programs over recurrent state are not built "
+                                        f"(model_type {model_type!r})")
     shards = [RankShard(rank, ranks) for rank in range(ranks)]
-    specs = llama_family.weight_specs(cfg, checkpoint)
+    specs = recipe.weight_specs(cfg, checkpoint)
     geometry, context = _geometry(cfg, options)
     cache_dtype, program_dtype = _DTYPES[options.dtype]
     for eos in checkpoint.eos_token_ids:
@@ -251,8 +257,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     scores = (max(options.prefill_capacities), score_top) if score_top else None
     if scores is not None:
         prompt_score_layout(decl, layout, rows=scores[0], top=scores[1])
-    histories = [paged_history(decl, geometry, layer=i, kv_heads=kv_stop - kv_start, head_dim=cfg.head_dim,
-                               dtype=cache_dtype, window_tokens=cfg.windows[i]) for i in range(cfg.layers)]
+    layer_histories = [paged_history(decl, geometry, layer=i, kv_heads=kv_stop - kv_start, head_dim=cfg.head_dim,
+                                     dtype=cache_dtype, window_tokens=cfg.windows[i])
+                       if not hybrid or cfg.attention[i] else None for i in range(cfg.layers)]
+    histories = [h for h in layer_histories if h is not None]
     draft_histories = []
     if draft_cfg is not None:
         draft_histories = [paged_history(decl, geometry, layer=i, kv_heads=draft_cfg.kv_heads,
@@ -261,10 +269,19 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                            for i in range(draft_cfg.layers)]
     accesses = _state_accesses(histories + draft_histories)
     snapshot_rows = geometry.slots if options.snapshot_capacity is None else options.snapshot_capacity
-    storage = (continuation_storage(decl, histories + draft_histories, rows=snapshot_rows)
+    # The partition (docs/snapshots.md): a recurrent core's rows [0, slots) are live state rows, the
+    # snapshot rows follow them, in the state planes and the continuation planes alike.
+    execution_rows = geometry.slots * STATE_ROWS_PER_REQUEST if hybrid else 0
+    recurrent = (recurrent_history(decl, geometry, layers=cfg.conv_layers, record=lfm2.recurrent_record(cfg),
+                                   dtype=cache_dtype, snapshot_rows=snapshot_rows) if hybrid else None)
+    if recurrent is not None:
+        accesses += recurrent.accesses()
+    storage = (continuation_storage(decl, histories + draft_histories, rows=execution_rows + snapshot_rows)
                if snapshot_rows else None)
     draft = (llama_family.Decoder(draft_cfg, tuple(draft_histories), program_dtype, prefix="draft.")
              if draft_cfg is not None else None)
+    decoder = (lfm2.Lfm2Decoder(cfg, tuple(layer_histories), program_dtype, recurrent=recurrent, decl=decl)
+               if hybrid else None)
 
     # (name, operation, batch, packed, one program per rank, bindings, weight resources of every rank)
     graphs: list[tuple[str, int, int, int, list[program_pb2.Program], tuple, list[str]]] = []
@@ -288,7 +305,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
             for rank in range(ranks):
                 restore_program, restore_bindings = restoration_program(
                     geometry, decl, storage, histories + draft_histories, graph=name, batch=batch,
-                    completion_width=completion_width, rank=rank)
+                    completion_width=completion_width, rank=rank, recurrent=recurrent)
                 restore_programs.append(restore_program)
             graphs.append((name, C.OPERATION_RESTORATION, batch, batch, restore_programs, restore_bindings, []))
     variants = [(f"prefill_p{p}", C.OPERATION_PREFILL, 1, p) for p in options.prefill_capacities]
@@ -305,7 +322,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                 cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype,
                 histories=histories, pending_token=options.pending_token, draft=draft,
                 completion_width=completion_width, shard=shard if ranks > 1 else None,
-                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None)
+                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None, decoder=decoder)
             programs.append(program)
             weights.update(rank_weights)
         graphs.append((name, operation, batch, packed, programs, bindings, sorted(weights)))
@@ -347,6 +364,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         graph = C.GraphContract(name=name, operation=operation, value_bindings=list(bindings),
                                 resource_dependencies=[*program_ids, *weights],
                                 capacity=C.GraphCapacity(batch_capacity=batch, packed_token_capacity=packed))
+        if recurrent is not None and operation != C.OPERATION_INITIALIZATION:
+            graph.state_rows_per_request = STATE_ROWS_PER_REQUEST  # each request's live state rows
         if name in descriptors:
             graph.speculative.CopyFrom(descriptors[name])
             graph.draft_cursor.CopyFrom(C.CompletionCursor(committed_state=draft_histories[0].region.name,
@@ -365,24 +384,23 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     # One weight catalog per rank: the part of each stored tensor the rank holds (a slice's resource
     # names it, so ranks holding the same part share one resource, stored once).
     catalogs = [core_pb2.WeightCatalog(version=WEIGHT_CATALOG_VERSION, rank=rank) for rank in range(ranks)]
-    sources = [(checkpoint, specs, "", cfg)]
+    sources: list = [(checkpoint, specs, "", cfg)]
     if draft_checkpoint is not None:
         sources.append((draft_checkpoint, llama_family.weight_specs(draft_cfg, draft_checkpoint), "draft.", draft_cfg))
     stored: set[str] = set()
     for source, tensors, prefix, source_cfg in sources:
         for spec in tensors:
             for rank, catalog in enumerate(catalogs):
-                part = llama_family.weight_part(source_cfg, spec.name, shards[rank] if ranks > 1 else None)
-                if part is None:  # a tensor this rank does not read (a row-parallel bias past rank 0)
-                    continue
-                resource_id = part.resource(llama_family.weight_resource(spec.name, prefix))
-                if resource_id not in stored:
-                    stored.add(resource_id)
-                    resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
-                                                      partial(_weight_bytes, source, spec.name, options.dtype, part)))
-                catalog.entries.append(core_pb2.WeightEntry(
-                    resource=resource_id, source_tensor=prefix + spec.name, dtype=cache_dtype,
-                    shape=list(part.shape(spec.shape)), transform=part.transform))
+                # none: a tensor this rank does not read (a row-parallel bias past rank 0)
+                for part in recipe.weight_parts(source_cfg, spec.name, shards[rank] if ranks > 1 else None):
+                    resource_id = part.resource(llama_family.weight_resource(spec.name, prefix))
+                    if resource_id not in stored:
+                        stored.add(resource_id)
+                        resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT, partial(
+                            _weight_bytes, source, spec.name, options.dtype, part)))
+                    catalog.entries.append(core_pb2.WeightEntry(
+                        resource=resource_id, source_tensor=prefix + spec.name, dtype=cache_dtype,
+                        shape=list(part.shape(spec.shape)), transform=part.transform))
 
     template = checkpoint.chat_template or PLAIN_TEMPLATE
     resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER,
@@ -406,7 +424,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                       f"--speculative-widths={','.join(map(str, widths))}"]
         if options.speculative_budget is not None:
             arguments.append(f"--speculative-budget={options.speculative_budget}")
-    rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=llama_family.RECIPE,
+    rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=recipe.RECIPE,
                                        checkpoint_digest=digest, arguments=arguments)
     resources.append(PreparedResource("rebuild_manifest", core_pb2.RESOURCE_KIND_REBUILD_MANIFEST,
                                       _constant(rebuild.SerializeToString(deterministic=True))))
@@ -417,6 +435,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     model.input_vocabulary.CopyFrom(C.InputVocabularyContract(input_tokens=cfg.vocab_size))
     model.cache.CopyFrom(C.CacheContract(page_tokens=geometry.page_tokens,
                                          histories=[h.region for h in histories + draft_histories]
+                                         + ([recurrent.region] if recurrent is not None else [])
                                          + ([storage.region] if storage is not None else []),
                                          page_table_views=page_table_views()))
     specials = _special_tokens(checkpoint)
@@ -427,7 +446,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         eos_token_ids=checkpoint.eos_token_ids, bos_text=bos_text, eos_text=eos_texts[0] if eos_texts else ""))
 
     served_id = options.served_id or Path(directory).resolve().name
-    identity_text = f"{llama_family.RECIPE}\0{digest}\0{options.dtype}"
+    identity_text = f"{recipe.RECIPE}\0{digest}\0{options.dtype}"
     if draft_checkpoint is not None:  # the pages also hold the draft's history
         identity_text += f"\0draft\0{draft_checkpoint.digest()}"
     if ranks > 1:  # each rank's pages hold its own heads

@@ -261,6 +261,17 @@ class ProgramBuilder:
         """Copy each lane's continuation row into the page holding its endpoint (in place)."""
         return self.emit("page_restore", [cache, continuation, page_table, lane_slot, endpoint, rows])[0]
 
+    def short_convolution(self, state: str, x: str, weight: str, token_lane: str, positions: str, state_rows: str,
+                          bias: str | None = None, *, name: str | None = None) -> str:
+        """The depthwise causal convolution of each lane's rows, continued from and into its state row
+        (in place); returns the [P, C] output (version 6)."""
+        inputs = [state, x, weight, token_lane, positions, state_rows] + ([bias] if bias is not None else [])
+        return self.emit("short_convolution", inputs, into=[state, None], names=[None, name])[1]
+
+    def state_row_copy(self, state: str, source: str, destination: str) -> str:
+        """state[destination[b]] = state[source[b]] for lanes with both rows in range (in place, version 6)."""
+        return self.emit("state_row_copy", [state, source, destination])[0]
+
     def column_write(self, value: str, *, index: int, into: str) -> str:
         """into[:, index] = value."""
         return self.emit("column_write", [into, value], {"index": index}, into=[into])[0]

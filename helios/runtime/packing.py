@@ -81,9 +81,13 @@ class UnservedHistoryKind(PackingError):
 
 
 # The history kinds the programs' operators and the page cache serve: paged key/value planes, sliding
-# windows over them, and continuation storage (partial pages of those planes, docs/snapshots.md).
-# Paged latent and recurrent regions need their own operators and state transfer (issue #21).
-SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW, V.HISTORY_KIND_CONTINUATION)
+# windows over them, recurrent state rows (docs/recurrent.md) and continuation storage (partial pages
+# of the paged planes, docs/snapshots.md). Paged latent regions need their own operators (issue #21).
+SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW, V.HISTORY_KIND_RECURRENT,
+                        V.HISTORY_KIND_CONTINUATION)
+# The operations whose programs read and write a recurrent region's live state rows.
+RECURRENT_OPERATIONS = (V.OPERATION_PREFILL, V.OPERATION_SCORED_PREFILL, V.OPERATION_DECODE, V.OPERATION_MIXED,
+                        V.OPERATION_RESTORATION)
 
 
 def check_history_regions(serving: contract_pb2.ServingContract,
@@ -96,13 +100,73 @@ def check_history_regions(serving: contract_pb2.ServingContract,
         where = f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories"
         if region.kind not in SERVED_HISTORY_KINDS:
             raise UnservedHistoryKind(
-                f"{where} are not served by this runtime (it serves PAGED_KEY_VALUE, SLIDING_WINDOW and "
-                "CONTINUATION regions)")
+                f"{where} are not served by this runtime (it serves PAGED_KEY_VALUE, SLIDING_WINDOW, RECURRENT "
+                "and CONTINUATION regions)")
+        if region.kind in (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW) \
+                and region.tokens_per_record != 1:
+            # the paged operators and the page cache keep one record per token position
+            raise UnservedHistoryKind(f"{where} with tokens_per_record = {region.tokens_per_record} are not served "
+                                      "by this runtime (it keeps one record per token)")
+        if region.kind == V.HISTORY_KIND_RECURRENT:
+            problem = recurrent_problem(serving, manifest, region)
+            if problem is not None:
+                raise UnservedHistoryKind(f"{where} are not served by this runtime as declared: {problem}")
         if region.kind == V.HISTORY_KIND_CONTINUATION:
             problem = continuation_problem(serving, manifest, region)
             if problem is not None:
                 raise UnservedHistoryKind(f"{where} are not served by this runtime except as snapshot storage: "
                                           f"{problem}")
+
+
+def state_rows_per_request(serving: contract_pb2.ServingContract) -> int:
+    """The maximum state_rows_per_request among the graphs (the specification's partition)."""
+    return max((g.state_rows_per_request for g in serving.model.graphs), default=0)
+
+
+def has_recurrent_state(serving: contract_pb2.ServingContract) -> bool:
+    """Whether the core keeps recurrent state (a RECURRENT history region)."""
+    return any(r.kind == V.HISTORY_KIND_RECURRENT for r in serving.model.cache.histories)
+
+
+def recurrent_problem(serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest | None,
+                      region: contract_pb2.HistoryRegion) -> str | None:
+    """Why recurrent `region` is not one this runtime serves, or None: its planes are STATE buffers
+    holding every execution row (max_concurrency x state rows per request) and, with RESTORATION
+    graphs, every snapshot row after them; every PREFILL, SCORED_PREFILL, DECODE, MIXED and
+    RESTORATION graph declares those state rows, binds LIVE_STATE_ROWS and reads and writes every
+    plane; no SPECULATIVE graph (a speculative round's commit of recurrent state is not built)."""
+    if region.tokens_per_record:
+        return f"tokens_per_record = {region.tokens_per_record} (a recurrent region keeps no per-token records)"
+    if not region.planes:
+        return "it names no state planes"
+    rows = state_rows_per_request(serving)
+    if rows < 1:
+        return "no graph declares state_rows_per_request"
+    for graph in serving.model.graphs:
+        if graph.operation == V.OPERATION_SPECULATIVE:
+            return f"graph {graph.name!r} is SPECULATIVE (speculative rounds over recurrent state are not built)"
+        if graph.operation not in RECURRENT_OPERATIONS:
+            continue
+        if graph.state_rows_per_request != rows:
+            return f"graph {graph.name!r} declares {graph.state_rows_per_request} state rows per request, not {rows}"
+        if not any(b.source == V.VALUE_SOURCE_LIVE_STATE_ROWS for b in graph.value_bindings):
+            return f"graph {graph.name!r} binds no LIVE_STATE_ROWS"
+        written = {a.view.buffer for a in graph.state_accesses if a.access == V.ACCESS_READ_WRITE}
+        missing = [plane for plane in region.planes if plane not in written]
+        if missing:
+            return f"graph {graph.name!r} does not read and write plane {missing[0]!r}"
+    if manifest is None:
+        return None
+    restoration = any(g.operation == V.OPERATION_RESTORATION for g in serving.model.graphs)
+    needed = serving.max_concurrency * rows + (serving.snapshot_capacity if restoration else 0)
+    buffers = {b.name: b for b in manifest.buffers}
+    for plane in region.planes:
+        b = buffers.get(plane)
+        if b is None or b.role != manifest_pb2.BUFFER_ROLE_STATE or not b.shape:
+            return f"plane {plane!r} is not a STATE buffer"
+        if b.shape[0] < needed:
+            return f"plane {plane!r} holds {b.shape[0]} state rows, the partition needs {needed}"
+    return None
 
 
 def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
@@ -140,8 +204,7 @@ def continuation_problem(serving: contract_pb2.ServingContract, manifest: manife
     if manifest is None:
         return None
     buffers = {b.name: b for b in manifest.buffers}
-    rows = snapshot_rows(serving.max_concurrency, serving.snapshot_capacity,
-                         max((g.state_rows_per_request for g in serving.model.graphs), default=0))
+    rows = snapshot_rows(serving.max_concurrency, serving.snapshot_capacity, state_rows_per_request(serving))
     for plane, cache in zip(region.planes, planes, strict=True):
         b, c = buffers.get(plane), buffers.get(cache)
         if b is None or c is None or b.role != manifest_pb2.BUFFER_ROLE_STATE:
@@ -214,6 +277,7 @@ class ResolvedBinding:
     dtype: np.dtype
     rows: int  # rows this graph addresses (B, P, physical rows or 1)
     row_shape: tuple[int, ...]  # trailing extents of one row
+    state_rows: int = 0  # LIVE_STATE_ROWS: the graph's state rows per request (a lane's rows slot * R + j)
 
     def write(self, buffer: np.ndarray, lanes: Sequence[LaneInput], columns: LaneColumns | None = None) -> None:
         """Fill this binding's rows of `buffer` for `lanes`; `columns` is their `LaneColumns` (built here
@@ -247,6 +311,11 @@ class ResolvedBinding:
         if not count:
             return
         source = self.source
+        if source == V.VALUE_SOURCE_LIVE_STATE_ROWS:  # the lane's execution rows of the partition
+            first = columns.slots.astype(np.int64) * self.state_rows + self.offset
+            values = first[:, None] + np.arange(self.state_rows)
+            view[rows] = values.reshape((count, *self.row_shape))
+            return
         if source in ROW_SCALARS:
             values = columns.scalar(source) + self.offset
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
@@ -400,7 +469,8 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
         raise PackingError(f"{where}: the destination is not a registered transport buffer")
     source, indexing = binding.source, binding.indexing
     supported = set(ROW_SCALARS) | set(_ROW_VECTORS) | set(_TOKEN_SOURCES) | {
-        V.VALUE_SOURCE_LIVE_ROW_COUNT, V.VALUE_SOURCE_CONSTANT, V.VALUE_SOURCE_INACTIVE_PADDING}
+        V.VALUE_SOURCE_LIVE_ROW_COUNT, V.VALUE_SOURCE_CONSTANT, V.VALUE_SOURCE_INACTIVE_PADDING,
+        V.VALUE_SOURCE_LIVE_STATE_ROWS}
     if source not in supported:
         raise UnsupportedValueSource(f"{where}: this runtime does not supply {_source_name(source)}")
     if buffer.dtype not in NUMPY_DTYPES:
@@ -448,13 +518,21 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} needs one trailing extent")
     if source == V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS and len(row_shape) != 2:
         raise BindingExtentMismatch(f"{where}: CANDIDATE_GRAMMAR_MASKS needs [W, mask_words] rows")
+    state_rows = 0
+    if source == V.VALUE_SOURCE_LIVE_STATE_ROWS:
+        state_rows = graph.state_rows_per_request
+        if indexing not in _ROW_INDEXINGS:
+            raise BindingExtentMismatch(f"{where}: LIVE_STATE_ROWS needs a row indexing")
+        if state_rows < 1 or math.prod(row_shape) != state_rows:
+            raise BindingExtentMismatch(f"{where}: LIVE_STATE_ROWS rows of {list(row_shape)} for "
+                                        f"{state_rows} state rows per request")
     constants = tuple(int(c) for c in binding.constants)
     if source == V.VALUE_SOURCE_CONSTANT:
         count = math.prod(row_shape) if row_shape else 1
         if len(constants) not in (1, count):
             raise BindingExtentMismatch(f"{where}: {len(constants)} constants for rows of {count} values")
     return ResolvedBinding(binding.destination, source, indexing, int(binding.offset), int(binding.padding),
-                           constants, NUMPY_DTYPES[buffer.dtype], rows, row_shape)
+                           constants, NUMPY_DTYPES[buffer.dtype], rows, row_shape, state_rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ def test_typos_leave_slots_and_short_words_alone():
 
 
 def test_training_tool_schemas_never_carry_a_held_out_name(training):
-    held_functions, held_parameters = held_out_names()
+    held_functions, held_parameters = held_out_names(tuple(CONCEPTS))
     functions, parameters = _tool_names(training)
     assert not functions & held_functions
     assert not parameters & held_parameters
@@ -81,8 +81,8 @@ def test_training_tool_names_are_drawn_from_a_large_space(training):
 
 
 def test_generated_tools_are_deterministic():
-    first = [draw_tool(concept, random.Random(7), Split.TRAIN).schema for concept in CONCEPTS]
-    assert first == [draw_tool(concept, random.Random(7), Split.TRAIN).schema for concept in CONCEPTS]
+    first = [draw_tool(concept, random.Random(7), Split.TRAIN, held_out_names(tuple(CONCEPTS))).schema for concept in CONCEPTS]
+    assert first == [draw_tool(concept, random.Random(7), Split.TRAIN, held_out_names(tuple(CONCEPTS))).schema for concept in CONCEPTS]
     assert make_example(0, 123) == make_example(0, 123)
 
 
@@ -138,7 +138,7 @@ def test_the_issues_newcomer_prompts_are_covered_by_composition(question):
 def test_the_weather_tool_of_the_readme_is_a_training_schema():
     weather = next(concept for concept in CONCEPTS if concept.key == "weather")
     rng = random.Random(0)
-    descriptions = {draw_tool(weather, rng, Split.TRAIN).schema["function"]["description"] for _ in range(300)}
+    descriptions = {draw_tool(weather, rng, Split.TRAIN, held_out_names(tuple(CONCEPTS))).schema["function"]["description"] for _ in range(300)}
     assert "Current weather for a city" in descriptions
     assert "What is the weather in {city}?" in weather.requests.train
     example = build_example(TaskKind.TOOL_CALL, random.Random(1))

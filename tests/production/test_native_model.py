@@ -44,7 +44,7 @@ def test_seeded_sampling_equals_the_reference_engine(cores):
 def test_startup_phases_geometry_and_fusion(cores):
     native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES,
                                                          startup=StartupOptions(max_concurrency=1)))
-    assert [p.name for p in native.startup] == ["verify", "weights", "tuning", "kernels", "cache", "graphs"]
+    assert [p.name for p in native.startup] == ["verify", "weights", "tuning", "kernels", "cache", "graphs", "host_tier"]
     assert all(p.seconds >= 0 for p in native.startup)
     (manifest,) = native.manifests
     caches = [b for b in manifest.buffers if b.role == manifest_pb2.BUFFER_ROLE_CACHE]
@@ -380,7 +380,7 @@ def test_a_sealed_core_loads_its_weights_on_several_threads(cores, sealed, monke
     with _open(sealed, decoders=3) as core:  # NOTE: torch products: the weights are the subject here
         native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES, linear="torch"))
         weights = {r.id: r.decoded_nbytes for r in core.resources.values() if r.kind == core_pb2.RESOURCE_KIND_WEIGHT}
-    assert [p.name for p in native.startup] == ["verify", "weights", "tuning", "kernels", "cache", "graphs"]
+    assert [p.name for p in native.startup] == ["verify", "weights", "tuning", "kernels", "cache", "graphs", "host_tier"]
     assert all(p.seconds >= 0 for p in native.startup)
     assert set(weights) <= set(decoded) and len(decoded) == len(set(decoded))  # each weight decoded once
     assert native.weight_bytes == sum(weights.values())

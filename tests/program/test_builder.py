@@ -59,7 +59,7 @@ def test_the_per_position_grammar_masks_stamp_version_5_and_an_older_program_may
     lengths = b.transport("lengths", "lengths", "i32", [2])
     assert b.speculative_grammar_mask(logits, draft, masks, lengths) == (logits, draft)  # in place
     program = b.build()
-    assert program.operator_set_version == OPERATOR_SET_VERSION == 5
+    assert program.operator_set_version == 5
     program.operator_set_version = 4
     with pytest.raises(E.OperatorNewerThanProgram, match="speculative_grammar_mask"):
         validate_program(program)
@@ -174,3 +174,27 @@ def test_builder_arguments_are_validated():
         ProgramBuilder("")
     with pytest.raises(ValueError):
         ProgramBuilder("g", rank=-1)
+
+
+def test_the_recurrent_operators_stamp_version_6_and_an_older_program_may_not_hold_them():
+    b = ProgramBuilder("r")
+    state = b.state("state", "state", "f32", [3, 2, 8])
+    x = b.transport("x", "x", "f32", [5, 8])
+    lanes, positions = b.transport("lanes", "lanes", "i32", [5]), b.transport("positions", "positions", "i32", [5])
+    rows = b.transport("rows", "rows", "i32", [2])
+    out = b.short_convolution(state, x, b.weight("w", resource="w", dtype="f32", shape=[8, 1, 3]), lanes,
+                              positions, rows, name="conv")
+    assert out == "conv" and b.type_of(out).shape == (5, 8)
+    b.state_row_copy(state, rows, rows)
+    program = b.build()
+    assert program.operator_set_version == OPERATOR_SET_VERSION == 6
+    program.operator_set_version = 5
+    with pytest.raises(E.OperatorNewerThanProgram, match="short_convolution"):
+        validate_program(program)
+    bad = ProgramBuilder("t")
+    with pytest.raises(E.ShapeRuleViolation, match="state must be floating"):
+        bad.short_convolution(bad.state("state", "state", "f32", [3, 3, 8]), bad.transport("x", "x", "f32", [5, 8]),
+                              bad.weight("w", resource="w", dtype="f32", shape=[8, 1, 3]),
+                              bad.transport("lanes", "lanes", "i32", [5]),
+                              bad.transport("positions", "positions", "i32", [5]),
+                              bad.transport("rows", "rows", "i32", [2]))

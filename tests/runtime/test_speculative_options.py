@@ -64,7 +64,9 @@ def plain_core(tiny_checkpoint):
 @pytest.mark.parametrize("runtime", ["reference", "production"])
 def test_a_history_kind_the_runtimes_cannot_serve_fails_load_in_one_line(plain_core, kind, runtime):
     """A region no operator or cache of this runtime serves (its state would be silently ignored)
-    fails load naming the region, in both runtimes, before any program is lowered."""
+    fails load naming the region, in both runtimes, before any program is lowered. (RECURRENT and
+    CONTINUATION regions are served only as declared by docs/recurrent.md and docs/snapshots.md; these
+    extra ones, on a core whose graphs keep no state rows, are not.)"""
     from helios.ignition.prepare import PreparedCore
     from helios.proto import contract_pb2, manifest_pb2
     from helios.runtime.packing import UnservedHistoryKind
@@ -111,3 +113,29 @@ def test_the_command_lines_width_is_fixed_auto_or_off():
     assert adaptive((2, 4), auto) and speculative_width((2, 4), auto) == 4  # the widest: its fallback
     assert not adaptive((), auto) and not adaptive((1,), auto)  # nothing wider than one token to choose
     assert not adaptive((2, 4), _options())
+
+
+@pytest.mark.parametrize("runtime", ["reference", "production"])
+def test_a_paged_region_compressing_tokens_per_record_fails_load_in_one_line(plain_core, runtime):
+    """The paged operators keep one record per token: a key/value region declaring another compression
+    ratio would be served with the wrong page accounting, so both runtimes refuse it, naming it."""
+    from helios.ignition.prepare import PreparedCore
+    from helios.proto import contract_pb2
+    from helios.runtime.packing import UnservedHistoryKind
+
+    contract = contract_pb2.ServingContract()
+    contract.CopyFrom(plain_core.contract)
+    contract.model.cache.histories[0].tokens_per_record = 4
+    core = PreparedCore(contract, plain_core.manifest, plain_core.resource_list)
+    message = r"model\.cache\.histories\[0\] \('layer0'\): PAGED_KEY_VALUE histories with tokens_per_record = 4"
+    if runtime == "reference":
+        from helios.reference.engine import ReferenceEngine
+
+        with pytest.raises(UnservedHistoryKind, match=message) as caught:
+            ReferenceEngine.load(core)
+    else:
+        from helios.production.native_model import LoadOptions, NativeModel
+
+        with pytest.raises(UnservedHistoryKind, match=message) as caught:
+            NativeModel.load(core, LoadOptions(device="cpu"))
+    assert "\n" not in str(caught.value)

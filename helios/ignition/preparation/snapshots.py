@@ -14,8 +14,10 @@ Per-lane inputs are submission rows (padding -1 past the round's lanes), never p
 a physical row of a slot outside the round keeps what an earlier round packed, and a stale row there
 would copy a payload again. The completion's endpoint is the physical request row of each lane's slot.
 
-The rows partition (docs/snapshots.md): every graph declares state_rows_per_request 0 (no live state
-rows), so the continuation planes hold `snapshot_capacity` snapshot rows and nothing else.
+The rows partition (docs/snapshots.md): a core without recurrent state declares state_rows_per_request
+0 in every graph (no live state rows), so the continuation planes hold `snapshot_capacity` snapshot
+rows and nothing else; a recurrent core (one state row per request) sizes them past its execution
+rows, `rows` = slots + snapshot capacity.
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ def continuation_accesses(storage: ContinuationStorage) -> list[C.StateAccess]:
 
 def restoration_program(geometry: TextGeometry, decl: Declarations, storage: ContinuationStorage,
                         histories: list[HistoryPlanes], *, graph: str, batch: int, completion_width: int = 1,
-                        rank: int = 0):
-    """The RESTORATION program of `batch` lanes and its bindings (see the module docstring)."""
+                        rank: int = 0, recurrent=None):
+    """The RESTORATION program of `batch` lanes and its bindings (see the module docstring); with a
+    `recurrent` history (helios.ignition.preparation.recurrent) it also snapshots and restores every
+    lane's recurrent state rows."""
     b = ProgramBuilder(graph, rank=rank)
     row = C.INDEXING_SUBMISSION_ROW
     names = {what: decl.buffer(f"restoration_{what}_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (batch,))
@@ -108,6 +112,10 @@ def restoration_program(geometry: TextGeometry, decl: Declarations, storage: Con
                         lanes["snapshot_destination"])
         b.page_restore(cache, continuation, page_table, lanes["lane_slot"], lanes["endpoint"],
                        lanes["restore_source"])
+    if recurrent is not None:
+        bindings += recurrent.restoration_copies(decl, b, batch=batch,
+                                                 snapshot_destination=lanes["snapshot_destination"],
+                                                 restore_source=lanes["restore_source"])
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=None, sampled=None,
                    consumed_endpoint=endpoint_rows, width=completion_width)
     return b.build(decl.buffers), bindings

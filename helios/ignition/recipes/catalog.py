@@ -8,5 +8,6 @@ RECIPE_MODULES: dict[str, str] = {
     "qwen2": "llama_family",
     "qwen3": "llama_family",
     "mistral": "llama_family",
+    "lfm2": "lfm2",
 }
-FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense and Mistral"
+FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral and LFM2"

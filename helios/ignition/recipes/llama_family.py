@@ -349,6 +349,12 @@ def weight_part(cfg: LlamaFamilyConfig, tensor: str, shard: RankShard | None) ->
     return WHOLE
 
 
+def weight_parts(cfg: LlamaFamilyConfig, tensor: str, shard: RankShard | None) -> tuple[WeightPart, ...]:
+    """The parts of stored `tensor` rank `shard` holds: `weight_part`'s one part, or none."""
+    part = weight_part(cfg, tensor, shard)
+    return () if part is None else (part,)
+
+
 def lm_head_tensor(cfg: LlamaFamilyConfig) -> str:
     return "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
 
@@ -404,6 +410,13 @@ class Decoder:
     # A tensor-parallel rank (None: the one rank of a one-rank core): the programs hold the rank's
     # heads, intermediate features and vocabulary slice, and meet the other ranks at collectives.
     shard: RankShard | None = None
+
+    final_norm = "model.norm.weight"  # the norm before the output head
+
+    @property
+    def state_bindings(self) -> tuple:
+        """Value bindings the layers' state needs beyond the text inputs (none: paged histories only)."""
+        return ()
 
     @property
     def ranks(self) -> int:
@@ -498,7 +511,7 @@ class Decoder:
     def head(self, b: ProgramBuilder, w, hidden: str, geometry: TextGeometry, *, tag: str) -> str:
         """Final norm and the output head: f32 logits of every row of `hidden`."""
         cfg = self.cfg
-        normed = b.rms_norm(hidden, w("model.norm.weight", (cfg.hidden_size,)), eps=cfg.rms_norm_eps,
+        normed = b.rms_norm(hidden, w(self.final_norm, (cfg.hidden_size,)), eps=cfg.rms_norm_eps,
                             name=f"{tag}final_hidden")
         head = w(lm_head_tensor(cfg), (cfg.vocab_size, cfg.hidden_size))
         if self.ranks == 1:
@@ -523,7 +536,8 @@ def _cache_state(b: ProgramBuilder, name: str, buffer: str, planes: HistoryPlane
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
                  pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
-                 shard: RankShard | None = None, scores: tuple[int, int] | None = None):
+                 shard: RankShard | None = None, scores: tuple[int, int] | None = None,
+                 decoder: Decoder | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
     With `scores` = (R, K), the SCORED_PREFILL program of the same P: it also scores every packed
@@ -535,7 +549,9 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     host binding feeds it; "host": a PENDING_TOKEN binding feeds it. With a `draft` (a speculative
     core), the draft model consumes the same packed rows, so its history stays in step with the
     target's for a later speculative round. With a `shard` the program is that rank's (its
-    `histories` hold the rank's key/value heads).
+    `histories` hold the rank's key/value heads). A `decoder` replaces the Llama-family decoder of
+    `cfg` (another recipe's layers over the same inputs and tail; its `state_bindings` join the
+    program's bindings).
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
@@ -548,7 +564,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     admission = admission_inputs(decl, geometry, b)
     sampling = sampling_inputs(decl, geometry, b)
     specs: dict[str, str] = {}
-    target = Decoder(cfg, tuple(histories), weight_dtype, shard=shard)
+    target = decoder if decoder is not None else Decoder(cfg, tuple(histories), weight_dtype, shard=shard)
     w = target.weights(b, specs)
     x = target.embed(b, w, tokens, name="x")
     x = target.layers(b, w, x, text.positions, text.token_lane, text.page_table, tag="")
@@ -573,7 +589,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
                    sampled=sampled, consumed_endpoint=endpoint, width=completion_width)
     program = b.build(decl.buffers)
     bindings = (text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
-                + score_bindings)
+                + score_bindings + target.state_bindings)
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 

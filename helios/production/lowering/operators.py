@@ -6,7 +6,7 @@ it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where
 device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
 and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`,
 `prompt_scores` (torch reductions and a sort) in `scores.py`, `page_snapshot` and `page_restore` in
-`snapshots.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+`snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -25,6 +25,7 @@ from helios.production.kernels import activation, attention, gather, norm, sampl
 from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
 from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.linear import lower_logits, lower_matmul
+from helios.production.lowering.recurrent import lower_short_convolution, lower_state_row_copy
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
 from helios.production.lowering.scores import lower_prompt_scores
 from helios.production.lowering.snapshots import lower_page_restore, lower_page_snapshot
@@ -220,6 +221,8 @@ LOWERINGS: Mapping[str, Lowering] = {
     "prompt_scores": lower_prompt_scores,
     "page_snapshot": lower_page_snapshot,
     "page_restore": lower_page_restore,
+    "short_convolution": lower_short_convolution,
+    "state_row_copy": lower_state_row_copy,
     "fill": _fill,
 }
 
