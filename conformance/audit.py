@@ -169,10 +169,29 @@ class _Replay:
         if adopted and state is not None:
             found = self.finding(record, compare_views(self.spec, record.graph, lanes, self.engine.buffers, state,
                                                        self.dtype))
+        if found is None and record.rank_states:
+            found = self._ranks(record, lanes)
         if found is None and record.error is not None:
             found = self.divergence(record, "error", "accepted", record.error,
                                     detail="production rejected a completion the reference produces identically")
         return found
+
+    def _ranks(self, record: RoundRecord, lanes: list[LaneInput]) -> Divergence | None:
+        """Production ranks: what each peer rank's round wrote into its own cache, continuation and
+        state rows against the reference's lockstep rank of the same index."""
+        ranks = self.engine.executor.rank_buffers
+        if len(record.rank_states) != len(ranks) - 1:
+            return self.divergence(record, "ranks", len(ranks), len(record.rank_states) + 1,
+                                   detail="production recorded another number of ranks than the reference runs")
+        for rank, state in enumerate(record.rank_states, start=1):
+            buffers = ranks[rank]
+            found = (compare_cache(self.spec, record.graph, lanes, buffers, state, self.dtype)
+                     or compare_continuation(self.spec, record.graph, lanes, buffers, state, self.dtype)
+                     or compare_views(self.spec, record.graph, lanes, buffers, state, self.dtype))
+            if found is not None:
+                return self.divergence(record, f"rank{rank}.{found.field}", found.reference, found.production,
+                                       lane=found.lane, detail=f"rank {rank}: {found.detail}")
+        return None
 
     def _copy_pages(self, record: RoundRecord) -> None:
         """The round's host-tier copies, in order, on the reference's pages (a readmission of a host
@@ -188,13 +207,15 @@ class _Replay:
                                              for buffers in ranks]
 
     def _adopt_pending(self, graph: str, slot: int, token: int) -> None:
-        """Production's sample becomes the slot's device-owned pending token on the reference too."""
+        """Production's sample becomes the slot's device-owned pending token on the reference too
+        (on every rank of a core of several: each holds its own pending-token state)."""
         if graph not in self.pending_state:
             return
         buffer, offset, stride = self.pending_state[graph]
-        raw = self.engine.buffers[buffer].reshape(-1).view(np.uint8)
         start = offset + slot * stride
-        raw[start:start + 4] = np.frombuffer(np.int32(token).tobytes(), dtype=np.uint8)
+        for buffers in getattr(self.engine.executor, "rank_buffers", None) or (self.engine.buffers,):
+            raw = buffers[buffer].reshape(-1).view(np.uint8)
+            raw[start:start + 4] = np.frombuffer(np.int32(token).tobytes(), dtype=np.uint8)
 
     def _transport(self, record: RoundRecord, lanes: list[LaneInput]) -> Divergence | None:
         packing = self.engine.graphs[record.graph].packing

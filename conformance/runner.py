@@ -82,18 +82,39 @@ class Production:
     # adaptive speculation (`--speculative-width auto`): the load measures round costs and the scheduler
     # chooses each cohort's program from them; the trace audit checks whichever rounds it chose
     adaptive_speculation: bool = False
+    # A core of several tensor-parallel ranks: where rank 0's peers come from (`RankOptions`: THREADS
+    # spawns them with its `open_core`); each workload runs on production ranks, rank 0 traced.
+    ranks: Any = None
 
     def runtime(self, core: CoreSource, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
         from helios.contract import StartupOptions
         from helios.production.gpu_paths import GpuPaths
         from helios.production.native_model import LoadOptions, NativeModel
 
+        if core.manifest.ranks > 1:
+            return self._ranks(core, workload, sink)
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages,
                                                    gpu_paths=GpuPaths() if self.gpu_paths else None,
                                                    startup=StartupOptions(history_drafting=self.history_drafting),
                                                    measure_costs=self.adaptive_speculation))
         limits = AdmissionLimits(max_active=min(workload.max_active, model.contract.max_concurrency),
                                  queue_capacity=max(workload.queue_capacity, len(workload.requests)))
+        return (traced_runtime(core, model, limits, sink, history_drafting=self.history_drafting,
+                               adaptive_speculation=self.adaptive_speculation),
+                header_for(core.contract, model.pages))
+
+    def _ranks(self, core: CoreSource, workload: Workload, sink: Any) -> tuple[Any, TraceHeader]:
+        from helios.production.ranks.rank_zero import load_rank_zero
+
+        if self.ranks is None or self.gpu_paths:
+            raise ConformanceSetupError(f"a core of {core.manifest.ranks} ranks conforms through production ranks: "
+                                        "give Production its RankOptions (helios conform does)"
+                                        + ("; --gpu-paths is not built for ranks" if self.gpu_paths else ""))
+        limits = AdmissionLimits(max_active=min(workload.max_active, core.contract.max_concurrency),
+                                 queue_capacity=max(workload.queue_capacity, len(workload.requests)))
+        model = load_rank_zero(core, self.ranks, device=self.device, max_concurrency=None, pages=workload.pages,
+                               speculative_width=None, history_drafting=self.history_drafting,
+                               measure_costs=self.adaptive_speculation)
         return (traced_runtime(core, model, limits, sink, history_drafting=self.history_drafting,
                                adaptive_speculation=self.adaptive_speculation),
                 header_for(core.contract, model.pages))
@@ -127,6 +148,7 @@ class ConformOptions:
     require_coverage: bool | None = None  # a missing mechanism makes the run incomplete; None: generated only
     gpu_paths: bool = False  # production (operators level and Production) in the GPU-paths mode
     history_drafting: bool = False  # both runtimes' speculative rounds carry copied proposals (--history-drafting)
+    ranks: Any = None  # a tensor-parallel core: production ranks' RankOptions (Production.ranks)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.levels) - set(LEVELS))
@@ -155,7 +177,7 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
     levels = [level for level in LEVELS if level in options.levels]
     device = select_device(options.device)
     production = options.production or Production(device, gpu_paths=options.gpu_paths,
-                                                  history_drafting=options.history_drafting)
+                                                  history_drafting=options.history_drafting, ranks=options.ranks)
     results: list[LevelResult] = []
     if "operators" in levels:
         from conformance.operators import OperatorCases, run_operators

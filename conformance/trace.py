@@ -93,6 +93,9 @@ class RoundRecord:
     # the host-tier copies applied before the round (RoundPlan.page_copies), in order; the replay
     # applies them to the reference's pages and host tier the same way
     copies: tuple[PageCopy, ...] = ()
+    # production ranks: what the round wrote on ranks 1 .. N-1 (as `state`), read from each peer's own
+    # buffers; recorded in memory for the audit (`helios conform`), not written to trace files
+    rank_states: tuple[Mapping[str, tuple[tuple[int, ...], np.ndarray]], ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------ encoding
@@ -282,7 +285,8 @@ class TraceRecorder:
 
     def submit(self, plan: RoundPlan) -> None:
         self.executor.submit(plan)
-        self._submitted[plan.sequence] = (self._transport(plan.graph, plan.lanes), self._state(plan))
+        self._submitted[plan.sequence] = (self._transport(plan.graph, plan.lanes), self._state(plan),
+                                          self._rank_states(plan))
 
     def _state(self, plan: RoundPlan) -> dict | None:
         from conformance.state import capture
@@ -296,8 +300,20 @@ class TraceRecorder:
                        if launch.kernel in ("sample", "argmax") and getattr(launch, "inputs", ())), None)
         return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits)
 
+    def _rank_states(self, plan: RoundPlan) -> tuple:
+        """What the round wrote on every peer rank, from its own buffers (production ranks only)."""
+        from conformance.state import capture
+
+        read = getattr(self.executor, "peer_buffers", None)
+        if self.state is None or read is None:
+            return ()
+        spec = self.state
+        names = {*spec.planes.get(plan.graph, ()), *spec.continuation.get(plan.graph, ()),
+                 *(view.buffer for view in spec.views.get(plan.graph, ()))}
+        return tuple(capture(spec, plan.graph, plan.lanes, buffers) for buffers in read(sorted(names)))
+
     def collect(self, plan: RoundPlan) -> Sequence[Completion]:
-        transport, state = self._submitted.pop(plan.sequence)
+        transport, state, rank_states = self._submitted.pop(plan.sequence)
         error: BaseException | None = None
         scores = None
         try:
@@ -317,7 +333,7 @@ class TraceRecorder:
         self.rounds += 1
         self.sink.round(RoundRecord(self.rounds, plan.graph, plan.frame, tuple(plan.lanes), transport, tuple(rows),
                                     plan.sequence, None if error is None else f"{type(error).__name__}: {error}",
-                                    state, plan.outstanding, tuple(plan.page_copies)))
+                                    state, plan.outstanding, tuple(plan.page_copies), rank_states))
         if error is not None:
             raise error
         if scores is not None:  # the rows as read, with the scores the scheduler validates and delivers

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "helios.cli.serve",
     "helios.cli.parse",
     "helios.cli.conform",
+    "helios.cli.rank",
 )
 
 

@@ -20,7 +20,13 @@ from helios.frontend.bootstrap import Bootstrap
 from helios.frontend.preparation import Preparer
 from helios.runtime.interface import ModelRuntime
 from helios.runtime.limits import resolve_limits
-from helios.runtime.options import ExecutorWrapper, RuntimeOptions
+from helios.runtime.options import (
+    ExecutorWrapper,
+    InvalidRuntimeOptions,
+    RankOptions,
+    RankPeers,
+    RuntimeOptions,
+)
 from helios.runtime.scores import core_prompt_score_width
 from helios.server.guard import DEFAULT_MAX_REQUEST_BYTES, GuardPolicy
 from helios.server.state import ServerState
@@ -59,6 +65,9 @@ class ServeOptions:
     api_key_file: Path | None = None  # the same, read from the first line of a file
     allowed_hosts: tuple[str, ...] = ()  # Host header names answered (empty: the bound address's default)
     public_metrics: bool = False  # /metrics without the API key
+    rank_peers: str = "threads"  # production, a core of several ranks: spawn the peers, or await them (processes)
+    master: str | None = None  # ADDR:PORT rank 0 listens on for its peers
+    rank_timeout: float | None = None  # seconds a collective waits for a peer (None: 30)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -98,6 +107,30 @@ class ServeOptions:
                                        max_request_bytes=self.max_request_bytes, public_metrics=self.public_metrics)  # fmt: skip
 
 
+def rank_options(core: Path | str, trust, accept: str, peers: str, master: str | None, timeout: float | None,
+                 runtime: str = "production") -> RankOptions | None:
+    """Where rank 0 of a tensor-parallel core finds its peers (`--rank-peers`, `--master`,
+    `--rank-timeout`): spawned peers open the same core file with the same trust options. None for
+    the reference runtime (its ranks run in lockstep in one process), which takes none of them."""
+    import functools
+
+    from helios.core import open_core
+
+    if runtime != "production":
+        if peers != "threads" or master is not None or timeout is not None:
+            raise RuntimeUnavailable("--rank-peers, --master and --rank-timeout place production ranks; "
+                                     "add --runtime production")
+        return None
+
+    try:
+        kind = RankPeers(peers)
+    except ValueError:
+        raise InvalidRuntimeOptions(f"--rank-peers must be one of {[p.value for p in RankPeers]}, got {peers!r}") from None
+    opener = functools.partial(open_core, str(core), trusted_keys=[str(t) for t in trust], accept=accept)
+    return RankOptions(peers=kind, master=master, timeout=30.0 if timeout is None else timeout,
+                       open_core=opener if kind is RankPeers.THREADS else None)
+
+
 def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
     """Open the core and build everything the app serves. Returns the state and the open core."""
     from helios.core import open_core
@@ -132,6 +165,8 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         speculation=options.speculation,
         adaptive_speculation=options.adaptive_speculation,
         history_drafting=options.history_drafting,
+        ranks=rank_options(options.core, options.trust, options.accept, options.rank_peers, options.master,
+                           options.rank_timeout, options.runtime),
     )
     runtime = load_runtime(core, options.runtime, runtime_options)
     return ServerState(runtime=runtime, preparer=preparer, policy=policy), core

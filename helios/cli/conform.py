@@ -102,6 +102,7 @@ def register(subparsers) -> None:
 
 def _conform(args) -> int:
     from conformance.runner import ConformOptions, audit_file, conform
+    from helios.cli.compose import rank_options
     from helios.core import open_core
 
     try:
@@ -116,7 +117,8 @@ def _conform(args) -> int:
             options = ConformOptions(levels=levels, device=args.device, workloads=args.workloads,
                                      workload_names=tuple(args.workload), operators=tuple(args.operator),
                                      trace_dir=args.trace_dir, require_coverage=args.require_coverage,
-                                     gpu_paths=args.gpu_paths, history_drafting=args.history_drafting)
+                                     gpu_paths=args.gpu_paths, history_drafting=args.history_drafting,
+                                     ranks=rank_options(args.core, args.trust, args.accept, "threads", None, 30.0))
             report = conform(core, options)
     print(report.to_json() if args.json else report.table())
     sys.stdout.flush()

@@ -352,7 +352,26 @@ def _runtime_report(args) -> dict:
         # as `helios serve --runtime production` loads it by default: every speculative width, and the
         # round costs its adaptive choice reads, measured
         widths = tuple(core.contract.speculative_widths)
+        if core.manifest.ranks > 1:  # production ranks: this rank 0 and its peers spawned on this host
+            return _ranks_report(args, core)
         model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,
                                   pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction,
                                   speculative_width=max(widths) if widths else None, measure_costs=True)
         return runtime_report(model)
+
+
+def _ranks_report(args, core) -> dict:
+    """`inspect --runtime` on a core of several ranks: loaded as `helios serve` loads it (peers spawned)."""
+    from helios.cli.compose import rank_options
+    from helios.production.inspection import runtime_report
+    from helios.production.loading import load_device
+    from helios.production.ranks.rank_zero import load_rank_zero
+
+    model = load_rank_zero(core, rank_options(args.core, args.trust, args.accept, "threads", None, 30.0),
+                           device=load_device(args.device), max_concurrency=args.max_concurrency, pages=args.pages,
+                           speculative_width=None, history_drafting=False, measure_costs=True,
+                           gpu_memory_fraction=args.gpu_memory_fraction)
+    try:
+        return runtime_report(model)
+    finally:
+        model.executor.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from helios.cli.rank import add_rank_arguments
 from helios.errors import HeliosError
 
 RUNTIMES = ("reference", "production")
@@ -67,6 +68,7 @@ def register(subparsers) -> None:
                              "kernels and the batching scheduler; GPU, else interpreted on the CPU) "
                              "(default: reference)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
+    add_rank_arguments(parser)
     parser.set_defaults(func=_generate)
 
 
@@ -91,7 +93,7 @@ def _sampling(args, defaults):
 
 
 def _generate(args) -> int:
-    from helios.cli.compose import load_runtime
+    from helios.cli.compose import load_runtime, rank_options
     from helios.core import open_core
     from helios.engine.oneshot import generate_tokens
     from helios.frontend.bootstrap import Bootstrap
@@ -108,7 +110,11 @@ def _generate(args) -> int:
         runtime = load_runtime(core, args.runtime, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=1),
                                                                   **speculation_choice(args.speculative_width,
                                                                                        args.no_speculation),
-                                                                  history_drafting=args.history_drafting))
+                                                                  history_drafting=args.history_drafting,
+                                                                  ranks=rank_options(args.core, args.trust, args.accept,
+                                                                                     args.rank_peers, args.master,
+                                                                                     args.rank_timeout,
+                                                                                     args.runtime)))
         defaults = core.contract.defaults
         text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
         prompt_ids = bootstrap.encode(text)

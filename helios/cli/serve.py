@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from helios.cli.rank import add_rank_arguments
 from helios.server.guard import DEFAULT_MAX_REQUEST_BYTES
 
 
@@ -85,6 +86,7 @@ def register(subparsers) -> None:
                         help="a Host header name to answer (repeatable); default: the bound address and "
                              "localhost when bound to loopback, any name otherwise")  # fmt: skip
     parser.add_argument("--public-metrics", action="store_true", help="serve /metrics without the API key")
+    add_rank_arguments(parser)
     parser.set_defaults(func=_serve)
 
 
@@ -115,6 +117,9 @@ def _serve(args) -> int:
         api_key_file=None if args.api_key_file is None else Path(args.api_key_file),
         allowed_hosts=tuple(args.allowed_host),
         public_metrics=args.public_metrics,
+        rank_peers=args.rank_peers,
+        master=args.master,
+        rank_timeout=args.rank_timeout,
     )
     state, core = load_state(options)
     serve(state, host=options.host, port=options.port, runtime=options.runtime, on_shutdown=core.close)

@@ -43,6 +43,7 @@ from helios.runtime.events import Event, Failed, Rejected, Termination
 from helios.runtime.interface import (
     DuplicateRequestId,
     EventStream,
+    Health,
     PreparedRequest,
     RuntimeMetrics,
     ThreadedModelRuntime,
@@ -217,6 +218,23 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 host_evictions=host.evictions,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight)
+
+    def health(self) -> Health:
+        """The worker's health, and the executor's: an executor of several ranks reports a failed or
+        lost rank (`failure()`), which makes the runtime unhealthy while the worker still runs."""
+        health = super().health()
+        failure = getattr(self._executor, "failure", None)
+        reason = failure() if callable(failure) else None
+        if health.ok and reason is not None:
+            return Health("failed", reason)
+        return health
+
+    def shutdown(self) -> None:
+        """Stop the worker, then release the executor's peers when it has any (`close()`)."""
+        super().shutdown()
+        close = getattr(self._executor, "close", None)
+        if callable(close):
+            close()
 
     # ------------------------------------------------------------------------------------ worker
 

@@ -57,6 +57,7 @@ def runtime_report(model: Any) -> dict[str, Any]:
         "ranks": manifest.ranks,
         "frames": manifest.transport.frames,
         "weight_bytes": model.weight_bytes,
+        "weight_bytes_per_rank": list(getattr(model, "rank_weight_bytes", (model.weight_bytes,))),
         "max_concurrency": model.max_concurrency,
         "context_tokens": contract.context_tokens,
         "cache": {"pages": model.pages, "page_tokens": page_tokens, "token_capacity": model.pages * page_tokens,
@@ -85,7 +86,10 @@ def format_runtime_report(report: dict[str, Any]) -> str:
     cache = report["cache"]
     lines = [
         f"device            {report['device']} (ranks {report['ranks']}, execution frames {report['frames']})",
-        f"weights           {_mib(report['weight_bytes'])}",
+        f"weights           {_mib(report['weight_bytes'])}" + (
+            " (per rank: " + ", ".join(f"rank {r} {_mib(b)}" for r, b in enumerate(report["weight_bytes_per_rank"]))
+            + "; the rest of this report is rank 0's, every rank loads the same graphs and pages)"
+            if len(report.get("weight_bytes_per_rank", ())) > 1 else ""),
         f"cache             {cache['pages']:,} pages x {cache['page_tokens']} tokens = {cache['token_capacity']:,} "
         f"tokens in {cache['planes']} planes, {_mib(cache['bytes'])}",
         f"concurrency       {report['max_concurrency']} requests, context {report['context_tokens']:,} tokens",

@@ -20,15 +20,8 @@ if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
 
 
-def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
-                      pages: int | None = None, gpu_memory_fraction: float | None = None,
-                      speculative_width: int | None = None, history_drafting: bool = False,
-                      measure_costs: bool = False, host_cache_gib: float | None = None) -> NativeModel:
-    """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
-    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
-    SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token);
-    `measure_costs` times the DECODE and SPECULATIVE graphs' rounds once loaded (adaptive choice);
-    `host_cache_gib` bounds the host tier of evicted checkpoints (None: sized from free memory; 0: none)."""
+def load_device(device: str | None) -> str:
+    """The device to load on (cuda when present); on the CPU the kernels must be interpreted."""
     import os
 
     import torch  # NOTE: the device half starts here; importing this module imports no torch
@@ -43,6 +36,19 @@ def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, d
         if kernels is not None and not kernels.INTERPRETED:
             raise RuntimeError("the production kernels were defined without TRITON_INTERPRET=1 in this process, "
                                "so they cannot run on the CPU: set TRITON_INTERPRET=1 before Helios starts")
+    return device
+
+
+def load_native_model(core: CoreSource, *, max_concurrency: int | None = None, device: str | None = None,
+                      pages: int | None = None, gpu_memory_fraction: float | None = None,
+                      speculative_width: int | None = None, history_drafting: bool = False,
+                      measure_costs: bool = False, host_cache_gib: float | None = None) -> NativeModel:
+    """Load `core` with the production executor (`NativeModel`): on the GPU when one is present, else
+    on the CPU with the Triton kernels interpreted (slow; for tests and tiny cores). The core's
+    SPECULATIVE graphs up to `speculative_width` are loaded (None: none wider than one token);
+    `measure_costs` times the DECODE and SPECULATIVE graphs' rounds once loaded (adaptive choice);
+    `host_cache_gib` bounds the host tier of evicted checkpoints (None: sized from free memory; 0: none)."""
+    device = load_device(device)
     from helios.contract import StartupOptions
     from helios.production.native_model import LoadOptions, NativeModel
 
@@ -63,11 +69,14 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
     2-core development machine)."""
     limits = options.limits
     width = speculative_width(tuple(core.contract.speculative_widths), options)
-    model = load_native_model(core, max_concurrency=limits.max_active, device=options.device, pages=options.pages,
-                              gpu_memory_fraction=options.gpu_memory_fraction, speculative_width=width,
-                              history_drafting=options.history_drafting,
-                              measure_costs=adaptive(tuple(core.contract.speculative_widths), options),
-                              host_cache_gib=options.host_cache_gib)
+    if core.manifest.ranks > 1:  # tensor-parallel ranks: rank 0 here, its peers spawned or joining
+        model = _load_ranks(core, options, width)
+    else:
+        model = load_native_model(core, max_concurrency=limits.max_active, device=options.device,
+                                  pages=options.pages, gpu_memory_fraction=options.gpu_memory_fraction,
+                                  speculative_width=width, history_drafting=options.history_drafting,
+                                  measure_costs=adaptive(tuple(core.contract.speculative_widths), options),
+                                  host_cache_gib=options.host_cache_gib)
     if options.freeze_heap:
         import atexit
         import gc
@@ -76,6 +85,17 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> BatchingRuntime:
         gc.freeze()
         atexit.register(gc.unfreeze)  # at exit everything is collectable again (extension modules check)
     return runtime_for(model, options)
+
+
+def _load_ranks(core: CoreSource, options: RuntimeOptions, width: int | None) -> NativeModel:
+    """Rank 0 of a core of several ranks, with its peers (helios/production/ranks/rank_zero.py)."""
+    device = load_device(options.device)
+    from helios.production.ranks.rank_zero import load_rank_zero
+
+    return load_rank_zero(core, options.ranks, device=device, max_concurrency=options.limits.max_active,
+                          pages=options.pages, speculative_width=width, history_drafting=options.history_drafting,
+                          measure_costs=adaptive(tuple(core.contract.speculative_widths), options),
+                          gpu_memory_fraction=options.gpu_memory_fraction, host_cache_gib=options.host_cache_gib)
 
 
 def runtime_for(model: NativeModel, options: RuntimeOptions) -> BatchingRuntime:
@@ -104,4 +124,4 @@ def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:
     return width
 
 
-__all__ = ["load_native_model", "load_runtime", "runtime_for"]
+__all__ = ["load_device", "load_native_model", "load_runtime", "runtime_for"]

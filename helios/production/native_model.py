@@ -3,10 +3,10 @@
 Startup phases, each timed and reported in `NativeModel.startup`:
 
   verify   decode and validate the PreparedContract, apply load-time selection (which may reduce the
-           captured concurrency), check that every selected graph has its program for rank 0, that
+           captured concurrency), check that every selected graph has its program for the loaded rank, that
            the engine's operations (INITIALIZATION, PREFILL, DECODE) are covered, validate programs
            against the manifest's buffers;
-  weights  map rank 0's weights from the core onto the device (one copy per resource, no conversion;
+  weights  map the rank's weights from the core onto the device (one copy per resource, no conversion;
            several resources verified and decoded at once: weight_loading.py);
   tuning   run the manifest's required startup tuning producers (helios/runtime/tuning.py, checked
            in verify) into the TUNED buffers, before any serving plan runs: the kernels phase's
@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -97,6 +98,10 @@ class LoadOptions:
     # The host tier of evicted checkpoints (helios/runtime/host_cache.py): GiB of host memory, pinned on a
     # GPU; None: sized from the memory available at load (capped); 0: none.
     host_cache_gib: float | None = None
+    # The tensor-parallel rank this process loads and its `RankGroup` (production/ranks/group.py): a
+    # core of N > 1 ranks loads only with a group of N; rank 0 without one for a one-rank core.
+    rank: int = 0
+    group: Any = None
 
     def __post_init__(self) -> None:
         if self.cost_repeats < 1:
@@ -127,7 +132,7 @@ class _Program:
 
 
 class NativeModel:
-    """A core loaded for production execution on one device (rank 0)."""
+    """A core loaded for production execution of one rank (rank 0 for a one-rank core) on one device."""
 
     def __init__(self, *, contract: PreparedContract, serving: contract_pb2.ServingContract,
                  manifests: tuple[manifest_pb2.ExecutionManifest, ...], executor: NativeExecutor, pages: int,
@@ -143,6 +148,7 @@ class NativeModel:
         self.weight_bytes = weight_bytes
         self.linear_decisions = linear_decisions  # path of each small matrix product shape (product_choice.py)
         self.max_concurrency = max_concurrency  # request slots of the load-time selection
+        self.rank_weight_bytes = (weight_bytes,)  # every rank's weight bytes (rank 0 of several: all of them)
 
     def run_round(self, graph_name: str, lanes: list[LaneInput]):
         """One round of one graph over a cohort, outside a scheduler (executor.py: `run_round`)."""
@@ -175,12 +181,13 @@ class NativeModel:
             serving, manifest = core.contract, core.manifest
             contract = PreparedContract.decode(serving, manifest)
             selection = contract.select(options.startup)
-            programs = _programs(core, manifest, serving, {g.name for g in selection.graphs})
+            programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
             tuning = _tuning(core, serving, manifest, programs)
             slots = selection.max_concurrency
         with phase("weights"):
             weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
-                                                               *(p.programs[0] for p in tuning.producers)]
+                                                               *(p.programs[options.rank if options.rank < len(p.programs) else 0]
+                                                                 for p in tuning.producers)]
                                           for decl in _weight_declarations(program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
@@ -188,13 +195,13 @@ class NativeModel:
         policy = policy_for(options.linear, device, deferred=True, gpu_paths=paths is not None)
         contracts = {g.name: g for g in serving.model.graphs}
         with phase("tuning"):
-            tuned = _run_tuning(tuning, manifest, weights, arena, device, paths)
+            tuned = _run_tuning(tuning, manifest, weights, arena, device, paths, options)
         untuned = [b.name for b in manifest.buffers if b.name not in tuned]
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
-            warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths)
+            warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
                     for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
@@ -212,9 +219,11 @@ class NativeModel:
             del placeholder, warm
         with phase("cache"):
             pages = _pages(contract, manifest, slots, options, device, transient)
+            if options.group is not None:  # every rank's cache holds the same page ids: the smallest
+                pages = options.group.minimum(pages)
             buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
-            plans = {name: _lower(item, weights, buffers, arena, device, policy, paths)
+            plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
                      for name, item in programs.items()}
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
@@ -277,10 +286,15 @@ def _measure_costs(graphs: dict[str, ExecutorGraph], contracts, persistent: list
 
 
 def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
-              selected: set[str]) -> dict[str, _Program]:
-    if manifest.ranks > 1:
-        raise StartupFailed(f"tensor-parallel ranks are not built in the production runtime: the core has "
-                            f"{manifest.ranks} ranks (the reference runtime runs them: --runtime reference)")
+              selected: set[str], options: LoadOptions) -> dict[str, _Program]:
+    rank, group = options.rank, options.group
+    held = 1 if group is None else group.size
+    if manifest.ranks != held:
+        raise StartupFailed(f"the core has manifest.ranks = {manifest.ranks}, this load holds {held} rank"
+                            f"{'s' if held != 1 else ''} (tensor-parallel cores load through production ranks: "
+                            "helios.production.ranks)")
+    if not 0 <= rank < manifest.ranks or (group is not None and group.rank != rank):
+        raise StartupFailed(f"rank {rank} is not a rank of this load ({manifest.ranks} ranks)")
     check_page_table_views(serving)
     check_history_regions(serving, manifest)
     descriptors = {b.name: b for b in manifest.buffers}
@@ -290,10 +304,11 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
         handle = handles.get(name)
         if handle is None or not handle.program_resources:
             raise MissingGraphVariant(f"selected graph {name!r} has no program in the execution catalog")
-        program = program_pb2.Program.FromString(core.read(handle.program_resources[0]))
-        if program.graph != name:
-            raise MissingGraphVariant(f"program {handle.program_resources[0]!r} belongs to graph {program.graph!r}, "
-                                      f"not {name!r}")
+        resource = handle.program_resources[rank]
+        program = program_pb2.Program.FromString(core.read(resource))
+        if program.graph != name or program.rank != rank:
+            raise MissingGraphVariant(f"program {resource!r} belongs to graph {program.graph!r} rank {program.rank}, "
+                                      f"not {name!r} rank {rank}")
         out[name] = _Program(handle, program, tuple(validate_program(program, descriptors)))
     for operation in REQUIRED_OPERATIONS:
         if not any(item.handle.operation == operation for item in out.values()):
@@ -308,9 +323,9 @@ def _weight_declarations(program: program_pb2.Program) -> Iterator[WeightDeclara
 
 
 def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device,
-           policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None) -> LaunchPlan:
+           policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None, group=None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                         linear_policy=policy, gpu_paths=gpu_paths)
+                         linear_policy=policy, gpu_paths=gpu_paths, group=group)
 
 
 def _page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
@@ -357,13 +372,17 @@ def _tuning(core: CoreSource, serving, manifest, programs: dict[str, _Program]) 
         raise StartupFailed(f"tuning: {error}") from None
 
 
-def _run_tuning(tuning: StartupTuning, manifest, weights, arena, device, gpu_paths: GpuPaths | None = None
-                ) -> dict[str, torch.Tensor]:
+def _run_tuning(tuning: StartupTuning, manifest, weights, arena, device, gpu_paths: GpuPaths | None = None,
+                options: LoadOptions | None = None) -> dict[str, torch.Tensor]:
     """Run each required startup tuning producer once, in catalog order, into fresh TUNED buffers
     (the tensors every serving plan then binds; they only read them). A producer binds nothing but
-    weights, its scratch and TUNED buffers (checked by `StartupTuning.resolve`)."""
+    weights, its scratch and TUNED buffers (checked by `StartupTuning.resolve`); on a core of several
+    ranks each rank runs its own producer program (collectives over its group)."""
+    rank = options.rank if options is not None else 0
+    group = options.group if options is not None else None
     tuned = manifest_buffers(manifest, device, pages=1, names=tuning.buffers)
     for producer in tuning.producers:
-        lower_program(producer.programs[0], producer.operators[0], weights=weights, buffers=tuned, arena=arena,
-                      device=device, gpu_paths=gpu_paths).run()
+        r = rank if rank < len(producer.programs) else 0
+        lower_program(producer.programs[r], producer.operators[r], weights=weights, buffers=tuned, arena=arena,
+                      device=device, gpu_paths=gpu_paths, group=group).run()
     return tuned

@@ -17,7 +17,7 @@ from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, adapti
 from helios.runtime.scores import prompt_score_width
 
 _PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memory-fraction"),
-                    ("wrap_executor", "--trace"))
+                    ("wrap_executor", "--trace"), ("ranks", "--rank-peers / --master"))
 
 
 def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime:

@@ -85,7 +85,7 @@ class PreparedRequest:
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    status: str  # "starting", "ok", "stopping", "stopped"
+    status: str  # "starting", "ok", "stopping", "stopped", "failed" (a lost rank)
     detail: str = ""
 
     @property

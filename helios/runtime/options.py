@@ -5,8 +5,10 @@ one line naming them."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from helios.errors import HeliosError
 from helios.runtime.limits import AdmissionLimits
@@ -19,6 +21,36 @@ class InvalidRuntimeOptions(HeliosError):
 
 # (the loaded executor, its physical cache pages) -> the executor the engine drives (e.g. a trace recorder)
 ExecutorWrapper = Callable[[Executor, int], Executor]
+
+
+class RankPeers(enum.Enum):
+    """Where the peers of a tensor-parallel core's rank 0 come from (docs/ranks.md)."""
+
+    THREADS = "threads"  # the serving host's ranks: `helios serve` spawns and joins them on loopback
+    PROCESSES = "processes"  # ranks started elsewhere (torchrun, `helios rank`) join rank 0's --master
+
+
+@dataclass(frozen=True, slots=True)
+class RankOptions:
+    """How rank 0 of a core of several tensor-parallel ranks finds its peers (production only)."""
+
+    peers: RankPeers = RankPeers.THREADS
+    master: str | None = None  # ADDR:PORT rank 0 listens on (PROCESSES: required; THREADS: a free loopback port)
+    timeout: float = 30.0  # seconds a collective waits for a peer before the ranks are failed
+    startup_timeout: float = 300.0  # seconds rank 0 waits for every peer to join
+    # THREADS: how a spawned peer opens the core (a picklable callable returning a CoreSource)
+    open_core: Callable[[], Any] | None = None
+    # An extra check every peer runs on each completion it validates, raising to reject it (fault
+    # injection in tests, audits); picklable, THREADS only.
+    peer_check: Callable[[Any, Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.peers, RankPeers):
+            raise InvalidRuntimeOptions(f"--rank-peers must be one of {[p.value for p in RankPeers]}, got {self.peers!r}")
+        if self.timeout <= 0 or self.startup_timeout <= 0:
+            raise InvalidRuntimeOptions(f"--rank-timeout must be > 0, got {self.timeout}")
+        if self.peers is RankPeers.PROCESSES and not self.master:
+            raise InvalidRuntimeOptions("--rank-peers processes needs --master ADDR:PORT (where the peers join rank 0)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +76,9 @@ class RuntimeOptions:
     # History drafting: speculative rounds also carry proposals copied from each request's own tokens
     # (a startup option; load-time selection checks the core's wider graphs take copied inputs).
     history_drafting: bool = False
+    # Production, a core of several tensor-parallel ranks: where rank 0's peers come from (None: a
+    # core of several ranks cannot load; the command line always gives them to production).
+    ranks: RankOptions | None = None
 
     def __post_init__(self) -> None:
         if self.pages is not None and self.pages < 1:
@@ -106,5 +141,5 @@ def speculative_width(captured: Sequence[int], options: RuntimeOptions) -> int |
     return width
 
 
-__all__ = ["ExecutorWrapper", "InvalidRuntimeOptions", "RuntimeOptions", "adaptive", "speculation_choice",
+__all__ = ["ExecutorWrapper", "InvalidRuntimeOptions", "RankOptions", "RankPeers", "RuntimeOptions", "adaptive", "speculation_choice",
            "speculative_width"]

@@ -1,15 +1,20 @@
 """`helios prepare --tp` through the command line: the sealed core's ranks in `helios inspect` (their
 programs, and with --trust and --accept their weight catalogs and bytes), generation through the
-reference runtime equal to the one-rank core's, one-line refusals (`--tp 3` on heads the ranks
-cannot split, the production runtime on a core of several ranks)."""
+reference runtime and through production ranks equal to the one-rank core's, one-line refusals (`--tp 3`
+on heads the ranks cannot split, peers started for another world size)."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+import torch
 
 from helios.cli import main
+
+if not torch.cuda.is_available():  # production ranks run the kernels interpreted (tests/production/conftest.py)
+    os.environ["TRITON_INTERPRET"] = "1"
 
 CAPACITIES = ["--dtype", "fp32", "--page-tokens", "4", "--batch-capacities", "1,2", "--prefill-capacities", "8",
               "--context-tokens", "32"]
@@ -49,20 +54,46 @@ def test_inspect_shows_each_rank_its_programs_catalog_and_bytes(signed, capsys):
     assert ranks[0]["weight_nbytes"] == ranks[1]["weight_nbytes"] > 0
 
 
-def test_generate_on_two_ranks_equals_one_rank_and_production_refuses_in_one_line(signed, capsys):
+def test_generate_on_two_ranks_equals_one_rank_on_both_runtimes(signed, capsys):
+    """The reference's lockstep ranks, and production ranks: rank 0 here, rank 1 a spawned peer
+    process joined over gloo on loopback (--rank-peers threads, the default)."""
     one, two, public = signed
     results = []
-    for core in (one, two):
+    for core, runtime in ((one, "reference"), (two, "reference"), (two, "production")):
         capsys.readouterr()
         assert main(["generate", str(core), "--accept", "acme/tests", "--trust", public, "--prompt", "Hello there",
-                     "--max-tokens", "6", "--temperature", "0", "--json", "--runtime", "reference"]) == 0
+                     "--max-tokens", "6", "--temperature", "0", "--json", "--runtime", runtime]) == 0
         results.append(json.loads(capsys.readouterr().out)["token_ids"])
-    assert results[0] == results[1] and len(results[0]) >= 1
-    assert main(["generate", str(two), "--accept", "acme/tests", "--trust", public, "--prompt", "Hello",
-                 "--max-tokens", "2", "--runtime", "production"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert "tensor-parallel ranks are not built in the production runtime: the core has 2 ranks" in err
+    assert results[0] == results[1] == results[2] and len(results[0]) >= 1
+
+
+def test_processes_peers_of_another_world_size_fail_startup_in_one_line(signed, capsys):
+    """A peer started for a world of 3 against a core of 2 ranks: rank 0 refuses at the rendezvous."""
+    import subprocess
+    import sys
+
+    from helios.production.ranks.spawn import free_loopback_port
+
+    _, two, public = signed
+    master = f"127.0.0.1:{free_loopback_port()}"
+    peer = subprocess.Popen([sys.executable, "-m", "helios.production.ranks", str(two), "--accept", "acme/tests",
+                             "--trust", public, "--master", master, "--world", "3", "--rank", "1", "--device", "cpu"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        capsys.readouterr()
+        assert main(["generate", str(two), "--accept", "acme/tests", "--trust", public, "--prompt", "Hello",
+                     "--max-tokens", "2", "--runtime", "production", "--rank-peers", "processes",
+                     "--master", master]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "peer rank 1 was started with a world size of 3, but the core has manifest.ranks = 2" in err
+        assert peer.wait(timeout=60) == 1
+        said = peer.stderr.read().strip().splitlines()
+        assert said[-1].endswith("rank 0 refused the ranks: peer rank 1 was started with a world size of 3, "
+                                 "but the core has manifest.ranks = 2")
+    finally:
+        peer.kill()
+        peer.wait()
 
 
 def test_tp_3_on_four_heads_is_one_line_naming_the_field(tiny_checkpoint, tmp_path, capsys):
@@ -74,3 +105,13 @@ def test_tp_3_on_four_heads_is_one_line_naming_the_field(tiny_checkpoint, tmp_pa
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--tp 3: config.json: num_attention_heads = 4 is not divisible by 3" in err
     assert not (tmp_path / "m.hcore").exists()
+
+
+def test_inspect_runtime_loads_every_rank_and_shows_each_ranks_weights(signed, capsys):
+    _, two, public = signed
+    capsys.readouterr()
+    assert main(["inspect", str(two), "--runtime", "--accept", "acme/tests", "--trust", public, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ranks"] == 2 and report["cache"]["pages"] > 0
+    per_rank = report["weight_bytes_per_rank"]
+    assert len(per_rank) == 2 and per_rank[0] == per_rank[1] == report["weight_bytes"] > 0

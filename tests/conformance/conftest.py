@@ -41,6 +41,23 @@ def signed_core(tiny_checkpoint, tmp_path_factory):
     return core, f"{key}.pub"
 
 
+@pytest.fixture(scope="session")
+def signed_tp_core(tiny_checkpoint, tmp_path_factory):
+    """(core file, public key file): the same tiny checkpoint prepared with --tp 2 and signed."""
+    from helios.cli import main
+
+    directory = tmp_path_factory.mktemp("conform-tp")
+    key = directory / "publisher.key"
+    assert main(["keys", "new", "--out", str(key)]) == 0
+    core = directory / "tiny-tp2.hcore"
+    options = ["--dtype", CAPACITIES["dtype"], "--page-tokens", str(CAPACITIES["page_tokens"]),
+               "--batch-capacities", "1,2", "--prefill-capacities", "8", "--context-tokens",
+               str(CAPACITIES["context_tokens"]), "--tp", "2"]
+    assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
+                 "--key", str(key), *options]) == 0
+    return core, f"{key}.pub"
+
+
 # A second geometry for the generated workloads: 16-token pages, no sliding window, a tool syntax
 # (a short ChatML template writing assistant calls in the Qwen Coder syntax) and two EOS ids (the
 # core lists them in ascending order: 256, then 258, the turn end).

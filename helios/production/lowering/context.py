@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,6 +37,7 @@ class Context:
     linear: LinearPolicy  # the path (Triton or torch) of each small matrix product shape
     decls: Mapping[str, program_pb2.TensorDecl]  # the program's tensor declarations by name
     gpu_paths: GpuPaths | None = None  # the GPU's branches forced at small tiles (gpu_paths.py); None: off
+    group: Any = None  # the rank's RankGroup (production/ranks/group.py) the collectives call; None: one rank
 
     def t(self, name: str) -> torch.Tensor:
         return self.tensors[name]
