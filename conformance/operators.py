@@ -192,6 +192,10 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     for cohort in cases.cohorts:
         yield "page_snapshot", cohort.name, cohort, _page_copy("page_snapshot")
         yield "page_restore", cohort.name, cohort, _page_copy("page_restore")
+    for activation in ("silu", "gelu", "gelu_tanh", "quick_gelu"):
+        yield "activation", activation, first, _plain_activation(activation)
+    yield "bidirectional_attention", "groups", first, _bidirectional_attention(grouped=False)
+    yield "bidirectional_attention", "groups/gqa", first, _bidirectional_attention(grouped=True)
     yield "fill", "f32", first, _fill
 
 
@@ -496,6 +500,29 @@ def _page_copy(op: str) -> Builder:
         else:
             p.outputs.append(cache)
             p.builder.page_restore(cache, continuation, table, *inputs)
+    return build
+
+
+def _plain_activation(activation: str) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        out = p.output("out", (7, g["ffn"]))
+        p.builder.activation(p.input("x", _normal(rng, 7, g["ffn"], scale=3.0)), activation=activation, into=out)
+    return build
+
+
+def _bidirectional_attention(*, grouped: bool) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        """Three images of 5, 1 and 4 patches, interleaved with padding rows (group -1: zeros); each
+        row attends its whole image, before and after it."""
+        heads, head_dim = g["heads"], g["head_dim"]
+        kv_heads = g["kv_heads"] if grouped else heads
+        group = np.array([0, 0, 1, -1, 2, 0, 2, 0, 2, -1, 0, 2], np.int32)
+        rows = group.shape[0]
+        out = p.output("out", (rows, heads * head_dim))
+        p.builder.bidirectional_attention(
+            p.input("q", _normal(rng, rows, heads * head_dim)), p.input("k", _normal(rng, rows, kv_heads * head_dim)),
+            p.input("v", _normal(rng, rows, kv_heads * head_dim)), p.input("group", group, "i32"),
+            scale=head_dim ** -0.5, head_dim=head_dim, into=out)
     return build
 
 

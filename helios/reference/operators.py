@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, sampling, scores, snapshots, speculative
+from helios.reference import collectives, sampling, scores, snapshots, speculative, vision
 
 F = np.float32
 
@@ -288,5 +288,7 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "prompt_scores": scores.prompt_scores,
     "page_snapshot": snapshots.page_snapshot,
     "page_restore": snapshots.page_restore,
+    "activation": vision.activation,
+    "bidirectional_attention": vision.bidirectional_attention,
     "fill": fill,
 })
