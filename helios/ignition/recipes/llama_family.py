@@ -44,6 +44,7 @@ from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.speculative import speculative_inputs
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
+from helios.ignition.recipes.llava_vision import image_context_inputs
 from helios.program import ACTIVATIONS, ProgramBuilder
 from helios.program.speculative import PROPOSAL_DRAW
 from helios.proto import manifest_pb2 as M
@@ -523,7 +524,8 @@ def _cache_state(b: ProgramBuilder, name: str, buffer: str, planes: HistoryPlane
 def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarations, *, graph: str,
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
                  pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
-                 shard: RankShard | None = None, scores: tuple[int, int] | None = None):
+                 shard: RankShard | None = None, scores: tuple[int, int] | None = None,
+                 image_store_rows: int | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
     With `scores` = (R, K), the SCORED_PREFILL program of the same P: it also scores every packed
@@ -535,7 +537,8 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     host binding feeds it; "host": a PENDING_TOKEN binding feeds it. With a `draft` (a speculative
     core), the draft model consumes the same packed rows, so its history stays in step with the
     target's for a later speculative round. With a `shard` the program is that rank's (its
-    `histories` hold the rank's key/value heads).
+    `histories` hold the rank's key/value heads). With `image_store_rows` (a vision core's feature
+    store of that many rows) each packed row's input adds its image feature (`ImageContext.inject`).
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
@@ -551,6 +554,14 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     target = Decoder(cfg, tuple(histories), weight_dtype, shard=shard)
     w = target.weights(b, specs)
     x = target.embed(b, w, tokens, name="x")
+    image_bindings: tuple = ()
+    if image_store_rows is not None:
+        if shard is not None and shard.ranks > 1 or draft is not None:
+            raise ValueError("image inputs on tensor-parallel ranks or with a draft model are not built")
+        image = image_context_inputs(decl, b, packed_tokens, store_rows=image_store_rows, hidden=cfg.hidden_size,
+                                     dtype=weight_dtype)
+        x = image.inject(b, x, name="x_image")
+        image_bindings = image.bindings
     x = target.layers(b, w, x, text.positions, text.token_lane, text.page_table, tag="")
     if draft is not None:
         dw = draft.weights(b, specs)
@@ -573,7 +584,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
                    sampled=sampled, consumed_endpoint=endpoint, width=completion_width)
     program = b.build(decl.buffers)
     bindings = (text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
-                + score_bindings)
+                + score_bindings + image_bindings)
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 

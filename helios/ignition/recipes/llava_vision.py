@@ -34,12 +34,16 @@ from typing import Any
 
 import numpy as np
 
+from helios.ignition.preparation.contract import Declarations
 from helios.ignition.reader import UnsupportedCheckpoint
 from helios.program import ProgramBuilder
 from helios.program.vision import PLAIN_ACTIVATIONS
+from helios.proto import contract_pb2 as C
+from helios.proto import manifest_pb2 as M
 from helios.proto import program_pb2
 
 VISION_PROGRAM = "vision_encoder"
+FEATURE_STORE = "image_features"
 SELECT_STRATEGIES = ("default", "full")
 _TOWER = "model.vision_tower."
 _PROJECTOR = "model.multi_modal_projector."
@@ -184,7 +188,7 @@ def vision_program(tower: VisionTower, *, feature_slots: int, dtype: str = "f32"
     patches = b.transport("image_patches", "image_patches", dtype, [rows, tower.patch_width])
     group = b.transport("patch_group", "patch_group", "i32", [rows])
     feature_rows = b.transport("image_feature_rows", "image_feature_rows", "i32", [rows])
-    store = b.state("image_features", "image_features", dtype, [feature_slots * tower.features, tower.text_hidden])
+    store = b.state(FEATURE_STORE, FEATURE_STORE, dtype, [feature_slots * tower.features, tower.text_hidden])
     x = b.matmul(patches, w("vision.patch_embedding", hidden, tower.patch_width))
     x = b.add(x, w("vision.position_embedding", rows, hidden))
     x = norm(x, _TOWER + "pre_layrnorm")
@@ -205,3 +209,38 @@ def vision_program(tower: VisionTower, *, feature_slots: int, dtype: str = "f32"
     h = linear(h, _PROJECTOR + "linear_2", text, text, tower.projector_bias)
     b.scatter(h, feature_rows, into=store)
     return b.build()
+
+
+@dataclass(frozen=True, slots=True)
+class ImageContext:
+    """The text program's image inputs: each packed row's feature-store row and the store."""
+
+    indices: str  # [P] i32 TRANSPORT: IMAGE_CONTEXT_INDICES, -1 for a text row
+    store: str  # [rows, hidden] STATE: the request slots' image features (the vision program's output)
+    bindings: tuple[C.ValueBinding, ...]
+
+    def inject(self, b: ProgramBuilder, embedded: str, *, name: str) -> str:
+        """The rows' input: the token embedding plus the row's image feature (a zero row for text
+        rows, index -1). The sentinel ids' embedding rows are zero (`zero_sentinel_rows`), so an image
+        row's input is exactly its feature and a text row's exactly its embedding."""
+        return b.add(embedded, b.gather(self.store, self.indices, name=f"{name}.image"), name=name)
+
+
+def image_context_inputs(decl: Declarations, b: ProgramBuilder, packed_tokens: int, *, store_rows: int,
+                         hidden: int, dtype: str) -> ImageContext:
+    """Declare the packed rows' IMAGE_CONTEXT_INDICES and the feature store in program `b`."""
+    buffer = decl.buffer(f"image_context_p{packed_tokens}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (packed_tokens,))
+    decl.buffer(FEATURE_STORE, M.BUFFER_ROLE_STATE, M.DTYPE_BF16 if dtype == "bf16" else M.DTYPE_F32,
+                (store_rows, hidden))
+    binding = C.ValueBinding(destination=buffer, source=C.VALUE_SOURCE_IMAGE_CONTEXT_INDICES,
+                             indexing=C.INDEXING_PACKED_TOKEN, padding=-1)
+    return ImageContext(b.transport("image_context", buffer, "i32", (packed_tokens,)),
+                        b.state(FEATURE_STORE, FEATURE_STORE, dtype, (store_rows, hidden)), (binding,))
+
+
+def zero_sentinel_rows(table: np.ndarray, sentinels: tuple[int, ...]) -> np.ndarray:
+    """The text embedding table with the image sentinels' rows zeroed: transformers overwrites those
+    rows' embeddings with the image features, so nothing ever reads them."""
+    out = np.array(table, np.float32, copy=True)
+    out[list(sentinels)] = 0.0
+    return out

@@ -1,0 +1,178 @@
+"""An image + text prompt through the LLaVA programs: the vision program writes the image's features
+into the feature store, the Llama-family prefill program (with image inputs) reads them at the
+sentinel rows, and the decode program continues. The logits equal transformers' LlavaForConditionalGeneration
+within 1e-4 relative (fp32) in the reference interpreter and in the production lowering, and 32
+greedy tokens equal transformers' greedy generation."""
+
+import io
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helios.frontend.image_layout import FeatureSpanLayout, feature_rows
+from helios.frontend.image_preparation import ClipPreparation
+from helios.ignition.preparation.contract import (
+    PAGE_TABLE_BUFFER,
+    Declarations,
+    TextGeometry,
+    completion_layout,
+    paged_history,
+)
+from helios.ignition.reader import read_checkpoint
+from helios.ignition.recipes import llama_family
+from helios.ignition.recipes.llava_vision import (
+    FEATURE_STORE,
+    read_vision_tower,
+    vision_program,
+    vision_resources,
+    zero_sentinel_rows,
+)
+from helios.program.validate import validate_program
+from helios.proto import contract_pb2 as C
+from helios.proto import manifest_pb2 as M
+from helios.reference.interpreter import execute
+from tests.fixtures.checkpoints import build_tokenizer
+
+torch = pytest.importorskip("torch")
+PIL = pytest.importorskip("PIL.Image")
+IMAGE_TOKEN = 299
+SLOTS, PAGES, PAGE_TOKENS = 1, 16, 4
+
+
+def _model():
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=28, patch_size=7, projection_dim=16)
+    text = LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=300, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(LlavaConfig(vision_config=vision, text_config=text,
+                                                      image_token_id=IMAGE_TOKEN)).eval()
+    with torch.no_grad():  # sharper logits than the init's, so greedy ids do not ride on near-ties
+        model.lm_head.weight.mul_(20.0)
+        model.model.multi_modal_projector.linear_2.weight.mul_(20.0)
+    return model
+
+
+def _text_checkpoint(model, directory):
+    """The LLaVA's text model as a Llama checkpoint directory (what the text recipe reads)."""
+    from transformers import LlamaForCausalLM
+
+    llama = LlamaForCausalLM(model.config.text_config)
+    state = {k.replace("model.language_model.", "model."): v for k, v in model.state_dict().items()
+             if k.startswith("model.language_model.") or k == "lm_head.weight"}
+    llama.load_state_dict(state)
+    llama.config.eos_token_id = 0
+    llama.save_pretrained(directory)
+    build_tokenizer("llama").save(str(Path(directory) / "tokenizer.json"))
+    return read_checkpoint(directory)
+
+
+def _buffers(decl: Declarations) -> dict[str, np.ndarray]:
+    out = {}
+    for name, d in decl.buffers.items():
+        shape = [PAGES if (i == 0 and e == 0) else e for i, e in enumerate(d.shape)]
+        out[name] = np.zeros(shape, np.int32 if d.dtype == M.DTYPE_I32 else
+                             np.int64 if d.dtype == M.DTYPE_I64 else np.float32)
+    return out
+
+
+def test_an_image_prompt_gives_transformers_logits_and_greedy_tokens():
+    from helios.production.buffers import ScratchArena
+    from helios.production.lowering import lower_program
+
+    model = _model()
+    tower = read_vision_tower(model.config.to_dict())
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = _text_checkpoint(model, directory)
+    cfg = llama_family.parse_config(checkpoint)
+    geometry = TextGeometry(slots=SLOTS, page_tokens=PAGE_TOKENS, max_pages=PAGES, sampled_tokens=300, logits_width=300)
+    decl = Declarations()
+    completion_layout(decl, geometry, width=1, speculative=False)
+    histories = [paged_history(decl, geometry, layer=i, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+                               dtype=M.DTYPE_F32) for i in range(cfg.layers)]
+    layout = FeatureSpanLayout(IMAGE_TOKEN, IMAGE_TOKEN, tower.features)
+    buffer = io.BytesIO()
+    PIL.fromarray(np.random.default_rng(5).integers(0, 256, (30, 36, 3), dtype=np.uint8)).save(buffer, format="PNG")
+    prepared = ClipPreparation(tower.image_size, tower.patch_size).prepare(buffer.getvalue(), "image")
+    laid = layout.lay_out([1, 17, IMAGE_TOKEN, 42, 7, 99], [prepared.digest], "messages")
+    prompt = len(laid.tokens)
+    prefill, bindings, _ = llama_family.text_program(
+        cfg, geometry, decl, graph="prefill", packed_tokens=prompt, weight_dtype="f32", histories=histories,
+        pending_token="host", image_store_rows=SLOTS * tower.features)
+    assert any(b.source == C.VALUE_SOURCE_IMAGE_CONTEXT_INDICES for b in bindings)
+    decode, _, _ = llama_family.text_program(cfg, geometry, decl, graph="decode", packed_tokens=1,
+                                             weight_dtype="f32", histories=histories, pending_token="host")
+    vision = vision_program(tower, feature_slots=SLOTS)
+
+    stored = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    text_weights = {k.replace("model.language_model.", "model."): v for k, v in stored.items()
+                    if k.startswith("model.language_model.") or k == "lm_head.weight"}
+    text_weights["model.embed_tokens.weight"] = zero_sentinel_rows(text_weights["model.embed_tokens.weight"],
+                                                                   (IMAGE_TOKEN,))
+    weights = {**text_weights, **vision_resources(tower, stored)}
+
+    with torch.no_grad():
+        ids = torch.tensor([laid.tokens])
+        pixels = torch.from_numpy(prepared.pixels[None])
+        expected = model(input_ids=ids, pixel_values=pixels).logits[0, -1].numpy()
+        generated = model.generate(input_ids=ids, pixel_values=pixels, max_new_tokens=32, do_sample=False,
+                                   min_new_tokens=32)[0, prompt:].tolist()
+
+    def run(executor):
+        """Vision, prefill, then 31 decode steps; (the prefill's last logits, the 32 greedy ids)."""
+        values = _buffers(decl)
+        values["image_patches"] = prepared.patches
+        values["patch_group"] = np.zeros(tower.rows, np.int32)
+        values["image_feature_rows"] = feature_rows(tower.rows, tower.features, 0, skip_class=True)
+        values[FEATURE_STORE] = np.zeros((SLOTS * tower.features, cfg.hidden_size), np.float32)
+        values[PAGE_TABLE_BUFFER][0] = np.arange(PAGES, dtype=np.int32)
+        executor(vision, values)
+        values[f"tokens_p{prompt}"][:] = laid.tokens
+        values[f"positions_p{prompt}"][:] = np.arange(prompt)
+        values[f"next_positions_p{prompt}"][:] = np.arange(1, prompt + 1)
+        values[f"token_lane_p{prompt}"][:] = 0
+        values[f"image_context_p{prompt}"][:] = laid.context_indices([0], tower.features)
+        env = executor(prefill, values)
+        first = np.array(env["logits"][0])
+        tokens = [int(np.argmax(first))]
+        for step in range(31):
+            position = prompt + step
+            values["tokens_p1"][:] = tokens[-1]
+            values["positions_p1"][:] = position
+            values["next_positions_p1"][:] = position + 1
+            values["token_lane_p1"][:] = 0
+            tokens.append(int(np.argmax(executor(decode, values)["logits"][0])))
+        return first, tokens
+
+    def reference(program, values):
+        return execute(program, values, validate_program(program))
+
+    first, tokens = run(lambda program, values: reference(program, {**values, **weights}))
+    relative = np.max(np.abs(first - expected)) / np.max(np.abs(expected))
+    assert relative < 1e-4, relative
+    assert tokens == generated and len(set(generated)) > 3
+
+    device = torch.device("cpu")
+    arena = ScratchArena(device)
+    resident = {**{llama_family.weight_resource(k): torch.from_numpy(v) for k, v in text_weights.items()},
+                **{k: torch.from_numpy(v) for k, v in vision_resources(tower, stored).items()}}
+    plans: dict = {}
+
+    def production(program, values):
+        """Each program lowered once over the run's arrays (torch shares their memory), then run."""
+        if program.graph not in plans:
+            buffers = {k: torch.from_numpy(v) for k, v in values.items()}
+            plans[program.graph] = lower_program(program, validate_program(program), weights=resident,
+                                                 buffers=buffers, arena=arena, device=device)
+        plan = plans[program.graph]
+        plan.run()
+        return {name: t.numpy().copy() for name, t in plan.scratch.items() if name == "logits"}
+
+    first, tokens = run(production)
+    relative = np.max(np.abs(first - expected)) / np.max(np.abs(expected))
+    assert relative < 1e-4, relative
+    assert tokens == generated
