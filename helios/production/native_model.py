@@ -54,7 +54,13 @@ from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
-from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
+from helios.runtime.packing import (
+    GraphPacking,
+    LaneInput,
+    check_history_regions,
+    check_page_table_views,
+    check_vision,
+)
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
 REQUIRED_OPERATIONS = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
@@ -266,6 +272,7 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
                             f"{manifest.ranks} ranks (the reference runtime runs them: --runtime reference)")
     check_page_table_views(serving)
     check_history_regions(serving, manifest)
+    check_vision(serving)
     descriptors = {b.name: b for b in manifest.buffers}
     handles = {h.name: h for h in manifest.graphs}
     out: dict[str, _Program] = {}

@@ -105,6 +105,30 @@ def check_history_regions(serving: contract_pb2.ServingContract,
                                           f"{problem}")
 
 
+class UnservedVision(PackingError):
+    """A core declares image inputs, which no runtime serves yet (docs/vision.md)."""
+
+
+def check_vision(serving: contract_pb2.ServingContract) -> None:
+    """Refuse, in one line naming the field, a core that declares image inputs: feature slots, image
+    sentinels or an image implementation other than NONE. The vision programs, image preparation and
+    layouts are built, but the packer's image sources and the engine's vision step are not, and a core
+    whose images were silently dropped would be served wrong (docs/vision.md)."""
+    model = serving.model
+    declared = []
+    if model.vision.feature_slots or model.vision.patch_capacities:
+        declared.append("model.vision")
+    if model.input_vocabulary.image_sentinels:
+        declared.append("model.input_vocabulary.image_sentinels")
+    if model.frontend.image_preparation not in (V.IMAGE_PREPARATION_UNSPECIFIED, V.IMAGE_PREPARATION_NONE):
+        declared.append("model.frontend.image_preparation")
+    if model.frontend.image_layout not in (V.IMAGE_LAYOUT_UNSPECIFIED, V.IMAGE_LAYOUT_NONE):
+        declared.append("model.frontend.image_layout")
+    if declared:
+        raise UnservedVision(f"{declared[0]}: image inputs are not served by this runtime yet "
+                             f"(the core declares {', '.join(declared)})")
+
+
 def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
     """The cache planes of the paged regions (key/value and sliding-window), in region order."""
     return [plane for region in serving.model.cache.histories
