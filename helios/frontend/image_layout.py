@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helios.frontend.errors import RequestFieldError
+from helios.proto import contract_pb2 as C
 
 
 class ImageCountMismatch(RequestFieldError):
@@ -119,3 +120,15 @@ class FeatureSpanLayout:
             else:
                 out.append(int(token))
         return LaidOutPrompt(tuple(out), tuple(spans))
+
+
+def layout_for(frontend: C.FrontendContract, vision: C.VisionContract) -> FeatureSpanLayout | None:
+    """The implementation the core's image-layout selector names, from its image token layout data
+    (the one feature id is the placeholder and the sentinel) and the vision contract's features per
+    window; None for IMAGE_LAYOUT_NONE."""
+    if frontend.image_layout == C.IMAGE_LAYOUT_FEATURE_SPAN:
+        sentinel = frontend.image_token_layout.feature_ids[0]
+        return FeatureSpanLayout(sentinel, sentinel, vision.features_per_window)
+    if frontend.image_layout == C.IMAGE_LAYOUT_NONE:
+        return None
+    raise ValueError(f"image layout {frontend.image_layout} has no implementation")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helios.frontend.errors import RequestFieldError
+from helios.proto import contract_pb2 as C
 
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/webp")
 MAX_DECODED_PIXELS = 4096 * 4096  # an image past this is refused before it is decoded
@@ -136,3 +137,14 @@ class ClipPreparation:
         """Decode, resize, normalise and patchify one request image (errors name `param`)."""
         pixels = self.pixels(decode_image(data, param))
         return PreparedImage(pixels, self.patchify(pixels), image_digest(data))
+
+
+def preparation_for(frontend: C.FrontendContract) -> ClipPreparation | None:
+    """The implementation the core's image-preparation selector names, built from its image settings
+    (validated with the contract); None for IMAGE_PREPARATION_NONE."""
+    if frontend.image_preparation == C.IMAGE_PREPARATION_CLIP:
+        s = frontend.image_settings
+        return ClipPreparation(s.image_size, s.patch_size, tuple(s.mean), tuple(s.std))
+    if frontend.image_preparation == C.IMAGE_PREPARATION_NONE:
+        return None
+    raise ValueError(f"image preparation {frontend.image_preparation} has no implementation")
