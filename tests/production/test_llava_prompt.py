@@ -1,5 +1,5 @@
-"""An image + text prompt through the LLaVA programs: the vision program writes the image's features
-into the feature store, the Llama-family prefill program (with image inputs) reads them at the
+"""An image + text prompt through the LLaVA programs: the Llama-family prefill program (with an image
+encoder and image inputs) encodes the image into its feature slot, reads the features at the
 sentinel rows, and the decode program continues. The logits equal transformers' LlavaForConditionalGeneration
 within 1e-4 relative (fp32) in the reference interpreter and in the production lowering, and 32
 greedy tokens equal transformers' greedy generation."""
@@ -23,9 +23,7 @@ from helios.ignition.preparation.contract import (
 from helios.ignition.reader import read_checkpoint
 from helios.ignition.recipes import llama_family
 from helios.ignition.recipes.llava_vision import (
-    FEATURE_STORE,
     read_vision_tower,
-    vision_program,
     vision_resources,
     zero_sentinel_rows,
 )
@@ -102,11 +100,12 @@ def test_an_image_prompt_gives_transformers_logits_and_greedy_tokens():
     prompt = len(laid.tokens)
     prefill, bindings, _ = llama_family.text_program(
         cfg, geometry, decl, graph="prefill", packed_tokens=prompt, weight_dtype="f32", histories=histories,
-        pending_token="host", image_store_rows=SLOTS * tower.features)
-    assert any(b.source == C.VALUE_SOURCE_IMAGE_CONTEXT_INDICES for b in bindings)
+        pending_token="host", image_store_rows=SLOTS * tower.features, encoder=tower)
+    sources = {b.source for b in bindings}
+    assert {C.VALUE_SOURCE_IMAGE_CONTEXT_INDICES, C.VALUE_SOURCE_IMAGE_FEATURE_INDICES,
+            C.VALUE_SOURCE_IMAGE_TENSOR} <= sources
     decode, _, _ = llama_family.text_program(cfg, geometry, decl, graph="decode", packed_tokens=1,
                                              weight_dtype="f32", histories=histories, pending_token="host")
-    vision = vision_program(tower, feature_slots=SLOTS)
 
     stored = {k: v.float().numpy() for k, v in model.state_dict().items()}
     text_weights = {k.replace("model.language_model.", "model."): v for k, v in stored.items()
@@ -123,14 +122,13 @@ def test_an_image_prompt_gives_transformers_logits_and_greedy_tokens():
                                    min_new_tokens=32)[0, prompt:].tolist()
 
     def run(executor):
-        """Vision, prefill, then 31 decode steps; (the prefill's last logits, the 32 greedy ids)."""
+        """The prefill (encoding the image first), then 31 decode steps; (the prefill's last logits,
+        the 32 greedy ids)."""
         values = _buffers(decl)
         values["image_patches"] = prepared.patches
         values["patch_group"] = np.zeros(tower.rows, np.int32)
         values["image_feature_rows"] = feature_rows(tower.rows, tower.features, 0, skip_class=True)
-        values[FEATURE_STORE] = np.zeros((SLOTS * tower.features, cfg.hidden_size), np.float32)
         values[PAGE_TABLE_BUFFER][0] = np.arange(PAGES, dtype=np.int32)
-        executor(vision, values)
         values[f"tokens_p{prompt}"][:] = laid.tokens
         values[f"positions_p{prompt}"][:] = np.arange(prompt)
         values[f"next_positions_p{prompt}"][:] = np.arange(1, prompt + 1)

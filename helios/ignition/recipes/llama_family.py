@@ -44,7 +44,7 @@ from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.speculative import speculative_inputs
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
-from helios.ignition.recipes.llava_vision import image_context_inputs
+from helios.ignition.recipes.llava_vision import VisionTower, encode_image, image_context_inputs
 from helios.program import ACTIVATIONS, ProgramBuilder
 from helios.program.speculative import PROPOSAL_DRAW
 from helios.proto import manifest_pb2 as M
@@ -525,7 +525,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
                  pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
                  shard: RankShard | None = None, scores: tuple[int, int] | None = None,
-                 image_store_rows: int | None = None):
+                 image_store_rows: int | None = None, encoder: VisionTower | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
     With `scores` = (R, K), the SCORED_PREFILL program of the same P: it also scores every packed
@@ -538,7 +538,10 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     core), the draft model consumes the same packed rows, so its history stays in step with the
     target's for a later speculative round. With a `shard` the program is that rank's (its
     `histories` hold the rank's key/value heads). With `image_store_rows` (a vision core's feature
-    store of that many rows) each packed row's input adds its image feature (`ImageContext.inject`).
+    store of that many rows) each packed row's input adds its image feature (`ImageContext.inject`);
+    with an `encoder` too (a PREFILL program at the tower's patch capacity), the program first encodes
+    the submission's image into its feature slot (`encode_image`: the vision encoder runs inside the
+    prefill graph, the contract has no operation of its own for it).
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
@@ -555,13 +558,18 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     w = target.weights(b, specs)
     x = target.embed(b, w, tokens, name="x")
     image_bindings: tuple = ()
+    if encoder is not None and image_store_rows is None:
+        raise ValueError("an encoder needs the feature store (image_store_rows)")
     if image_store_rows is not None:
         if shard is not None and shard.ranks > 1 or draft is not None:
             raise ValueError("image inputs on tensor-parallel ranks or with a draft model are not built")
+        if encoder is not None:
+            image_bindings = encode_image(b, encoder, feature_slots=image_store_rows // encoder.features,
+                                          dtype=weight_dtype, decl=decl).bindings
         image = image_context_inputs(decl, b, packed_tokens, store_rows=image_store_rows, hidden=cfg.hidden_size,
                                      dtype=weight_dtype)
         x = image.inject(b, x, name="x_image")
-        image_bindings = image.bindings
+        image_bindings += image.bindings
     x = target.layers(b, w, x, text.positions, text.token_lane, text.page_table, tag="")
     if draft is not None:
         dw = draft.weights(b, specs)

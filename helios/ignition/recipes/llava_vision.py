@@ -170,13 +170,32 @@ def vision_resources(tower: VisionTower, tensors: Mapping[str, np.ndarray]) -> d
     return out
 
 
-def vision_program(tower: VisionTower, *, feature_slots: int, dtype: str = "f32") -> program_pb2.Program:
-    """The encoder and projector of one image at the tower's patch capacity (module docstring); its
-    features land in the STATE feature store [feature_slots * features, text hidden]."""
-    b = ProgramBuilder(VISION_PROGRAM)
+@dataclass(frozen=True, slots=True)
+class EncodedImage:
+    store: str  # the STATE feature store the encoder wrote
+    bindings: tuple[C.ValueBinding, ...]  # the encoder's image inputs: layout tensors and feature rows
+
+
+def _store(decl: Declarations | None, b: ProgramBuilder, rows: int, hidden: int, dtype: str) -> str:
+    if decl is not None:
+        decl.buffer(FEATURE_STORE, M.BUFFER_ROLE_STATE, M.DTYPE_BF16 if dtype == "bf16" else M.DTYPE_F32,
+                    (rows, hidden))
+    if b.declared(FEATURE_STORE):  # the encoder and the text rows of one program share it
+        return FEATURE_STORE
+    return b.state(FEATURE_STORE, FEATURE_STORE, dtype, (rows, hidden))
+
+
+def encode_image(b: ProgramBuilder, tower: VisionTower, *, feature_slots: int, dtype: str = "f32",
+                 decl: Declarations | None = None) -> EncodedImage:
+    """Emit the encoder and projector of one image into program `b` (module docstring): its features
+    land in the STATE feature store [feature_slots * features, text hidden]. With `decl`, the
+    manifest buffers are declared there and the inputs bound: the layout's `patches` and
+    `patch_group` (IMAGE_TENSOR) and the feature rows (IMAGE_FEATURE_INDICES)."""
     rows, hidden = tower.rows, tower.hidden
 
     def w(name: str, *shape: int) -> str:
+        if b.declared(name):
+            return name
         return b.weight(name, resource=name, dtype=dtype, shape=list(shape))
 
     def linear(x: str, name: str, out: int, inp: int, bias: bool = True) -> str:
@@ -185,10 +204,23 @@ def vision_program(tower: VisionTower, *, feature_slots: int, dtype: str = "f32"
     def norm(x: str, name: str) -> str:
         return b.layer_norm(x, w(name + ".weight", hidden), w(name + ".bias", hidden), eps=tower.eps)
 
-    patches = b.transport("image_patches", "image_patches", dtype, [rows, tower.patch_width])
-    group = b.transport("patch_group", "patch_group", "i32", [rows])
-    feature_rows = b.transport("image_feature_rows", "image_feature_rows", "i32", [rows])
-    store = b.state(FEATURE_STORE, FEATURE_STORE, dtype, [feature_slots * tower.features, tower.text_hidden])
+    inputs = {"image_patches": (dtype, (rows, tower.patch_width)), "patch_group": ("i32", (rows,)),
+              "image_feature_rows": ("i32", (rows,))}
+    bindings = []
+    if decl is not None:
+        for name, (kind, shape) in inputs.items():
+            decl.buffer(name, M.BUFFER_ROLE_TRANSPORT,
+                        {"i32": M.DTYPE_I32, "bf16": M.DTYPE_BF16}.get(kind, M.DTYPE_F32), shape)
+        bindings = [
+            C.ValueBinding(destination="image_patches", source=C.VALUE_SOURCE_IMAGE_TENSOR,
+                           indexing=C.INDEXING_SCALAR, image_output="patches"),
+            C.ValueBinding(destination="patch_group", source=C.VALUE_SOURCE_IMAGE_TENSOR,
+                           indexing=C.INDEXING_SCALAR, image_output="patch_group"),
+            C.ValueBinding(destination="image_feature_rows", source=C.VALUE_SOURCE_IMAGE_FEATURE_INDICES,
+                           indexing=C.INDEXING_SCALAR, padding=-1),
+        ]
+    patches, group, feature_rows = (b.transport(name, name, kind, shape) for name, (kind, shape) in inputs.items())
+    store = _store(decl, b, feature_slots * tower.features, tower.text_hidden, dtype)
     x = b.matmul(patches, w("vision.patch_embedding", hidden, tower.patch_width))
     x = b.add(x, w("vision.position_embedding", rows, hidden))
     x = norm(x, _TOWER + "pre_layrnorm")
@@ -208,6 +240,13 @@ def vision_program(tower: VisionTower, *, feature_slots: int, dtype: str = "f32"
     h = b.activation(h, activation=tower.projector_activation)
     h = linear(h, _PROJECTOR + "linear_2", text, text, tower.projector_bias)
     b.scatter(h, feature_rows, into=store)
+    return EncodedImage(store, tuple(bindings))
+
+
+def vision_program(tower: VisionTower, *, feature_slots: int, dtype: str = "f32") -> program_pb2.Program:
+    """The encoder and projector of one image alone, as its own program (`encode_image`)."""
+    b = ProgramBuilder(VISION_PROGRAM)
+    encode_image(b, tower, feature_slots=feature_slots, dtype=dtype)
     return b.build()
 
 
@@ -230,12 +269,10 @@ def image_context_inputs(decl: Declarations, b: ProgramBuilder, packed_tokens: i
                          hidden: int, dtype: str) -> ImageContext:
     """Declare the packed rows' IMAGE_CONTEXT_INDICES and the feature store in program `b`."""
     buffer = decl.buffer(f"image_context_p{packed_tokens}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (packed_tokens,))
-    decl.buffer(FEATURE_STORE, M.BUFFER_ROLE_STATE, M.DTYPE_BF16 if dtype == "bf16" else M.DTYPE_F32,
-                (store_rows, hidden))
     binding = C.ValueBinding(destination=buffer, source=C.VALUE_SOURCE_IMAGE_CONTEXT_INDICES,
                              indexing=C.INDEXING_PACKED_TOKEN, padding=-1)
     return ImageContext(b.transport("image_context", buffer, "i32", (packed_tokens,)),
-                        b.state(FEATURE_STORE, FEATURE_STORE, dtype, (store_rows, hidden)), (binding,))
+                        _store(decl, b, store_rows, hidden, dtype), (binding,))
 
 
 def zero_sentinel_rows(table: np.ndarray, sentinels: tuple[int, ...]) -> np.ndarray:
