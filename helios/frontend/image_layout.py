@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helios.frontend.errors import RequestFieldError
+from helios.frontend.errors import ImagesNotServed, RequestFieldError
 from helios.proto import contract_pb2 as C
 
 
@@ -32,10 +32,6 @@ class ImageCountMismatch(RequestFieldError):
 
 class TooManyImages(RequestFieldError):
     """A request holds more images than the core has feature slots."""
-
-
-class ImagesNotServed(RequestFieldError):
-    """A request holds images for a core without vision."""
 
 
 def check_image_count(images: int, feature_slots: int, param: str) -> None:
