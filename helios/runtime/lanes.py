@@ -60,6 +60,9 @@ class LaneInput:
     # snapshotted into (SNAPSHOT_DESTINATION) at its endpoint `consumed`; -1 for none (every other lane).
     restore_source: int = -1
     snapshot_destination: int = -1
+    # A request with images: the feature-store row of each position of its full prompt (the image
+    # layout's `context_indices`, -1 for a text position; IMAGE_CONTEXT_INDICES); () without images.
+    image_context: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round

@@ -34,6 +34,9 @@ Source layouts (the trailing extent of the destination row):
     SCORED_PREFILL_TARGETS                                               -> one integer per packed token:
         the prompt token after the row's own (position + 1 of the lane's full prompt), `padding`
         past the prompt's last token
+    IMAGE_CONTEXT_INDICES                                                -> one integer per packed token:
+        the feature-store row of a prompt row's position (`LaneInput.image_context`), `padding` for
+        text positions (-1 there), pending rows and lanes without images
     PENDING_TOKEN with a row indexing                                    -> the lane's pending token
     PAGE_TABLE                                                           -> [pages] page ids, padded
     SEED_BITS                                                            -> [2] (low, high 32 bits) of
@@ -214,7 +217,7 @@ _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOU
                 V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK,
                 V.VALUE_SOURCE_CANDIDATE_IDS, V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS)
 _TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS,
-                  V.VALUE_SOURCE_SCORED_PREFILL_TARGETS)
+                  V.VALUE_SOURCE_SCORED_PREFILL_TARGETS, V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES)
 
 
 def _source_name(source: int) -> str:
@@ -404,6 +407,18 @@ class ResolvedBinding:
                 if count > 0:
                     targets = np.asarray(prompt[first:first + count], dtype=np.int64) + self.offset
                     view[start:start + count] = targets.reshape((count, *trailing))
+                start = end
+        elif source == V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES:
+            # a prompt row at position consumed + p reads image_context there; text positions (-1),
+            # positions past it, pending rows and padding keep `padding`
+            view[:total] = self.padding
+            start = 0
+            for lane, end in zip(columns.lanes, columns.ends.tolist(), strict=True):
+                context = lane.image_context[lane.consumed:lane.consumed + lane.prompt_tokens_in_round]
+                if context:
+                    rows = np.asarray(context, dtype=np.int64)
+                    values = np.where(rows >= 0, rows + self.offset, self.padding)
+                    view[start:start + len(rows)] = values.reshape((len(rows), *trailing))
                 start = end
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
             ends = columns.ends[columns.has_pending] - 1

@@ -125,3 +125,17 @@ def test_candidate_grammar_masks_rows():
         _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (4, 3)), lanes)
     with pytest.raises(LaneOverflow, match="position masks"):
         _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (1, 2)), lanes)
+
+
+def test_image_context_indices_follow_each_prompt_rows_position():
+    from dataclasses import replace
+
+    # a lane whose prompt holds an image at positions 2..4 (store rows 8..10), consumed 1 before this
+    # chunk of 4 prompt rows; a decode lane (its pending row never reads a feature); a text lane
+    image = replace(_lane(3, 1, (21, 22, 23, 24), False), image_context=(-1, -1, 8, 9, 10, -1, -1))
+    lanes = [image, _lane(1, 9, (99,), True), _lane(5, 0, (31, 32), False)]
+    context = _write(_binding(V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES, V.INDEXING_PACKED_TOKEN, 9), lanes)
+    assert context.tolist() == [-1, 8, 9, 10, -1, -1, -1, -1, -1]
+    shifted = _write(_binding(V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES, V.INDEXING_PACKED_TOKEN, 9, offset=100,
+                              padding=-5), lanes)
+    assert shifted.tolist() == [-5, 108, 109, 110, -5, -5, -5, -5, -5]  # the offset never shifts text rows
