@@ -1,6 +1,7 @@
 """An image + text prompt through the LLaVA programs: the Llama-family prefill program (with an image
 encoder and image inputs) encodes the image into its feature slot, reads the features at the
-sentinel rows, and the decode program continues. The logits equal transformers' LlavaForConditionalGeneration
+sentinel rows, and the decode program continues; the runtime's packer fills every input from the
+lanes (the image's layout tensors, feature rows and context indices included). The logits equal transformers' LlavaForConditionalGeneration
 within 1e-4 relative (fp32) in the reference interpreter and in the production lowering, and 32
 greedy tokens equal transformers' greedy generation."""
 
@@ -14,7 +15,6 @@ import pytest
 from helios.frontend.image_layout import FeatureSpanLayout, feature_rows
 from helios.frontend.image_preparation import ClipPreparation
 from helios.ignition.preparation.contract import (
-    PAGE_TABLE_BUFFER,
     Declarations,
     TextGeometry,
     completion_layout,
@@ -31,6 +31,9 @@ from helios.program.validate import validate_program
 from helios.proto import contract_pb2 as C
 from helios.proto import manifest_pb2 as M
 from helios.reference.interpreter import execute
+from helios.runtime.lanes import ImageSubmission, LaneInput
+from helios.runtime.packing import GraphPacking
+from helios.runtime.request import SamplingParams
 from tests.fixtures.checkpoints import build_tokenizer
 
 torch = pytest.importorskip("torch")
@@ -104,7 +107,7 @@ def test_an_image_prompt_gives_transformers_logits_and_greedy_tokens():
     sources = {b.source for b in bindings}
     assert {C.VALUE_SOURCE_IMAGE_CONTEXT_INDICES, C.VALUE_SOURCE_IMAGE_FEATURE_INDICES,
             C.VALUE_SOURCE_IMAGE_TENSOR} <= sources
-    decode, _, _ = llama_family.text_program(cfg, geometry, decl, graph="decode", packed_tokens=1,
+    decode, decode_bindings, _ = llama_family.text_program(cfg, geometry, decl, graph="decode", packed_tokens=1,
                                              weight_dtype="f32", histories=histories, pending_token="host")
 
     stored = {k: v.float().numpy() for k, v in model.state_dict().items()}
@@ -121,28 +124,38 @@ def test_an_image_prompt_gives_transformers_logits_and_greedy_tokens():
         generated = model.generate(input_ids=ids, pixel_values=pixels, max_new_tokens=32, do_sample=False,
                                    min_new_tokens=32)[0, prompt:].tolist()
 
+    manifest = M.ExecutionManifest(buffers=list(decl.buffers.values()))
+
+    def packing(graph: str, program, graph_bindings, packed: int) -> GraphPacking:
+        contract = C.GraphContract(name=graph, operation=C.OPERATION_PREFILL if packed > 1 else C.OPERATION_DECODE,
+                                   capacity=C.GraphCapacity(batch_capacity=1, packed_token_capacity=packed),
+                                   value_bindings=graph_bindings)
+        return GraphPacking.resolve(contract, manifest, physical_rows=SLOTS)
+
+    prefill_packing = packing("prefill", prefill, bindings, prompt)
+    decode_packing = packing("decode", decode, decode_bindings, 1)
+    image = ImageSubmission(
+        tensors=(("patch_group", np.zeros(tower.rows, np.int32)), ("patches", prepared.patches)),
+        feature_rows=feature_rows(tower.rows, tower.features, 0, skip_class=True))
+
+    def lane(consumed: int, tokens: tuple[int, ...], prompt_rows: int, **extra) -> LaneInput:
+        return LaneInput(slot=0, generation=0, consumed=consumed, tokens=tokens, prompt_tokens_in_round=prompt_rows,
+                         samples=True, page_ids=tuple(range(PAGES)), seed=0, sampling=SamplingParams(temperature=0.0),
+                         output_limit=32, eos_ids=(0,), prompt_token_ids=laid.tokens, **extra)
+
     def run(executor):
-        """The prefill (encoding the image first), then 31 decode steps; (the prefill's last logits,
-        the 32 greedy ids)."""
+        """The prefill (encoding the image first), then 31 decode steps, every input packed from the
+        lanes by the runtime's packer; (the prefill's last logits, the 32 greedy ids)."""
         values = _buffers(decl)
-        values["image_patches"] = prepared.patches
-        values["patch_group"] = np.zeros(tower.rows, np.int32)
-        values["image_feature_rows"] = feature_rows(tower.rows, tower.features, 0, skip_class=True)
-        values[PAGE_TABLE_BUFFER][0] = np.arange(PAGES, dtype=np.int32)
-        values[f"tokens_p{prompt}"][:] = laid.tokens
-        values[f"positions_p{prompt}"][:] = np.arange(prompt)
-        values[f"next_positions_p{prompt}"][:] = np.arange(1, prompt + 1)
-        values[f"token_lane_p{prompt}"][:] = 0
-        values[f"image_context_p{prompt}"][:] = laid.context_indices([0], tower.features)
+        for graph_packing in (prefill_packing, decode_packing):
+            graph_packing.initialize(values)
+        prefill_packing.pack([lane(0, laid.tokens, prompt, image=image,
+                                   image_context=tuple(laid.context_indices([0], tower.features).tolist()))], values)
         env = executor(prefill, values)
         first = np.array(env["logits"][0])
         tokens = [int(np.argmax(first))]
         for step in range(31):
-            position = prompt + step
-            values["tokens_p1"][:] = tokens[-1]
-            values["positions_p1"][:] = position
-            values["next_positions_p1"][:] = position + 1
-            values["token_lane_p1"][:] = 0
+            decode_packing.pack([lane(prompt + step, (tokens[-1],), 0)], values)
             tokens.append(int(np.argmax(executor(decode, values)["logits"][0])))
         return first, tokens
 
