@@ -40,6 +40,16 @@ class ImageSubmission:
     def tensor(self, name: str) -> np.ndarray | None:
         return next((array for key, array in self.tensors if key == name), None)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ImageSubmission):
+            return NotImplemented
+        return (np.array_equal(self.feature_rows, other.feature_rows)
+                and [k for k, _ in self.tensors] == [k for k, _ in other.tensors]
+                and all(a.dtype == b.dtype and np.array_equal(a, b)
+                        for (_, a), (_, b) in zip(self.tensors, other.tensors, strict=True)))
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 @dataclass(frozen=True, slots=True)
 class LaneInput:

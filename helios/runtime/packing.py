@@ -76,7 +76,7 @@ V = contract_pb2  # enum namespace
 
 
 class UnsupportedValueSource(PackingError):
-    """The binding's source is one this packer does not supply (e.g. image tensors)."""
+    """The binding's source is one this packer does not supply (e.g. the image feature slot)."""
 
 
 class ShiftedPageTableView(PackingError):
