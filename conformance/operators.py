@@ -195,6 +195,10 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
         yield "short_convolution", cohort.name, cohort, _short_convolution(bias=True)
     yield "short_convolution", f"{first.name}/no_bias", first, _short_convolution(bias=False)
     yield "state_row_copy", "rows", first, _state_row_copy
+    for activation in ("silu", "gelu", "gelu_tanh", "quick_gelu"):
+        yield "activation", activation, first, _plain_activation(activation)
+    yield "bidirectional_attention", "groups", first, _bidirectional_attention(grouped=False)
+    yield "bidirectional_attention", "groups/gqa", first, _bidirectional_attention(grouped=True)
     yield "fill", "f32", first, _fill
 
 
@@ -532,6 +536,27 @@ def _state_row_copy(p, rng, cohort, g, cases):
     source = np.array([0, 5, 2, -1, 7, 9], np.int32)
     destination = np.array([4, 0, 6, 1, -1, 3], np.int32)
     p.builder.state_row_copy(state, p.input("source", source, "i32"), p.input("destination", destination, "i32"))
+def _plain_activation(activation: str) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        out = p.output("out", (7, g["ffn"]))
+        p.builder.activation(p.input("x", _normal(rng, 7, g["ffn"], scale=3.0)), activation=activation, into=out)
+    return build
+
+
+def _bidirectional_attention(*, grouped: bool) -> Builder:
+    def build(p, rng, cohort, g, cases):
+        """Three images of 5, 1 and 4 patches, interleaved with padding rows (group -1: zeros); each
+        row attends its whole image, before and after it."""
+        heads, head_dim = g["heads"], g["head_dim"]
+        kv_heads = g["kv_heads"] if grouped else heads
+        group = np.array([0, 0, 1, -1, 2, 0, 2, 0, 2, -1, 0, 2], np.int32)
+        rows = group.shape[0]
+        out = p.output("out", (rows, heads * head_dim))
+        p.builder.bidirectional_attention(
+            p.input("q", _normal(rng, rows, heads * head_dim)), p.input("k", _normal(rng, rows, kv_heads * head_dim)),
+            p.input("v", _normal(rng, rows, kv_heads * head_dim)), p.input("group", group, "i32"),
+            scale=head_dim ** -0.5, head_dim=head_dim, into=out)
+    return build
 
 
 def _column_write(p, rng, cohort, g, cases):

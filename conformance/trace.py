@@ -47,6 +47,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import Completion, CompletionRows, completion_rows
+from helios.runtime.lanes import ImageSubmission
 from helios.runtime.packing import GraphPacking, LaneInput
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import PageCopy, RoundPlan
@@ -116,8 +117,12 @@ def _from_array(item: dict) -> tuple[tuple[int, ...], np.ndarray]:
 def lane_to_json(lane: LaneInput) -> dict:
     out = {name: getattr(lane, name) for name in LaneInput.__slots__}
     out["sampling"] = asdict(lane.sampling)
-    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied"):
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied", "image_context"):
         out[name] = list(out[name])
+    if lane.image is not None:
+        out["image"] = {"tensors": [{"name": name, "dtype": str(array.dtype), "shape": list(array.shape),
+                                     "values": array.ravel().tolist()} for name, array in lane.image.tensors],
+                        "feature_rows": [int(r) for r in lane.image.feature_rows]}
     if lane.grammar_mask is not None:
         out["grammar_mask"] = list(lane.grammar_mask)
     if lane.candidate_masks is not None:
@@ -128,9 +133,15 @@ def lane_to_json(lane: LaneInput) -> dict:
 def lane_from_json(data: dict) -> LaneInput:
     values = dict(data)
     values["sampling"] = SamplingParams(**values["sampling"])
-    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied"):
-        if name in values:  # copied proposals: recorded since history drafting (older traces have none)
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied", "image_context"):
+        if name in values:  # copied proposals, image context: recorded since they exist (older traces have none)
             values[name] = tuple(int(v) for v in values[name])
+    if values.get("image") is not None:
+        image = values["image"]
+        values["image"] = ImageSubmission(
+            tensors=tuple((t["name"], np.asarray(t["values"], dtype=np.dtype(t["dtype"])).reshape(t["shape"]))
+                          for t in image["tensors"]),
+            feature_rows=np.asarray(image["feature_rows"], dtype=np.int32))
     if values.get("grammar_mask") is not None:
         values["grammar_mask"] = tuple(int(v) for v in values["grammar_mask"])
     if values.get("candidate_masks") is not None:  # per-position masks: recorded since constrained speculation

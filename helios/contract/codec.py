@@ -23,6 +23,7 @@ from helios.contract.model import (
     Frontend,
     Graph,
     HistoryRegion,
+    ImageSettings,
     InputVocabulary,
     PageTableView,
     PrefixBoundaryRule,
@@ -149,6 +150,8 @@ def frontend_from_proto(m: contract_pb2.FrontendContract) -> Frontend:
         template_tokens=tuple((t.text, t.id) for t in m.template_tokens),
         image_feature_ids=tuple(m.image_token_layout.feature_ids),
         image_atomic_spans=tuple((s.open_id, s.close_id) for s in m.image_token_layout.atomic_spans),
+        image_settings=ImageSettings(m.image_settings.image_size, m.image_settings.patch_size,
+                                     tuple(m.image_settings.mean), tuple(m.image_settings.std)),
     )
 
 
@@ -169,6 +172,11 @@ def frontend_to_proto(f: Frontend) -> contract_pb2.FrontendContract:
         image_token_layout=contract_pb2.ImageTokenLayout(
             feature_ids=list(f.image_feature_ids),
             atomic_spans=[contract_pb2.AtomicSpan(open_id=o, close_id=c) for o, c in f.image_atomic_spans]),
+        # unset when empty, so a core without images serializes as before the field existed
+        image_settings=contract_pb2.ImageSettings(
+            image_size=f.image_settings.image_size, patch_size=f.image_settings.patch_size,
+            mean=list(f.image_settings.mean), std=list(f.image_settings.std))
+        if f.image_settings != ImageSettings() else None,
     )
 
 

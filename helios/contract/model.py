@@ -252,6 +252,16 @@ class PromptSyntax:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageSettings:
+    """The selected image preparation's parameters (all empty with IMAGE_PREPARATION_NONE)."""
+
+    image_size: int = 0
+    patch_size: int = 0
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Frontend:
     tool_parser: ToolParser | int
     reasoning_parser: ReasoningParser | int
@@ -264,6 +274,7 @@ class Frontend:
     template_tokens: tuple[tuple[str, int], ...]  # (text, id)
     image_feature_ids: tuple[int, ...]
     image_atomic_spans: tuple[tuple[int, int], ...]  # (open id, close id)
+    image_settings: ImageSettings = ImageSettings()
 
 
 # ----------------------------------------------------------------------------- manifest

@@ -437,6 +437,33 @@ def _role(r) -> str:
 # ----------------------------------------------------------------------------- frontend
 
 
+def _images(c: TranslatedContract) -> Iterator[e.ContractError]:
+    """The image selectors' data: CLIP preparation needs its settings (and NONE none); the feature-span
+    layout one feature id, a declared image sentinel, and a vision contract with feature capacity."""
+    f, settings, path = c.frontend, c.frontend.image_settings, "model.frontend.image_settings"
+    if f.image_preparation == ImagePreparation.CLIP:
+        if settings.image_size < 1 or settings.patch_size < 1 or settings.image_size % settings.patch_size:
+            yield e.IncompatibleFrontend(f"{path}.patch_size", f"CLIP preparation needs a patch size "
+                                         f"({settings.patch_size}) dividing the image size ({settings.image_size})")
+        if len(settings.mean) != 3 or len(settings.std) != 3 or min(settings.std, default=0.0) <= 0:
+            yield e.IncompatibleFrontend(f"{path}.std", "CLIP preparation needs 3 channel means and 3 positive stds")
+    elif settings != type(settings)():
+        yield e.IncompatibleFrontend(path, f"image settings without an image preparation "
+                                     f"({ImagePreparation(f.image_preparation).name})")
+    if f.image_layout == ImageLayout.FEATURE_SPAN:
+        ids = f.image_feature_ids
+        if len(ids) != 1 or ids[0] not in c.input_vocabulary.image_sentinels:
+            yield e.IncompatibleFrontend("model.frontend.image_token_layout.feature_ids",
+                                         f"the feature-span layout needs one feature id among the image sentinels, "
+                                         f"got {list(ids)}")
+        if c.vision.features_per_window < 1 or c.vision.feature_slots < 1:
+            yield e.IncompatibleFrontend("model.vision", "the feature-span layout needs feature slots and "
+                                         "features per window")
+    if (f.image_layout == ImageLayout.NONE) != (f.image_preparation == ImagePreparation.NONE):
+        yield e.IncompatibleFrontend("model.frontend.image_layout", "an image preparation and an image layout are "
+                                     "selected together or not at all")
+
+
 def _frontend(c: TranslatedContract) -> Iterator[e.ContractError]:
     f = c.frontend
     checks = (("tool_parser", f.tool_parser, ToolParser, "tool parser"),
@@ -456,6 +483,7 @@ def _frontend(c: TranslatedContract) -> Iterator[e.ContractError]:
         yield e.InvalidGeometry("model.frontend.eos_token_ids", "a core declares at least one EOS id")
     if bad:
         return
+    yield from _images(c)
     if f.reasoning_parser == ReasoningParser.XTML_THINK and f.tool_parser != ToolParser.XTML:
         yield e.IncompatibleFrontend("model.frontend.reasoning_parser",
                                      f"XTML think reasoning requires the XTML tool parser, not {f.tool_parser.name}")

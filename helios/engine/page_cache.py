@@ -109,14 +109,18 @@ class PageCache:
 
     # ------------------------------------------------------------------------------------ keys
 
-    def chain_key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
-        """The key of a page holding `tokens` after the prefix keyed `parent`."""
+    def chain_key(self, parent: bytes, tokens: Sequence[int], content: bytes = b"") -> bytes:
+        """The key of a page holding `tokens` after the prefix keyed `parent`; `content` is what else
+        the page's records depend on (an image layout's `page_content`: the digests of the images
+        whose sentinels it holds), so equal sentinel ids of different images never share a page."""
         if len(tokens) != self.page_tokens:
             raise ValueError(f"a page key covers exactly {self.page_tokens} tokens, got {len(tokens)}")
         digest = hashlib.blake2b(digest_size=16)
         digest.update(self._identity)
         digest.update(parent)
         digest.update(b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens))
+        if content:
+            digest.update(len(content).to_bytes(8, "little") + content)
         return digest.digest()
 
     # ------------------------------------------------------------------------------------ pages

@@ -76,3 +76,7 @@ class OutsideCapacity(HeliosError):
         self.param = param
         self.limit = limit
         self.value = value
+
+
+class ImagesNotServed(RequestFieldError):
+    """A request holds image content parts for a model without vision."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helios.frontend.errors import (
+    ImagesNotServed,
     IncompatibleOptions,
     InvalidFieldType,
     InvalidFieldValue,
@@ -210,6 +211,10 @@ def _content_text(content: Any, param: str) -> str | None:
     if isinstance(content, list):
         texts = []
         for index, part in enumerate(content):
+            if isinstance(part, Mapping) and part.get("type") == "image_url":
+                # every core this server loads is text-only (cores declaring image inputs fail load)
+                raise ImagesNotServed(f"{param}.{index}", "this model has no vision: image content parts "
+                                      "are not accepted")
             if (
                 not isinstance(part, Mapping)
                 or part.get("type") != "text"

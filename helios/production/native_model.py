@@ -59,7 +59,13 @@ from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
 from helios.runtime.host_cache import host_pages
-from helios.runtime.packing import GraphPacking, LaneInput, check_history_regions, check_page_table_views
+from helios.runtime.packing import (
+    GraphPacking,
+    LaneInput,
+    check_history_regions,
+    check_page_table_views,
+    check_vision,
+)
 from helios.runtime.tuning import StartupTuning, TuningRefused
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
@@ -297,6 +303,7 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
         raise StartupFailed(f"rank {rank} is not a rank of this load ({manifest.ranks} ranks)")
     check_page_table_views(serving)
     check_history_regions(serving, manifest)
+    check_vision(serving)
     descriptors = {b.name: b for b in manifest.buffers}
     handles = {h.name: h for h in manifest.graphs}
     out: dict[str, _Program] = {}

@@ -182,6 +182,16 @@ class ProgramBuilder:
                          name: str | None = None, into: str | None = None) -> str:
         return self._one("gated_activation", [gate, up], {"activation": activation}, name, into)
 
+    def activation(self, x: str, *, activation: str, name: str | None = None, into: str | None = None) -> str:
+        """act(x), elementwise (version 6)."""
+        return self._one("activation", [x], {"activation": activation}, name, into)
+
+    def bidirectional_attention(self, q: str, k: str, v: str, group: str, *, scale: float, head_dim: int,
+                                name: str | None = None, into: str | None = None) -> str:
+        """Full attention of each row over every row of its group (version 6)."""
+        return self._one("bidirectional_attention", [q, k, v, group], {"scale": scale, "head_dim": head_dim},
+                         name, into)
+
     def rotary(self, x: str, positions: str, *, theta: float, head_dim: int, rotary_dim: int | None = None,
                rope_type: str = "default", factor: float | None = None, low_freq_factor: float | None = None,
                high_freq_factor: float | None = None, original_max_position_embeddings: int | None = None,

@@ -27,6 +27,7 @@ from helios.program.types import (
     TensorType,
     dtype_name,
 )
+from helios.program.vision import VISION_SPECS
 
 # Version 1: the first seventeen operators. Version 2 adds `gather` and `where` (device-owned
 # pending tokens). Version 3 adds `scatter`, `column_write` and the speculative operators
@@ -36,7 +37,8 @@ from helios.program.types import (
 # helios/program/scores.py). Version 5 adds `speculative_grammar_mask` (the per-position grammar
 # masks of a speculative round), `page_snapshot` and `page_restore` (RESTORATION programs,
 # helios/program/snapshots.py). Version 6 adds `short_convolution` and `state_row_copy` (recurrent
-# histories, helios/program/recurrent.py). Every earlier meaning is unchanged, so older programs keep
+# histories, helios/program/recurrent.py), `activation` and `bidirectional_attention` (vision
+# encoders, helios/program/vision.py). Every earlier meaning is unchanged, so older programs keep
 # loading.
 OPERATOR_SET_VERSION = 6
 SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
@@ -408,6 +410,7 @@ _SPECS = (
     *SCORE_SPECS,
     *SNAPSHOT_SPECS,
     *RECURRENT_SPECS,
+    *VISION_SPECS,
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

@@ -103,11 +103,13 @@ class ImagePreparation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     IMAGE_PREPARATION_UNSPECIFIED: _ClassVar[ImagePreparation]
     IMAGE_PREPARATION_NONE: _ClassVar[ImagePreparation]
+    IMAGE_PREPARATION_CLIP: _ClassVar[ImagePreparation]
 
 class ImageLayout(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     IMAGE_LAYOUT_UNSPECIFIED: _ClassVar[ImageLayout]
     IMAGE_LAYOUT_NONE: _ClassVar[ImageLayout]
+    IMAGE_LAYOUT_FEATURE_SPAN: _ClassVar[ImageLayout]
 HISTORY_KIND_UNSPECIFIED: HistoryKind
 HISTORY_KIND_PAGED_KEY_VALUE: HistoryKind
 HISTORY_KIND_PAGED_LATENT: HistoryKind
@@ -181,8 +183,10 @@ REASONING_PARSER_XTML_THINK: ReasoningParser
 REASONING_PARSER_RECIPIENT_HEADER: ReasoningParser
 IMAGE_PREPARATION_UNSPECIFIED: ImagePreparation
 IMAGE_PREPARATION_NONE: ImagePreparation
+IMAGE_PREPARATION_CLIP: ImagePreparation
 IMAGE_LAYOUT_UNSPECIFIED: ImageLayout
 IMAGE_LAYOUT_NONE: ImageLayout
+IMAGE_LAYOUT_FEATURE_SPAN: ImageLayout
 
 class ServingContract(_message.Message):
     __slots__ = ("served_id", "aliases", "cache_identity", "context_tokens", "prefill_tokens", "page_capacity", "snapshot_capacity", "max_concurrency", "speculative_widths", "defaults", "model")
@@ -435,7 +439,7 @@ class TunedBinding(_message.Message):
     def __init__(self, buffer: _Optional[str] = ..., producer: _Optional[str] = ...) -> None: ...
 
 class FrontendContract(_message.Message):
-    __slots__ = ("tool_parser", "reasoning_parser", "image_preparation", "image_layout", "tool_syntax", "reasoning_syntax", "prompt_syntax", "eos_token_ids", "template_tokens", "image_token_layout")
+    __slots__ = ("tool_parser", "reasoning_parser", "image_preparation", "image_layout", "tool_syntax", "reasoning_syntax", "prompt_syntax", "eos_token_ids", "template_tokens", "image_token_layout", "image_settings")
     TOOL_PARSER_FIELD_NUMBER: _ClassVar[int]
     REASONING_PARSER_FIELD_NUMBER: _ClassVar[int]
     IMAGE_PREPARATION_FIELD_NUMBER: _ClassVar[int]
@@ -446,6 +450,7 @@ class FrontendContract(_message.Message):
     EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     IMAGE_TOKEN_LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SETTINGS_FIELD_NUMBER: _ClassVar[int]
     tool_parser: ToolParser
     reasoning_parser: ReasoningParser
     image_preparation: ImagePreparation
@@ -456,7 +461,20 @@ class FrontendContract(_message.Message):
     eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
     template_tokens: _containers.RepeatedCompositeFieldContainer[TemplateToken]
     image_token_layout: ImageTokenLayout
-    def __init__(self, tool_parser: _Optional[_Union[ToolParser, str]] = ..., reasoning_parser: _Optional[_Union[ReasoningParser, str]] = ..., image_preparation: _Optional[_Union[ImagePreparation, str]] = ..., image_layout: _Optional[_Union[ImageLayout, str]] = ..., tool_syntax: _Optional[_Union[ToolSyntax, _Mapping]] = ..., reasoning_syntax: _Optional[_Union[ReasoningSyntax, _Mapping]] = ..., prompt_syntax: _Optional[_Union[PromptSyntax, _Mapping]] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., template_tokens: _Optional[_Iterable[_Union[TemplateToken, _Mapping]]] = ..., image_token_layout: _Optional[_Union[ImageTokenLayout, _Mapping]] = ...) -> None: ...
+    image_settings: ImageSettings
+    def __init__(self, tool_parser: _Optional[_Union[ToolParser, str]] = ..., reasoning_parser: _Optional[_Union[ReasoningParser, str]] = ..., image_preparation: _Optional[_Union[ImagePreparation, str]] = ..., image_layout: _Optional[_Union[ImageLayout, str]] = ..., tool_syntax: _Optional[_Union[ToolSyntax, _Mapping]] = ..., reasoning_syntax: _Optional[_Union[ReasoningSyntax, _Mapping]] = ..., prompt_syntax: _Optional[_Union[PromptSyntax, _Mapping]] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., template_tokens: _Optional[_Iterable[_Union[TemplateToken, _Mapping]]] = ..., image_token_layout: _Optional[_Union[ImageTokenLayout, _Mapping]] = ..., image_settings: _Optional[_Union[ImageSettings, _Mapping]] = ...) -> None: ...
+
+class ImageSettings(_message.Message):
+    __slots__ = ("image_size", "patch_size", "mean", "std")
+    IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    STD_FIELD_NUMBER: _ClassVar[int]
+    image_size: int
+    patch_size: int
+    mean: _containers.RepeatedScalarFieldContainer[float]
+    std: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, image_size: _Optional[int] = ..., patch_size: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ToolSyntax(_message.Message):
     __slots__ = ("opener", "closer", "invoke_open", "invoke_name_close", "invoke_close", "parameter_open", "parameter_name_close", "parameter_close", "value_open", "value_close", "separator", "wrapping_newlines", "parameter_flag_open", "parameter_flag_close", "string_flag", "json_flag")

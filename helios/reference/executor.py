@@ -47,7 +47,7 @@ from helios.reference.operators import NUMPY_DTYPES
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
 from helios.runtime.lanes import LaneInput
-from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views
+from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views, check_vision
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
@@ -136,6 +136,7 @@ class ReferenceExecutor:
             raise EngineLoadError(f"the core declares {ranks} ranks")
         check_page_table_views(serving)
         check_history_regions(serving, manifest)
+        check_vision(serving)
         if pages < 1:
             raise EngineLoadError(f"pages must be >= 1, got {pages}")
         buffer_descriptors = {b.name: b for b in manifest.buffers}

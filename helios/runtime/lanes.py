@@ -29,6 +29,28 @@ class LaneOverflow(PackingError):
 
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ImageSubmission:
+    """The image a lane's round encodes: the selected layout's named tensors (IMAGE_TENSOR, e.g. the
+    preparation's `patches`) and the feature-store row of each encoder row (IMAGE_FEATURE_INDICES)."""
+
+    tensors: tuple[tuple[str, np.ndarray], ...]  # (layout output name, array), in name order
+    feature_rows: np.ndarray  # [encoder rows] i32, -1 for a row that is no feature
+
+    def tensor(self, name: str) -> np.ndarray | None:
+        return next((array for key, array in self.tensors if key == name), None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ImageSubmission):
+            return NotImplemented
+        return (np.array_equal(self.feature_rows, other.feature_rows)
+                and [k for k, _ in self.tensors] == [k for k, _ in other.tensors]
+                and all(a.dtype == b.dtype and np.array_equal(a, b)
+                        for (_, a), (_, b) in zip(self.tensors, other.tensors, strict=True)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True, slots=True)
 class LaneInput:
     """One request's share of one round, as packing sees it."""
@@ -60,6 +82,11 @@ class LaneInput:
     # snapshotted into (SNAPSHOT_DESTINATION) at its endpoint `consumed`; -1 for none (every other lane).
     restore_source: int = -1
     snapshot_destination: int = -1
+    # A request with images: the feature-store row of each position of its full prompt (the image
+    # layout's `context_indices`, -1 for a text position; IMAGE_CONTEXT_INDICES); () without images.
+    image_context: tuple[int, ...] = ()
+    # The image this round encodes into the request's feature slot (one lane of a submission at most).
+    image: ImageSubmission | None = None
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round

@@ -34,6 +34,13 @@ Source layouts (the trailing extent of the destination row):
     SCORED_PREFILL_TARGETS                                               -> one integer per packed token:
         the prompt token after the row's own (position + 1 of the lane's full prompt), `padding`
         past the prompt's last token
+    IMAGE_CONTEXT_INDICES                                                -> one integer per packed token:
+        the feature-store row of a prompt row's position (`LaneInput.image_context`), `padding` for
+        text positions (-1 there), pending rows and lanes without images
+    IMAGE_TENSOR (`image_output` names it), IMAGE_FEATURE_INDICES        -> SCALAR: the whole buffer
+        from the submission's image (`LaneInput.image`, one lane at most): the layout's named tensor,
+        or each encoder row's feature-store row; `padding` everywhere when no lane carries an image
+        (then the encoder's rows all lie in no group and write no feature)
     PENDING_TOKEN with a row indexing                                    -> the lane's pending token
     PAGE_TABLE                                                           -> [pages] page ids, padded
     SEED_BITS                                                            -> [2] (low, high 32 bits) of
@@ -69,7 +76,7 @@ V = contract_pb2  # enum namespace
 
 
 class UnsupportedValueSource(PackingError):
-    """The binding's source is one this packer does not supply (e.g. image tensors)."""
+    """The binding's source is one this packer does not supply (e.g. the image feature slot)."""
 
 
 class ShiftedPageTableView(PackingError):
@@ -169,6 +176,30 @@ def recurrent_problem(serving: contract_pb2.ServingContract, manifest: manifest_
     return None
 
 
+class UnservedVision(PackingError):
+    """A core declares image inputs, which no runtime serves yet (docs/vision.md)."""
+
+
+def check_vision(serving: contract_pb2.ServingContract) -> None:
+    """Refuse, in one line naming the field, a core that declares image inputs: feature slots, image
+    sentinels or an image implementation other than NONE. The vision programs, image preparation and
+    layouts are built, but the packer's image sources and the engine's vision step are not, and a core
+    whose images were silently dropped would be served wrong (docs/vision.md)."""
+    model = serving.model
+    declared = []
+    if model.vision.feature_slots or model.vision.patch_capacities:
+        declared.append("model.vision")
+    if model.input_vocabulary.image_sentinels:
+        declared.append("model.input_vocabulary.image_sentinels")
+    if model.frontend.image_preparation not in (V.IMAGE_PREPARATION_UNSPECIFIED, V.IMAGE_PREPARATION_NONE):
+        declared.append("model.frontend.image_preparation")
+    if model.frontend.image_layout not in (V.IMAGE_LAYOUT_UNSPECIFIED, V.IMAGE_LAYOUT_NONE):
+        declared.append("model.frontend.image_layout")
+    if declared:
+        raise UnservedVision(f"{declared[0]}: image inputs are not served by this runtime yet "
+                             f"(the core declares {', '.join(declared)})")
+
+
 def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
     """The cache planes of the paged regions (key/value and sliding-window), in region order."""
     return [plane for region in serving.model.cache.histories
@@ -247,13 +278,14 @@ SAMPLING_PARAMETER_ORDER = ("temperature", "top_p", "top_k", "min_p", "repetitio
                             "presence_penalty", "frequency_penalty")
 
 
+_IMAGE_SOURCES = (V.VALUE_SOURCE_IMAGE_TENSOR, V.VALUE_SOURCE_IMAGE_FEATURE_INDICES)
 _ROW_INDEXINGS = (V.INDEXING_SUBMISSION_ROW, V.INDEXING_ACTIVE_ROW, V.INDEXING_PHYSICAL_REQUEST_ROW)
 
 _ROW_VECTORS = (V.VALUE_SOURCE_PAGE_TABLE, V.VALUE_SOURCE_SEED_BITS, V.VALUE_SOURCE_SAMPLING_PARAMETERS,
                 V.VALUE_SOURCE_EOS_IDS, V.VALUE_SOURCE_PROMPT_HISTOGRAM, V.VALUE_SOURCE_GRAMMAR_MASK,
                 V.VALUE_SOURCE_CANDIDATE_IDS, V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS)
 _TOKEN_SOURCES = (V.VALUE_SOURCE_PROMPT_TOKENS, V.VALUE_SOURCE_PENDING_TOKEN, V.VALUE_SOURCE_PROMPT_POSITIONS,
-                  V.VALUE_SOURCE_SCORED_PREFILL_TARGETS)
+                  V.VALUE_SOURCE_SCORED_PREFILL_TARGETS, V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES)
 
 
 def _source_name(source: int) -> str:
@@ -278,6 +310,7 @@ class ResolvedBinding:
     rows: int  # rows this graph addresses (B, P, physical rows or 1)
     row_shape: tuple[int, ...]  # trailing extents of one row
     state_rows: int = 0  # LIVE_STATE_ROWS: the graph's state rows per request (a lane's rows slot * R + j)
+    image_output: str = ""  # IMAGE_TENSOR: the layout output's name
 
     def write(self, buffer: np.ndarray, lanes: Sequence[LaneInput], columns: LaneColumns | None = None) -> None:
         """Fill this binding's rows of `buffer` for `lanes`; `columns` is their `LaneColumns` (built here
@@ -288,6 +321,9 @@ class ResolvedBinding:
             view = buffer.reshape(buffer.shape[0], -1)[: self.rows].reshape((self.rows, *self.row_shape))
         if self.source == V.VALUE_SOURCE_INACTIVE_PADDING:
             view[...] = self.padding
+            return
+        if self.source in _IMAGE_SOURCES:
+            self._write_image(view, lanes)
             return
         if self.indexing == V.INDEXING_SCALAR:
             view[0] = self._scalar(lanes)
@@ -345,6 +381,27 @@ class ResolvedBinding:
             if len(mask) != width:
                 raise LaneOverflow(f"{self.destination}: grammar mask of {len(mask)} words, rows hold {width}")
             view[int(rows[i])] = np.asarray(mask, dtype=np.int64).astype(self.dtype)
+
+    def _write_image(self, view: np.ndarray, lanes: Sequence[LaneInput]) -> None:
+        """The submission's image tensor or feature rows into the whole (SCALAR) buffer."""
+        images = [lane.image for lane in lanes if lane.image is not None]
+        if len(images) > 1:
+            raise LaneOverflow(f"{self.destination}: {len(images)} lanes carry an image; a submission encodes one")
+        if not images:
+            view[...] = self.padding
+            return
+        image = images[0]
+        if self.source == V.VALUE_SOURCE_IMAGE_FEATURE_INDICES:
+            rows = np.asarray(image.feature_rows, dtype=np.int64)
+            value = np.where(rows >= 0, rows + self.offset, self.padding)
+        else:
+            value = image.tensor(self.image_output)
+            if value is None:
+                raise PackingError(f"{self.destination}: the image has no layout output {self.image_output!r}")
+        if np.asarray(value).size != view.size:
+            raise LaneOverflow(f"{self.destination}: the image's {self.image_output or 'feature rows'} has "
+                               f"{np.asarray(value).size} elements, the buffer {view.size}")
+        view[...] = np.asarray(value).reshape(view.shape).astype(self.dtype)
 
     def _scalar(self, lanes: Sequence[LaneInput]) -> np.ndarray:
         if self.source == V.VALUE_SOURCE_LIVE_ROW_COUNT:
@@ -450,6 +507,18 @@ class ResolvedBinding:
                     targets = np.asarray(prompt[first:first + count], dtype=np.int64) + self.offset
                     view[start:start + count] = targets.reshape((count, *trailing))
                 start = end
+        elif source == V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES:
+            # a prompt row at position consumed + p reads image_context there; text positions (-1),
+            # positions past it, pending rows and padding keep `padding`
+            view[:total] = self.padding
+            start = 0
+            for lane, end in zip(columns.lanes, columns.ends.tolist(), strict=True):
+                context = lane.image_context[lane.consumed:lane.consumed + lane.prompt_tokens_in_round]
+                if context:
+                    rows = np.asarray(context, dtype=np.int64)
+                    values = np.where(rows >= 0, rows + self.offset, self.padding)
+                    view[start:start + len(rows)] = values.reshape((len(rows), *trailing))
+                start = end
         elif source == V.VALUE_SOURCE_PENDING_TOKEN:
             ends = columns.ends[columns.has_pending] - 1
             view[ends] = (columns.pending[columns.has_pending] + self.offset).reshape((-1, *trailing))
@@ -468,7 +537,7 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
     if buffer is None or buffer.role != manifest_pb2.BUFFER_ROLE_TRANSPORT:
         raise PackingError(f"{where}: the destination is not a registered transport buffer")
     source, indexing = binding.source, binding.indexing
-    supported = set(ROW_SCALARS) | set(_ROW_VECTORS) | set(_TOKEN_SOURCES) | {
+    supported = set(ROW_SCALARS) | set(_ROW_VECTORS) | set(_TOKEN_SOURCES) | set(_IMAGE_SOURCES) | {
         V.VALUE_SOURCE_LIVE_ROW_COUNT, V.VALUE_SOURCE_CONSTANT, V.VALUE_SOURCE_INACTIVE_PADDING,
         V.VALUE_SOURCE_LIVE_STATE_ROWS}
     if source not in supported:
@@ -476,6 +545,12 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
     if buffer.dtype not in NUMPY_DTYPES:
         raise BindingExtentMismatch(f"{where}: buffer dtype {buffer.dtype} is unknown")
     numeric = _FLOAT_DTYPES if source == V.VALUE_SOURCE_SAMPLING_PARAMETERS else _INTEGER_DTYPES
+    if source in _IMAGE_SOURCES and indexing != V.INDEXING_SCALAR:
+        raise BindingExtentMismatch(f"{where}: {_source_name(source)} fills the whole buffer (SCALAR indexing)")
+    if source == V.VALUE_SOURCE_IMAGE_TENSOR:
+        numeric = _FLOAT_DTYPES | _INTEGER_DTYPES  # a layout output of either kind
+        if not binding.image_output:
+            raise BindingExtentMismatch(f"{where}: IMAGE_TENSOR names no image_output")
     if buffer.dtype not in numeric:
         raise BindingExtentMismatch(
             f"{where}: {_source_name(source)} needs a {'float' if numeric is _FLOAT_DTYPES else 'integer'} buffer, "
@@ -532,7 +607,8 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
         if len(constants) not in (1, count):
             raise BindingExtentMismatch(f"{where}: {len(constants)} constants for rows of {count} values")
     return ResolvedBinding(binding.destination, source, indexing, int(binding.offset), int(binding.padding),
-                           constants, NUMPY_DTYPES[buffer.dtype], rows, row_shape, state_rows)
+                           constants, NUMPY_DTYPES[buffer.dtype], rows, row_shape, state_rows,
+                           binding.image_output)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helios.frontend.errors import (
+    ImagesNotServed,
     IncompatibleOptions,
     InvalidFieldValue,
     OutsideCapacity,
@@ -42,10 +43,13 @@ def test_messages_are_normalized_for_the_template() -> None:
         parse_chat_request({"messages": [{"role": "assistant", "content": None, "tool_calls": [
             {"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]})  # fmt: skip
     assert error.value.param == "messages.0.tool_calls.0.function.arguments"
-    with pytest.raises(InvalidFieldValue) as error:
-        parse_chat_request(
-            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}
-        )
+    with pytest.raises(ImagesNotServed, match="no vision: image content parts are not accepted") as error:
+        parse_chat_request({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})  # fmt: skip
+    assert error.value.param == "messages.0.content.1"
+    with pytest.raises(InvalidFieldValue, match="only text content parts") as error:
+        parse_chat_request({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})
     assert error.value.param == "messages.0.content.0"
 
 

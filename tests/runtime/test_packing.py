@@ -125,3 +125,52 @@ def test_candidate_grammar_masks_rows():
         _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (4, 3)), lanes)
     with pytest.raises(LaneOverflow, match="position masks"):
         _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (1, 2)), lanes)
+
+
+def test_image_context_indices_follow_each_prompt_rows_position():
+    from dataclasses import replace
+
+    # a lane whose prompt holds an image at positions 2..4 (store rows 8..10), consumed 1 before this
+    # chunk of 4 prompt rows; a decode lane (its pending row never reads a feature); a text lane
+    image = replace(_lane(3, 1, (21, 22, 23, 24), False), image_context=(-1, -1, 8, 9, 10, -1, -1))
+    lanes = [image, _lane(1, 9, (99,), True), _lane(5, 0, (31, 32), False)]
+    context = _write(_binding(V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES, V.INDEXING_PACKED_TOKEN, 9), lanes)
+    assert context.tolist() == [-1, 8, 9, 10, -1, -1, -1, -1, -1]
+    shifted = _write(_binding(V.VALUE_SOURCE_IMAGE_CONTEXT_INDICES, V.INDEXING_PACKED_TOKEN, 9, offset=100,
+                              padding=-5), lanes)
+    assert shifted.tolist() == [-5, 108, 109, 110, -5, -5, -5, -5, -5]  # the offset never shifts text rows
+
+
+def test_the_submissions_image_fills_its_tensor_and_feature_row_buffers():
+    from dataclasses import replace
+
+    from helios.proto import manifest_pb2 as M
+    from helios.runtime.lanes import ImageSubmission
+    from helios.runtime.packing import BindingExtentMismatch, GraphPacking
+
+    patches = np.arange(12, dtype=np.float32).reshape(3, 4)
+    image = ImageSubmission(tensors=(("patches", patches),), feature_rows=np.array([-1, 4, 5], np.int32))
+    tensor = ResolvedBinding("p", V.VALUE_SOURCE_IMAGE_TENSOR, V.INDEXING_SCALAR, 0, 0, (), np.dtype(np.float32), 1,
+                             (12,), "patches")
+    rows = _binding(V.VALUE_SOURCE_IMAGE_FEATURE_INDICES, V.INDEXING_SCALAR, 1, (3,))
+    lanes = [replace(LANES[0], image=image), LANES[1]]
+    buffer = np.full((3, 4), 7, np.float32)
+    tensor.write(buffer, lanes)
+    np.testing.assert_array_equal(buffer, patches)
+    assert _write(rows, lanes).tolist() == [[-1, 4, 5]]
+    tensor.write(buffer, LANES)  # no image this round: padding everywhere
+    assert not buffer.any() and _write(rows).tolist() == [[-1, -1, -1]]
+    with pytest.raises(LaneOverflow, match="2 lanes carry an image"):
+        _write(rows, [replace(LANES[0], image=image), replace(LANES[1], image=image)])
+    graph = V.GraphContract(name="g", capacity=V.GraphCapacity(batch_capacity=1, packed_token_capacity=4))
+    manifest = M.ExecutionManifest(buffers=[M.BufferDescriptor(name="p", role=M.BUFFER_ROLE_TRANSPORT,
+                                                               dtype=M.DTYPE_F32, shape=[3, 4])])
+    for binding, message in ((V.ValueBinding(destination="p", source=V.VALUE_SOURCE_IMAGE_TENSOR,
+                                             indexing=V.INDEXING_SCALAR), "names no image_output"),
+                             (V.ValueBinding(destination="p", source=V.VALUE_SOURCE_IMAGE_TENSOR,
+                                             indexing=V.INDEXING_PACKED_TOKEN, image_output="patches"),
+                              "fills the whole buffer")):
+        graph.ClearField("value_bindings")
+        graph.value_bindings.append(binding)
+        with pytest.raises(BindingExtentMismatch, match=message):
+            GraphPacking.resolve(graph, manifest, physical_rows=1)

@@ -475,3 +475,24 @@ def test_shutdown_drains_for_five_seconds_then_ends_the_stream() -> None:
     assert 4.5 <= elapsed <= 6, elapsed
     assert json.loads(rest[-1][6:])["error"]["code"] == "shutting_down"
     assert runtime.metrics().requests_finished["cancelled"] == 1 and engine.released == 1
+
+
+def test_an_image_part_sent_by_the_openai_client_to_a_text_only_model_is_400_naming_the_part() -> None:
+    import base64
+    import io
+
+    import openai
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 12), (200, 30, 90)).save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    engine = ScriptedEngine([EOS])
+    with serving(engine) as (base, _):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(base).chat.completions.create(model=SERVED_ID, messages=[{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": url}}]}])  # fmt: skip
+    error = caught.value.body
+    assert caught.value.status_code == 400 and error["param"] == "messages.0.content.1"
+    assert "no vision" in error["message"] and not engine.started

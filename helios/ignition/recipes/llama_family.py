@@ -44,6 +44,7 @@ from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.speculative import speculative_inputs
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
 from helios.ignition.recipes.catalog import RECIPE_MODULES
+from helios.ignition.recipes.llava_vision import VisionTower, encode_image, image_context_inputs
 from helios.program import ACTIVATIONS, ProgramBuilder
 from helios.program.speculative import PROPOSAL_DRAW
 from helios.proto import manifest_pb2 as M
@@ -542,7 +543,8 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
                  packed_tokens: int, weight_dtype: str, histories: list[HistoryPlanes],
                  pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
                  shard: RankShard | None = None, scores: tuple[int, int] | None = None,
-                 decoder: Decoder | None = None):
+                 decoder: Decoder | None = None, image_store_rows: int | None = None,
+                 encoder: VisionTower | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
 
     With `scores` = (R, K), the SCORED_PREFILL program of the same P: it also scores every packed
@@ -557,6 +559,11 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     `histories` hold the rank's key/value heads). A `decoder` replaces the Llama-family decoder of
     `cfg` (another recipe's layers over the same inputs and tail; its `state_bindings` join the
     program's bindings).
+    With `image_store_rows` (a vision core's feature
+    store of that many rows) each packed row's input adds its image feature (`ImageContext.inject`);
+    with an `encoder` too (a PREFILL program at the tower's patch capacity), the program first encodes
+    the submission's image into its feature slot (`encode_image`: the vision encoder runs inside the
+    prefill graph, the contract has no operation of its own for it).
     """
     if pending_token not in ("host", "device"):
         raise ValueError(f"pending_token must be 'host' or 'device', got {pending_token!r}")
@@ -572,6 +579,19 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
     target = decoder if decoder is not None else Decoder(cfg, tuple(histories), weight_dtype, shard=shard)
     w = target.weights(b, specs)
     x = target.embed(b, w, tokens, name="x")
+    image_bindings: tuple = ()
+    if encoder is not None and image_store_rows is None:
+        raise ValueError("an encoder needs the feature store (image_store_rows)")
+    if image_store_rows is not None:
+        if shard is not None and shard.ranks > 1 or draft is not None:
+            raise ValueError("image inputs on tensor-parallel ranks or with a draft model are not built")
+        if encoder is not None:
+            image_bindings = encode_image(b, encoder, feature_slots=image_store_rows // encoder.features,
+                                          dtype=weight_dtype, decl=decl).bindings
+        image = image_context_inputs(decl, b, packed_tokens, store_rows=image_store_rows, hidden=cfg.hidden_size,
+                                     dtype=weight_dtype)
+        x = image.inject(b, x, name="x_image")
+        image_bindings += image.bindings
     x = target.layers(b, w, x, text.positions, text.token_lane, text.page_table, tag="")
     if draft is not None:
         dw = draft.weights(b, specs)
@@ -594,7 +614,7 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
                    sampled=sampled, consumed_endpoint=endpoint, width=completion_width)
     program = b.build(decl.buffers)
     bindings = (text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
-                + score_bindings + target.state_bindings)
+                + score_bindings + target.state_bindings + image_bindings)
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 

@@ -6,7 +6,7 @@ it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where
 device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
 and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`,
 `prompt_scores` (torch reductions and a sort) in `scores.py`, `page_snapshot` and `page_restore` in
-`snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+`snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`, `activation` and `bidirectional_attention` in `vision.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -38,6 +38,7 @@ from helios.production.lowering.speculative import (
     lower_speculative_verify,
     lower_token_probability,
 )
+from helios.production.lowering.vision import lower_activation, lower_bidirectional_attention
 from helios.program.validate import ValidatedOperator
 
 
@@ -223,6 +224,8 @@ LOWERINGS: Mapping[str, Lowering] = {
     "page_restore": lower_page_restore,
     "short_convolution": lower_short_convolution,
     "state_row_copy": lower_state_row_copy,
+    "activation": lower_activation,
+    "bidirectional_attention": lower_bidirectional_attention,
     "fill": _fill,
 }
 
