@@ -1,9 +1,10 @@
 """Production tensor-parallel ranks on the CPU: rank 0 in this process, its peers spawned processes
 joined over gloo on loopback (RankPeers.THREADS).
 
-- every family's tiny core prepared with --tp 2 (llama also --tp 4: two key/value heads split, then
-  replicated; qwen3 through `helios generate` in tests/cli/test_tensor_parallel_cli.py) generates through production ranks the greedy tokens of the --tp 1 core on the
-  reference runtime, and of the --tp 2 core on the reference's lockstep ranks (fp32);
+- every family's tiny core prepared with --tp 4 (two key/value heads replicated) and, but qwen3's
+  (its --tp 2 runs through `helios generate` in tests/cli/test_tensor_parallel_cli.py), with --tp 2
+  (split) generates through production ranks the greedy tokens of the --tp 1 core on the reference
+  runtime, and of the same core on the reference's lockstep ranks (fp32);
 - a peer that rejects a round's completion: no rank commits it (its request fails, no token of it is
   delivered), and the requests after it go on;
 - a killed peer: the runtime is unhealthy (/health answers 503 for it) and the in-flight request
@@ -86,7 +87,7 @@ async def _run(runtime, request_id: str, prompt=PROMPT, max_tokens=3):
 
 # qwen3 at --tp 2 is tests/cli/test_tensor_parallel_cli.py's (through `helios generate`), and its
 # faulty core below; the others here.
-@pytest.mark.parametrize(("family", "ranks"), [(f, 2) for f in FAMILIES if f != "qwen3"] + [("llama", 4)])
+@pytest.mark.parametrize(("family", "ranks"), [(f, 2) for f in FAMILIES if f != "qwen3"] + [(f, 4) for f in FAMILIES])
 def test_every_family_generates_the_one_rank_tokens_through_production_ranks(tiny_checkpoint, tmp_path, family,
                                                                              ranks):
     directory = tiny_checkpoint(family)
