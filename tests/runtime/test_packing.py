@@ -151,7 +151,7 @@ def test_the_submissions_image_fills_its_tensor_and_feature_row_buffers():
     patches = np.arange(12, dtype=np.float32).reshape(3, 4)
     image = ImageSubmission(tensors=(("patches", patches),), feature_rows=np.array([-1, 4, 5], np.int32))
     tensor = ResolvedBinding("p", V.VALUE_SOURCE_IMAGE_TENSOR, V.INDEXING_SCALAR, 0, 0, (), np.dtype(np.float32), 1,
-                             (12,), "patches")
+                             (12,), image_output="patches")
     rows = _binding(V.VALUE_SOURCE_IMAGE_FEATURE_INDICES, V.INDEXING_SCALAR, 1, (3,))
     lanes = [replace(LANES[0], image=image), LANES[1]]
     buffer = np.full((3, 4), 7, np.float32)
