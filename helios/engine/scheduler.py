@@ -315,11 +315,7 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
-        if self.choice is not None:  # the round's wall time, overlap included (program_choice.py)
-            now = self._clock()
-            started = self._round_started.pop(plan.sequence, now)
-            self.choice.observe(plan.graph, now - max(started, self._last_completion))
-            self._last_completion = now
+        now = self._clock() if self.choice is not None else 0.0  # the round's completion, read back
         speculative = plan.operation == C.OPERATION_SPECULATIVE
         check = self.catalog.variant(plan.graph).check if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
@@ -330,6 +326,10 @@ class Scheduler(RequestResidency):
             validate_prompt_scores(plan.graph, scores, sum(len(lane.tokens) for lane in plan.lanes),
                                    self.config.sampled_tokens)
         self._outstanding.popleft()
+        if self.choice is not None:  # a valid round's wall time, overlap included (program_choice.py)
+            started = self._round_started.pop(plan.sequence, now)
+            self.choice.observe(plan.graph, now - max(started, self._last_completion))
+            self._last_completion = now
         name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
         self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
         if plan.constrained_lanes:
