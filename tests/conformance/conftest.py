@@ -24,38 +24,33 @@ def conform_core(tiny_checkpoint):
     return prepare_checkpoint(tiny_checkpoint("mistral"), PreparationOptions(**CAPACITIES))
 
 
-@pytest.fixture(scope="session")
-def signed_core(tiny_checkpoint, tmp_path_factory):
-    """(core file, public key file): the same tiny checkpoint prepared and signed by `helios prepare`."""
+def _signed(tiny_checkpoint, tmp_path_factory, name: str, *extra: str):
+    """(core file, public key file): the tiny mistral checkpoint prepared by `helios prepare` with the
+    suite's capacities and `extra` options, and signed."""
     from helios.cli import main
 
-    directory = tmp_path_factory.mktemp("conform-signed")
+    directory = tmp_path_factory.mktemp(f"conform-{name}")
     key = directory / "publisher.key"
     assert main(["keys", "new", "--out", str(key)]) == 0
-    core = directory / "tiny.hcore"
+    core = directory / f"{name}.hcore"
     options = ["--dtype", CAPACITIES["dtype"], "--page-tokens", str(CAPACITIES["page_tokens"]),
                "--batch-capacities", "1,2", "--prefill-capacities", "8", "--context-tokens",
-               str(CAPACITIES["context_tokens"])]
+               str(CAPACITIES["context_tokens"]), *extra]
     assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
                  "--key", str(key), *options]) == 0
     return core, f"{key}.pub"
+
+
+@pytest.fixture(scope="session")
+def signed_core(tiny_checkpoint, tmp_path_factory):
+    """(core file, public key file): the same tiny checkpoint prepared and signed by `helios prepare`."""
+    return _signed(tiny_checkpoint, tmp_path_factory, "tiny")
 
 
 @pytest.fixture(scope="session")
 def signed_tp_core(tiny_checkpoint, tmp_path_factory):
     """(core file, public key file): the same tiny checkpoint prepared with --tp 2 and signed."""
-    from helios.cli import main
-
-    directory = tmp_path_factory.mktemp("conform-tp")
-    key = directory / "publisher.key"
-    assert main(["keys", "new", "--out", str(key)]) == 0
-    core = directory / "tiny-tp2.hcore"
-    options = ["--dtype", CAPACITIES["dtype"], "--page-tokens", str(CAPACITIES["page_tokens"]),
-               "--batch-capacities", "1,2", "--prefill-capacities", "8", "--context-tokens",
-               str(CAPACITIES["context_tokens"]), "--tp", "2"]
-    assert main(["prepare", str(tiny_checkpoint("mistral")), "--out", str(core), "--publisher", "acme/tests",
-                 "--key", str(key), *options]) == 0
-    return core, f"{key}.pub"
+    return _signed(tiny_checkpoint, tmp_path_factory, "tiny-tp2", "--tp", "2")
 
 
 # A second geometry for the generated workloads: 16-token pages, no sliding window, a tool syntax

@@ -83,17 +83,7 @@ def test_a_history_kind_the_runtimes_cannot_serve_fails_load_in_one_line(plain_c
     index = len(contract.model.cache.histories) - 1
     message = (rf"model\.cache\.histories\[{index}\] \('extra'\): {kind.removeprefix('HISTORY_KIND_')} histories "
                "are not served")
-    if runtime == "reference":
-        from helios.reference.engine import ReferenceEngine
-
-        with pytest.raises(UnservedHistoryKind, match=message) as caught:
-            ReferenceEngine.load(core)
-    else:
-        from helios.production.native_model import LoadOptions, NativeModel
-
-        with pytest.raises(UnservedHistoryKind, match=message) as caught:
-            NativeModel.load(core, LoadOptions(device="cpu"))
-    assert "\n" not in str(caught.value)
+    _refused_in_one_line(core, runtime, UnservedHistoryKind, message)
 
 
 def test_the_command_lines_width_is_fixed_auto_or_off():
@@ -128,17 +118,7 @@ def test_a_paged_region_compressing_tokens_per_record_fails_load_in_one_line(pla
     contract.model.cache.histories[0].tokens_per_record = 4
     core = PreparedCore(contract, plain_core.manifest, plain_core.resource_list)
     message = r"model\.cache\.histories\[0\] \('layer0'\): PAGED_KEY_VALUE histories with tokens_per_record = 4"
-    if runtime == "reference":
-        from helios.reference.engine import ReferenceEngine
-
-        with pytest.raises(UnservedHistoryKind, match=message) as caught:
-            ReferenceEngine.load(core)
-    else:
-        from helios.production.native_model import LoadOptions, NativeModel
-
-        with pytest.raises(UnservedHistoryKind, match=message) as caught:
-            NativeModel.load(core, LoadOptions(device="cpu"))
-    assert "\n" not in str(caught.value)
+    _refused_in_one_line(core, runtime, UnservedHistoryKind, message)
 
 
 @pytest.mark.parametrize("field", ["vision", "image_sentinels"])
@@ -162,14 +142,19 @@ def test_a_core_declaring_image_inputs_fails_load_in_one_line(plain_core, field,
         vocabulary.image_sentinels.append(contract.model.vocabulary.sampled_tokens)
         message = r"model\.input_vocabulary\.image_sentinels: image inputs are not served"
     core = PreparedCore(contract, plain_core.manifest, plain_core.resource_list)
+    _refused_in_one_line(core, runtime, UnservedVision, message)
+
+
+def _refused_in_one_line(core, runtime: str, error: type[Exception], message: str) -> None:
+    """Loading `core` on `runtime` ("reference" or "production") raises `error` matching `message`, one line."""
     if runtime == "reference":
         from helios.reference.engine import ReferenceEngine
 
-        with pytest.raises(UnservedVision, match=message) as caught:
+        with pytest.raises(error, match=message) as caught:
             ReferenceEngine.load(core)
     else:
         from helios.production.native_model import LoadOptions, NativeModel
 
-        with pytest.raises(UnservedVision, match=message) as caught:
+        with pytest.raises(error, match=message) as caught:
             NativeModel.load(core, LoadOptions(device="cpu"))
     assert "\n" not in str(caught.value)
