@@ -19,7 +19,7 @@ import pytest
 from helios.demo import __main__ as demo
 from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED
 from helios.demo.scoring import score_reply
-from helios.demo.tasks import Split, TaskKind, build_example, example_rng, held_out_examples
+from helios.demo.tasks import TaskKind, held_out_examples
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -57,20 +57,15 @@ def client(tmp_path_factory):
     process.wait(timeout=30)
 
 
-# One prompt of each kind the committed model answers, none in a phrasing the README uses: held-out
-# prompts (seed 1) by index, and for tool calls and JSON, where the committed model answers no
-# held-out prompt (BENCHMARKS.md), prompts of today's training phrasings drawn from seed 7 (the
-# committed model was trained on an earlier corpus, so these are new to it too).
-HELD_OUT = {TaskKind.TOOL_ANSWER: 24, TaskKind.NO_TOOL: 25, TaskKind.IDENTITY: 27}
-TRAINING_PHRASED = {TaskKind.TOOL_CALL: 22, TaskKind.JSON_EXTRACTION: 0}
+# One held-out prompt (seed 1, by index) of each kind the committed model answers, none in a phrasing
+# the README uses (tests/demo/test_checkpoint.py checks the same indices with HF transformers).
+HELD_OUT = {TaskKind.TOOL_CALL: 353, TaskKind.JSON_EXTRACTION: 37, TaskKind.TOOL_ANSWER: 9,
+            TaskKind.NO_TOOL: 10, TaskKind.IDENTITY: 12}
 SCHEMA_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
 
 
 def _example(kind: TaskKind):
-    if kind in HELD_OUT:
-        example = held_out_examples(HELD_OUT_SEED, HELD_OUT_COUNT)[HELD_OUT[kind]]
-    else:
-        example = build_example(kind, example_rng(7, TRAINING_PHRASED[kind]), Split.TRAIN)
+    example = held_out_examples(HELD_OUT_SEED, HELD_OUT_COUNT)[HELD_OUT[kind]]
     assert example.kind is kind
     return example
 
