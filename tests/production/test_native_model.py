@@ -492,3 +492,40 @@ def test_a_cpu_load_after_compiled_kernel_definitions_fails_in_one_line(cores, m
     monkeypatch.setattr(kernels, "INTERPRETED", False)
     with pytest.raises(RuntimeError, match="defined without TRITON_INTERPRET=1 in this process"):
         load_native_model(cores("llama"), device="cpu", pages=8)
+
+
+def test_both_runtimes_export_their_startup_phases_and_what_the_device_made(cores):
+    """`helios_startup_seconds{phase}` carries each runtime's load phases in load order; the
+    production runtime's capture and compile counters are the process's (nothing on a CPU)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from helios.production.loading import load_native_model, runtime_for
+    from helios.reference.loading import load_runtime as load_reference
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
+    from helios.server.metrics import HeliosCollector, ServerCounters, build_registry
+
+    def scrape(runtime) -> dict[str, list]:
+        registry = build_registry(HeliosCollector(runtime.metrics, ServerCounters(), lambda: 0, 1))
+        families = text_string_to_metric_families(generate_latest(registry).decode())
+        return {f.name: f.samples for f in families}
+
+    core = cores("qwen3")
+    options = RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=2))
+    model = load_native_model(core, device=str(DEVICE), pages=PAGES)
+    production = scrape(runtime_for(model, options))
+    reference = scrape(load_reference(core, options))
+    expected = {"production": [p.name for p in model.startup], "reference": ["verify", "weights", "cache", "tuning"]}
+    assert expected["production"] == ["verify", "weights", "tuning", "kernels", "cache", "graphs", "host_tier"]
+    for runtime, samples in (("production", production), ("reference", reference)):
+        phases = [(s.labels["phase"], s.value) for s in samples["helios_startup_seconds"]]
+        assert [name for name, _ in phases] == expected[runtime], runtime
+        assert all(seconds >= 0 for _, seconds in phases) and sum(seconds for _, seconds in phases) > 0
+    assert {p.name: p.seconds for p in model.startup} == {
+        s.labels["phase"]: s.value for s in production["helios_startup_seconds"]}
+    counters = model.device_counters()
+    for name, key in (("helios_graphs_captured", "graphs_captured"), ("helios_kernels_compiled", "kernels_compiled")):
+        assert [s.value for s in production[name]] == [counters[key]]  # the process's counts
+        assert [s.value for s in reference[name]] == [0]
+    assert (counters["graphs_captured"] > 0) == GPU and (counters["kernels_compiled"] > 0) == GPU
