@@ -107,8 +107,10 @@ class SequentialRuntime(ThreadedModelRuntime):
         rejections: tuple[type[BaseException], ...] = (),
         eos_token_ids: tuple[int, ...] = (),
         prompt_score_width: int = 0,
+        startup_seconds: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__(limits, worker_name="helios-model-worker")
+        self._startup_seconds = dict(startup_seconds or {})  # the engine's load, phase -> seconds
         self._prompt_score_width = prompt_score_width  # K of the engine's scored prefill (0: none)
         self._engine = engine
         self._eos_token_ids = tuple(eos_token_ids)  # the core's: where a request naming none ends
@@ -199,6 +201,7 @@ class SequentialRuntime(ThreadedModelRuntime):
                 constrained_max_inflight=c.constrained_max_inflight,
                 capacity=capacity,
                 available=dict(self._available()) if self._available is not None else {},
+                startup_seconds=dict(self._startup_seconds),
             )
 
     def _speculative_metrics(self) -> dict:

@@ -28,7 +28,7 @@ reject: the scheduler waits, evicts and preempts.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from helios.contract import PreparedContract
 from helios.contract.enums import HistoryKind
@@ -59,8 +59,13 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
     """Continuous batching over one executor; see the module docstring."""
 
     def __init__(self, executor: Executor, limits: AdmissionLimits, scheduler: Scheduler, *,
-                 capacity: dict[str, int] | None = None, page_bytes: int = 0) -> None:
+                 capacity: dict[str, int] | None = None, page_bytes: int = 0,
+                 startup_seconds: Mapping[str, float] | None = None,
+                 device_counters: Callable[[], Mapping[str, int]] | None = None) -> None:
         super().__init__(limits, worker_name="helios-model-worker")
+        self._startup_seconds = dict(startup_seconds or {})  # the load's phases (helios/runtime/startup.py)
+        # graphs_captured and kernels_compiled of the device half, read at scrape time (RuntimeMetrics)
+        self._device_counters = device_counters
         self._page_bytes = page_bytes  # one cache page of every plane (and rank): a host-tier page's bytes
         self._executor = executor
         self._scheduler = scheduler
@@ -81,7 +86,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                      graph_names: Iterable[str] | None = None, prefix_reuse: bool = True,
                      speculative_width: int | None = None, history_drafting: bool = False,
                      adaptive_speculation: bool = False, cost_lifetime: float | None = None,
-                     host_pages: int | None = None) -> BatchingRuntime:
+                     host_pages: int | None = None, startup_seconds: Mapping[str, float] | None = None,
+                     device_counters: Callable[[], Mapping[str, int]] | None = None) -> BatchingRuntime:
         """A runtime over `executor` for a `PreparedContract`; `pages` is the executor's physical cache
         page count, `graph_names` the graphs the executor loaded (default: every graph),
         `speculative_width` the width of the SPECULATIVE rounds decode lanes run (None: plain decoding)
@@ -91,7 +97,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         (`executor.round_costs()`; an executor without them leaves `speculative_width` running), a
         table older than `cost_lifetime` seconds counting as stale. `host_pages` is the executor's host
         tier of evicted checkpoints in pages (None: `executor.host_pages`, 0 where it has none;
-        helios/engine/host_tier.py)."""
+        helios/engine/host_tier.py). `startup_seconds` (phase -> seconds) and `device_counters` (a
+        callable answering `graphs_captured` and `kernels_compiled`) are what the executor's load
+        reports, passed through to `metrics()`."""
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
@@ -119,7 +127,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             costs = measure() if measure is not None else None
         scheduler = Scheduler(config, catalog, cache, costs=costs)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
-        return cls(executor, limits, scheduler, capacity=capacity, page_bytes=getattr(executor, "page_bytes", 0))
+        return cls(executor, limits, scheduler, capacity=capacity, page_bytes=getattr(executor, "page_bytes", 0),
+                   startup_seconds=startup_seconds, device_counters=device_counters)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -190,6 +199,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                         "context_tokens": s.config.context_tokens, "pages": gauges.capacity, **self._capacity}
             # Allocatable now: free pages plus cached (published, unreferenced, evictable) ones.
             available = {"pages": gauges.free + gauges.cached, "cached_pages": gauges.cached}
+            device = self._device_counters() if self._device_counters is not None else {}
             if s.rows.capacity:
                 capacity["continuation_rows"] = s.rows.capacity
                 # free or holding an evictable published continuation (as pages: free plus cached)
@@ -217,7 +227,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 host_bytes_in_use=host.in_use * self._page_bytes, host_bytes_capacity=host.capacity * self._page_bytes,
                 host_evictions=host.evictions,
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
-                constrained_max_inflight=c.constrained_max_inflight)
+                constrained_max_inflight=c.constrained_max_inflight,
+                startup_seconds=dict(self._startup_seconds),
+                graphs_captured=device.get("graphs_captured", 0), kernels_compiled=device.get("kernels_compiled", 0))
 
     def health(self) -> Health:
         """The worker's health, and the executor's: an executor of several ranks reports a failed or

@@ -6,12 +6,18 @@ kernel and letting cuBLAS pick its algorithms), then captures each plan as one `
 memory pool: graphs never run concurrently (one stream, one submission at a time), so
 temporaries of one graph may reuse those of another. After startup only `replay` runs: no
 compilation, capture or device allocation happens while serving (tests/production/test_gpu_replay.py
-proves it with the allocator's counters and Triton's kernel caches).
+proves it with the allocator's counters, `compiled_kernels()` and `captured_graphs()`, over bare
+replays and over the production runtime serving every kind of round in both frames).
+
+Every CUDA graph Helios captures, here or in the product timings at load
+(lowering/product_choice.py), is captured through `capturing`, which counts it: `captured_graphs()`
+is the process's count (exported on /metrics as `helios_graphs_captured_total`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -21,6 +27,23 @@ from helios.production.plan import LaunchPlan
 
 class GraphNotCaptured(HeliosError):
     """A replay names a graph variant that startup did not capture."""
+
+
+_captured = 0  # CUDA graphs captured by this process through `capturing`
+
+
+@contextmanager
+def capturing(graph: torch.cuda.CUDAGraph, **options) -> Iterator[None]:
+    """`torch.cuda.graph(graph, **options)`, counted in `captured_graphs()` once the capture ends."""
+    global _captured
+    with torch.cuda.graph(graph, **options):
+        yield
+    _captured += 1
+
+
+def captured_graphs() -> int:
+    """CUDA graphs this process has captured (serving graphs and product timings; 0 on a CPU)."""
+    return _captured
 
 
 class GraphCapture:
@@ -53,7 +76,7 @@ class GraphCapture:
         torch.cuda.synchronize(self.device)
         for name, plan, filtered in forms:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            with capturing(graph, pool=self.pool):
                 plan.run(rank_filters=filtered)
             (self.graphs if filtered else self.unfiltered)[name] = graph
         for tensor, value in zip(preserve, saved, strict=True):

@@ -21,7 +21,9 @@ The caller then runs each plan once as before (the kernels phase of `NativeModel
 launch finds its kernel compiled, and one that did not would compile there, so the kernels are
 exactly those of the sequential path and nothing compiles after startup that did not before. The
 prefill only saves time: a worker that fails leaves its kernel to the compile step, which raises
-the compiler's own error if there is one. Measured on an H200 (the 28-layer, hidden-1024 shape of
+the compiler's own error if there is one. `compiled_kernels()` counts the specializations this
+process holds compiled (exported on /metrics as `helios_kernels_compiled_total`): after startup,
+serving compiles none. Measured on an H200 (the 28-layer, hidden-1024 shape of
 BENCHMARKS.md, 52 specializations, empty caches): the kernels phase took 16.2 s compiling at each
 launch, 12.4 s with the thread pool alone, 10.2 s with the prefill (discover 1.9 s, prefill 1.9 s,
 compile 0.6 s; the warm-up run after them took the other 5.8 s, against 0.5 s with warm caches: most
@@ -62,6 +64,23 @@ class Specialization:
 _log = logging.getLogger(__name__)
 PREFILL_TIMEOUT_S = 120.0  # all forked compiles together; a 28-layer, hidden-1024 core needs about 2 s on 16 cores
 _FORKED: list[Specialization] = []  # NOTE: what forked prefill workers inherit; set only while they run
+
+
+def compiled_kernels() -> int:
+    """Triton kernel specializations this process holds compiled for the production kernels: the
+    entries of the in-memory kernel cache, on every device, of every JIT function the modules of
+    `helios.production.kernels` define (a launch that compiles adds one). 0 on a CPU, where Triton
+    interprets and compiles nothing."""
+    from triton.runtime.jit import JITFunction
+
+    functions: dict[int, JITFunction] = {}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("helios.production.kernels.") and module is not None:
+            for value in vars(module).values():
+                if isinstance(value, JITFunction):
+                    functions.setdefault(id(value), value)
+    # NOTE: each device's cache entry is a tuple whose first item is the kernel cache (key -> kernel)
+    return sum(len(caches[0]) for function in functions.values() for caches in function.device_caches.values())
 
 
 def default_compile_threads() -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from helios.core.source import CoreSource
 from helios.engine.worker import BatchingRuntime
 from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, adaptive, speculative_width
+from helios.runtime.startup import startup_seconds
 
 if TYPE_CHECKING:
     from helios.production.native_model import NativeModel
@@ -109,7 +110,9 @@ def runtime_for(model: NativeModel, options: RuntimeOptions) -> BatchingRuntime:
                                         graph_names=model.graphs, prefix_reuse=options.prefix_reuse,
                                         speculative_width=_loaded_width(model, options),
                                         history_drafting=options.history_drafting,
-                                        adaptive_speculation=adaptive(tuple(model.contract.speculative_widths), options))
+                                        adaptive_speculation=adaptive(tuple(model.contract.speculative_widths), options),
+                                        startup_seconds=startup_seconds(model.startup),
+                                        device_counters=model.device_counters)
 
 
 def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:

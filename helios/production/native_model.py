@@ -23,9 +23,13 @@ Startup phases, each timed and reported in `NativeModel.startup`:
   costs    with `measure_costs` (adaptive speculation): time each DECODE and SPECULATIVE graph's
            round, `cost_repeats` replays of its CUDA graph after capture (the median), or one eager
            run on a CPU, over the idle zeroed transport, persistent state and completion records
-           restored afterwards as capture restores them; the executor's `round_costs()`.
-Then the executor is built over the buffers; it holds two execution frames when the transport
-declares two (executor.py).
+           restored afterwards as capture restores them; the executor's `round_costs()`;
+  host_tier  build the executor over the buffers, with the host tier of evicted checkpoints
+           (`host_cache_gib`, pinned on a GPU); it holds two execution frames when the transport
+           declares two (executor.py).
+The phases are timed by `helios.runtime.startup.PhaseClock` and exported on /metrics as
+`helios_startup_seconds{phase}`; `NativeModel.device_counters()` answers the graphs captured and
+kernels compiled in this process (`helios_graphs_captured_total`, `helios_kernels_compiled_total`).
 
 NOTE: the cache is sized before capture because a CUDA graph records buffer addresses; the memory
 the graphs hold is what the kernels phase measured, so "after graphs are loaded" holds in substance.
@@ -35,9 +39,7 @@ manifest's buffers with cache planes at their physical page count.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +49,10 @@ from helios.contract import PreparedContract, StartupOptions
 from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
-from helios.production.capture import GraphCapture
+from helios.production.capture import GraphCapture, captured_graphs
 from helios.production.executor import ExecutorGraph, NativeExecutor
 from helios.production.gpu_paths import GpuPaths
-from helios.production.kernel_compile import compile_plans
+from helios.production.kernel_compile import compile_plans, compiled_kernels
 from helios.production.lowering import lower_program
 from helios.production.lowering.product_choice import PATHS, Decision, LinearPolicy, policy_for
 from helios.production.plan import LaunchPlan
@@ -66,6 +68,7 @@ from helios.runtime.packing import (
     check_page_table_views,
     check_vision,
 )
+from helios.runtime.startup import PhaseClock, StartupPhase
 from helios.runtime.tuning import StartupTuning, TuningRefused
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
@@ -125,12 +128,6 @@ class LoadOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class StartupPhase:
-    name: str  # verify, weights, tuning, kernels, cache, graphs, costs, host_tier
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
 class _Program:
     handle: manifest_pb2.GraphHandle
     program: program_pb2.Program
@@ -164,6 +161,13 @@ class NativeModel:
     def graphs(self) -> dict[str, ExecutorGraph]:
         return self.executor.graphs
 
+    @staticmethod
+    def device_counters() -> dict[str, int]:
+        """What this process's device half has made: CUDA graphs captured (`capture.captured_graphs`)
+        and Triton kernel specializations compiled (`kernel_compile.compiled_kernels`); both stop
+        changing when startup ends."""
+        return {"graphs_captured": captured_graphs(), "kernels_compiled": compiled_kernels()}
+
     # ------------------------------------------------------------------------------------------ load
 
     @classmethod
@@ -173,15 +177,8 @@ class NativeModel:
         device = torch.device(options.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise StartupFailed("device 'cuda' requested but no CUDA device is present; use --device cpu")
-        phases: list[StartupPhase] = []
-
-        @contextmanager
-        def phase(name: str) -> Iterator[None]:
-            start = time.perf_counter()
-            yield
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            phases.append(StartupPhase(name, time.perf_counter() - start))
+        clock = PhaseClock((lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None)
+        phase = clock.phase
 
         with phase("verify"):
             serving, manifest = core.contract, core.manifest
@@ -264,7 +261,7 @@ class NativeModel:
             if b.role == M.BUFFER_ROLE_CACHE:
                 b.shape[0] = pages
         return cls(contract=contract, serving=serving, manifests=(loaded,), executor=executor, pages=pages,
-                   startup=tuple(phases), device=device, weight_bytes=weight_bytes,
+                   startup=tuple(clock.phases), device=device, weight_bytes=weight_bytes,
                    linear_decisions=policy.decisions, max_concurrency=slots)
 
 

@@ -44,6 +44,7 @@ from helios.runtime.scores import (
     score_refusal,
     validate_prompt_scores,
 )
+from helios.runtime.startup import PhaseClock, StartupPhase
 
 C, M = contract_pb2, manifest_pb2
 
@@ -65,6 +66,7 @@ class ReferenceEngine:
         self.manifest = manifest
         self.contract = prepared  # the PreparedContract
         self.executor = executor
+        self.startup: tuple[StartupPhase, ...] = executor.startup  # the load's phases (`load`: verify, weights, cache, tuning)
         self.graphs = executor.graphs
         self.buffers = executor.buffers
         self.allocator = PageAllocator(executor.pages)
@@ -139,12 +141,19 @@ class ReferenceEngine:
         `adaptive_speculation` chooses each round's program from measured costs (`speculative_width`
         is then the fallback)."""
         serving, manifest = core.contract, core.manifest
-        prepared = PreparedContract.decode(serving, manifest)
+        clock = PhaseClock()
+        with clock.phase("verify"):
+            prepared = PreparedContract.decode(serving, manifest)
         if pages is None:
             pages = pages_for(prepared.context_tokens, prepared.cache.page_tokens)
-        return cls(serving, manifest, prepared, ReferenceExecutor.load(core, pages=pages, keep=keep),
-                   speculative_width=speculative_width, history_drafting=history_drafting,
-                   adaptive_speculation=adaptive_speculation)
+        executor = ReferenceExecutor.load(core, pages=pages, keep=keep)
+        engine = cls(serving, manifest, prepared, executor, speculative_width=speculative_width,
+                     history_drafting=history_drafting, adaptive_speculation=adaptive_speculation)
+        # the contract's decode and the executor's verify phase are one phase
+        decode = clock.phases[0].seconds
+        engine.startup = tuple(StartupPhase(p.name, p.seconds + decode) if p.name == "verify" else p
+                               for p in executor.startup)
+        return engine
 
     # ------------------------------------------------------------------------------------------ rounds
 

@@ -51,6 +51,7 @@ from helios.runtime.packing import GraphPacking, check_history_regions, check_pa
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
+from helios.runtime.startup import PhaseClock, StartupPhase
 from helios.runtime.tuning import StartupTuning
 
 C, M = contract_pb2, manifest_pb2
@@ -117,6 +118,7 @@ class ReferenceExecutor:
         self._page_rows: dict[int, tuple[int, ...]] = {}  # slot -> the page-table row the updates built
         self._costs: RoundCosts | None = None  # measured on first asking (`round_costs`)
         self.tuned: tuple[str, ...] = ()  # the TUNED buffers the startup producers filled (`load`)
+        self.startup: tuple[StartupPhase, ...] = ()  # the load's phases: verify, weights, cache, tuning (`load`)
         # The host tier: per rank, cache plane -> [host_pages, ...one page...] (np.zeros: calloc'd, so
         # pages never written take no memory).
         self.cache_buffers = tuple(cache_buffers)
@@ -131,83 +133,57 @@ class ReferenceExecutor:
         """Load `core`'s programs and weights; cache planes get `pages` pages, the host tier
         `host_pages` (0: none)."""
         serving, manifest = core.contract, core.manifest
-        ranks = manifest.ranks
-        if ranks < 1:
-            raise EngineLoadError(f"the core declares {ranks} ranks")
-        check_page_table_views(serving)
-        check_history_regions(serving, manifest)
-        check_vision(serving)
-        if pages < 1:
-            raise EngineLoadError(f"pages must be >= 1, got {pages}")
-        buffer_descriptors = {b.name: b for b in manifest.buffers}
-        contracts = {g.name: g for g in serving.model.graphs}
-        graphs: dict[str, LoadedGraph] = {}
-        weights: dict[str, np.ndarray] = {}
-        for handle in manifest.graphs:
-            if len(handle.program_resources) != ranks:
-                raise EngineLoadError(f"graph {handle.name!r} has {len(handle.program_resources)} programs for "
-                                      f"{ranks} ranks")
-            programs, rank_operators = [], []
-            for rank, resource in enumerate(handle.program_resources):
-                program = program_pb2.Program.FromString(core.read(resource))
-                if program.graph != handle.name or program.rank != rank:
-                    raise EngineLoadError(f"program {resource!r} belongs to {program.graph!r} rank {program.rank}, "
-                                          f"not {handle.name!r} rank {rank}")
-                programs.append(program)
-                rank_operators.append(tuple(validate_program(program, buffer_descriptors)))
+        clock = PhaseClock()
+        with clock.phase("verify"):
+            ranks = manifest.ranks
+            if ranks < 1:
+                raise EngineLoadError(f"the core declares {ranks} ranks")
+            check_page_table_views(serving)
+            check_history_regions(serving, manifest)
+            check_vision(serving)
+            if pages < 1:
+                raise EngineLoadError(f"pages must be >= 1, got {pages}")
+            graphs = _graphs(core, serving, manifest, ranks)
+            tuning = StartupTuning.resolve(serving, manifest, core.read,
+                                           {name: graph.rank_programs for name, graph in graphs.items()})
+        with clock.phase("weights"):
+            weights: dict[str, np.ndarray] = {}
+            programs = [p for graph in graphs.values() for p in graph.rank_programs]
+            programs += [p for producer in tuning.producers for p in producer.programs]
+            for program in programs:
                 for decl in program.tensors:
                     if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
                         weights[decl.resource] = _load_weight(core, decl)
-            if ranks > 1:
-                check_lockstep(programs, rank_operators)
-            else:
-                for i, op in enumerate(rank_operators[0]):
-                    if op.op in RANK_COLLECTIVES and op.attributes["ranks"] != 1:
-                        raise EngineLoadError(f"graph {handle.name!r} operators[{i}] ({op.op}) is over "
-                                              f"{op.attributes['ranks']} ranks, the core has one")
-            program, operators = programs[0], rank_operators[0]
-            packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
-            page_table = any(b.source == C.VALUE_SOURCE_PAGE_TABLE and b.indexing == C.INDEXING_PHYSICAL_REQUEST_ROW
-                             for b in packing.bindings)
-            spec = contracts[handle.name].speculative if contracts[handle.name].HasField("speculative") else None
-            geometry = {} if spec is None else {"width": spec.verify_tokens, "lane_limit": spec.lane_token_limit}
-            graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
-                                              handle.packed_token_capacity, program, operators, packing, page_table,
-                                              tuple(programs), tuple(rank_operators),
-                                              page_tokens=serving.model.cache.page_tokens, **geometry)
-        rank_buffers: list[dict[str, np.ndarray]] = []
-        for _ in range(ranks):
-            buffers = {}
-            for b in manifest.buffers:
-                if rank_buffers and b.role == M.BUFFER_ROLE_TRANSPORT:
-                    buffers[b.name] = rank_buffers[0][b.name]  # one transport, read by every rank
-                    continue
-                shape = [int(e) for e in b.shape]
-                if b.role == M.BUFFER_ROLE_CACHE:
-                    shape[0] = pages
-                buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
-            for graph in graphs.values():
-                graph.packing.initialize(buffers)
-            rank_buffers.append(buffers)
+        with clock.phase("cache"):
+            rank_buffers: list[dict[str, np.ndarray]] = []
+            for _ in range(ranks):
+                buffers = {}
+                for b in manifest.buffers:
+                    if rank_buffers and b.role == M.BUFFER_ROLE_TRANSPORT:
+                        buffers[b.name] = rank_buffers[0][b.name]  # one transport, read by every rank
+                        continue
+                    shape = [int(e) for e in b.shape]
+                    if b.role == M.BUFFER_ROLE_CACHE:
+                        shape[0] = pages
+                    buffers[b.name] = np.zeros(shape, dtype=NUMPY_DTYPES[b.dtype])
+                for graph in graphs.values():
+                    graph.packing.initialize(buffers)
+                rank_buffers.append(buffers)
         # Startup tuning (helios.runtime.tuning): every required producer fills its TUNED buffers on
         # every rank before any serving graph runs; serving programs only read them.
-        tuning = StartupTuning.resolve(serving, manifest, core.read,
-                                       {name: graph.rank_programs for name, graph in graphs.items()})
-        for producer in tuning.producers:
-            for program in producer.programs:
-                for decl in program.tensors:
-                    if decl.role == program_pb2.TENSOR_ROLE_WEIGHT and decl.resource not in weights:
-                        weights[decl.resource] = _load_weight(core, decl)
-            if ranks == 1:
-                execute(producer.programs[0], {**rank_buffers[0], **weights}, producer.operators[0])
-            else:
-                execute_ranks(producer.programs, [{**buffers, **weights} for buffers in rank_buffers],
-                              producer.operators)
+        with clock.phase("tuning"):
+            for producer in tuning.producers:
+                if ranks == 1:
+                    execute(producer.programs[0], {**rank_buffers[0], **weights}, producer.operators[0])
+                else:
+                    execute_ranks(producer.programs, [{**buffers, **weights} for buffers in rank_buffers],
+                                  producer.operators)
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
         executor = cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
                        rank_buffers=rank_buffers, cache_buffers=cache_buffers, host_pages=host_pages)
         executor.tuned = tuning.buffers
+        executor.startup = tuple(clock.phases)
         return executor
 
     @property
@@ -338,6 +314,43 @@ def _idle_lanes(graph: LoadedGraph, pages: int) -> list[LaneInput]:
                       sampling=SamplingParams(temperature=0.0), output_limit=graph.width + 1, eos_ids=(),
                       prompt_token_ids=(0,), speculative_limit=limit)
             for i in range(graph.batch_capacity)]
+
+
+def _graphs(core: CoreSource, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
+            ranks: int) -> dict[str, LoadedGraph]:
+    """Every graph of the catalog: each rank's program read, checked and validated, its packing resolved."""
+    buffer_descriptors = {b.name: b for b in manifest.buffers}
+    contracts = {g.name: g for g in serving.model.graphs}
+    graphs: dict[str, LoadedGraph] = {}
+    for handle in manifest.graphs:
+        if len(handle.program_resources) != ranks:
+            raise EngineLoadError(f"graph {handle.name!r} has {len(handle.program_resources)} programs for "
+                                  f"{ranks} ranks")
+        programs, rank_operators = [], []
+        for rank, resource in enumerate(handle.program_resources):
+            program = program_pb2.Program.FromString(core.read(resource))
+            if program.graph != handle.name or program.rank != rank:
+                raise EngineLoadError(f"program {resource!r} belongs to {program.graph!r} rank {program.rank}, "
+                                      f"not {handle.name!r} rank {rank}")
+            programs.append(program)
+            rank_operators.append(tuple(validate_program(program, buffer_descriptors)))
+        if ranks > 1:
+            check_lockstep(programs, rank_operators)
+        else:
+            for i, op in enumerate(rank_operators[0]):
+                if op.op in RANK_COLLECTIVES and op.attributes["ranks"] != 1:
+                    raise EngineLoadError(f"graph {handle.name!r} operators[{i}] ({op.op}) is over "
+                                          f"{op.attributes['ranks']} ranks, the core has one")
+        packing = GraphPacking.resolve(contracts[handle.name], manifest, physical_rows=serving.max_concurrency)
+        page_table = any(b.source == C.VALUE_SOURCE_PAGE_TABLE and b.indexing == C.INDEXING_PHYSICAL_REQUEST_ROW
+                         for b in packing.bindings)
+        spec = contracts[handle.name].speculative if contracts[handle.name].HasField("speculative") else None
+        geometry = {} if spec is None else {"width": spec.verify_tokens, "lane_limit": spec.lane_token_limit}
+        graphs[handle.name] = LoadedGraph(handle.name, handle.operation, handle.batch_capacity,
+                                          handle.packed_token_capacity, programs[0], rank_operators[0], packing,
+                                          page_table, tuple(programs), tuple(rank_operators),
+                                          page_tokens=serving.model.cache.page_tokens, **geometry)
+    return graphs
 
 
 def _load_weight(core: CoreSource, decl: program_pb2.TensorDecl) -> np.ndarray:

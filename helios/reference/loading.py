@@ -15,6 +15,7 @@ from helios.reference.cache import pages_for
 from helios.reference.engine import AdmissionRejected, ReferenceEngine
 from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, adaptive, speculative_width
 from helios.runtime.scores import prompt_score_width
+from helios.runtime.startup import startup_seconds
 
 _PRODUCTION_ONLY = (("device", "--device"), ("gpu_memory_fraction", "--gpu-memory-fraction"),
                     ("wrap_executor", "--trace"), ("ranks", "--rank-peers / --master"))
@@ -47,6 +48,7 @@ def load_runtime(core: CoreSource, options: RuntimeOptions) -> SequentialRuntime
         rejections=(AdmissionRejected,),
         eos_token_ids=tuple(contract.frontend.eos_token_ids),
         prompt_score_width=prompt_score_width(contract),
+        startup_seconds=startup_seconds(engine.startup),
     )
 
 

@@ -141,6 +141,12 @@ class RuntimeMetrics:
     available: dict[str, int] = field(default_factory=dict)  # resource -> currently free
     mixed_grammar_decode_steps: int = 0  # flare_mixed_grammar_decode_steps_total
     constrained_max_inflight: int = 0  # flare_constrained_max_inflight
+    # the load, phase by phase (helios/runtime/startup.py): phase -> seconds, in load order
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+    # what the device half made in this process (production; 0 elsewhere): CUDA graphs captured and
+    # Triton kernel specializations compiled, all at startup (serving makes none)
+    graphs_captured: int = 0
+    kernels_compiled: int = 0
 
 
 def _put_batch(batch: list[tuple[EventStream, Event]]) -> None:

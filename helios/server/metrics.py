@@ -158,6 +158,16 @@ class HeliosCollector(Collector):
                     m.host_bytes_capacity)
         yield counter("helios_host_cache_evictions", "Host-tier checkpoints dropped to make room, least recently "
                       "stored first.", m.host_evictions)
+        # startup, and what the device half made (all of it at startup: serving captures and compiles none)
+        startup = GaugeMetricFamily("helios_startup_seconds", "Seconds the runtime's load spent in each startup "
+                                    "phase.", labels=["phase"])
+        for phase, seconds in m.startup_seconds.items():
+            startup.add_metric([phase], seconds)
+        yield startup
+        yield counter("helios_graphs_captured", "CUDA graphs captured by this process (at startup).",
+                      m.graphs_captured)
+        yield counter("helios_kernels_compiled", "Triton kernel specializations compiled by this process "
+                      "(at startup).", m.kernels_compiled)
         # resource capacity
         capacity = GaugeMetricFamily(
             "helios_capacity", "Prepared and selected capacities.", labels=["resource"]

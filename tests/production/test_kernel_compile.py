@@ -76,3 +76,28 @@ def test_workers_past_the_deadline_are_killed_and_everything_is_left_to_the_in_p
     assert time.monotonic() - started < 30
     assert "did not finish in 1 s" in caplog.text
     assert kernel_compile._FORKED == []
+
+
+def _body(x):
+    return x
+
+
+def test_compiled_kernels_counts_every_cache_entry_of_the_kernel_modules_once(monkeypatch):
+    """`compiled_kernels()` sums the in-memory kernel caches of each JIT function defined by a module
+    of helios.production.kernels, on every device, a function imported by two modules counted once."""
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    base = kernel_compile.compiled_kernels()  # 0 on a CPU: the kernels are interpreted
+    function = JITFunction(_body)  # a JIT function as a GPU process defines it; never launched here
+    function.device_caches[0] = ({"a": object(), "b": object()}, {}, None, None, None)
+    function.device_caches[1] = ({"c": object()}, {}, None, None, None)
+    for name in ("helios.production.kernels._counted", "helios.production.kernels._importer"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(kernel=function, other=42))
+    outside = JITFunction(_body)  # a module outside helios.production.kernels: not Helios's kernels
+    outside.device_caches[0] = ({"x": object()}, {}, None, None, None)
+    monkeypatch.setitem(sys.modules, "elsewhere._not_counted", types.SimpleNamespace(kernel=outside))
+    assert kernel_compile.compiled_kernels() == base + 3
+    function.device_caches[1][0]["d"] = object()  # a launch that compiles adds an entry
+    assert kernel_compile.compiled_kernels() == base + 4

@@ -195,6 +195,8 @@ class GraphTimer:
     def _elapsed(self, body: Run) -> float:
         import torch
 
+        from helios.production.capture import capturing
+
         device = self.device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
@@ -204,7 +206,7 @@ class GraphTimer:
         torch.cuda.current_stream(device).wait_stream(stream)
         torch.cuda.synchronize(device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with capturing(graph):
             for _ in range(self.calls):
                 body()
         graph.replay()
