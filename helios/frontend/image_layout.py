@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from helios.frontend.errors import ImagesNotServed, RequestFieldError
+from helios.frontend.image_preparation import PreparedImage
 from helios.proto import contract_pb2 as C
+from helios.runtime.images import RequestImage
 
 
 class ImageCountMismatch(RequestFieldError):
@@ -116,6 +118,21 @@ class FeatureSpanLayout:
             else:
                 out.append(int(token))
         return LaidOutPrompt(tuple(out), tuple(spans))
+
+    def request_images(self, laid: LaidOutPrompt, prepared: Sequence[PreparedImage]) -> tuple[RequestImage, ...]:
+        """What the engines bind for each image of `laid` (`helios.runtime.images`): its span, digest,
+        the layout's tensors `patches` (the preparation's rows) and `patch_group` (every row in the
+        image's one group, 0), and each encoder row's feature: the rows after the class row when the
+        span is shorter than the rows (the class row is dropped), else every row."""
+        out = []
+        for span in laid.spans:
+            image = prepared[span.image]
+            rows = image.patches.shape[0]
+            offsets = feature_rows(rows, span.length, 0, skip_class=span.length < rows)
+            out.append(RequestImage(span.start, span.length, span.digest,
+                                    (("patch_group", np.zeros(rows, np.int32)), ("patches", image.patches)),
+                                    offsets))
+        return tuple(out)
 
 
 def layout_for(frontend: C.FrontendContract, vision: C.VisionContract) -> FeatureSpanLayout | None:

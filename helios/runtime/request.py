@@ -7,8 +7,12 @@ schedules and runs graphs). Plain frozen data; every field is validated on const
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from helios.errors import HeliosError
+
+if TYPE_CHECKING:
+    from helios.runtime.images import RequestImage
 
 
 class InvalidRequest(HeliosError):
@@ -65,10 +69,19 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     eos_token_ids: tuple[int, ...] = ()  # generation ends after sampling one of these
     ignore_eos: bool = False  # benchmarks: keep generating past EOS up to max_tokens
+    # the prompt's images (helios.runtime.images), in prompt order; each span's positions hold its
+    # image sentinels
+    images: tuple[RequestImage, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:
             raise InvalidRequest("prompt_token_ids must hold at least one token")
+        previous = 0
+        for index, image in enumerate(self.images):
+            if image.start < previous or image.features < 1 or image.end > len(self.prompt_token_ids):
+                raise InvalidRequest(f"images[{index}]: its span [{image.start}, {image.end}) must follow the "
+                                     f"previous image's and lie inside the {len(self.prompt_token_ids)}-token prompt")
+            previous = image.end
         if any(t < 0 for t in self.prompt_token_ids):
             raise InvalidRequest("prompt_token_ids must be non-negative")
         if self.max_tokens < 1:
