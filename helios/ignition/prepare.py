@@ -45,14 +45,13 @@ from helios.ignition.preparation.snapshots import (
 )
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
 from helios.ignition.recipes import lfm2, llama_family, llava
+from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.ignition.recipes.llava_vision import (
     PREPARED_SOURCES,
-    VisionTower,
     vision_resource,
     vision_resource_names,
     zero_sentinel_rows,
 )
-from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.proto import contract_pb2, core_pb2, manifest_pb2, program_pb2
 
 C, M = contract_pb2, manifest_pb2

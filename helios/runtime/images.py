@@ -25,26 +25,13 @@ an image never share a page.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from helios.runtime.lanes import ImageSubmission
+from helios.runtime.request import RequestImage
 
-
-@dataclass(frozen=True, slots=True, eq=False)
-class RequestImage:
-    """One image of a request, as the frontend's image layout prepared it."""
-
-    start: int  # the prompt position of the span's first sentinel
-    features: int  # the span's length: one sentinel per feature
-    digest: bytes  # the image bytes' SHA-256
-    tensors: tuple[tuple[str, np.ndarray], ...]  # the layout's outputs (IMAGE_TENSOR), by name
-    feature_offsets: np.ndarray  # [encoder rows] i32: each row's feature within the image, -1 for none
-
-    @property
-    def end(self) -> int:
-        return self.start + self.features
+__all__ = ["AdmittedImages", "RequestImage", "page_content", "prefix_boundary"]
 
 
 def page_content(images: Sequence[RequestImage], start: int, end: int) -> bytes:

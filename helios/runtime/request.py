@@ -7,12 +7,10 @@ schedules and runs graphs). Plain frozen data; every field is validated on const
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from helios.errors import HeliosError
-
-if TYPE_CHECKING:
-    from helios.runtime.images import RequestImage
 
 
 class InvalidRequest(HeliosError):
@@ -58,6 +56,21 @@ class SamplingParams:
     def rank_filtered(self) -> bool:
         """Whether a draw filters ids by rank (top-k, top-p or min-p); a greedy request never draws."""
         return self.temperature > 0.0 and (self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestImage:
+    """One image of a request, as the frontend's image layout prepared it (helios.runtime.images)."""
+
+    start: int  # the prompt position of the span's first sentinel
+    features: int  # the span's length: one sentinel per feature
+    digest: bytes  # the image bytes' SHA-256
+    tensors: tuple[tuple[str, np.ndarray], ...]  # the layout's outputs (IMAGE_TENSOR), by name
+    feature_offsets: np.ndarray  # [encoder rows] i32: each row's feature within the image, -1 for none
+
+    @property
+    def end(self) -> int:
+        return self.start + self.features
 
 
 @dataclass(frozen=True, slots=True)
