@@ -415,6 +415,8 @@ class ResolvedBinding:
         if np.asarray(value).size != view.size:
             raise LaneOverflow(f"{self.destination}: the image's {self.image_output or 'feature rows'} has "
                                f"{np.asarray(value).size} elements, the buffer {view.size}")
+        if self.dtype == np.uint16:  # a BF16 buffer (NUMPY_DTYPES): round to nearest even bit patterns
+            value = _bf16_bits(np.asarray(value, np.float32))
         view[...] = np.asarray(value).reshape(view.shape).astype(self.dtype)
 
     def _scalar(self, lanes: Sequence[LaneInput]) -> np.ndarray:
@@ -544,6 +546,13 @@ class ResolvedBinding:
             raise UnsupportedValueSource(f"{self.destination}: {_source_name(self.source)} is not per token")
 
 
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 values as bf16 bit patterns (uint16), rounded to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + ((bits >> 16) & 1) + np.uint32(0x7FFF)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
+
+
 def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.ValueBinding,
                      buffers: Mapping[str, manifest_pb2.BufferDescriptor], physical_rows: int) -> ResolvedBinding:
     where = f"graph {graph.name}: binding {binding.destination}"
@@ -562,7 +571,8 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
     if source in _IMAGE_SOURCES and indexing != V.INDEXING_SCALAR:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} fills the whole buffer (SCALAR indexing)")
     if source == V.VALUE_SOURCE_IMAGE_TENSOR:
-        numeric = _FLOAT_DTYPES | _INTEGER_DTYPES  # a layout output of either kind
+        # a layout output of either kind (bf16 buffers take the float values' bf16 bit patterns)
+        numeric = _FLOAT_DTYPES | _INTEGER_DTYPES | {manifest_pb2.DTYPE_BF16}
         if not binding.image_output:
             raise BindingExtentMismatch(f"{where}: IMAGE_TENSOR names no image_output")
     if buffer.dtype not in numeric:

@@ -22,8 +22,8 @@ which rows reach the store (-1: none), so the strategy is the packer's index dat
 The class token's patch row is all zeros: the convolution has no bias, so its embedding is exactly
 0 and `0 + (position[0] + class)` equals transformers' `class + position[0]`.
 
-Serving such a core (the text model's image sentinels and feature binding, the chat API's image
-parts) is not wired yet: `helios prepare` does not list `llava` (docs/vision.md says what is missing).
+`helios prepare` reads a `llava` checkpoint with `llava.py` and writes this encoder into every
+PREFILL program of the core (docs/vision.md).
 """
 
 from __future__ import annotations
