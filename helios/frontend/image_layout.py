@@ -138,10 +138,10 @@ class FeatureSpanLayout:
 def layout_for(frontend: C.FrontendContract, vision: C.VisionContract) -> FeatureSpanLayout | None:
     """The implementation the core's image-layout selector names, from its image token layout data
     (the one feature id is the placeholder and the sentinel) and the vision contract's features per
-    window; None for IMAGE_LAYOUT_NONE."""
+    window; None for IMAGE_LAYOUT_NONE (or unset: a core without images)."""
     if frontend.image_layout == C.IMAGE_LAYOUT_FEATURE_SPAN:
         sentinel = frontend.image_token_layout.feature_ids[0]
         return FeatureSpanLayout(sentinel, sentinel, vision.features_per_window)
-    if frontend.image_layout == C.IMAGE_LAYOUT_NONE:
+    if frontend.image_layout in (C.IMAGE_LAYOUT_NONE, C.IMAGE_LAYOUT_UNSPECIFIED):
         return None
     raise ValueError(f"image layout {frontend.image_layout} has no implementation")
