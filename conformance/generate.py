@@ -36,9 +36,9 @@ actually reached):
             preempts the younger with its endpoint inside a page, whose partial page is snapshotted,
             released and restored at readmission, nothing recomputed (checked the same way)
   images    where the core has image inputs (docs/vision.md): greedy chat requests with a PNG (made
-            here, at the preparation's image size) each: image A, then the same text with image B
-            (its prefix pages before the image are reused, its image's are not: their keys hold
-            the image's digest), then A again (its image's pages reused too)
+            here, at the preparation's image size) each: image A beside a text-only request, then
+            the same text with image B (its prefix pages before the image are reused, its image's
+            are not: their keys hold the image's digest), then A again (its image's pages reused too)
 
 Prompts are token ids (their lengths are exact on any tokenizer), drawn from ids that are neither EOS
 ids nor template tokens. Where a request's point is a mechanism reached after some draws, its prompt
@@ -253,8 +253,9 @@ def _images(geometry: Geometry) -> Workload:
                                                           {"type": "text", "text": " what?"}]}],
                 "max_tokens": 3, "temperature": 0}
 
-    requests = (_request("image-a", body(a)), _request("image-b", body(b), after="image-a"),
-                _request("image-a-again", body(a), after="image-b"))
+    text = {"messages": [{"role": "user", "content": "look: what?"}], "max_tokens": 3, "temperature": 0}
+    requests = (_request("image-a", body(a)), _request("text", text),  # batched beside image-a's rounds
+                _request("image-b", body(b), after="image-a"), _request("image-a-again", body(a), after="image-b"))
     return Workload("images", requests, max_active=min(2, geometry.slots), queue_capacity=len(requests),
                     description="chat requests with images: distinct images never share a page, equal ones do")
 

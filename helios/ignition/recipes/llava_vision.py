@@ -235,7 +235,7 @@ def encode_image(b: ProgramBuilder, tower: VisionTower, *, feature_slots: int, d
             C.ValueBinding(destination="image_patches", source=C.VALUE_SOURCE_IMAGE_TENSOR,
                            indexing=C.INDEXING_SCALAR, image_output="patches"),
             C.ValueBinding(destination="patch_group", source=C.VALUE_SOURCE_IMAGE_TENSOR,
-                           indexing=C.INDEXING_SCALAR, image_output="patch_group"),
+                           indexing=C.INDEXING_SCALAR, image_output="patch_group", padding=-1),  # no image: no group
             C.ValueBinding(destination="image_feature_rows", source=C.VALUE_SOURCE_IMAGE_FEATURE_INDICES,
                            indexing=C.INDEXING_SCALAR, padding=-1),
         ]
