@@ -15,6 +15,12 @@ request that is not in flight (its pages return, its published prefix stays cach
 later ahead of new requests; the oldest request can always proceed, so a request that fits the
 cache alone never fails for a temporary shortage.
 
+Images (docs/vision.md). A request with images takes feature slots (feature_slots.py) with its
+request slot and returns them with it; its admission's `AdmittedImages` (helios.runtime.images)
+counts the images its reused prefix holds as encoded. Its page keys mix in its images' digests, a
+reused prefix is cut back so it ends inside no image span, and it matches and publishes no
+continuation.
+
 `residency()` is a read-only snapshot of all of it (`Residency`): what conformance's resource
 accounting reads once a workload has ended.
 

@@ -33,6 +33,11 @@ highest expected rate among DECODE and every selected width, from the executor's
 and each request's observed acceptance (program_choice.py; docs/speculative.md). A request that opted
 out (`SchedulerRequest.speculation` False) decodes plainly.
 
+Images. A request with an image still to encode runs a PREFILL round of its own (one lane, taking
+the prefill turn) that encodes its next image into its feature slots; its chunk never reaches an
+image not encoded by the round's end (helios.runtime.images). Its lanes carry each prompt position's
+feature-store row, so later rounds (MIXED, DECODE) read the features wherever a chunk falls.
+
 Pages. A lane's pages must cover its chunk before it is submitted; where they run short, cached
 pages are evicted and younger idle requests preempted. Intake, admission, slots, pages, preemption
 and release are `RequestResidency`'s (residency.py), the base class this module's `Scheduler`
