@@ -273,11 +273,15 @@ class ReferenceEngine:
                                         "image feature slots a request")
             if prompt_logprobs is not None:
                 raise AdmissionRejected("prompt scores of a prompt with images are not served")
+            # the slot is free, so its share of the feature store is too
             store_slots = self.feature_slots.allocate(slot, len(request.images))
-            if store_slots is None:
-                raise AdmissionRejected(f"{len(request.images)} image feature slots are not free")
+            assert store_slots is not None
             images = AdmittedImages(request.images, store_slots, self._slot_rows, len(request.prompt_token_ids), 0)
-        pages = self.allocator.allocate(pages_for(self._reach(request), self.contract.cache.page_tokens))
+        try:
+            pages = self.allocator.allocate(pages_for(self._reach(request), self.contract.cache.page_tokens))
+        except BaseException:
+            self.feature_slots.release(slot)
+            raise
         self._active_slots.add(slot)
         self._generations[slot] += 1
         self.kept.clear()
