@@ -160,7 +160,8 @@ def preparer_for(core: CoreSource) -> Any:
     return Preparer(Bootstrap.from_core(core), served_id=serving.served_id, aliases=tuple(serving.aliases),
                     context_tokens=serving.context_tokens, sampled_tokens=vocabulary.sampled_tokens or None,
                     mask_words=vocabulary.mask_words or None,
-                    prompt_score_width=core_prompt_score_width(serving, core.manifest))
+                    prompt_score_width=core_prompt_score_width(serving, core.manifest),
+                    vision=serving.model.vision)
 
 
 def prepare_workload(core: CoreSource, workload: Workload, copies: int = 2, *,

@@ -35,6 +35,10 @@ actually reached):
   snapshot  where the core has RESTORATION graphs: two requests on five pages; the older's growth
             preempts the younger with its endpoint inside a page, whose partial page is snapshotted,
             released and restored at readmission, nothing recomputed (checked the same way)
+  images    where the core has image inputs (docs/vision.md): greedy chat requests with a PNG (made
+            here, at the preparation's image size) each: image A beside a text-only request, then
+            the same text with image B (its prefix pages before the image are reused, its image's
+            are not: their keys hold the image's digest), then A again (its image's pages reused too)
 
 Prompts are token ids (their lengths are exact on any tokenizer), drawn from ids that are neither EOS
 ids nor template tokens. Where a request's point is a mechanism reached after some draws, its prompt
@@ -86,6 +90,7 @@ class Geometry:
     prompt_score_width: int = 0  # K of the core's scored prefill (0: no SCORED_PREFILL graphs)
     snapshots: bool = False  # RESTORATION graphs and continuation storage (preemption snapshots, restores)
     recurrent: bool = False  # a RECURRENT history region: no prefix is reused (docs/recurrent.md)
+    image_size: int = 0  # the image preparation's image size (0: the core takes no images)
 
     @classmethod
     def of(cls, core: CoreSource) -> Geometry:
@@ -113,7 +118,8 @@ class Geometry:
                    chat=chat, prompt_ids=ids, prompt_score_width=prompt_score_width(contract),
                    snapshots=(contract.snapshot_capacity > 0 and any(g.operation == Operation.RESTORATION
                                                                      for g in contract.graphs)),
-                   recurrent=any(h.kind == HistoryKind.RECURRENT for h in contract.cache.histories))
+                   recurrent=any(h.kind == HistoryKind.RECURRENT for h in contract.cache.histories),
+                   image_size=frontend.image_settings.image_size if contract.vision.feature_slots and chat else 0)
 
     def prompt(self, length: int, salt: int = 0) -> list[int]:
         """`length` deterministic ids (a fixed walk through `prompt_ids`; `salt` picks another walk)."""
@@ -219,7 +225,39 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
         snapshot = _snapshot(core, geometry)
         if snapshot is not None:
             workloads.append(snapshot)
+    if geometry.image_size:
+        workloads.append(_images(geometry))
     return tuple(workloads)
+
+
+def png_data_url(size: int, seed: int) -> str:
+    """A `data:` URL of a deterministic random RGB PNG of `size` x `size` pixels."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _images(geometry: Geometry) -> Workload:
+    """The `images` workload (module docstring)."""
+    a, b = (png_data_url(geometry.image_size, seed) for seed in (1, 2))
+
+    def body(url: str) -> dict:
+        return {"messages": [{"role": "user", "content": [{"type": "text", "text": "look: "},
+                                                          {"type": "image_url", "image_url": {"url": url}},
+                                                          {"type": "text", "text": " what?"}]}],
+                "max_tokens": 3, "temperature": 0}
+
+    text = {"messages": [{"role": "user", "content": "look: what?"}], "max_tokens": 3, "temperature": 0}
+    requests = (_request("image-a", body(a)), _request("text", text),  # batched beside image-a's rounds
+                _request("image-b", body(b), after="image-a"), _request("image-a-again", body(a), after="image-b"))
+    return Workload("images", requests, max_active=min(2, geometry.slots), queue_capacity=len(requests),
+                    description="chat requests with images: distinct images never share a page, equal ones do")
 
 
 # ---------------------------------------------------------------------------------------- learning passes

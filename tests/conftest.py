@@ -56,3 +56,20 @@ def hf_model(tiny_checkpoint):
         return models[family]
 
     return load
+
+
+# The tiny LLaVA core of the vision tests: 16-token prefill chunks (an image's 16-sentinel span then
+# splits across two chunks of a chat prompt), batches of 1 and 2, 4-token pages.
+LLAVA_CAPACITIES = dict(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(16,),
+                        context_tokens=96)
+
+
+@pytest.fixture(scope="session")
+def llava_core(tmp_path_factory):
+    """(checkpoint directory, PreparedCore): the tiny random LLaVA (tests/fixtures/checkpoints.py
+    `make_llava_checkpoint`) prepared with `LLAVA_CAPACITIES`, built once per session."""
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from tests.fixtures.checkpoints import make_llava_checkpoint
+
+    directory = make_llava_checkpoint(tmp_path_factory.mktemp("ckpt-llava") / "tiny-llava")
+    return directory, prepare_checkpoint(directory, PreparationOptions(**LLAVA_CAPACITIES))

@@ -68,6 +68,7 @@ class ServeOptions:
     rank_peers: str = "threads"  # production, a core of several ranks: spawn the peers, or await them (processes)
     master: str | None = None  # ADDR:PORT rank 0 listens on for its peers
     rank_timeout: float | None = None  # seconds a collective waits for a peer (None: 30)
+    allow_remote_images: bool = False  # fetch http(s) image URLs of chat image parts (else a 400: data: URLs only)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -154,6 +155,8 @@ def load_state(options: ServeOptions) -> tuple[ServerState, Any]:
         sampled_tokens=contract.model.vocabulary.sampled_tokens,
         mask_words=contract.model.vocabulary.mask_words,
         prompt_score_width=core_prompt_score_width(contract, core.manifest),
+        vision=contract.model.vision,
+        allow_remote_images=options.allow_remote_images,
     )
     runtime_options = RuntimeOptions(
         limits,

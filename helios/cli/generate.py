@@ -45,6 +45,10 @@ def register(subparsers) -> None:
                         help="a trusted public key file or a directory of .pub files (repeatable)")
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt text")
     parser.add_argument("--chat", action="store_true", help="render the prompt as a user message with the template")
+    parser.add_argument("--image", action="append", default=[], metavar="FILE",
+                        help="a PNG, JPEG or WebP image for a vision core (repeatable); with --chat the images "
+                             "precede the prompt in the user message, else the prompt holds the core's image "
+                             "placeholder once per image")
     parser.add_argument("--max-tokens", type=int, metavar="N",
                         help=f"output limit, EOS included (default: the core's, else {DEFAULT_MAX_TOKENS})")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 is greedy (default: the core's, else 1)")
@@ -92,11 +96,31 @@ def _sampling(args, defaults):
     )
 
 
+class ImageUnreadable(HeliosError):
+    """An --image file cannot be read."""
+
+
+def _image_url(path: str) -> str:
+    """The file as a base64 data: URL of its media type (by its leading bytes; the preparation
+    refuses bytes that are not a PNG, JPEG or WebP image)."""
+    import base64
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise ImageUnreadable(f"--image {path}: cannot read: {error.strerror}") from None
+    media = ("image/png" if data.startswith(b"\x89PNG") else "image/webp" if data[8:12] == b"WEBP"
+             else "image/jpeg")
+    return f"data:{media};base64," + base64.b64encode(data).decode()
+
+
 def _generate(args) -> int:
     from helios.cli.compose import load_runtime, rank_options
     from helios.core import open_core
     from helios.engine.oneshot import generate_tokens
     from helios.frontend.bootstrap import Bootstrap
+    from helios.frontend.request_images import ImagePart, RequestImages
     from helios.runtime.limits import AdmissionLimits
     from helios.runtime.options import RuntimeOptions, speculation_choice
     from helios.runtime.request import GenerationRequest
@@ -116,14 +140,19 @@ def _generate(args) -> int:
                                                                                      args.rank_timeout,
                                                                                      args.runtime)))
         defaults = core.contract.defaults
-        text = bootstrap.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-        prompt_ids = bootstrap.encode(text)
+        images = RequestImages(bootstrap.frontend, core.contract.model.vision)
+        prepared = images.prepare([ImagePart(f"--image {path}", _image_url(path)) for path in args.image])
+        content = ([{"type": "image"}] * len(prepared) + [{"type": "text", "text": args.prompt}] if prepared
+                   else args.prompt)
+        text = bootstrap.render_chat([{"role": "user", "content": content}]) if args.chat else args.prompt
+        prompt_ids, request_images = images.lay_out(bootstrap.encode(text), prepared, "--prompt")
+        prompt_ids = list(prompt_ids)
         max_tokens = args.max_tokens
         if max_tokens is None:
             max_tokens = defaults.max_output_tokens if defaults.HasField("max_output_tokens") else DEFAULT_MAX_TOKENS
         eos = tuple(bootstrap.eos_token_ids)
         request = GenerationRequest(tuple(prompt_ids), max_tokens=max_tokens, sampling=_sampling(args, defaults.sampling),
-                                    eos_token_ids=eos)
+                                    eos_token_ids=eos, images=request_images)
         token_ids = generate_tokens(runtime, request)
     finish_reason = "stop" if token_ids and token_ids[-1] in eos else "length"
     visible = token_ids[:-1] if finish_reason == "stop" else token_ids

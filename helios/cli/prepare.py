@@ -85,6 +85,9 @@ def register(subparsers) -> None:
                         help="capture SCORED_PREFILL programs at every prefill capacity that score each prompt "
                              "token and its K most likely alternatives (echo with logprobs, prompt_logprobs; "
                              "default: 20; 0 captures none)")
+    parser.add_argument("--image-feature-slots", type=int, default=1, metavar="N",
+                        help="a vision checkpoint (LLaVA): the images one request may carry; the feature store "
+                             "holds N images' features for every request slot (default: 1)")
     parser.add_argument("--snapshot-capacity", type=int, default=None, metavar="ROWS",
                         help="continuation storage rows (one partial page of every cache plane a row) and "
                              "RESTORATION programs at every batch capacity, so a preempted request resumes "
@@ -121,7 +124,8 @@ def _prepare(args) -> int:
                                  context_tokens=args.context_tokens, pending_token=args.pending_token,
                                  draft=args.draft, speculative_widths=args.speculative_widths,
                                  speculative_budget=args.speculative_budget, tensor_parallel=args.tp,
-                                 prompt_score_top=args.prompt_score_top, snapshot_capacity=args.snapshot_capacity)
+                                 prompt_score_top=args.prompt_score_top, snapshot_capacity=args.snapshot_capacity,
+                                 image_feature_slots=args.image_feature_slots)
     prepared = prepare_checkpoint(args.checkpoint, options)
     seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
     graphs = len(prepared.manifest.graphs)

@@ -86,6 +86,9 @@ def register(subparsers) -> None:
                         help="a Host header name to answer (repeatable); default: the bound address and "
                              "localhost when bound to loopback, any name otherwise")  # fmt: skip
     parser.add_argument("--public-metrics", action="store_true", help="serve /metrics without the API key")
+    parser.add_argument("--allow-remote-images", action="store_true",
+                        help="on a vision core: fetch http(s) image URLs of chat image_url parts (default: only "
+                             "base64 data: URLs are accepted, a remote URL is a 400)")
     add_rank_arguments(parser)
     parser.set_defaults(func=_serve)
 
@@ -117,6 +120,7 @@ def _serve(args) -> int:
         api_key_file=None if args.api_key_file is None else Path(args.api_key_file),
         allowed_hosts=tuple(args.allowed_host),
         public_metrics=args.public_metrics,
+        allow_remote_images=args.allow_remote_images,
         rank_peers=args.rank_peers,
         master=args.master,
         rank_timeout=args.rank_timeout,

@@ -39,6 +39,10 @@ class SchedulerConfig:
     # the endpoint it was saved at, so a snapshot saves a continuation row at every endpoint (on a page
     # boundary too), a preemption without one recomputes from position 0, and no prefix is reused.
     recurrent_state: bool = False
+    # Vision (docs/vision.md): the image feature slots a request may hold (0: a text-only core) and the
+    # feature-store rows of one slot; every request slot has that many slots of the store.
+    image_feature_slots: int = 0
+    image_slot_rows: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from helios.engine.host_tier import HostTier
@@ -53,6 +53,10 @@ class PagesShort(HeliosError):
 class PageNotHeld(HeliosError):
     """A page was released that holds no reference (a bookkeeping error)."""
 
+
+# What a page's records depend on besides its tokens, given its positions [start, end) (an image
+# layout's page content: the digests of the images whose sentinels it holds); b"" for none.
+PageContent = Callable[[int, int], bytes]
 
 def pages_for(tokens: int, page_tokens: int) -> int:
     """Pages holding `tokens` positions: ceil(tokens / page_tokens)."""
@@ -195,17 +199,19 @@ class PageCache:
         self._published += 1
         return True
 
-    def lookup(self, tokens: Sequence[int], *, limit: int) -> PrefixMatch:
+    def lookup(self, tokens: Sequence[int], *, limit: int, content: PageContent | None = None) -> PrefixMatch:
         """Reference the published pages holding the longest complete-page prefix of
         `tokens[:limit]`; `limit` keeps the positions the caller must still compute. A key found in
-        the host tier only is readmitted into a device page (free or evicted), while one can be had."""
+        the host tier only is readmitted into a device page (free or evicted), while one can be had.
+        `content(start, end)`: what else the page of positions [start, end) depends on (`chain_key`)."""
         self._lookups += 1
         pages: list[int] = []
         keys: list[bytes] = []
         if self.prefix_reuse:
             parent = b""
             for start in range(0, limit - self.page_tokens + 1, self.page_tokens):
-                key = self.chain_key(parent, tokens[start:start + self.page_tokens])
+                key = self.chain_key(parent, tokens[start:start + self.page_tokens],
+                                     content(start, start + self.page_tokens) if content is not None else b"")
                 page = self._page_of.get(key)
                 if page is None:
                     if key not in self.host or not self.available:
@@ -275,15 +281,17 @@ class SequencePages:
         if need:
             self.pages.extend(self._cache.allocate(need))
 
-    def publish(self, tokens: Sequence[int], consumed: int) -> int:
+    def publish(self, tokens: Sequence[int], consumed: int, content: PageContent | None = None) -> int:
         """Publish every page whose positions all lie below `consumed` (committed history); `tokens`
-        are the sequence's known tokens. Returns how many pages were newly keyed."""
+        are the sequence's known tokens, `content` what else each page depends on (`chain_key`).
+        Returns how many pages were newly keyed."""
         page_tokens = self._cache.page_tokens
         published = 0
         while len(self.keys) < min(consumed // page_tokens, len(self.pages)):
             i = len(self.keys)
             parent = self.keys[-1] if self.keys else b""
-            key = self._cache.chain_key(parent, tokens[i * page_tokens:(i + 1) * page_tokens])
+            start, end = i * page_tokens, (i + 1) * page_tokens
+            key = self._cache.chain_key(parent, tokens[start:end], content(start, end) if content is not None else b"")
             published += int(self._cache.publish(self.pages[i], key))
             self.keys.append(key)
         return published

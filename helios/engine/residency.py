@@ -15,6 +15,12 @@ request that is not in flight (its pages return, its published prefix stays cach
 later ahead of new requests; the oldest request can always proceed, so a request that fits the
 cache alone never fails for a temporary shortage.
 
+Images (docs/vision.md). A request with images takes feature slots (feature_slots.py) with its
+request slot and returns them with it; its admission's `AdmittedImages` (helios.runtime.images)
+counts the images its reused prefix holds as encoded. Its page keys mix in its images' digests, a
+reused prefix is cut back so it ends inside no image span, and it matches and publishes no
+continuation.
+
 `residency()` is a read-only snapshot of all of it (`Residency`): what conformance's resource
 accounting reads once a workload has ended.
 
@@ -28,10 +34,12 @@ import collections
 from dataclasses import dataclass, field
 
 from helios.engine.config import SchedulerConfig, SchedulerRequest
-from helios.engine.page_cache import CacheGauges, PageCache, PagesShort, SequencePages, pages_for
-from helios.engine.sequence import SequenceState
+from helios.engine.feature_slots import FeatureSlots
+from helios.engine.page_cache import CacheGauges, PageCache, PagesShort, PrefixMatch, SequencePages, pages_for
+from helios.engine.sequence import SequenceState, content_of
 from helios.engine.snapshots import ContinuationRows, Snapshot
 from helios.errors import HeliosError
+from helios.runtime.images import AdmittedImages, prefix_boundary
 
 
 class QueueFull(HeliosError):
@@ -119,6 +127,9 @@ class RequestResidency:
         self.snapshots = False
         self._snapshot_due: list[SequenceState] = []  # victims whose snapshot round is still to submit
         self._snapshotting = 0  # victims whose partial page is being snapshotted (due or in flight)
+        # Image feature slots (docs/vision.md): every request slot's share of the feature store, taken
+        # at admission and returned with the request slot (an admission encodes its images again).
+        self.feature_slots = FeatureSlots(config.max_active * config.image_feature_slots)
 
     # ------------------------------------------------------------------------------------ intake
 
@@ -135,6 +146,12 @@ class RequestResidency:
             problem = self._score_problem(request.prompt_logprobs)
             if problem is not None:
                 return problem
+        images = len(generation.images)
+        if images > self.config.image_feature_slots:
+            return (f"{images} images exceed the core's {self.config.image_feature_slots} image feature slots "
+                    "a request")
+        if images and request.prompt_logprobs is not None:
+            return "prompt scores of a prompt with images are not served"
         # The last sampled token is never consumed: positions [0, prompt + max_tokens - 1) need pages.
         need = pages_for(len(prompt) + generation.max_tokens - 1, self.config.page_tokens)
         if need > self.cache.pages:
@@ -187,7 +204,10 @@ class RequestResidency:
 
     def _publishes(self, s: SequenceState) -> bool:
         page_tokens = self.config.page_tokens
+        # NOTE: a continuation row is matched by its tokens alone, so a request with images (whose
+        # sentinels are equal for every image) publishes none
         if not (self.snapshots and s.publish and self.cache.prefix_reuse and not s.cancelled and s.initialized
+                and not s.request.generation.images
                 and s.pages is not None and s.slot is not None and s.snapshot_row is None and s.restore_row is None
                 and s.consumed % page_tokens and s.consumed <= len(s.known)
                 and s.consumed // page_tokens < len(s.pages.pages)):
@@ -205,7 +225,7 @@ class RequestResidency:
         under its complete pages' chain key and the partial page's tokens."""
         assert s.pages is not None
         page_tokens = self.config.page_tokens
-        s.pages.publish(s.known, s.consumed)  # its complete pages are keyed (they were, at their fences)
+        s.pages.publish(s.known, s.consumed, content_of(s))  # keyed already, at their fences
         count = s.consumed // page_tokens
         parent = s.pages.keys[count - 1] if count else b""
         if self.rows.publish(row, parent, s.known[count * page_tokens:s.consumed]):
@@ -258,11 +278,14 @@ class RequestResidency:
                 if (s.request.prompt_logprobs is not None
                         and s.scored < len(s.request.generation.prompt_token_ids) - 1):
                     limit = min(limit, s.scored)  # positions whose scores are still owed are recomputed, scored
-                match = self.cache.lookup(s.known, limit=limit)
+                images = s.request.generation.images
+                match = self.cache.lookup(s.known, limit=limit, content=content_of(s))
+                if images:
+                    match = self._atomic_spans(match, images)
                 pages = SequencePages(self.cache, match)
                 reused = match.tokens
                 hit = None  # a published continuation of the matched pages that the known tokens extend
-                if self.snapshots and self.rows.published_rows:
+                if self.snapshots and self.rows.published_rows and not images:
                     hit = self.rows.match(match.keys[-1] if match.keys else b"", s.known, match.tokens, limit)
             # Room for the whole known history, plus a page of growth for each running request.
             need = pages.shortfall(len(s.known) + 1)
@@ -273,6 +296,16 @@ class RequestResidency:
                     if hit is not None:
                         self.rows.unpin(hit.row)
                 return  # a snapshot keeps its checkpoints' references while it waits
+            store_slots = ()
+            if s.request.generation.images:
+                taken = self.feature_slots.allocate(s.order, len(s.request.generation.images))
+                if taken is None:  # they come back with another request's slot
+                    if snapshot is None:
+                        pages.release()
+                        if hit is not None:
+                            self.rows.unpin(hit.row)
+                    return
+                store_slots = taken
             consumed = reused
             if snapshot is not None:
                 s.snapshot = None
@@ -300,7 +333,23 @@ class RequestResidency:
             s.generation = self._slot_generations[s.slot]
             s.pages, s.consumed, s.initialized, s.admitted = pages, consumed, False, True
             s.admitted_known = len(s.known)
+            if store_slots:
+                s.images = AdmittedImages(s.request.generation.images, store_slots, self.config.image_slot_rows,
+                                          len(s.request.generation.prompt_token_ids), consumed)
             self._run(s)
+
+    def _atomic_spans(self, match: PrefixMatch, images) -> PrefixMatch:
+        """The matched prefix cut to its longest page-aligned part that splits no image span (spans are
+        atomic: a reused prefix never ends inside one); the pages past it are released."""
+        page_tokens = self.config.page_tokens
+        tokens = match.tokens
+        while prefix_boundary(images, tokens) < tokens:
+            tokens = prefix_boundary(images, tokens) // page_tokens * page_tokens
+        count = tokens // page_tokens
+        if count == len(match.pages):
+            return match
+        self.cache.release(match.pages[count:])
+        return PrefixMatch(match.pages[:count], match.keys[:count], tokens)
 
     def _restore_into(self, s: SequenceState, pages: SequencePages, snapshot: Snapshot) -> int:
         """Where a readmitted request with `snapshot` resumes: its endpoint when the snapshot has no
@@ -407,7 +456,7 @@ class RequestResidency:
         s.preempted_at = s.consumed
         if self.snapshots and (row is not None or not self.config.recurrent_state):
             page_tokens = self.config.page_tokens
-            s.pages.publish(s.known, s.consumed)  # the complete pages are keyed: immutable checkpoints
+            s.pages.publish(s.known, s.consumed, content_of(s))  # the complete pages are keyed: immutable checkpoints
             count = s.consumed // page_tokens
             kept, keys = s.pages.keep(count)
             endpoint = s.consumed if row is not None else count * page_tokens
@@ -440,6 +489,9 @@ class RequestResidency:
         self._feedback -= int(s.request.needs_feedback)
 
     def _free_slot(self, s: SequenceState) -> None:
+        if s.images is not None:  # its feature slots go with its request slot
+            self.feature_slots.release(s.order)
+            s.images = None
         if s.slot is not None:
             self._free_slots.append(s.slot)
             self._free_slots.sort(reverse=True)

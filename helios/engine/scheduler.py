@@ -33,6 +33,11 @@ highest expected rate among DECODE and every selected width, from the executor's
 and each request's observed acceptance (program_choice.py; docs/speculative.md). A request that opted
 out (`SchedulerRequest.speculation` False) decodes plainly.
 
+Images. A request with an image still to encode runs a PREFILL round of its own (one lane, taking
+the prefill turn) that encodes its next image into its feature slots; its chunk never reaches an
+image not encoded by the round's end (helios.runtime.images). Its lanes carry each prompt position's
+feature-store row, so later rounds (MIXED, DECODE) read the features wherever a chunk falls.
+
 Pages. A lane's pages must cover its chunk before it is submitted; where they run short, cached
 pages are evicted and younger idle requests preempted. Intake, admission, slots, pages, preemption
 and release are `RequestResidency`'s (residency.py), the base class this module's `Scheduler`
@@ -76,7 +81,14 @@ from helios.engine.residency import (
     SchedulerCounters,
     UnknownRequest,
 )
-from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_fields, restoration_lane
+from helios.engine.sequence import (
+    SequenceState,
+    build_lane,
+    content_of,
+    decode_lane,
+    lane_fields,
+    restoration_lane,
+)
 from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
@@ -227,7 +239,7 @@ class Scheduler(RequestResidency):
         if len(self._outstanding) >= limit:  # an admission may have brought feedback needs
             return None
         second_frame = len(self._outstanding) == 1 and limit == 2
-        decode, prefill, initialize, scored = [], [], [], []
+        decode, prefill, initialize, scored, encoding = [], [], [], [], []
         restoring: list[SequenceState] = []  # readmitted requests whose partial page is still to restore
         init_lanes = self._init_lanes
         for s in self._running:  # one pass: requests still to initialize go first, together
@@ -249,6 +261,10 @@ class Scheduler(RequestResidency):
                 continue
             if s.request.prompt_logprobs is not None and self._owes_scores(s):
                 scored.append(s)  # its prompt still has positions to score: SCORED_PREFILL rounds only
+                continue
+            if s.images is not None and s.images.pending:
+                if not s.in_flight:  # an image still to encode: a PREFILL round of its own, one at a time
+                    encoding.append(s)
                 continue
             (decode if remaining == 1 else prefill).append(s)
         if initialize:
@@ -274,6 +290,15 @@ class Scheduler(RequestResidency):
                 self._speculative_turn = True
                 waiting = set(map(id, speculating))
                 decode = [s for s in decode if id(s) not in waiting]
+        # A request with an image still to encode runs a PREFILL round of its own (one image a round,
+        # helios.runtime.images), taking the prefill turn.
+        if encoding and (not decode or self._prefill_turn):
+            cohort = self._cohort(C.OPERATION_PREFILL, encoding[:1])
+            if cohort:
+                variant = self.catalog.smallest(C.OPERATION_PREFILL, lanes=1, tokens=cohort[0][1])
+                assert variant is not None  # _cohort keeps within the largest variant
+                self._prefill_turn = False
+                return self._submit(variant, cohort)
         # Scored prompt chunks take the prefill turn, alternating with plain prefill chunks while both wait.
         take_scored = scored and (not decode or self._prefill_turn) and (not prefill or self._scored_turn)
         if scored:
@@ -417,7 +442,7 @@ class Scheduler(RequestResidency):
                 pages = s.pages
                 published = len(pages.keys)  # type: ignore[union-attr]
                 if (published + 1) * page_tokens <= consumed and published < len(pages.pages):  # type: ignore[union-attr]
-                    pages.publish(s.known, consumed)  # type: ignore[union-attr]  # pages were filled: key them once
+                    pages.publish(s.known, consumed, content_of(s))  # type: ignore[union-attr]  # filled: key them once
                 if speculative:
                     continue
                 if emits:
@@ -691,6 +716,12 @@ class Scheduler(RequestResidency):
             chunk = len(s.known) + s.unknown - frontier
             if chunk > budget:
                 chunk = budget
+            if s.images is not None and s.images.pending:  # never past an image not encoded by its end
+                room = s.images.room(frontier, encodes=operation == C.OPERATION_PREFILL)
+                if room is not None and room < chunk:
+                    chunk = room
+                if chunk < 1:
+                    continue
             if (frontier + chunk > len(s.pages.pages) * page_tokens  # type: ignore[union-attr]  # else covered
                     and not self._reserve(s, frontier + chunk, keep=cohort)):
                 break
@@ -717,10 +748,15 @@ class Scheduler(RequestResidency):
             lane_masks = masks[len(lanes)] if masks is not None else None
             if restoration:
                 lane = restoration_lane(s, eos_ids)
-            elif chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
+            elif (chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None
+                  and s.images is None):
                 lane = decode_lane(s, device_pending)  # most lanes of most rounds
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None)
+            if s.images is not None and not (initialization or restoration):
+                encodes = operation == C.OPERATION_PREFILL and s.images.pending
+                lane = dataclasses.replace(lane, image_context=s.images.context,
+                                           image=s.images.encode() if encodes else None)
             if limits is not None:
                 i = len(lanes)
                 lane = dataclasses.replace(lane, speculative_limit=limits[i],

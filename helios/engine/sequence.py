@@ -13,6 +13,7 @@ still in flight is not known on the host yet: the lane carries `DEVICE_PENDING` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from helios.engine.config import SchedulerRequest
@@ -20,6 +21,7 @@ from helios.engine.page_cache import SequencePages
 from helios.engine.program_choice import AcceptanceEstimate
 from helios.engine.snapshots import Snapshot
 from helios.runtime.history_drafting import HistoryIndex
+from helios.runtime.images import AdmittedImages, page_content
 from helios.runtime.packing import LaneInput
 
 DEVICE_PENDING = -1  # stands for a pending token the host does not know yet (device-owned, in flight)
@@ -78,6 +80,9 @@ class SequenceState:
     publish: bool = False
     publishing: bool = False
     shared_restore: bool = False
+    # A request with images, while admitted: their feature-store rows and how many are encoded
+    # (helios.runtime.images); None without images or while not admitted.
+    images: AdmittedImages | None = None
 
     @property
     def frontier(self) -> int:
@@ -86,6 +91,15 @@ class SequenceState:
     @property
     def remaining(self) -> int:
         return len(self.known) + self.unknown - self.frontier
+
+
+def content_of(s: SequenceState) -> Callable[[int, int], bytes] | None:
+    """What the request's pages depend on besides their tokens (its images' digests), for its page
+    keys; None for a request without images."""
+    images = s.request.generation.images
+    if not images:
+        return None
+    return lambda start, end: page_content(images, start, end)
 
 
 def lane_fields(s: SequenceState, default_eos_ids: tuple[int, ...]) -> tuple:
@@ -155,5 +169,5 @@ def grammar_mask(request: SchedulerRequest, samples: bool) -> tuple[int, ...] | 
     return tuple(request.grammar.mask())
 
 
-__all__ = ["DEVICE_PENDING", "SequenceState", "build_lane", "decode_lane", "grammar_mask", "lane_fields",
+__all__ = ["DEVICE_PENDING", "SequenceState", "build_lane", "content_of", "decode_lane", "grammar_mask", "lane_fields",
            "restoration_lane"]

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from helios.frontend.errors import ImagesNotServed, RequestFieldError
+from helios.frontend.image_preparation import PreparedImage
 from helios.proto import contract_pb2 as C
+from helios.runtime.images import RequestImage
 
 
 class ImageCountMismatch(RequestFieldError):
@@ -117,14 +119,29 @@ class FeatureSpanLayout:
                 out.append(int(token))
         return LaidOutPrompt(tuple(out), tuple(spans))
 
+    def request_images(self, laid: LaidOutPrompt, prepared: Sequence[PreparedImage]) -> tuple[RequestImage, ...]:
+        """What the engines bind for each image of `laid` (`helios.runtime.images`): its span, digest,
+        the layout's tensors `patches` (the preparation's rows) and `patch_group` (every row in the
+        image's one group, 0), and each encoder row's feature: the rows after the class row when the
+        span is shorter than the rows (the class row is dropped), else every row."""
+        out = []
+        for span in laid.spans:
+            image = prepared[span.image]
+            rows = image.patches.shape[0]
+            offsets = feature_rows(rows, span.length, 0, skip_class=span.length < rows)
+            out.append(RequestImage(span.start, span.length, span.digest,
+                                    (("patch_group", np.zeros(rows, np.int32)), ("patches", image.patches)),
+                                    offsets))
+        return tuple(out)
+
 
 def layout_for(frontend: C.FrontendContract, vision: C.VisionContract) -> FeatureSpanLayout | None:
     """The implementation the core's image-layout selector names, from its image token layout data
     (the one feature id is the placeholder and the sentinel) and the vision contract's features per
-    window; None for IMAGE_LAYOUT_NONE."""
+    window; None for IMAGE_LAYOUT_NONE (or unset: a core without images)."""
     if frontend.image_layout == C.IMAGE_LAYOUT_FEATURE_SPAN:
         sentinel = frontend.image_token_layout.feature_ids[0]
         return FeatureSpanLayout(sentinel, sentinel, vision.features_per_window)
-    if frontend.image_layout == C.IMAGE_LAYOUT_NONE:
+    if frontend.image_layout in (C.IMAGE_LAYOUT_NONE, C.IMAGE_LAYOUT_UNSPECIFIED):
         return None
     raise ValueError(f"image layout {frontend.image_layout} has no implementation")

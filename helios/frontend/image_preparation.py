@@ -141,10 +141,10 @@ class ClipPreparation:
 
 def preparation_for(frontend: C.FrontendContract) -> ClipPreparation | None:
     """The implementation the core's image-preparation selector names, built from its image settings
-    (validated with the contract); None for IMAGE_PREPARATION_NONE."""
+    (validated with the contract); None for IMAGE_PREPARATION_NONE (or unset: a core without images)."""
     if frontend.image_preparation == C.IMAGE_PREPARATION_CLIP:
         s = frontend.image_settings
         return ClipPreparation(s.image_size, s.patch_size, tuple(s.mean), tuple(s.std))
-    if frontend.image_preparation == C.IMAGE_PREPARATION_NONE:
+    if frontend.image_preparation in (C.IMAGE_PREPARATION_NONE, C.IMAGE_PREPARATION_UNSPECIFIED):
         return None
     raise ValueError(f"image preparation {frontend.image_preparation} has no implementation")

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helios.frontend.errors import (
-    ImagesNotServed,
     IncompatibleOptions,
     InvalidFieldType,
     InvalidFieldValue,
@@ -24,6 +23,7 @@ from helios.frontend.errors import (
     MissingField,
     RequestFieldError,
 )
+from helios.frontend.request_images import ImagePart
 from helios.frontend.stops import StopSpec
 from helios.frontend.structured import StructuredOutput, structured_output_from
 
@@ -203,27 +203,46 @@ class ChatRequest:
     structured: StructuredOutput | None = None  # response_format or a forced tool call: a grammar
     prompt_logprobs: int | None = None  # vLLM's extension: alternatives scored per prompt token; None: none
     speculation: bool = True  # Helios's extension: false decodes this request plainly (no learned speculation)
+    # the user messages' image_url parts, in message order (their messages' content keeps an
+    # {"type": "image"} part in each one's place, as transformers' processors pass them to templates)
+    images: tuple[ImagePart, ...] = ()
 
 
-def _content_text(content: Any, param: str) -> str | None:
+def _image_url(part: Mapping[str, Any], param: str) -> str:
+    image_url = part.get("image_url")
+    url = image_url.get("url") if isinstance(image_url, Mapping) else image_url
+    if not isinstance(url, str):
+        raise InvalidFieldValue(f"{param}.image_url.url", "an image_url part needs {\"url\": \"data:image/...\"}")
+    return url
+
+
+def _content_text(content: Any, param: str, images: list[ImagePart] | None = None) -> str | list | None:
+    """The message content for the template: a string, or with image parts (collected into
+    `images`, which only a user message may carry) the parts, text and {"type": "image"}."""
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
+        parts: list[dict[str, str]] = []
+        with_images = False
         for index, part in enumerate(content):
             if isinstance(part, Mapping) and part.get("type") == "image_url":
-                # every core this server loads is text-only (cores declaring image inputs fail load)
-                raise ImagesNotServed(f"{param}.{index}", "this model has no vision: image content parts "
-                                      "are not accepted")
+                if images is None:
+                    raise InvalidFieldValue(f"{param}.{index}", "only user messages carry image parts")
+                images.append(ImagePart(f"{param}.{index}", _image_url(part, f"{param}.{index}")))
+                parts.append({"type": "image"})
+                with_images = True
+                continue
             if (
                 not isinstance(part, Mapping)
                 or part.get("type") != "text"
                 or not isinstance(part.get("text"), str)
             ):
-                raise InvalidFieldValue(f"{param}.{index}", "only text content parts are supported")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise InvalidFieldType(param, "must be a string, an array of text parts, or null")
+                raise InvalidFieldValue(f"{param}.{index}", "only text and image_url content parts are supported")
+            parts.append({"type": "text", "text": part["text"]})
+        if with_images:
+            return parts
+        return "".join(p["text"] for p in parts)
+    raise InvalidFieldType(param, "must be a string, an array of text and image_url parts, or null")
 
 
 def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
@@ -254,7 +273,7 @@ def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
     return normalized
 
 
-def _messages(value: Any) -> tuple[dict[str, Any], ...]:
+def _messages(value: Any, images: list[ImagePart]) -> tuple[dict[str, Any], ...]:
     if value is None:
         raise MissingField("messages", "is required")
     if not isinstance(value, list) or not value:
@@ -270,7 +289,7 @@ def _messages(value: Any) -> tuple[dict[str, Any], ...]:
                 f"{param}.role", f"must be one of {', '.join(ROLES)}, got {json.dumps(role)}"
             )
         normalized: dict[str, Any] = {"role": "system" if role == "developer" else role}
-        content = _content_text(message.get("content"), f"{param}.content")
+        content = _content_text(message.get("content"), f"{param}.content", images if role == "user" else None)
         if content is None and role in ("system", "developer", "user", "tool"):
             raise MissingField(f"{param}.content", f"a {role} message needs content")
         normalized["content"] = content
@@ -409,9 +428,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
     reserved = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} & set(kwargs or {})
     if reserved:
         raise InvalidFieldValue("chat_template_kwargs", f"cannot set {', '.join(sorted(reserved))}")
+    images: list[ImagePart] = []
+    messages = _messages(body.get("messages"), images)
     return ChatRequest(
         model=_model(body),
-        messages=_messages(body.get("messages")),
+        messages=messages,
         tools=tools,
         parse_tools=parse_tools,
         stream=stream,
@@ -426,6 +447,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         structured=constrained,
         prompt_logprobs=_prompt_logprobs(body, stream),
         speculation=_speculation(body),
+        images=tuple(images),
     )
 
 

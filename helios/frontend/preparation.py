@@ -18,6 +18,7 @@ from helios.frontend.bootstrap import Bootstrap
 from helios.frontend.errors import InvalidFieldValue, OutsideCapacity, PromptTooLong, UnknownModel
 from helios.frontend.openai_request import ChatRequest, CompletionRequest, SamplingOptions
 from helios.frontend.pipeline import OutputPipeline
+from helios.frontend.request_images import RequestImages
 from helios.frontend.stops import OutputFilter, StopSpec
 from helios.frontend.structured import (
     GrammarCompiler,
@@ -27,6 +28,8 @@ from helios.frontend.structured import (
     prompt_closed_reasoning,
 )
 from helios.frontend.syntaxes.recipient import FrameState, initial_frame_state
+from helios.proto import contract_pb2
+from helios.runtime.images import RequestImage
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.request import GenerationRequest, SamplingParams
 
@@ -64,8 +67,12 @@ class Preparer:
         sampled_tokens: int | None = None,
         mask_words: int | None = None,
         prompt_score_width: int = 0,
+        vision: contract_pb2.VisionContract | None = None,
+        allow_remote_images: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
+        # the core's image preparation and layout (docs/vision.md); a text-only core refuses image parts
+        self.images = RequestImages(bootstrap.frontend, vision, allow_remote=allow_remote_images)
         # K of the core's scored prefill (alternatives a prompt token); 0: it has no SCORED_PREFILL graphs
         self.prompt_score_width = prompt_score_width
         # the core's vocabulary geometry: grammar masks are rows of `mask_words` int32 words
@@ -92,7 +99,10 @@ class Preparer:
             add_generation_prompt=True,
             **request.template_kwargs,
         )
-        prompt_ids = tuple(self.bootstrap.encode(prompt))
+        prepared_images = self.images.prepare(request.images)
+        if prepared_images and request.prompt_logprobs is not None:
+            raise InvalidFieldValue("prompt_logprobs", "prompt scores of a prompt with images are not served")
+        prompt_ids, images = self.images.lay_out(self.bootstrap.encode(prompt), prepared_images, "messages")
         reasoning_open = self.bootstrap.prompt_opens_reasoning(prompt)
         frame = initial_frame_state(prompt, self.bootstrap.frontend)
         grammar = self._grammar(request, prompt, reasoning_open, frame) if request.structured is not None else None
@@ -109,6 +119,7 @@ class Preparer:
             grammar=grammar,
             prompt_logprobs=self._prompt_logprobs("prompt_logprobs", request.prompt_logprobs),
             speculation=request.speculation,
+            images=images,
         )
         pipeline = OutputPipeline(
             self.bootstrap.frontend,
@@ -151,6 +162,7 @@ class Preparer:
             for index, token in enumerate(prompt_ids):
                 if token >= vocab:
                     raise InvalidFieldValue(f"prompt.{index}", f"token id {token} is outside the vocabulary [0, {vocab})")
+        prompt_ids, _ = self.images.lay_out(prompt_ids, [], "prompt")  # a completion prompt carries no image
         scores_param = "logprobs" if request.echo_logprobs else "prompt_logprobs"
         runtime_request = self._runtime_request(
             request_id,
@@ -204,6 +216,7 @@ class Preparer:
         grammar: object | None = None,
         prompt_logprobs: int | None = None,
         speculation: bool = True,
+        images: tuple[RequestImage, ...] = (),
     ) -> PreparedRequest:
         if not prompt_ids:
             raise PromptTooLong(param, "the prompt encodes to no tokens")
@@ -231,6 +244,7 @@ class Preparer:
             sampling=self.sampling_params(sampling),
             eos_token_ids=self.bootstrap.eos_token_ids,
             ignore_eos=ignore_eos,
+            images=images,
         )
         output_filter = OutputFilter(
             self.bootstrap.tokenizer, stops, self._markers if markers is None else markers

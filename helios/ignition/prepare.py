@@ -14,6 +14,7 @@ the reference engine use.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -43,8 +44,14 @@ from helios.ignition.preparation.snapshots import (
     restoration_program,
 )
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
-from helios.ignition.recipes import lfm2, llama_family
+from helios.ignition.recipes import lfm2, llama_family, llava
 from helios.ignition.recipes.catalog import RECIPE_MODULES
+from helios.ignition.recipes.llava_vision import (
+    PREPARED_SOURCES,
+    vision_resource,
+    vision_resource_names,
+    zero_sentinel_rows,
+)
 from helios.proto import contract_pb2, core_pb2, manifest_pb2, program_pb2
 
 C, M = contract_pb2, manifest_pb2
@@ -95,6 +102,9 @@ class PreparationOptions:
     # of every plane a row, and RESTORATION programs at every batch capacity that snapshot and restore
     # them; None: one row per request slot; 0 captures neither (preemption then recomputes).
     snapshot_capacity: int | None = None
+    # Vision cores (docs/vision.md): the image feature slots a request may hold (VisionContract
+    # .feature_slots); the feature store holds that many images' features for every request slot.
+    image_feature_slots: int = 1
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -124,6 +134,8 @@ class PreparationOptions:
                                             "tensor-parallel ranks are not built (prepare with --tp 1)")
         if self.snapshot_capacity is not None and self.snapshot_capacity < 0:
             raise InvalidPreparationOptions(f"--snapshot-capacity must be >= 0, got {self.snapshot_capacity}")
+        if self.image_feature_slots < 1:
+            raise InvalidPreparationOptions(f"--image-feature-slots must be >= 1, got {self.image_feature_slots}")
         if self.prompt_score_top < 0:
             raise InvalidPreparationOptions(f"--prompt-score-top must be >= 0, got {self.prompt_score_top}")
         if self.draft is not None and self.pending_token != "device":
@@ -225,9 +237,15 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     """Prepare a checkpoint directory; raises CheckpointError, UnsupportedCheckpoint or option errors."""
     checkpoint = read_checkpoint(directory)
     model_type = checkpoint.config.get("model_type")
-    recipe = {module.RECIPE: module for module in (llama_family, lfm2)}.get(RECIPE_MODULES.get(model_type, ""))
+    recipe_name = RECIPE_MODULES.get(model_type, "")
+    recipe = {module.RECIPE: module for module in (llama_family, lfm2, llava)}.get(recipe_name)
     if recipe is None:
         raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (supported: {sorted(RECIPE_MODULES)})")
+    vision = None  # a vision core's halves: its text model prepares as any Llama-family checkpoint
+    if recipe is llava:
+        vision = llava.read_llava(checkpoint)
+        checkpoint, recipe = vision.text, llama_family
+        _check_vision_options(options, checkpoint.config.get("model_type"))
     cfg = recipe.parse_config(checkpoint)
     hybrid = recipe is lfm2  # convolution layers keep recurrent state (docs/recurrent.md)
     ranks = options.tensor_parallel
@@ -238,6 +256,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     shards = [RankShard(rank, ranks) for rank in range(ranks)]
     specs = recipe.weight_specs(cfg, checkpoint)
     geometry, context = _geometry(cfg, options)
+    if vision is not None:  # the image sentinel and every id past it are never sampled
+        geometry = dataclasses.replace(geometry, sampled_tokens=vision.image_token_id)
+    tower = vision.tower if vision is not None else None
+    store_rows = geometry.slots * options.image_feature_slots * tower.features if tower is not None else None
     cache_dtype, program_dtype = _DTYPES[options.dtype]
     for eos in checkpoint.eos_token_ids:
         if eos >= cfg.vocab_size:
@@ -322,7 +344,10 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                 cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype,
                 histories=histories, pending_token=options.pending_token, draft=draft,
                 completion_width=completion_width, shard=shard if ranks > 1 else None,
-                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None, decoder=decoder)
+                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None, decoder=decoder,
+                # a vision core: every text program reads its rows' image features; PREFILL programs
+                # first encode the submission's image (docs/vision.md)
+                image_store_rows=store_rows, encoder=tower if operation == C.OPERATION_PREFILL else None)
             programs.append(program)
             weights.update(rank_weights)
         graphs.append((name, operation, batch, packed, programs, bindings, sorted(weights)))
@@ -401,8 +426,30 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                     catalog.entries.append(core_pb2.WeightEntry(
                         resource=resource_id, source_tensor=prefix + spec.name, dtype=cache_dtype,
                         shape=list(part.shape(spec.shape)), transform=part.transform))
+    if vision is not None:
+        sentinels = (vision.image_token_id,)
+        embedding = llama_family.weight_resource("model.embed_tokens.weight")
+        index = next(i for i, r in enumerate(resources) if r.id == embedding)
+        resources[index] = PreparedResource(embedding, core_pb2.RESOURCE_KIND_WEIGHT, partial(
+            _sentinel_zeroed_bytes, checkpoint, "model.embed_tokens.weight", options.dtype, sentinels))
+        for entry in catalogs[0].entries:
+            if entry.resource == embedding:
+                entry.transform = f"zero rows {list(sentinels)} (image sentinels)"
+        for name in vision_resource_names(vision.tower):
+            sources_of, transform = PREPARED_SOURCES.get(name, ((name,), ""))
+            resources.append(PreparedResource(name, core_pb2.RESOURCE_KIND_WEIGHT, partial(
+                _vision_bytes, vision, name, options.dtype)))
+            shape = vision_resource(vision.tower, name, _shape_probe(vision)).shape
+            catalogs[0].entries.append(core_pb2.WeightEntry(
+                resource=name, source_tensor=",".join(sources_of), dtype=cache_dtype, shape=list(shape),
+                transform=transform))
 
     template = checkpoint.chat_template or PLAIN_TEMPLATE
+    if vision is not None and checkpoint.chat_template is None:
+        placeholder = next((t for t, i in checkpoint.tokenizer_vocabulary.items() if i == vision.image_token_id), None)
+        if placeholder is None:
+            raise UnsupportedCheckpoint(f"tokenizer.json: no token has the image_token_id {vision.image_token_id}")
+        template = llava.plain_vision_template(placeholder)
     resources.append(PreparedResource("tokenizer.json", core_pb2.RESOURCE_KIND_TOKENIZER,
                                       _constant(checkpoint.tokenizer_json)))
     resources.append(PreparedResource("chat_template.jinja", core_pb2.RESOURCE_KIND_CHAT_TEMPLATE,
@@ -424,7 +471,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                       f"--speculative-widths={','.join(map(str, widths))}"]
         if options.speculative_budget is not None:
             arguments.append(f"--speculative-budget={options.speculative_budget}")
-    rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=recipe.RECIPE,
+    if vision is not None:
+        arguments.append(f"--image-feature-slots={options.image_feature_slots}")
+    rebuild = core_pb2.RebuildManifest(version=REBUILD_MANIFEST_VERSION, recipe=recipe_name,
                                        checkpoint_digest=digest, arguments=arguments)
     resources.append(PreparedResource("rebuild_manifest", core_pb2.RESOURCE_KIND_REBUILD_MANIFEST,
                                       _constant(rebuild.SerializeToString(deterministic=True))))
@@ -433,6 +482,11 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         sampled_tokens=geometry.sampled_tokens, logits_width=geometry.logits_width,
         histogram_width=geometry.histogram_width, mask_words=geometry.mask_words))
     model.input_vocabulary.CopyFrom(C.InputVocabularyContract(input_tokens=cfg.vocab_size))
+    if vision is not None:
+        model.input_vocabulary.image_sentinels.append(vision.image_token_id)
+        model.vision.CopyFrom(C.VisionContract(
+            feature_slots=options.image_feature_slots, features_per_window=vision.tower.features,
+            patches_per_feature=1, patch_capacities=[vision.tower.patches]))
     model.cache.CopyFrom(C.CacheContract(page_tokens=geometry.page_tokens,
                                          histories=[h.region for h in histories + draft_histories]
                                          + ([recurrent.region] if recurrent is not None else [])
@@ -444,9 +498,16 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     model.frontend.CopyFrom(frontend_contract(
         chat_template=template, vocabulary=checkpoint.tokenizer_vocabulary, special_tokens=specials,
         eos_token_ids=checkpoint.eos_token_ids, bos_text=bos_text, eos_text=eos_texts[0] if eos_texts else ""))
+    if vision is not None:
+        frontend = model.frontend
+        frontend.image_preparation, frontend.image_layout = C.IMAGE_PREPARATION_CLIP, C.IMAGE_LAYOUT_FEATURE_SPAN
+        frontend.image_token_layout.CopyFrom(C.ImageTokenLayout(feature_ids=[vision.image_token_id]))
+        frontend.image_settings.CopyFrom(C.ImageSettings(
+            image_size=vision.tower.image_size, patch_size=vision.tower.patch_size,
+            mean=list(vision.normalisation.mean), std=list(vision.normalisation.std)))
 
     served_id = options.served_id or Path(directory).resolve().name
-    identity_text = f"{recipe.RECIPE}\0{digest}\0{options.dtype}"
+    identity_text = f"{recipe_name}\0{digest}\0{options.dtype}"
     if draft_checkpoint is not None:  # the pages also hold the draft's history
         identity_text += f"\0draft\0{draft_checkpoint.digest()}"
     if ranks > 1:  # each rank's pages hold its own heads
@@ -458,6 +519,50 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         snapshot_capacity=snapshot_rows, max_concurrency=geometry.slots, speculative_widths=list(widths),
         defaults=C.ServingDefaults(sampling=_sampling_defaults(checkpoint)), model=model)
     return PreparedCore(contract, manifest, tuple(resources))
+
+
+def _check_vision_options(options: PreparationOptions, text_type: object) -> None:
+    """What a vision core does not combine with (in one line naming the option)."""
+    if RECIPE_MODULES.get(str(text_type)) != llama_family.RECIPE:
+        raise UnsupportedCheckpoint(f"config.json: text_config.model_type = {text_type!r}: a LLaVA text model "
+                                    f"must be one of {list(llama_family.MODEL_TYPES)}")
+    if options.tensor_parallel > 1:
+        raise InvalidPreparationOptions(f"--tp {options.tensor_parallel}: image inputs on tensor-parallel ranks are "
+                                        "not built (prepare a vision core with --tp 1)")
+    if options.draft is not None:
+        raise InvalidPreparationOptions("--draft: image inputs with a draft model are not built")
+
+
+def _sentinel_zeroed_bytes(checkpoint: Checkpoint, name: str, dtype: str, sentinels: tuple[int, ...]) -> bytes:
+    """The text embedding table with the image sentinels' rows zeroed (`zero_sentinel_rows`)."""
+    values = zero_sentinel_rows(checkpoint.tensors.float32(name), sentinels)
+    if dtype == "bf16":
+        return float32_to_bf16_bits(values).astype("<u2").tobytes()
+    return np.ascontiguousarray(values, dtype="<f4").tobytes()
+
+
+def _vision_getter(vision: llava.LlavaCheckpoint):
+    def get(name: str) -> np.ndarray:
+        if name not in vision.vision:
+            raise UnsupportedCheckpoint(f"checkpoint: tensor {name!r} is missing")
+        return vision.vision.float32(name)
+    return get
+
+
+def _shape_probe(vision: llava.LlavaCheckpoint):
+    """A getter of zero arrays of the stored shapes: a resource's shape without reading its bytes."""
+    def get(name: str) -> np.ndarray:
+        if name not in vision.vision:
+            raise UnsupportedCheckpoint(f"checkpoint: tensor {name!r} is missing")
+        return np.zeros(vision.vision.info(name).shape, np.float32)
+    return get
+
+
+def _vision_bytes(vision: llava.LlavaCheckpoint, name: str, dtype: str) -> bytes:
+    values = vision_resource(vision.tower, name, _vision_getter(vision))
+    if dtype == "bf16":
+        return float32_to_bf16_bits(values).astype("<u2").tobytes()
+    return np.ascontiguousarray(values, dtype="<f4").tobytes()
 
 
 class DraftMismatch(HeliosError):

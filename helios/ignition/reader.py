@@ -67,7 +67,7 @@ class RopeParameters:
         return default
 
 
-def _rope_parameters(config: Mapping[str, Any]) -> RopeParameters:
+def rope_parameters(config: Mapping[str, Any]) -> RopeParameters:
     """As transformers reads them: a non-empty v4 `rope_scaling` replaces `rope_parameters`; the theta is
     the rope dict's `rope_theta`, else the top-level `rope_theta`, else 10000."""
     params = config.get("rope_scaling") or config.get("rope_parameters")
@@ -263,7 +263,7 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
     return Checkpoint(
         directory=directory,
         config=config,
-        rope=_rope_parameters(config),
+        rope=rope_parameters(config),
         stored_dtype=str(stored_dtype),
         tensors=read_tensors(directory),
         tokenizer_json=tokenizer_json,

@@ -20,11 +20,13 @@ round still runs one lane alone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
 from helios.contract import PreparedContract, StartupOptions
 from helios.core.source import CoreSource
 from helios.engine.catalog import GraphCatalog
+from helios.engine.feature_slots import FeatureSlots
 from helios.engine.program_choice import AcceptanceEstimate, ProgramChoice
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
@@ -32,6 +34,7 @@ from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
 from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
+from helios.runtime.images import AdmittedImages
 from helios.runtime.interface import GrammarMatcher
 from helios.runtime.packing import LaneInput
 from helios.runtime.proposal_masks import constrained_proposal
@@ -74,6 +77,11 @@ class ReferenceEngine:
         self.kept_graphs = executor.kept_graphs  # the graph of each kept round
         self._generations = [0] * prepared.max_concurrency
         self._active_slots: set[int] = set()
+        # Image feature slots (docs/vision.md): each request slot's images take slots of the feature store
+        vision = serving.model.vision
+        self.images_per_request = vision.feature_slots
+        self.feature_slots = FeatureSlots(prepared.max_concurrency * vision.feature_slots)
+        self._slot_rows = vision.features_per_window
         self._sequence = 0
         self._by_operation: dict[int, list[LoadedGraph]] = {}
         for graph in self.graphs.values():
@@ -267,7 +275,22 @@ class ReferenceEngine:
             raise AdmissionRejected(f"slot {slot} outside the core's {self.contract.max_concurrency} slots")
         if slot in self._active_slots:
             raise AdmissionRejected(f"slot {slot} already holds a request")
-        pages = self.allocator.allocate(pages_for(self._reach(request), self.contract.cache.page_tokens))
+        images = None
+        if request.images:
+            if len(request.images) > self.images_per_request:
+                raise AdmissionRejected(f"{len(request.images)} images exceed the core's {self.images_per_request} "
+                                        "image feature slots a request")
+            if prompt_logprobs is not None:
+                raise AdmissionRejected("prompt scores of a prompt with images are not served")
+            # the slot is free, so its share of the feature store is too
+            store_slots = self.feature_slots.allocate(slot, len(request.images))
+            assert store_slots is not None
+            images = AdmittedImages(request.images, store_slots, self._slot_rows, len(request.prompt_token_ids), 0)
+        try:
+            pages = self.allocator.allocate(pages_for(self._reach(request), self.contract.cache.page_tokens))
+        except BaseException:
+            self.feature_slots.release(slot)
+            raise
         self._active_slots.add(slot)
         self._generations[slot] += 1
         self.kept.clear()
@@ -275,19 +298,21 @@ class ReferenceEngine:
 
         def release() -> None:
             self.allocator.release(pages)
+            self.feature_slots.release(slot)
             self._active_slots.discard(slot)
 
         scoring = None if prompt_logprobs is None else (prompt_logprobs, on_scores or (lambda event: None))
         if grammar is not None and grammar_mask is None:
             grammar_mask = grammar.mask
         rounds = self._rounds(request, slot, self._generations[slot], tuple(pages), grammar_mask, scoring,
-                              speculation, grammar)
+                              speculation, grammar, images)
         return _Generation(rounds, release)
 
     def _rounds(self, request: GenerationRequest, slot: int, generation: int, pages: tuple[int, ...],
                 grammar_mask: Callable[[], Sequence[int]] | None = None,
                 scoring: tuple[int, Callable[[PromptScoreEvent], None]] | None = None,
-                speculation: bool = True, grammar: GrammarMatcher | None = None) -> Iterator[int]:
+                speculation: bool = True, grammar: GrammarMatcher | None = None,
+                images: AdmittedImages | None = None) -> Iterator[int]:
         eos = set(request.eos_token_ids or self.contract.frontend.eos_token_ids)
         prompt = tuple(request.prompt_token_ids)
 
@@ -317,9 +342,19 @@ class ReferenceEngine:
             scored = scoring is not None and consumed < len(prompt) - 1
             operation = C.OPERATION_SCORED_PREFILL if scored else C.OPERATION_PREFILL
             graph = self.graph_for(operation, tokens=remaining)
-            chunk = prompt[consumed: consumed + min(remaining, graph.packed_token_capacity)]
+            size = min(remaining, graph.packed_token_capacity)
+            image_fields = {}
+            if images is not None:  # each PREFILL round encodes the next image; no chunk passes one not encoded
+                room = images.room(consumed, encodes=images.pending)
+                size = size if room is None else min(size, room)
+                image_fields = {"image_context": images.context,
+                                "image": images.encode() if images.pending else None}
+            chunk = prompt[consumed: consumed + size]
             last = consumed + len(chunk) == len(prompt)
-            rows = self.run_round(graph.name, [lane(consumed, chunk, len(chunk), last)])
+            round_lane = lane(consumed, chunk, len(chunk), last)
+            if image_fields:
+                round_lane = dataclasses.replace(round_lane, **image_fields)
+            rows = self.run_round(graph.name, [round_lane])
             (row,) = rows
             if scored:
                 assert scoring is not None

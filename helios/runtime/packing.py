@@ -177,27 +177,41 @@ def recurrent_problem(serving: contract_pb2.ServingContract, manifest: manifest_
 
 
 class UnservedVision(PackingError):
-    """A core declares image inputs, which no runtime serves yet (docs/vision.md)."""
+    """A core declares image inputs in a form no runtime serves (docs/vision.md)."""
+
+
+SERVED_IMAGE_PREPARATIONS = (V.IMAGE_PREPARATION_UNSPECIFIED, V.IMAGE_PREPARATION_NONE, V.IMAGE_PREPARATION_CLIP)
+SERVED_IMAGE_LAYOUTS = (V.IMAGE_LAYOUT_UNSPECIFIED, V.IMAGE_LAYOUT_NONE, V.IMAGE_LAYOUT_FEATURE_SPAN)
+
+
+def vision_declared(serving: contract_pb2.ServingContract) -> bool:
+    """Whether the core declares image inputs (feature slots, patch capacities or image sentinels)."""
+    model = serving.model
+    return bool(model.vision.feature_slots or model.vision.patch_capacities or model.input_vocabulary.image_sentinels)
+
+
+def encodes_images(graph: contract_pb2.GraphContract) -> bool:
+    """Whether a graph encodes a submission's image (it binds the layout's tensors, IMAGE_TENSOR)."""
+    return any(b.source == V.VALUE_SOURCE_IMAGE_TENSOR for b in graph.value_bindings)
 
 
 def check_vision(serving: contract_pb2.ServingContract) -> None:
-    """Refuse, in one line naming the field, a core that declares image inputs: feature slots, image
-    sentinels or an image implementation other than NONE. The vision programs, image preparation and
-    layouts are built, but the packer's image sources and the engine's vision step are not, and a core
-    whose images were silently dropped would be served wrong (docs/vision.md)."""
+    """Refuse, in one line naming the field, image inputs in a form the engines do not serve: an image
+    preparation or layout without an implementation here, or a vision core whose PREFILL graphs do
+    not all encode an image (an engine encodes each image in a PREFILL round of its request; docs/vision.md)."""
     model = serving.model
-    declared = []
-    if model.vision.feature_slots or model.vision.patch_capacities:
-        declared.append("model.vision")
-    if model.input_vocabulary.image_sentinels:
-        declared.append("model.input_vocabulary.image_sentinels")
-    if model.frontend.image_preparation not in (V.IMAGE_PREPARATION_UNSPECIFIED, V.IMAGE_PREPARATION_NONE):
-        declared.append("model.frontend.image_preparation")
-    if model.frontend.image_layout not in (V.IMAGE_LAYOUT_UNSPECIFIED, V.IMAGE_LAYOUT_NONE):
-        declared.append("model.frontend.image_layout")
-    if declared:
-        raise UnservedVision(f"{declared[0]}: image inputs are not served by this runtime yet "
-                             f"(the core declares {', '.join(declared)})")
+    if model.frontend.image_preparation not in SERVED_IMAGE_PREPARATIONS:
+        raise UnservedVision(f"model.frontend.image_preparation: {model.frontend.image_preparation} is not served "
+                             "by this runtime")
+    if model.frontend.image_layout not in SERVED_IMAGE_LAYOUTS:
+        raise UnservedVision(f"model.frontend.image_layout: {model.frontend.image_layout} is not served by this "
+                             "runtime")
+    if not vision_declared(serving):
+        return
+    for i, graph in enumerate(model.graphs):
+        if graph.operation == V.OPERATION_PREFILL and not encodes_images(graph):
+            raise UnservedVision(f"model.graphs[{i}] ({graph.name}): a vision core's PREFILL graph binds no "
+                                 "IMAGE_TENSOR (images are encoded in PREFILL rounds)")
 
 
 def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
@@ -401,6 +415,8 @@ class ResolvedBinding:
         if np.asarray(value).size != view.size:
             raise LaneOverflow(f"{self.destination}: the image's {self.image_output or 'feature rows'} has "
                                f"{np.asarray(value).size} elements, the buffer {view.size}")
+        if self.dtype == np.uint16:  # a BF16 buffer (NUMPY_DTYPES): round to nearest even bit patterns
+            value = _bf16_bits(np.asarray(value, np.float32))
         view[...] = np.asarray(value).reshape(view.shape).astype(self.dtype)
 
     def _scalar(self, lanes: Sequence[LaneInput]) -> np.ndarray:
@@ -530,6 +546,13 @@ class ResolvedBinding:
             raise UnsupportedValueSource(f"{self.destination}: {_source_name(self.source)} is not per token")
 
 
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 values as bf16 bit patterns (uint16), rounded to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + ((bits >> 16) & 1) + np.uint32(0x7FFF)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
+
+
 def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.ValueBinding,
                      buffers: Mapping[str, manifest_pb2.BufferDescriptor], physical_rows: int) -> ResolvedBinding:
     where = f"graph {graph.name}: binding {binding.destination}"
@@ -548,7 +571,8 @@ def _resolve_binding(graph: contract_pb2.GraphContract, binding: contract_pb2.Va
     if source in _IMAGE_SOURCES and indexing != V.INDEXING_SCALAR:
         raise BindingExtentMismatch(f"{where}: {_source_name(source)} fills the whole buffer (SCALAR indexing)")
     if source == V.VALUE_SOURCE_IMAGE_TENSOR:
-        numeric = _FLOAT_DTYPES | _INTEGER_DTYPES  # a layout output of either kind
+        # a layout output of either kind (bf16 buffers take the float values' bf16 bit patterns)
+        numeric = _FLOAT_DTYPES | _INTEGER_DTYPES | {manifest_pb2.DTYPE_BF16}
         if not binding.image_output:
             raise BindingExtentMismatch(f"{where}: IMAGE_TENSOR names no image_output")
     if buffer.dtype not in numeric:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from helios.errors import HeliosError
 
 
@@ -56,6 +58,21 @@ class SamplingParams:
         return self.temperature > 0.0 and (self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestImage:
+    """One image of a request, as the frontend's image layout prepared it (helios.runtime.images)."""
+
+    start: int  # the prompt position of the span's first sentinel
+    features: int  # the span's length: one sentinel per feature
+    digest: bytes  # the image bytes' SHA-256
+    tensors: tuple[tuple[str, np.ndarray], ...]  # the layout's outputs (IMAGE_TENSOR), by name
+    feature_offsets: np.ndarray  # [encoder rows] i32: each row's feature within the image, -1 for none
+
+    @property
+    def end(self) -> int:
+        return self.start + self.features
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One generation as an engine sees it: tokens in, limits, sampling, terminal ids."""
@@ -65,10 +82,19 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     eos_token_ids: tuple[int, ...] = ()  # generation ends after sampling one of these
     ignore_eos: bool = False  # benchmarks: keep generating past EOS up to max_tokens
+    # the prompt's images (helios.runtime.images), in prompt order; each span's positions hold its
+    # image sentinels
+    images: tuple[RequestImage, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:
             raise InvalidRequest("prompt_token_ids must hold at least one token")
+        previous = 0
+        for index, image in enumerate(self.images):
+            if image.start < previous or image.features < 1 or image.end > len(self.prompt_token_ids):
+                raise InvalidRequest(f"images[{index}]: its span [{image.start}, {image.end}) must follow the "
+                                     f"previous image's and lie inside the {len(self.prompt_token_ids)}-token prompt")
+            previous = image.end
         if any(t < 0 for t in self.prompt_token_ids):
             raise InvalidRequest("prompt_token_ids must be non-negative")
         if self.max_tokens < 1:

@@ -131,13 +131,24 @@ _TOOL_CALL = {
     },
 }  # fmt: skip
 _CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]}
+_IMAGE_PART = {"type": "object", "required": ["type", "image_url"],
+               "description": "a vision core's image (docs/vision.md): a base64 data: URL of a PNG, JPEG or WebP "
+                              "image (remote URLs only where the server allows them); a 400 naming the part on a "
+                              "text-only core",
+               "properties": {"type": {"const": "image_url"},
+                              "image_url": {"type": "object", "required": ["url"],
+                                            "properties": {"url": {"type": "string"},
+                                                           "detail": {"type": "string"}}}}}  # fmt: skip
+_USER_CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"anyOf": [_TEXT_PART, _IMAGE_PART]}}]}
 _MESSAGE = {
     "description": "system, developer, user and tool messages need content; an assistant message may carry "
                    "tool_calls instead",
     "oneOf": [
         {"type": "object", "required": ["role", "content"],
-         "properties": {"role": {"enum": ["system", "developer", "user", "tool"]}, "content": _CONTENT,
+         "properties": {"role": {"enum": ["system", "developer", "tool"]}, "content": _CONTENT,
                         "name": {"type": "string"}, "tool_call_id": {"type": "string"}}},
+        {"type": "object", "required": ["role", "content"],
+         "properties": {"role": {"const": "user"}, "content": _USER_CONTENT, "name": {"type": "string"}}},
         {"type": "object", "required": ["role"],
          "properties": {"role": {"const": "assistant"}, "content": {"anyOf": [_CONTENT, _NULL]},
                         "name": {"type": "string"}, "reasoning_content": {"type": "string"},

@@ -43,12 +43,20 @@ def test_messages_are_normalized_for_the_template() -> None:
         parse_chat_request({"messages": [{"role": "assistant", "content": None, "tool_calls": [
             {"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]})  # fmt: skip
     assert error.value.param == "messages.0.tool_calls.0.function.arguments"
+    # image parts stay parts for the template ({"type": "image"} in place); the core decides on them
+    with_image = parse_chat_request({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})  # fmt: skip
+    assert with_image.messages[0]["content"] == [{"type": "text", "text": "what is this?"}, {"type": "image"}]
+    assert [(part.param, part.url[:15]) for part in with_image.images] == [("messages.0.content.1", "data:image/png;")]
     with pytest.raises(ImagesNotServed, match="no vision: image content parts are not accepted") as error:
-        parse_chat_request({"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "what is this?"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})  # fmt: skip
+        preparer().prepare_chat(with_image, "r0")  # a text-only core
     assert error.value.param == "messages.0.content.1"
-    with pytest.raises(InvalidFieldValue, match="only text content parts") as error:
+    with pytest.raises(InvalidFieldValue, match="only user messages carry image parts") as error:
+        parse_chat_request({"messages": [{"role": "system", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]})  # fmt: skip
+    assert error.value.param == "messages.0.content.0"
+    with pytest.raises(InvalidFieldValue, match="only text and image_url content parts") as error:
         parse_chat_request({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})
     assert error.value.param == "messages.0.content.0"
 

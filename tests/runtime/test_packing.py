@@ -160,6 +160,12 @@ def test_the_submissions_image_fills_its_tensor_and_feature_row_buffers():
     assert _write(rows, lanes).tolist() == [[-1, 4, 5]]
     tensor.write(buffer, LANES)  # no image this round: padding everywhere
     assert not buffer.any() and _write(rows).tolist() == [[-1, -1, -1]]
+    # a bf16 buffer (uint16 bit patterns) takes the values rounded to nearest even
+    bf16 = ResolvedBinding("p", V.VALUE_SOURCE_IMAGE_TENSOR, V.INDEXING_SCALAR, 0, 0, (), np.dtype(np.uint16), 1,
+                           (12,), image_output="patches")
+    bits = np.zeros((3, 4), np.uint16)
+    bf16.write(bits, lanes)
+    np.testing.assert_array_equal((bits.astype(np.uint32) << 16).view(np.float32), patches)  # small ints are exact
     with pytest.raises(LaneOverflow, match="2 lanes carry an image"):
         _write(rows, [replace(LANES[0], image=image), replace(LANES[1], image=image)])
     graph = V.GraphContract(name="g", capacity=V.GraphCapacity(batch_capacity=1, packed_token_capacity=4))

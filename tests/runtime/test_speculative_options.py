@@ -123,9 +123,10 @@ def test_a_paged_region_compressing_tokens_per_record_fails_load_in_one_line(pla
 
 @pytest.mark.parametrize("field", ["vision", "image_sentinels"])
 @pytest.mark.parametrize("runtime", ["reference", "production"])
-def test_a_core_declaring_image_inputs_fails_load_in_one_line(plain_core, field, runtime):
-    """Image inputs are not served yet (docs/vision.md): a core declaring feature slots or image
-    sentinels must not load in either runtime, never with its images decoded and ignored."""
+def test_a_core_declaring_image_inputs_without_an_encoder_fails_load_in_one_line(plain_core, field, runtime):
+    """Images are encoded in PREFILL rounds: a core declaring feature slots or image sentinels whose
+    PREFILL graphs bind no image tensor must not load in either runtime, never with its images
+    decoded and ignored."""
     from helios.ignition.prepare import PreparedCore
     from helios.proto import contract_pb2
     from helios.runtime.packing import UnservedVision
@@ -135,12 +136,11 @@ def test_a_core_declaring_image_inputs_fails_load_in_one_line(plain_core, field,
     if field == "vision":
         contract.model.vision.feature_slots = 2
         contract.model.vision.patch_capacities.append(576)
-        message = r"model\.vision: image inputs are not served by this runtime yet"
     else:
         vocabulary = contract.model.input_vocabulary
         vocabulary.input_tokens = contract.model.vocabulary.sampled_tokens + 1  # one nonsampled id
         vocabulary.image_sentinels.append(contract.model.vocabulary.sampled_tokens)
-        message = r"model\.input_vocabulary\.image_sentinels: image inputs are not served"
+    message = r"model\.graphs\[\d+\] \(prefill_p\d+\): a vision core's PREFILL graph binds no IMAGE_TENSOR"
     core = PreparedCore(contract, plain_core.manifest, plain_core.resource_list)
     _refused_in_one_line(core, runtime, UnservedVision, message)
 

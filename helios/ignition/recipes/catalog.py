@@ -9,5 +9,6 @@ RECIPE_MODULES: dict[str, str] = {
     "qwen3": "llama_family",
     "mistral": "llama_family",
     "lfm2": "lfm2",
+    "llava": "llava",  # a CLIP vision tower over a Llama-family text model (docs/vision.md)
 }
-FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral and LFM2"
+FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral, LFM2 and LLaVA (CLIP over a Llama-family model)"

@@ -22,13 +22,13 @@ which rows reach the store (-1: none), so the strategy is the packer's index dat
 The class token's patch row is all zeros: the convolution has no bias, so its embedding is exactly
 0 and `0 + (position[0] + class)` equals transformers' `class + position[0]`.
 
-Serving such a core (the text model's image sentinels and feature binding, the chat API's image
-parts) is not wired yet: `helios prepare` does not list `llava` (docs/vision.md says what is missing).
+`helios prepare` reads a `llava` checkpoint with `llava.py` and writes this encoder into every
+PREFILL program of the core (docs/vision.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,22 +142,11 @@ def _layer(i: int) -> str:
     return f"{_TOWER}encoder.layers.{i}."
 
 
-def vision_resources(tower: VisionTower, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The program's resources from the checkpoint's tensors (float32 arrays by stored name): the
-    convolution's [H, C, p, p] filter as the [H, C*p*p] product weight (row-major, the patchify
-    order), the class embedding folded into position row 0; every other tensor as stored."""
-    def get(name: str) -> np.ndarray:
-        if name not in tensors:
-            raise UnsupportedCheckpoint(f"checkpoint: tensor {name!r} is missing")
-        return np.asarray(tensors[name], np.float32)
-
-    embeddings = _TOWER + "embeddings."
-    out = {
-        "vision.patch_embedding": get(embeddings + "patch_embedding.weight").reshape(tower.hidden, tower.patch_width),
-        "vision.position_embedding": get(embeddings + "position_embedding.weight").copy(),
-    }
-    out["vision.position_embedding"][0] += get(embeddings + "class_embedding")
-    names = [_TOWER + "pre_layrnorm.weight", _TOWER + "pre_layrnorm.bias"]
+def vision_resource_names(tower: VisionTower) -> tuple[str, ...]:
+    """The vision program's resources, in a fixed order: the two prepared embeddings, then every stored
+    tensor the encoder and projector read (by their canonical stored names)."""
+    names = ["vision.patch_embedding", "vision.position_embedding",
+             _TOWER + "pre_layrnorm.weight", _TOWER + "pre_layrnorm.bias"]
     for i in range(tower.layers):
         for part in ("layer_norm1", "layer_norm2", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                      "self_attn.out_proj", "mlp.fc1", "mlp.fc2"):
@@ -166,8 +155,39 @@ def vision_resources(tower: VisionTower, tensors: Mapping[str, np.ndarray]) -> d
         names.append(_PROJECTOR + part + ".weight")
         if tower.projector_bias:
             names.append(_PROJECTOR + part + ".bias")
-    out.update({name: get(name) for name in names})
-    return out
+    return tuple(names)
+
+
+_EMBEDDINGS = _TOWER + "embeddings."
+# prepared resource -> (the stored tensors it is computed from, the computation's name in the catalog)
+PREPARED_SOURCES = {
+    "vision.patch_embedding": ((_EMBEDDINGS + "patch_embedding.weight",), "reshape([H, C*p*p])"),
+    "vision.position_embedding": ((_EMBEDDINGS + "position_embedding.weight", _EMBEDDINGS + "class_embedding"),
+                                  "add(class_embedding, row 0)"),
+}
+
+
+def vision_resource(tower: VisionTower, name: str, get: Callable[[str], np.ndarray]) -> np.ndarray:
+    """One resource of the vision program from the stored tensors `get` reads (float32 by canonical
+    name): the convolution's [H, C, p, p] filter as the [H, C*p*p] product weight (row-major, the
+    patchify order), the class embedding folded into position row 0; every other tensor as stored."""
+    if name == "vision.patch_embedding":
+        return get(_EMBEDDINGS + "patch_embedding.weight").reshape(tower.hidden, tower.patch_width)
+    if name == "vision.position_embedding":
+        table = np.array(get(_EMBEDDINGS + "position_embedding.weight"), np.float32, copy=True)
+        table[0] += get(_EMBEDDINGS + "class_embedding")
+        return table
+    return get(name)
+
+
+def vision_resources(tower: VisionTower, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every resource of the vision program (`vision_resource`) from float32 arrays by stored name."""
+    def get(name: str) -> np.ndarray:
+        if name not in tensors:
+            raise UnsupportedCheckpoint(f"checkpoint: tensor {name!r} is missing")
+        return np.asarray(tensors[name], np.float32)
+
+    return {name: vision_resource(tower, name, get) for name in vision_resource_names(tower)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +235,7 @@ def encode_image(b: ProgramBuilder, tower: VisionTower, *, feature_slots: int, d
             C.ValueBinding(destination="image_patches", source=C.VALUE_SOURCE_IMAGE_TENSOR,
                            indexing=C.INDEXING_SCALAR, image_output="patches"),
             C.ValueBinding(destination="patch_group", source=C.VALUE_SOURCE_IMAGE_TENSOR,
-                           indexing=C.INDEXING_SCALAR, image_output="patch_group"),
+                           indexing=C.INDEXING_SCALAR, image_output="patch_group", padding=-1),  # no image: no group
             C.ValueBinding(destination="image_feature_rows", source=C.VALUE_SOURCE_IMAGE_FEATURE_INDICES,
                            indexing=C.INDEXING_SCALAR, padding=-1),
         ]
