@@ -9,5 +9,6 @@ RECIPE_MODULES: dict[str, str] = {
     "qwen3": "llama_family",
     "mistral": "llama_family",
     "lfm2": "lfm2",
+    "deepseek_v3": "deepseek_v3",
 }
-FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral and LFM2"
+FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral, LFM2 and dense DeepSeek-V3"
