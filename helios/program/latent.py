@@ -1,8 +1,7 @@
 """The latent-attention operators of the set (host side): the specs of `latent_attention` and
 `head_matmul` (version 7).
 
-A paged latent history (HISTORY_KIND_PAGED_LATENT, multi-head latent attention as DeepSeek-V2/V3
-spell it) keeps, per token, one compressed record shared by every head: the latent `c` (kv_lora_rank
+A paged latent history (HISTORY_KIND_PAGED_LATENT, multi-head latent attention) keeps, per token, one compressed record shared by every head: the latent `c` (kv_lora_rank
 features, after its norm) and the rotary key `k_rope` (qk_rope_head_dim features, rotated), in two
 cache planes `[pages, T, 1, L]` and `[pages, T, 1, R]` written by `paged_cache_write`. Attention runs
 in the absorbed form: each head's no-position query is carried into the latent space by that head's
