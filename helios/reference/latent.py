@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.reference.pages import lane_history
+
 F = np.float32
 
 
@@ -20,8 +22,6 @@ def head_matmul(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
 def latent_attention(q_latent: np.ndarray, q_rope: np.ndarray, latent_cache: np.ndarray, rope_cache: np.ndarray,
                      token_lane: np.ndarray, positions: np.ndarray, page_table: np.ndarray, *,
                      scale: float) -> np.ndarray:
-    from helios.reference.operators import lane_history  # the page lookup every paged operator shares
-
     rows = q_latent.shape[0]
     latent, rope = latent_cache.shape[3], rope_cache.shape[3]
     heads = q_latent.shape[1] // latent

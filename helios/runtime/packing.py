@@ -104,7 +104,9 @@ def check_history_regions(serving: contract_pb2.ServingContract,
     """Refuse, in one line naming it, a history region of a kind this runtime does not serve: a core
     whose recurrent or latent state were silently ignored would be served wrong. A CONTINUATION region
     is served only as the snapshot storage of docs/snapshots.md (`continuation_problem`)."""
-    for i, region in enumerate(serving.model.cache.histories):
+    histories = list(enumerate(serving.model.cache.histories))
+    # the continuation region last: its planes mirror the paged regions', which are checked first
+    for i, region in sorted(histories, key=lambda entry: entry[1].kind == V.HISTORY_KIND_CONTINUATION):
         kind = V.HistoryKind.Name(region.kind) if region.kind in V.HistoryKind.values() else f"#{region.kind}"
         where = f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories"
         if region.kind not in SERVED_HISTORY_KINDS:
