@@ -5,7 +5,7 @@ reference engine equals transformers' within 1e-4 relative and 32 greedy tokens 
 one q_proj product, biases and plain rotary pairs); the batching scheduler over the reference
 executor (prefill, decode and mixed rounds) gives each request transformers' tokens; a request of a
 prompt already served reuses its pages (the latent planes are paged like key/value planes) and
-generates the same tokens; a latent region declared in a way the runtime cannot serve, and a
+generates the same tokens, and so does one whose pages come back from the host tier; a latent region declared in a way the runtime cannot serve, and a
 mixture-of-experts configuration, are refused in one line."""
 
 from __future__ import annotations
@@ -139,6 +139,22 @@ def test_a_served_prompt_is_reused_from_its_latent_pages(core):
     assert cold.tokens == warm.tokens == expected
     assert cold.terminal.reused_prompt_tokens == 0 and warm.terminal.reused_prompt_tokens == 28
 
+
+
+def test_latent_pages_offloaded_to_the_host_tier_come_back_with_the_tokens_of_recomputation(core):
+    """The host tier copies the latent planes' pages as it does key/value pages: each re-sent 30-token
+    prompt readmits its 7 complete pages from host memory, with the tokens of recomputing them."""
+    from tests.engine.test_host_tier import host_runtime, resent_long_prompts, run
+
+    requests = resent_long_prompts(11)
+    expected = run(host_runtime(core, 0), requests)
+    runtime = host_runtime(core, 64)
+    assert run(runtime, requests) == expected
+    metrics = runtime.metrics()
+    # a page of every plane: 4 records of 32 latent and 8 rotary-key features, two layers, fp32
+    assert runtime.executor.page_bytes == 2 * 4 * (32 + 8) * 4
+    assert metrics.host_readmitted_pages == 3 * 7
+    assert metrics.host_readmitted_bytes == 3 * 7 * runtime.executor.page_bytes
 
 def _variant(core, change):
     from helios.ignition.prepare import PreparedCore
