@@ -82,14 +82,22 @@ def test_logits_and_greedy_tokens_match_transformers(core, hf_model):
     _parity(ReferenceEngine.load(core, keep=("logits",)), hf_model(FAMILY))
 
 
-def test_one_q_product_biases_and_plain_rotary_pairs_match_transformers(tmp_path):
+def test_one_q_product_biases_plain_rotary_pairs_and_yarn_match_transformers(tmp_path):
     """The config's other layouts: q_lora_rank null (one q_proj), attention_bias (q/kv_a/o biases
-    split like their products), rope_interleave false (no permutation of the rotary rows)."""
+    split like their products), rope_interleave false (no permutation of the rotary rows), and a yarn
+    rope whose mscale_all_dim scales the softmax (transformers' yarn_apply_mscale)."""
     from tests.fixtures.checkpoints import make_checkpoint
     from tests.fixtures.hf_oracle import load_hf_model
 
-    directory = make_checkpoint(FAMILY, tmp_path / "variant", seed=3,
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}
+    directory = make_checkpoint(FAMILY, tmp_path / "variant", seed=3, rope_parameters=yarn,
                                 overrides={"q_lora_rank": None, "attention_bias": True, "rope_interleave": False})
+    from helios.ignition.reader import read_checkpoint
+    from helios.ignition.recipes.deepseek_v3 import parse_config
+
+    cfg = parse_config(read_checkpoint(directory))
+    assert cfg.q_lora_rank is None and cfg.scale() > 1.2 * cfg.q_dim ** -0.5  # mscale(4, 1)^2 = 1.29
     variant = prepare_checkpoint(directory, OPTIONS)
     _parity(ReferenceEngine.load(variant, keep=("logits",)), load_hf_model(directory))
 
