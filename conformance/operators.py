@@ -169,6 +169,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
             suffix = "full" if window is None else f"window{window}"
             yield "paged_attention", f"{split.name}/{suffix}", split, _attention(window, None)
         yield "paged_attention", f"{split.name}/softcap", split, _attention(None, cases.softcap)
+        yield "latent_attention", split.name, split, _latent_attention
     for activation in ("silu", "gelu_tanh", "gelu"):
         yield "gated_activation", activation, first, _gated(activation)
         yield "gate_up+activation", activation, first, _gate_up(activation)
@@ -199,6 +200,9 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
         yield "activation", activation, first, _plain_activation(activation)
     yield "bidirectional_attention", "groups", first, _bidirectional_attention(grouped=False)
     yield "bidirectional_attention", "groups/gqa", first, _bidirectional_attention(grouped=True)
+    for cohort in cases.cohorts:
+        yield "latent_attention", cohort.name, cohort, _latent_attention
+    yield "head_matmul", "heads", first, _head_matmul
     yield "fill", "f32", first, _fill
 
 
@@ -536,6 +540,32 @@ def _state_row_copy(p, rng, cohort, g, cases):
     source = np.array([0, 5, 2, -1, 7, 9], np.int32)
     destination = np.array([4, 0, 6, 1, -1, 3], np.int32)
     p.builder.state_row_copy(state, p.input("source", source, "i32"), p.input("destination", destination, "i32"))
+def _latent_attention(p, rng, cohort, g, cases):
+    """Each lane's rows over its latent and rotary-key records (one record a position shared by every
+    head; ragged lanes, rows crossing pages, padding rows give zeros)."""
+    lanes, positions = _rows(cohort)
+    heads, latent, rope = g["heads"], 2 * g["head_dim"], g["head_dim"] // 2
+    table, pages = _page_table(rng, len(cohort.history), g["max_pages"])
+    latent_cache = p.input("latent_cache", _normal(rng, pages, g["page_tokens"], 1, latent))
+    rope_cache = p.input("rope_cache", _normal(rng, pages, g["page_tokens"], 1, rope))
+    out = p.output("out", (len(lanes), heads * latent))
+    p.builder.latent_attention(p.input("q_latent", _normal(rng, len(lanes), heads * latent)),
+                               p.input("q_rope", _normal(rng, len(lanes), heads * rope)), latent_cache, rope_cache,
+                               p.input("token_lane", lanes, "i32"), p.input("positions", positions, "i32"),
+                               p.input("page_table", table, "i32"), scale=(latent + rope) ** -0.5, into=out)
+
+
+def _head_matmul(p, rng, cohort, g, cases):
+    """Per-head products of 7 rows: [7, heads * 16] by [heads, 12, 16] (a value block) and by
+    [heads, 32, 16] (an absorbed key block)."""
+    heads, width = g["heads"], g["head_dim"]
+    x = p.input("x", _normal(rng, 7, heads * width))
+    for name, out_width in (("values", 12), ("latent", 2 * width)):
+        scale = 1.0 / math.sqrt(width)
+        out = p.output(name, (7, heads * out_width))
+        p.builder.head_matmul(x, p.input(f"w_{name}", _normal(rng, heads, out_width, width, scale=scale)), into=out)
+
+
 def _plain_activation(activation: str) -> Builder:
     def build(p, rng, cohort, g, cases):
         out = p.output("out", (7, g["ffn"]))

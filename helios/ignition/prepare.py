@@ -36,6 +36,7 @@ from helios.ignition.preparation.contract import (
     prompt_score_layout,
 )
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
+from helios.ignition.preparation.latent import latent_history
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.recurrent import STATE_ROWS_PER_REQUEST, recurrent_history
 from helios.ignition.preparation.snapshots import (
@@ -44,7 +45,7 @@ from helios.ignition.preparation.snapshots import (
     restoration_program,
 )
 from helios.ignition.reader import Checkpoint, UnsupportedCheckpoint, float32_to_bf16_bits, read_checkpoint
-from helios.ignition.recipes import lfm2, llama_family, llava
+from helios.ignition.recipes import deepseek_v3, lfm2, llama_family, llava
 from helios.ignition.recipes.catalog import RECIPE_MODULES
 from helios.ignition.recipes.llava_vision import (
     PREPARED_SOURCES,
@@ -226,8 +227,8 @@ def _state_accesses(histories) -> list[C.StateAccess]:
     accesses = []
     for planes in histories:
         element = 2 if planes.dtype == M.DTYPE_BF16 else 4
-        page_bytes = math.prod(planes.shape[1:]) * element
-        for plane in (planes.key, planes.value):
+        for plane, shape in planes.plane_shapes:
+            page_bytes = math.prod(shape[1:]) * element
             accesses.append(C.StateAccess(view=C.StateView(buffer=plane, byte_offset=0, row_stride=page_bytes,
                                                            byte_extent=page_bytes), access=C.ACCESS_READ_WRITE))
     return accesses
@@ -238,7 +239,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     checkpoint = read_checkpoint(directory)
     model_type = checkpoint.config.get("model_type")
     recipe_name = RECIPE_MODULES.get(model_type, "")
-    recipe = {module.RECIPE: module for module in (llama_family, lfm2, llava)}.get(recipe_name)
+    recipe = {module.RECIPE: module for module in (llama_family, lfm2, deepseek_v3, llava)}.get(recipe_name)
     if recipe is None:
         raise UnsupportedCheckpoint(f"config.json: model_type = {model_type!r} (supported: {sorted(RECIPE_MODULES)})")
     vision = None  # a vision core's halves: its text model prepares as any Llama-family checkpoint
@@ -248,10 +249,14 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         _check_vision_options(options, checkpoint.config.get("model_type"))
     cfg = recipe.parse_config(checkpoint)
     hybrid = recipe is lfm2  # convolution layers keep recurrent state (docs/recurrent.md)
+    latent = recipe is deepseek_v3  # attention layers keep paged latent histories (docs/latent.md)
     ranks = options.tensor_parallel
     recipe.check_tensor_parallel(cfg, ranks)
     if hybrid and options.draft is not None:
         raise InvalidPreparationOptions(f"--draft: speculative programs over recurrent state are not built "
+                                        f"(model_type {model_type!r})")
+    if latent and options.draft is not None:
+        raise InvalidPreparationOptions(f"--draft: speculative programs over latent histories are not built "
                                         f"(model_type {model_type!r})")
     shards = [RankShard(rank, ranks) for rank in range(ranks)]
     specs = recipe.weight_specs(cfg, checkpoint)
@@ -273,15 +278,19 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
 
     decl = Declarations()
     layout = completion_layout(decl, geometry, width=completion_width, speculative=bool(widths))
-    # Every rank's cache planes hold its own key/value heads, the same number on every rank.
-    kv_start, kv_stop = llama_family.rank_kv_heads(cfg, shards[0]) if ranks > 1 else (0, cfg.kv_heads)
     score_top = min(options.prompt_score_top, geometry.sampled_tokens)
     scores = (max(options.prefill_capacities), score_top) if score_top else None
     if scores is not None:
         prompt_score_layout(decl, layout, rows=scores[0], top=scores[1])
-    layer_histories = [paged_history(decl, geometry, layer=i, kv_heads=kv_stop - kv_start, head_dim=cfg.head_dim,
-                                     dtype=cache_dtype, window_tokens=cfg.windows[i])
-                       if not hybrid or cfg.attention[i] else None for i in range(cfg.layers)]
+    if latent:  # one latent and one rotary-key record a token, per layer
+        layer_histories = [latent_history(decl, geometry, layer=i, latent=cfg.kv_lora_rank, rope=cfg.rope_dim,
+                                          dtype=cache_dtype) for i in range(cfg.layers)]
+    else:
+        # Every rank's cache planes hold its own key/value heads, the same number on every rank.
+        kv_start, kv_stop = llama_family.rank_kv_heads(cfg, shards[0]) if ranks > 1 else (0, cfg.kv_heads)
+        layer_histories = [paged_history(decl, geometry, layer=i, kv_heads=kv_stop - kv_start, head_dim=cfg.head_dim,
+                                         dtype=cache_dtype, window_tokens=cfg.windows[i])
+                           if not hybrid or cfg.attention[i] else None for i in range(cfg.layers)]
     histories = [h for h in layer_histories if h is not None]
     draft_histories = []
     if draft_cfg is not None:
@@ -304,6 +313,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
              if draft_cfg is not None else None)
     decoder = (lfm2.Lfm2Decoder(cfg, tuple(layer_histories), program_dtype, recurrent=recurrent, decl=decl)
                if hybrid else None)
+    if latent:
+        decoder = deepseek_v3.LatentDecoder(cfg, tuple(layer_histories), program_dtype)
 
     # (name, operation, batch, packed, one program per rank, bindings, weight resources of every rank)
     graphs: list[tuple[str, int, int, int, list[program_pb2.Program], tuple, list[str]]] = []

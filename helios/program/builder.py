@@ -282,6 +282,18 @@ class ProgramBuilder:
         """state[destination[b]] = state[source[b]] for lanes with both rows in range (in place, version 6)."""
         return self.emit("state_row_copy", [state, source, destination])[0]
 
+    def head_matmul(self, x: str, weight: str, *, name: str | None = None, into: str | None = None) -> str:
+        """Per-head products: out[:, h] = x[:, h] @ weight[h].T, weight [heads, out, in] (version 7)."""
+        return self._one("head_matmul", [x, weight], None, name, into)
+
+    def latent_attention(self, q_latent: str, q_rope: str, latent_cache: str, rope_cache: str, token_lane: str,
+                         positions: str, page_table: str, *, scale: float, name: str | None = None,
+                         into: str | None = None) -> str:
+        """Causal attention over each lane's latent and rotary-key records in the absorbed form; the
+        [P, heads * L] output lies in the latent space (version 7)."""
+        return self._one("latent_attention", [q_latent, q_rope, latent_cache, rope_cache, token_lane, positions,
+                                              page_table], {"scale": scale}, name, into)
+
     def column_write(self, value: str, *, index: int, into: str) -> str:
         """into[:, index] = value."""
         return self.emit("column_write", [into, value], {"index": index}, into=[into])[0]

@@ -15,33 +15,12 @@ from types import MappingProxyType
 
 import numpy as np
 
-from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, recurrent, sampling, scores, snapshots, speculative, vision
+from helios.reference import collectives, latent, recurrent, sampling, scores, snapshots, speculative, vision
+from helios.reference.pages import InvalidCacheSlot, cache_slots, lane_history  # noqa: F401 (re-exported)
 
 F = np.float32
-
-
-class InvalidCacheSlot(HeliosError):
-    """A packed row addresses a page outside its lane's page table or outside the cache plane."""
-
-
-def cache_slots(cache: np.ndarray, page_table_row: np.ndarray, positions: np.ndarray, lane: int) -> tuple:
-    """(pages, slots) of `positions` of one lane: page_table_row[p // T], p % T, checked."""
-    page_tokens = cache.shape[1]
-    positions = np.asarray(positions, dtype=np.int64)
-    logical = positions // page_tokens
-    if positions.size and (positions.min() < 0 or logical.max() >= page_table_row.shape[0]):
-        raise InvalidCacheSlot(
-            f"lane {lane}: positions {positions.min()}..{positions.max()} need logical pages up to "
-            f"{logical.max()}, its page table has {page_table_row.shape[0]}"
-        )
-    pages = np.asarray(page_table_row, dtype=np.int64)[logical]
-    if pages.size and (pages.min() < 0 or pages.max() >= cache.shape[0]):
-        raise InvalidCacheSlot(f"lane {lane}: page table names page {pages.min()}..{pages.max()} outside "
-                               f"the cache plane's {cache.shape[0]} pages")
-    return pages, positions % page_tokens
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
@@ -143,12 +122,6 @@ def paged_cache_write(cache: np.ndarray, values: np.ndarray, token_lane: np.ndar
         (page,), (slot,) = cache_slots(cache, page_table[lane], [positions[t]], lane)
         cache[page, slot] = np.asarray(values[t]).reshape(kv_heads, head_dim)
     return cache
-
-
-def lane_history(cache: np.ndarray, page_table_row: np.ndarray, first: int, last: int, lane: int) -> np.ndarray:
-    """[last - first + 1, kv_heads, head_dim] entries of positions first..last of one lane."""
-    pages, slots = cache_slots(cache, page_table_row, np.arange(first, last + 1), lane)
-    return _f32(cache[pages, slots])
 
 
 def paged_attention(q: np.ndarray, key_cache: np.ndarray, value_cache: np.ndarray, token_lane: np.ndarray,
@@ -292,5 +265,7 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "state_row_copy": recurrent.state_row_copy,
     "activation": vision.activation,
     "bidirectional_attention": vision.bidirectional_attention,
+    "head_matmul": latent.head_matmul,
+    "latent_attention": latent.latent_attention,
     "fill": fill,
 })

@@ -84,14 +84,16 @@ class ShiftedPageTableView(PackingError):
 
 
 class UnservedHistoryKind(PackingError):
-    """A history region of a kind no runtime serves yet (paged latent, recurrent, continuation)."""
+    """A history region of a kind, or declared in a way, no runtime serves."""
 
 
 # The history kinds the programs' operators and the page cache serve: paged key/value planes, sliding
-# windows over them, recurrent state rows (docs/recurrent.md) and continuation storage (partial pages
-# of the paged planes, docs/snapshots.md). Paged latent regions need their own operators (issue #21).
-SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW, V.HISTORY_KIND_RECURRENT,
-                        V.HISTORY_KIND_CONTINUATION)
+# windows over them, paged latent planes (docs/latent.md), recurrent state rows (docs/recurrent.md) and
+# continuation storage (partial pages of the paged planes, docs/snapshots.md).
+SERVED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_PAGED_LATENT, V.HISTORY_KIND_SLIDING_WINDOW,
+                        V.HISTORY_KIND_RECURRENT, V.HISTORY_KIND_CONTINUATION)
+# The kinds whose planes are paged: records of token positions in the pages of a lane's page table.
+PAGED_HISTORY_KINDS = (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_PAGED_LATENT, V.HISTORY_KIND_SLIDING_WINDOW)
 # The operations whose programs read and write a recurrent region's live state rows.
 RECURRENT_OPERATIONS = (V.OPERATION_PREFILL, V.OPERATION_SCORED_PREFILL, V.OPERATION_DECODE, V.OPERATION_MIXED,
                         V.OPERATION_RESTORATION)
@@ -102,18 +104,24 @@ def check_history_regions(serving: contract_pb2.ServingContract,
     """Refuse, in one line naming it, a history region of a kind this runtime does not serve: a core
     whose recurrent or latent state were silently ignored would be served wrong. A CONTINUATION region
     is served only as the snapshot storage of docs/snapshots.md (`continuation_problem`)."""
-    for i, region in enumerate(serving.model.cache.histories):
+    histories = list(enumerate(serving.model.cache.histories))
+    # the continuation region last: its planes mirror the paged regions', which are checked first
+    for i, region in sorted(histories, key=lambda entry: entry[1].kind == V.HISTORY_KIND_CONTINUATION):
         kind = V.HistoryKind.Name(region.kind) if region.kind in V.HistoryKind.values() else f"#{region.kind}"
         where = f"model.cache.histories[{i}] ({region.name!r}): {kind.removeprefix('HISTORY_KIND_')} histories"
         if region.kind not in SERVED_HISTORY_KINDS:
             raise UnservedHistoryKind(
-                f"{where} are not served by this runtime (it serves PAGED_KEY_VALUE, SLIDING_WINDOW, RECURRENT "
-                "and CONTINUATION regions)")
+                f"{where} are not served by this runtime (it serves PAGED_KEY_VALUE, PAGED_LATENT, SLIDING_WINDOW, "
+                "RECURRENT and CONTINUATION regions)")
         if region.kind in (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW) \
                 and region.tokens_per_record != 1:
             # the paged operators and the page cache keep one record per token position
             raise UnservedHistoryKind(f"{where} with tokens_per_record = {region.tokens_per_record} are not served "
                                       "by this runtime (it keeps one record per token)")
+        if region.kind == V.HISTORY_KIND_PAGED_LATENT:
+            problem = latent_problem(serving, manifest, region)
+            if problem is not None:
+                raise UnservedHistoryKind(f"{where} are not served by this runtime as declared: {problem}")
         if region.kind == V.HISTORY_KIND_RECURRENT:
             problem = recurrent_problem(serving, manifest, region)
             if problem is not None:
@@ -123,6 +131,47 @@ def check_history_regions(serving: contract_pb2.ServingContract,
             if problem is not None:
                 raise UnservedHistoryKind(f"{where} are not served by this runtime except as snapshot storage: "
                                           f"{problem}")
+
+
+def records_per_page(page_tokens: int, tokens_per_record: int) -> int | None:
+    """The records one page of a paged plane holds: `page_tokens / tokens_per_record` (the region's
+    compression ratio), or None when the ratio does not divide a page."""
+    if tokens_per_record < 1 or page_tokens % tokens_per_record:
+        return None
+    return page_tokens // tokens_per_record
+
+
+def latent_problem(serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest | None,
+                   region: contract_pb2.HistoryRegion) -> str | None:
+    """Why paged latent `region` is not one this runtime serves, or None: one record a token
+    (`tokens_per_record` 1: the operators write a record at each position; compressing several
+    tokens into a record is not built) and two planes, the latent and the rotary key, each a CACHE
+    buffer of pages holding page_tokens / tokens_per_record records of one shared head, in one dtype."""
+    page_tokens = serving.model.cache.page_tokens
+    records = records_per_page(page_tokens, region.tokens_per_record)
+    if records is None:
+        return (f"tokens_per_record = {region.tokens_per_record} does not divide a page of {page_tokens} tokens "
+                "into records")
+    if region.tokens_per_record != 1:
+        return (f"tokens_per_record = {region.tokens_per_record} (the latent operators write one record a token; "
+                "compressing several tokens into a record is not built)")
+    if len(region.planes) != 2:
+        return f"{len(region.planes)} planes (a latent region names its latent plane and its rotary-key plane)"
+    if manifest is None:
+        return None
+    buffers = {b.name: b for b in manifest.buffers}
+    dtypes = set()
+    for plane in region.planes:
+        b = buffers.get(plane)
+        if b is None or b.role != manifest_pb2.BUFFER_ROLE_CACHE or len(b.shape) != 4:
+            return f"plane {plane!r} is not a CACHE buffer [pages, records, 1, width]"
+        if b.shape[1] != records or b.shape[2] != 1:
+            return (f"plane {plane!r} {list(b.shape)} does not hold pages of {records} records "
+                    f"({page_tokens} tokens at {region.tokens_per_record} a record) of one shared head")
+        dtypes.add(b.dtype)
+    if len(dtypes) != 1:
+        return "its planes differ in dtype"
+    return None
 
 
 def state_rows_per_request(serving: contract_pb2.ServingContract) -> int:
@@ -215,9 +264,8 @@ def check_vision(serving: contract_pb2.ServingContract) -> None:
 
 
 def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
-    """The cache planes of the paged regions (key/value and sliding-window), in region order."""
-    return [plane for region in serving.model.cache.histories
-            if region.kind in (V.HISTORY_KIND_PAGED_KEY_VALUE, V.HISTORY_KIND_SLIDING_WINDOW)
+    """The cache planes of the paged regions (key/value, latent and sliding-window), in region order."""
+    return [plane for region in serving.model.cache.histories if region.kind in PAGED_HISTORY_KINDS
             for plane in region.planes]
 
 

@@ -64,9 +64,10 @@ def plain_core(tiny_checkpoint):
 @pytest.mark.parametrize("runtime", ["reference", "production"])
 def test_a_history_kind_the_runtimes_cannot_serve_fails_load_in_one_line(plain_core, kind, runtime):
     """A region no operator or cache of this runtime serves (its state would be silently ignored)
-    fails load naming the region, in both runtimes, before any program is lowered. (RECURRENT and
-    CONTINUATION regions are served only as declared by docs/recurrent.md and docs/snapshots.md; these
-    extra ones, on a core whose graphs keep no state rows, are not.)"""
+    fails load naming the region, in both runtimes, before any program is lowered. (PAGED_LATENT,
+    RECURRENT and CONTINUATION regions are served only as declared by docs/latent.md, docs/recurrent.md
+    and docs/snapshots.md; these extra ones, one STATE plane on a core whose graphs keep no state rows,
+    are not.)"""
     from helios.ignition.prepare import PreparedCore
     from helios.proto import contract_pb2, manifest_pb2
     from helios.runtime.packing import UnservedHistoryKind

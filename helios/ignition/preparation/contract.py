@@ -188,11 +188,21 @@ def page_table_views() -> list[C.PageTableView]:
 
 @dataclass(frozen=True, slots=True)
 class HistoryPlanes:
+    """One layer's two cache planes and the history region naming them: keys and values of a paged
+    key/value or sliding-window region, or the latent and rotary-key planes of a paged latent one
+    (helios/ignition/preparation/latent.py)."""
+
     region: C.HistoryRegion
-    key: str  # CACHE buffer names
+    key: str  # CACHE buffer names (a latent region: the latent plane, then the rotary-key plane)
     value: str
     dtype: int
     shape: tuple[int, ...]  # [0 (pages, sized at load), T, kv_heads, head_dim]
+    value_shape: tuple[int, ...] | None = None  # the second plane's, when it differs (a latent region's)
+
+    @property
+    def plane_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(plane, shape) of both planes, in region order."""
+        return (self.key, self.shape), (self.value, self.value_shape or self.shape)
 
 
 def paged_history(decl: Declarations, geometry: TextGeometry, *, layer: int, kv_heads: int, head_dim: int,

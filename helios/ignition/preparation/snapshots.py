@@ -55,8 +55,8 @@ def continuation_storage(decl: Declarations, histories: list[HistoryPlanes], *, 
     planes = []
     layers: set[int] = set()
     for history in histories:
-        shape = (rows, *history.shape[1:])
-        for plane in (history.key, history.value):
+        for plane, page_shape in history.plane_shapes:
+            shape = (rows, *page_shape[1:])
             name = decl.buffer(f"continuation.{plane}", M.BUFFER_ROLE_STATE, history.dtype, shape)
             planes.append((plane, name, history.dtype, shape))
         layers.update(history.region.layers)
@@ -103,7 +103,7 @@ def restoration_program(geometry: TextGeometry, decl: Declarations, storage: Con
     lanes = {what: b.transport(what, names[what], "i32", (batch,)) for what in names}
     endpoint_rows = b.transport("consumed_endpoint", endpoints, "i32", (geometry.slots,))
     page_table = b.transport("page_table", PAGE_TABLE_BUFFER, "i32", (geometry.slots, geometry.max_pages))
-    history_shapes = {plane: h.shape for h in histories for plane in (h.key, h.value)}
+    history_shapes = {plane: shape for h in histories for plane, shape in h.plane_shapes}
     for cache_plane, continuation_plane, dtype, shape in storage.planes:
         dtype_name = "bf16" if dtype == M.DTYPE_BF16 else "f32"
         cache = b.state(cache_plane, cache_plane, dtype_name, history_shapes[cache_plane])

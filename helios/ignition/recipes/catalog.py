@@ -10,5 +10,7 @@ RECIPE_MODULES: dict[str, str] = {
     "mistral": "llama_family",
     "lfm2": "lfm2",
     "llava": "llava",  # a CLIP vision tower over a Llama-family text model (docs/vision.md)
+    "deepseek_v3": "deepseek_v3",
 }
-FAMILY_DESCRIPTION = "Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral, LFM2 and LLaVA (CLIP over a Llama-family model)"
+FAMILY_DESCRIPTION = ("Llama 3.x, Qwen2/2.5, Qwen3 dense, Mistral, LFM2, dense DeepSeek-V3 and LLaVA (CLIP over a "
+                      "Llama-family model)")
