@@ -29,6 +29,7 @@ from helios.contract.enums import (
     ToolParser,
     ValueSource,
 )
+from helios.contract.engram import engram_problems
 from helios.contract.metadata import serving_metadata
 from helios.contract.model import Buffer, Graph, StateView
 from helios.contract.translated import TranslatedContract
@@ -69,6 +70,7 @@ def problems(c: TranslatedContract) -> Iterator[e.ContractError]:
     yield from missing_variants(c)
     yield from _confidence_storage(c)
     yield from _frontend(c)
+    yield from engram_problems(c)
 
 
 # ----------------------------------------------------------------------------- serving metadata

@@ -18,7 +18,7 @@ import numpy as np
 from helios.errors import HeliosError
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, recurrent, sampling, scores, snapshots, speculative, vision
+from helios.reference import collectives, engram, recurrent, sampling, scores, snapshots, speculative, vision
 
 F = np.float32
 
@@ -292,5 +292,6 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "state_row_copy": recurrent.state_row_copy,
     "activation": vision.activation,
     "bidirectional_attention": vision.bidirectional_attention,
+    "engram_gather": engram.engram_gather,
     "fill": fill,
 })

@@ -6,7 +6,7 @@ it: a Triton kernel of `kernels/`, or for `add`, `mul`, `copy`, `gather`, `where
 device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in `linear.py`, `rotary`
 and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`,
 `prompt_scores` (torch reductions and a sort) in `scores.py`, `page_snapshot` and `page_restore` in
-`snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`, `activation` and `bidirectional_attention` in `vision.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+`snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`, `activation` and `bidirectional_attention` in `vision.py`, `engram_gather` in `engram.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -24,6 +24,7 @@ import torch
 from helios.production.kernels import activation, attention, gather, norm, sampling
 from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
 from helios.production.lowering.context import Context, Lowering, rank_filters
+from helios.production.lowering.engram import lower_engram_gather
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.recurrent import lower_short_convolution, lower_state_row_copy
 from helios.production.lowering.rotary import lower_paged_cache_write, lower_rotary
@@ -226,6 +227,7 @@ LOWERINGS: Mapping[str, Lowering] = {
     "state_row_copy": lower_state_row_copy,
     "activation": lower_activation,
     "bidirectional_attention": lower_bidirectional_attention,
+    "engram_gather": lower_engram_gather,
     "fill": _fill,
 }
 
