@@ -199,6 +199,8 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
         yield "activation", activation, first, _plain_activation(activation)
     yield "bidirectional_attention", "groups", first, _bidirectional_attention(grouped=False)
     yield "bidirectional_attention", "groups/gqa", first, _bidirectional_attention(grouped=True)
+    for cohort in cases.cohorts:
+        yield "engram_gather", cohort.name, cohort, _engram_gather
     yield "fill", "f32", first, _fill
 
 
@@ -526,6 +528,21 @@ def _short_convolution(*, bias: bool) -> Builder:
             inputs.append(p.input("bias", _normal(rng, channels)))
         p.builder.emit("short_convolution", [state, *inputs], into=[state, out])
     return build
+
+
+def _engram_gather(p, rng, cohort, g, cases):
+    """Each packed token's rows of three n-gram orders from two staging frames: rows of both frames,
+    -1 (an n-gram reaching before position 0, and every padding row) and a row past the frames read
+    zero blocks."""
+    lanes, positions = _rows(cohort)
+    frames, rows, width, orders = 2, 3 * len(lanes), g["head_dim"], 3
+    staging = p.input("staging", _normal(rng, frames, rows, width))
+    index = rng.integers(0, frames * rows, size=(len(lanes), orders)).astype(np.int32)
+    index[positions[:, None] < np.arange(orders)[None, :]] = -1  # order o + 1 needs o earlier tokens
+    index[lanes < 0] = -1
+    index[0, -1] = frames * rows  # outside the staging
+    out = p.output("out", (len(lanes), orders * width))
+    p.builder.engram_gather(staging, p.input("row_index", index, "i32"), into=out)
 
 
 def _state_row_copy(p, rng, cohort, g, cases):
