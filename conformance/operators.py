@@ -533,16 +533,16 @@ def _short_convolution(*, bias: bool) -> Builder:
 def _engram_gather(p, rng, cohort, g, cases):
     """Each packed token's rows of three n-gram orders from two staging frames: rows of both frames,
     -1 (an n-gram reaching before position 0, and every padding row) and a row past the frames read
-    zero blocks."""
+    zero blocks; the row index has rows past the packed ones (a buffer of a larger capacity)."""
     lanes, positions = _rows(cohort)
     frames, rows, width, orders = 2, 3 * len(lanes), g["head_dim"], 3
     staging = p.input("staging", _normal(rng, frames, rows, width))
-    index = rng.integers(0, frames * rows, size=(len(lanes), orders)).astype(np.int32)
-    index[positions[:, None] < np.arange(orders)[None, :]] = -1  # order o + 1 needs o earlier tokens
-    index[lanes < 0] = -1
+    index = rng.integers(0, frames * rows, size=(len(lanes) + 2, orders)).astype(np.int32)
+    index[:len(lanes)][positions[:, None] < np.arange(orders)[None, :]] = -1  # order o + 1: o earlier tokens
+    index[:len(lanes)][lanes < 0] = -1
     index[0, -1] = frames * rows  # outside the staging
     out = p.output("out", (len(lanes), orders * width))
-    p.builder.engram_gather(staging, p.input("row_index", index, "i32"), into=out)
+    p.builder.engram_gather(staging, p.input("row_index", index, "i32"), packed_tokens=len(lanes), into=out)
 
 
 def _state_row_copy(p, rng, cohort, g, cases):

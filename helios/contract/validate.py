@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 
 import helios.contract.errors as e
+from helios.contract.engram import engram_problems
 from helios.contract.enums import (
     COPIED_PROPOSAL_SOURCES,
     COPIED_TOKEN_SOURCES,
@@ -29,7 +30,6 @@ from helios.contract.enums import (
     ToolParser,
     ValueSource,
 )
-from helios.contract.engram import engram_problems
 from helios.contract.metadata import serving_metadata
 from helios.contract.model import Buffer, Graph, StateView
 from helios.contract.translated import TranslatedContract

@@ -13,6 +13,7 @@ still in flight is not known on the host yet: the lane carries `DEVICE_PENDING` 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from helios.engine.config import SchedulerRequest
@@ -100,7 +101,7 @@ def lane_fields(s: SequenceState, default_eos_ids: tuple[int, ...]) -> tuple:
     return fields
 
 
-def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
+def decode_lane(s: SequenceState, device_pending: bool, history: int = 0) -> LaneInput:
     """`build_lane` for one token of a request without a grammar whose lane fields are gathered."""
     fields = s.lane_fields
     known = s.known
@@ -108,16 +109,24 @@ def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
     total = len(known) + s.unknown
     samples = consumed + 1 == total
     pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
-    return LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
+    lane = LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
                      (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
                      0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr, misc]
+    return lane if not history else _with_history(lane, known, history)
+
+
+def _with_history(lane: LaneInput, known: list[int], history: int) -> LaneInput:
+    """`lane` carrying the `history` known tokens before its first (Engram tables' n-grams)."""
+    start = lane.consumed
+    return dataclasses.replace(lane, history=tuple(known[max(0, start - history):start]))
 
 
 def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
-               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True) -> LaneInput:
+               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True, history: int = 0) -> LaneInput:
     """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round);
     `lane_mask` False: no GRAMMAR_MASK row even for a constrained request (a speculative lane whose
-    rows carry per-position masks instead)."""
+    rows carry per-position masks instead); `history` > 0: the lane carries that many known tokens
+    before its first (a core with Engram tables)."""
     assert s.pages is not None and s.slot is not None
     fields = lane_fields(s, default_eos_ids)
     if initialization:
@@ -133,8 +142,9 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
         samples = end == total
         ends_in_sample = samples and total > len(fields[4]) and not (end <= s.admitted_known and device_pending)
         prompt_in_round = chunk - 1 if ends_in_sample else chunk
-    return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
+    lane = LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
                      grammar_mask(s.request, samples) if lane_mask else None)
+    return lane if not history or initialization else _with_history(lane, s.known, history)
 
 
 def restoration_lane(s: SequenceState, default_eos_ids: tuple[int, ...]) -> LaneInput:

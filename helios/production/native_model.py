@@ -48,6 +48,7 @@ from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture
+from helios.production.engram import engram_gatherers
 from helios.production.executor import ExecutorGraph, NativeExecutor
 from helios.production.gpu_paths import GpuPaths
 from helios.production.kernel_compile import compile_plans
@@ -186,6 +187,9 @@ class NativeModel:
         with phase("verify"):
             serving, manifest = core.contract, core.manifest
             contract = PreparedContract.decode(serving, manifest)
+            if serving.model.engram_tables and manifest.ranks > 1:
+                raise StartupFailed(f"model.engram_tables: Engram tables on {manifest.ranks} ranks are not served by "
+                                    "production ranks (one-rank cores only)")
             selection = contract.select(options.startup)
             programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
             tuning = _tuning(core, serving, manifest, programs)
@@ -255,6 +259,9 @@ class NativeModel:
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
                                       cache_buffers=cache_buffers, host_pages=host)
+        with phase("engram"):  # the tables stay in host memory; the device holds two staging frames each
+            executor.engram = engram_gatherers(core, buffers, separate=executor.separate_staging,
+                                               pinned=device.type == "cuda")
         executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)
