@@ -1,0 +1,75 @@
+"""The Engram test recipe's core through the production executor on CPU (fp32, Triton interpreted)
+under the batching scheduler, two rounds in flight (docs/engram.md): it generates the reference
+runtime's greedy tokens; while a round's completion is held back (not collected) its staging frame
+is never written, a third round cannot be staged, and the next round takes the frame the collected
+round retired; the staging stays two frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helios.engine.config import SchedulerRequest
+from helios.reference.engine import ReferenceEngine
+from helios.runtime.engram import EngramFrameBusy
+from helios.runtime.request import GenerationRequest, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPTS = {"a": (5, 9, 17, 3, 44, 12, 7, 7, 9, 30, 2), "b": (61, 62, 63, 61, 62)}
+MAX_TOKENS = 4
+
+
+def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_use(engram_core):
+    from helios.production.loading import load_native_model, runtime_for
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
+
+    core, _ = engram_core
+    requests = {k: GenerationRequest(p, max_tokens=MAX_TOKENS, sampling=GREEDY, ignore_eos=True)
+                for k, p in PROMPTS.items()}
+    reference = ReferenceEngine.load(core, pages=16)
+    expected = {k: list(reference.generate(r)) for k, r in requests.items()}
+
+    model = load_native_model(core, pages=16, device="cpu")
+    runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=4)))
+    scheduler, executor = runtime.scheduler, runtime.executor
+    (gatherer,) = executor.engram
+    staging = gatherer.staging
+    fill = gatherer.fill
+    overlapped = []  # (round staged, round holding the other frame) for fills made while a frame was held
+
+    def guarded_fill(sequence, lanes):
+        """Every fill leaves the frame another outstanding round holds byte for byte as it was."""
+        others = [(f, held, staging[f].copy()) for f, held in enumerate(gatherer.held()) if held is not None]
+        frame = fill(sequence, lanes)
+        for f, held, before in others:
+            assert f != frame and np.array_equal(staging[f], before), (sequence, held)
+            overlapped.append((sequence, held))
+        return frame
+
+    gatherer.fill = guarded_fill
+    for request_id, request in requests.items():
+        scheduler.add(SchedulerRequest(request_id, request))
+    tokens: dict[str, list[int]] = {request_id: [] for request_id in requests}
+    held_back = False
+    while not scheduler.idle:
+        while (plan := scheduler.schedule()) is not None:
+            executor.submit(plan)
+            if not held_back and None not in gatherer.held():
+                # Both frames are held: the older round's consumer is held back (not collected). A
+                # third round cannot be staged, and nothing of either frame is written.
+                held_back = True
+                before = staging.copy()
+                with pytest.raises(EngramFrameBusy, match="both staging frames are held"):
+                    fill(plan.sequence + 1, plan.lanes)
+                assert np.array_equal(staging, before)
+        plan = scheduler.oldest()
+        outcomes = scheduler.complete(plan, executor.collect(plan))
+        for request_id, token in zip(outcomes.request_ids, outcomes.tokens, strict=True):
+            tokens[request_id].append(token)
+            if len(tokens[request_id]) == MAX_TOKENS:
+                scheduler.finish(request_id)
+    assert tokens == expected
+    assert held_back and overlapped  # rounds were staged while the other frame was in use
+    assert gatherer.staging is staging and staging.shape[0] == 2 and gatherer.held() == (None, None)
+    assert core.contract.model.engram_tables[0].resource not in model.executor.buffers
