@@ -60,7 +60,7 @@ def test_where_rejects_bad_operands(cond, a, b, message):
 def test_gather_and_where_belong_to_operator_set_version_2():
     from helios.program import OPERATOR_SET_VERSION, SUPPORTED_OPERATOR_SET_VERSIONS, validate_program
 
-    assert OPERATOR_SET_VERSION == 6 and SUPPORTED_OPERATOR_SET_VERSIONS == {1, 2, 3, 4, 5, 6}
+    assert OPERATOR_SET_VERSION == 7 and SUPPORTED_OPERATOR_SET_VERSIONS == {1, 2, 3, 4, 5, 6, 7}
     b = ProgramBuilder("g")
     pending = b.state("pending", "pending_tokens", "i32", [4])
     decision = b.transport("decision", "decision", "i32", [4])
