@@ -2,7 +2,9 @@
 under the batching scheduler, two rounds in flight (docs/engram.md): it generates the reference
 runtime's greedy tokens; while a round's completion is held back (not collected) its staging frame
 is never written, a third round cannot be staged, and the next round takes the frame the collected
-round retired; the staging stays two frames."""
+round retired; the staging stays two frames. The table's host frames are tensors of their own, copied
+into the device frames at each fill, as on a GPU (`engram_gatherers(separate=True)`; helios conform
+runs the CPU's shared staging: tests/conformance/test_engram_conformance.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ MAX_TOKENS = 4
 
 
 def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_use(engram_core):
+    from helios.production.engram import engram_gatherers
     from helios.production.loading import load_native_model, runtime_for
     from helios.runtime.limits import AdmissionLimits
     from helios.runtime.options import RuntimeOptions
@@ -31,10 +34,13 @@ def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_
     expected = {k: list(reference.generate(r)) for k, r in requests.items()}
 
     model = load_native_model(core, pages=16, device="cpu")
+    # the GPU's staging: host frames of their own, each fill copied into the device frame
+    model.executor.engram = engram_gatherers(core, model.executor.buffers, separate=True, pinned=False)
     runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=4)))
     scheduler, executor = runtime.scheduler, runtime.executor
     (gatherer,) = executor.engram
-    staging = gatherer.staging
+    staging = gatherer.staging  # the host frames, not the device buffer
+    assert gatherer.upload is not None and not np.shares_memory(staging, executor.buffers["engram.staging"].numpy())
     fill = gatherer.fill
     overlapped = []  # (round staged, round holding the other frame) for fills made while a frame was held
 
@@ -73,3 +79,5 @@ def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_
     assert held_back and overlapped  # rounds were staged while the other frame was in use
     assert gatherer.staging is staging and staging.shape[0] == 2 and gatherer.held() == (None, None)
     assert core.contract.model.engram_tables[0].resource not in model.executor.buffers
+    # the device frames hold what the host frames staged (the last fill of each was copied)
+    assert np.array_equal(executor.buffers["engram.staging"].numpy(), staging)
