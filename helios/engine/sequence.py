@@ -13,7 +13,6 @@ still in flight is not known on the host yet: the lane carries `DEVICE_PENDING` 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from helios.engine.config import SchedulerRequest
@@ -109,16 +108,10 @@ def decode_lane(s: SequenceState, device_pending: bool, history: int = 0) -> Lan
     total = len(known) + s.unknown
     samples = consumed + 1 == total
     pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
-    lane = LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
+    return LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
                      (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
-                     0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr, misc]
-    return lane if not history else _with_history(lane, known, history)
-
-
-def _with_history(lane: LaneInput, known: list[int], history: int) -> LaneInput:
-    """`lane` carrying the `history` known tokens before its first (Engram tables' n-grams)."""
-    start = lane.consumed
-    return dataclasses.replace(lane, history=tuple(known[max(0, start - history):start]))
+                     0 if pending else 1, samples, s.pages.page_ids, *fields, None,  # type: ignore[union-attr, misc]
+                     history=tuple(known[max(0, consumed - history):consumed]) if history else ())
 
 
 def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
@@ -142,9 +135,9 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
         samples = end == total
         ends_in_sample = samples and total > len(fields[4]) and not (end <= s.admitted_known and device_pending)
         prompt_in_round = chunk - 1 if ends_in_sample else chunk
-    lane = LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
-                     grammar_mask(s.request, samples) if lane_mask else None)
-    return lane if not history or initialization else _with_history(lane, s.known, history)
+    before = tuple(s.known[max(0, consumed - history):consumed]) if history else ()  # () at initialization
+    return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
+                     grammar_mask(s.request, samples) if lane_mask else None, history=before)
 
 
 def restoration_lane(s: SequenceState, default_eos_ids: tuple[int, ...]) -> LaneInput:

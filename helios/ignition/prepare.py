@@ -137,10 +137,9 @@ class PreparationOptions:
             raise InvalidPreparationOptions(f"--snapshot-capacity must be >= 0, got {self.snapshot_capacity}")
         if self.prompt_score_top < 0:
             raise InvalidPreparationOptions(f"--prompt-score-top must be >= 0, got {self.prompt_score_top}")
-        if self.engram is not None and (self.draft is not None or self.tensor_parallel > 1):
-            raise InvalidPreparationOptions("engram: a table with --draft or --tp > 1 is not built (speculative "
-                                            "rows are drafted on the device; tensor-parallel Engram programs are "
-                                            "not written)")
+        if self.engram is not None and self.draft is not None:
+            raise InvalidPreparationOptions("engram: a table with --draft is not built (speculative rows are "
+                                            "drafted on the device, where no host can hash them)")
         if self.draft is not None and self.pending_token != "device":
             raise InvalidPreparationOptions("--draft needs --pending-token device (a speculative round's pending "
                                             "token is the device's)")
@@ -308,8 +307,7 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                                *([p + geometry.slots - 1 for p in options.prefill_capacities]
                                  if geometry.slots > 1 else [])])
         engram_table = engram_declarations(decl, engram, packed_tokens=packed_capacity, dtype=cache_dtype)
-        decoder = llama_family.Decoder(cfg, tuple(histories), program_dtype, engram=EngramInjection(
-            engram, cfg.hidden_size, program_dtype, packed_capacity))
+        injection = EngramInjection(engram, cfg.hidden_size, program_dtype, packed_capacity)
 
     # (name, operation, batch, packed, one program per rank, bindings, weight resources of every rank)
     graphs: list[tuple[str, int, int, int, list[program_pb2.Program], tuple, list[str]]] = []
@@ -350,7 +348,9 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                 cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype,
                 histories=histories, pending_token=options.pending_token, draft=draft,
                 completion_width=completion_width, shard=shard if ranks > 1 else None,
-                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None, decoder=decoder)
+                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None,
+                decoder=decoder if engram is None else llama_family.Decoder(
+                    cfg, tuple(histories), program_dtype, shard=shard if ranks > 1 else None, engram=injection))
             programs.append(program)
             weights.update(rank_weights)
         if engram_table is not None:  # every text graph reads the table's staging frames

@@ -187,9 +187,6 @@ class NativeModel:
         with phase("verify"):
             serving, manifest = core.contract, core.manifest
             contract = PreparedContract.decode(serving, manifest)
-            if serving.model.engram_tables and manifest.ranks > 1:
-                raise StartupFailed(f"model.engram_tables: Engram tables on {manifest.ranks} ranks are not served by "
-                                    "production ranks (one-rank cores only)")
             selection = contract.select(options.startup)
             programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
             tuning = _tuning(core, serving, manifest, programs)

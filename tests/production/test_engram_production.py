@@ -81,3 +81,30 @@ def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_
     assert core.contract.model.engram_tables[0].resource not in model.executor.buffers
     # the device frames hold what the host frames staged (the last fill of each was copied)
     assert np.array_equal(executor.buffers["engram.staging"].numpy(), staging)
+
+
+def test_production_ranks_each_stage_their_own_frames_and_generate_the_one_rank_tokens(engram_core,
+                                                                                    tiny_checkpoint, tmp_path):
+    """--tp 2 through production ranks (a spawned peer process): each rank's executor stages the plan's
+    rounds into its own two frames and retires them at its own collection."""
+    import asyncio
+    import dataclasses
+
+    from helios.ignition.preparation.engram import EngramOptions
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from tests.conftest import ENGRAM_CAPACITIES
+    from tests.production.test_ranks import _production, _reference, _run
+
+    core, _ = engram_core
+    expected = _reference(core, prompt=PROMPTS["a"])
+    two = prepare_checkpoint(tiny_checkpoint("llama"), dataclasses.replace(
+        PreparationOptions(**ENGRAM_CAPACITIES, engram=EngramOptions(layer=1)), tensor_parallel=2))
+    runtime, _ = _production(two, tmp_path)
+    try:
+        tokens, failed = asyncio.run(_run(runtime, "r", prompt=PROMPTS["a"]))
+        assert failed is None and tokens == expected
+        (gatherer,) = runtime.executor.local.engram
+        assert gatherer.fills == 2 + 2 and gatherer.held() == (None, None)  # two prefill chunks, two decodes
+    finally:
+        runtime.shutdown()
+    assert all(p.exitcode == 0 for p in runtime.executor.processes)

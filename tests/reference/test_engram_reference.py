@@ -32,3 +32,21 @@ def test_the_table_moves_the_tokens_and_a_zero_table_is_the_plain_model(engram_c
     plain_tokens, _ = _tokens(plain)
     assert zero_tokens == plain_tokens
     assert tokens != plain_tokens
+
+
+def test_lockstep_ranks_share_the_frames_and_generate_the_one_rank_tokens(engram_core, tiny_checkpoint):
+    """--tp 2: every rank computes the Engram sum whole from the one staging both read; the frame is
+    retired by each rank at the round's collection."""
+    import dataclasses
+
+    from helios.ignition.preparation.engram import EngramOptions
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+    from tests.conftest import ENGRAM_CAPACITIES
+
+    core, _ = engram_core
+    two = prepare_checkpoint(tiny_checkpoint("llama"), dataclasses.replace(
+        PreparationOptions(**ENGRAM_CAPACITIES, engram=EngramOptions(layer=1)), tensor_parallel=2))
+    tokens, engine = _tokens(two)
+    (gatherer,) = engine.executor.engram
+    assert gatherer.ranks == 2 and gatherer.held() == (None, None)
+    assert tokens == _tokens(core)[0]

@@ -7,8 +7,8 @@ memory, the two staging frames, the host gatherer and the `engram_gather` operat
 before its attention, every packed row's residual stream gains a gated sum of its n-gram rows:
 
     e = engram_gather(staging, row_index)                        [P, O * W]   the rows the host staged
-    v = e @ value_proj.T                                         [P, hidden]
-    g = rms_norm(x, norm) @ gate_proj.T                          [P, hidden]
+    v = e @ value.T                                              [P, hidden]
+    g = rms_norm(x, norm) @ gate.T                               [P, hidden]
     x = x + silu(g) * v                                          (gated_activation, add)
 
 `engram_declarations` registers the staging and row-index buffers and returns the contract's
@@ -33,7 +33,8 @@ TABLE = "engram"  # the table's name in the contract
 STAGING_BUFFER = "engram.staging"
 ROW_INDEX_BUFFER = "engram.row_index"
 TABLE_RESOURCE = "engram/table"
-VALUE_PROJ, GATE_PROJ, NORM = "engram.value_proj.weight", "engram.gate_proj.weight", "engram.norm.weight"
+# (not "gate_proj": the Llama-family split would read it as the MLP's, column-parallel on a rank)
+VALUE_PROJ, GATE_PROJ, NORM = "engram.value.weight", "engram.gate.weight", "engram.norm.weight"
 
 
 class InvalidEngramOptions(HeliosError):
