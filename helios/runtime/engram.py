@@ -2,7 +2,7 @@
 and the gatherer that fills one of two staging frames per table for each round (docs/engram.md).
 
     tables = load_engram_tables(serving, manifest, core.read, raw_bf16=False)  # [rows, width], host memory
-    gatherer = EngramGatherer(table, values, staging, row_index)       # staging [2, S, W], row_index [P, O]
+    gatherer = EngramGatherer(table, values, staging, row_index)       # staging [2, S, W], row_index [R, O]
     frame = gatherer.fill(plan.sequence, plan.lanes)                   # before the round is launched
     gatherer.retire(plan.sequence)                                     # once the round's completion is collected
 
@@ -38,7 +38,6 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.lanes import LaneInput
 
 FRAMES = 2  # host staging frames per table (the specification's two)
-_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 class EngramError(HeliosError):
@@ -92,7 +91,7 @@ class EngramHash:
         out = np.full((count, len(self.orders)), -1, dtype=np.int64)
         if not count:
             return out
-        shifted = (sequence.astype(np.uint64) + np.uint64(1)) & _MASK
+        shifted = sequence.astype(np.uint64) + np.uint64(1)  # ids are below 2**31: no wrap
         positions = consumed + np.arange(count)
         for k, (n, multipliers) in enumerate(zip(self.orders, self.multipliers, strict=True)):
             h = np.zeros(count, dtype=np.uint64)
@@ -154,7 +153,7 @@ class EngramGatherer:
         self.rule = EngramHash.of(table)
         self.values = values  # [rows, width], host memory: never uploaded whole
         self.staging = staging  # [2, S, width]: the two host staging frames
-        self.row_index = row_index  # [P, orders] int32 host staging of the row index
+        self.row_index = row_index  # [R, orders] int32 host staging of the row index
         self.ranks = ranks
         self.upload = upload  # frame -> copies that frame and the row index to the device (None: shared memory)
         self._held: list[tuple[int, set[int]] | None] = [None] * FRAMES  # frame -> (sequence, ranks yet to retire)
