@@ -256,9 +256,10 @@ class NativeModel:
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
                                       cache_buffers=cache_buffers, host_pages=host)
-        with phase("engram"):  # the tables stay in host memory; the device holds two staging frames each
-            executor.engram = engram_gatherers(core, buffers, separate=executor.separate_staging,
-                                               pinned=device.type == "cuda")
+        if serving.model.engram_tables:
+            with phase("engram"):  # the tables stay in host memory; the device holds two staging frames each
+                executor.engram = engram_gatherers(core, buffers, separate=executor.separate_staging,
+                                                   pinned=device.type == "cuda")
         executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)

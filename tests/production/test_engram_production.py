@@ -79,6 +79,7 @@ def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_
     assert held_back and overlapped  # rounds were staged while the other frame was in use
     assert gatherer.staging is staging and staging.shape[0] == 2 and gatherer.held() == (None, None)
     assert core.contract.model.engram_tables[0].resource not in model.executor.buffers
+    assert [p.name for p in model.startup][-1] == "engram"  # the phase of a core with tables
     # the device frames hold what the host frames staged (the last fill of each was copied)
     assert np.array_equal(executor.buffers["engram.staging"].numpy(), staging)
 
