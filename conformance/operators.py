@@ -203,6 +203,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     for cohort in cases.cohorts:
         yield "latent_attention", cohort.name, cohort, _latent_attention
     yield "head_matmul", "heads", first, _head_matmul
+        yield "engram_gather", cohort.name, cohort, _engram_gather
     yield "fill", "f32", first, _fill
 
 
@@ -530,6 +531,21 @@ def _short_convolution(*, bias: bool) -> Builder:
             inputs.append(p.input("bias", _normal(rng, channels)))
         p.builder.emit("short_convolution", [state, *inputs], into=[state, out])
     return build
+
+
+def _engram_gather(p, rng, cohort, g, cases):
+    """Each packed token's rows of three n-gram orders from two staging frames: rows of both frames,
+    -1 (an n-gram reaching before position 0, and every padding row) and a row past the frames read
+    zero blocks; the row index has rows past the packed ones (a buffer of a larger capacity)."""
+    lanes, positions = _rows(cohort)
+    frames, rows, width, orders = 2, 3 * len(lanes), g["head_dim"], 3
+    staging = p.input("staging", _normal(rng, frames, rows, width))
+    index = rng.integers(0, frames * rows, size=(len(lanes) + 2, orders)).astype(np.int32)
+    index[:len(lanes)][positions[:, None] < np.arange(orders)[None, :]] = -1  # order o + 1: o earlier tokens
+    index[:len(lanes)][lanes < 0] = -1
+    index[0, -1] = frames * rows  # outside the staging
+    out = p.output("out", (len(lanes), orders * width))
+    p.builder.engram_gather(staging, p.input("row_index", index, "i32"), packed_tokens=len(lanes), into=out)
 
 
 def _state_row_copy(p, rng, cohort, g, cases):

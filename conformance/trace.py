@@ -117,7 +117,7 @@ def _from_array(item: dict) -> tuple[tuple[int, ...], np.ndarray]:
 def lane_to_json(lane: LaneInput) -> dict:
     out = {name: getattr(lane, name) for name in LaneInput.__slots__}
     out["sampling"] = asdict(lane.sampling)
-    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied", "image_context"):
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied", "image_context", "history"):
         out[name] = list(out[name])
     if lane.image is not None:
         out["image"] = {"tensors": [{"name": name, "dtype": str(array.dtype), "shape": list(array.shape),
@@ -133,8 +133,8 @@ def lane_to_json(lane: LaneInput) -> dict:
 def lane_from_json(data: dict) -> LaneInput:
     values = dict(data)
     values["sampling"] = SamplingParams(**values["sampling"])
-    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied", "image_context"):
-        if name in values:  # copied proposals, image context: recorded since they exist (older traces have none)
+    for name in ("tokens", "page_ids", "eos_ids", "prompt_token_ids", "copied", "image_context", "history"):
+        if name in values:  # copied proposals, image context, Engram history: recorded since they exist
             values[name] = tuple(int(v) for v in values[name])
     if values.get("image") is not None:
         image = values["image"]

@@ -73,3 +73,22 @@ def llava_core(tmp_path_factory):
 
     directory = make_llava_checkpoint(tmp_path_factory.mktemp("ckpt-llava") / "tiny-llava")
     return directory, prepare_checkpoint(directory, PreparationOptions(**LLAVA_CAPACITIES))
+
+
+# The Engram test recipe's capacities (docs/engram.md): pages of 4 tokens, one 8-token prefill variant,
+# batches of 1 and 2, so the interpreter lowers few graphs.
+ENGRAM_CAPACITIES = dict(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,),
+                         context_tokens=32)
+
+
+@pytest.fixture(scope="session")
+def engram_core(tiny_checkpoint):
+    """The tiny llama checkpoint with the Engram test recipe's table (2- and 3-grams, added at layer 1),
+    prepared fp32; `engram_core.plain` is the same checkpoint prepared without it."""
+    from helios.ignition.preparation.engram import EngramOptions
+    from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
+
+    core = prepare_checkpoint(tiny_checkpoint("llama"),
+                              PreparationOptions(**ENGRAM_CAPACITIES, engram=EngramOptions(layer=1)))
+    plain = prepare_checkpoint(tiny_checkpoint("llama"), PreparationOptions(**ENGRAM_CAPACITIES))
+    return core, plain

@@ -131,6 +131,10 @@ class PendingTokenOwnership(ContractError):
     """A graph declares its pending token both device-owned (state view) and host-owned (binding)."""
 
 
+class InvalidEngramTable(ContractError):
+    """An Engram table declaration is inconsistent (orders, multipliers, staging, row index, graphs)."""
+
+
 class InvalidGeometry(ContractError):
     """Vocabulary, histogram, mask, cache or vision geometry is inconsistent."""
 

@@ -277,6 +277,34 @@ class Frontend:
     image_settings: ImageSettings = ImageSettings()
 
 
+# ----------------------------------------------------------------------------- engram
+
+
+@dataclass(frozen=True, slots=True)
+class EngramTable:
+    """A hashed n-gram embedding table kept in host memory (docs/engram.md)."""
+
+    name: str
+    resource: str  # WEIGHT resource: [rows, width] elements of the staging buffer's dtype
+    rows: int
+    width: int
+    orders: tuple[int, ...]  # n-gram orders, ascending
+    multipliers: tuple[int, ...]  # orders[k] odd multipliers for order k, concatenated
+    staging: str  # TRANSPORT buffer [2, S, width]
+    row_index: str  # TRANSPORT buffer [P, len(orders)] i32
+    graphs: tuple[str, ...]  # the consuming graphs
+
+    @classmethod
+    def from_proto(cls, m: contract_pb2.EngramTable) -> EngramTable:
+        return cls(m.name, m.resource, m.rows, m.width, tuple(m.orders), tuple(m.multipliers), m.staging,
+                   m.row_index, tuple(m.graphs))
+
+    def to_proto(self) -> contract_pb2.EngramTable:
+        return contract_pb2.EngramTable(name=self.name, resource=self.resource, rows=self.rows, width=self.width,
+                                        orders=list(self.orders), multipliers=list(self.multipliers),
+                                        staging=self.staging, row_index=self.row_index, graphs=list(self.graphs))
+
+
 # ----------------------------------------------------------------------------- manifest
 
 

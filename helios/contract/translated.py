@@ -27,6 +27,7 @@ from helios.contract.codec import (
 )
 from helios.contract.model import (
     Cache,
+    EngramTable,
     Frontend,
     Graph,
     InputVocabulary,
@@ -60,6 +61,7 @@ class TranslatedContract:
     graphs: tuple[Graph, ...]
     frontend: Frontend
     manifest: Manifest
+    engram_tables: tuple[EngramTable, ...] = ()  # docs/engram.md
 
     # ------------------------------------------------------------------ wire form
 
@@ -88,6 +90,7 @@ class TranslatedContract:
             graphs=tuple(graph_from_proto(g) for g in model.graphs),
             frontend=frontend_from_proto(model.frontend),
             manifest=manifest_from_proto(manifest),
+            engram_tables=tuple(EngramTable.from_proto(t) for t in model.engram_tables),
         )
 
     def to_proto(self) -> tuple[contract_pb2.ServingContract, manifest_pb2.ExecutionManifest]:
@@ -103,6 +106,7 @@ class TranslatedContract:
             cache=cache_to_proto(self.cache),
             graphs=[graph_to_proto(g) for g in self.graphs],
             frontend=frontend_to_proto(self.frontend),
+            engram_tables=[t.to_proto() for t in self.engram_tables],
         )
         serving = contract_pb2.ServingContract(
             served_id=self.served_id, aliases=list(self.aliases), cache_identity=self.cache_identity,

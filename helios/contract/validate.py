@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 
 import helios.contract.errors as e
+from helios.contract.engram import engram_problems
 from helios.contract.enums import (
     COPIED_PROPOSAL_SOURCES,
     COPIED_TOKEN_SOURCES,
@@ -69,6 +70,7 @@ def problems(c: TranslatedContract) -> Iterator[e.ContractError]:
     yield from missing_variants(c)
     yield from _confidence_storage(c)
     yield from _frontend(c)
+    yield from engram_problems(c)
 
 
 # ----------------------------------------------------------------------------- serving metadata

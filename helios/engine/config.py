@@ -43,6 +43,11 @@ class SchedulerConfig:
     # feature-store rows of one slot; every request slot has that many slots of the store.
     image_feature_slots: int = 0
     image_slot_rows: int = 0
+    # Engram tables (docs/engram.md): the known tokens each lane carries before its first (the longest
+    # n-gram order minus one; 0: no tables). The host hashes a lane's n-grams from its tokens, so a
+    # request's next round waits for its previous one's completion (a request in flight joins no
+    # second frame); other requests still fill the second frame.
+    engram_history: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_active", "page_tokens", "context_tokens", "input_tokens", "sampled_tokens"):
@@ -54,6 +59,8 @@ class SchedulerConfig:
             raise InvalidSchedulerConfig("adaptive_speculation needs a fallback speculative_width >= 1")
         if self.cost_lifetime is not None and not self.cost_lifetime > 0:
             raise InvalidSchedulerConfig(f"cost_lifetime must be > 0 seconds, got {self.cost_lifetime}")
+        if self.engram_history < 0:
+            raise InvalidSchedulerConfig(f"engram_history must be >= 0, got {self.engram_history}")
         if self.frames not in (1, 2):
             raise InvalidSchedulerConfig(f"frames must be 1 or 2, got {self.frames}")
 

@@ -541,11 +541,12 @@ class Scheduler(RequestResidency):
 
     # ------------------------------------------------------------------------------------ internals
 
-    @staticmethod
-    def _second_frame_ready(s: SequenceState, second_frame: bool) -> bool:
+    def _second_frame_ready(self, s: SequenceState, second_frame: bool) -> bool:
         """A request already in flight joins the second frame only as a decode lane whose previous
-        round was a decode (its pending token on the device)."""
-        return (second_frame and s.remaining == 1
+        round was a decode (its pending token on the device), and never on a core with Engram tables:
+        their rows are hashed on the host from the tokens a lane consumes (history inputs need
+        completion feedback), so only requests with no round in flight fill the second frame there."""
+        return (second_frame and not self.config.engram_history and s.remaining == 1
                 and s.last_operation == C.OPERATION_DECODE
                 and s.sampled + s.unknown < s.request.generation.max_tokens)
 
@@ -743,6 +744,7 @@ class Scheduler(RequestResidency):
         delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
+        history = self.config.engram_history
         for s, chunk in cohort:
             # a constrained speculative lane's masks are its per-position ones: its lane mask allows every token
             lane_masks = masks[len(lanes)] if masks is not None else None
@@ -750,9 +752,10 @@ class Scheduler(RequestResidency):
                 lane = restoration_lane(s, eos_ids)
             elif (chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None
                   and s.images is None):
-                lane = decode_lane(s, device_pending)  # most lanes of most rounds
+                lane = decode_lane(s, device_pending, history)  # most lanes of most rounds
             else:
-                lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None)
+                lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None,
+                                  history=history)
             if s.images is not None and not (initialization or restoration):
                 encodes = operation == C.OPERATION_PREFILL and s.images.pending
                 lane = dataclasses.replace(lane, image_context=s.images.context,

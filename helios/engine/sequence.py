@@ -114,7 +114,7 @@ def lane_fields(s: SequenceState, default_eos_ids: tuple[int, ...]) -> tuple:
     return fields
 
 
-def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
+def decode_lane(s: SequenceState, device_pending: bool, history: int = 0) -> LaneInput:
     """`build_lane` for one token of a request without a grammar whose lane fields are gathered."""
     fields = s.lane_fields
     known = s.known
@@ -124,14 +124,16 @@ def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
     pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
     return LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
                      (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
-                     0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr, misc]
+                     0 if pending else 1, samples, s.pages.page_ids, *fields, None,  # type: ignore[union-attr, misc]
+                     history=tuple(known[max(0, consumed - history):consumed]) if history else ())
 
 
 def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
-               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True) -> LaneInput:
+               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True, history: int = 0) -> LaneInput:
     """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round);
     `lane_mask` False: no GRAMMAR_MASK row even for a constrained request (a speculative lane whose
-    rows carry per-position masks instead)."""
+    rows carry per-position masks instead); `history` > 0: the lane carries that many known tokens
+    before its first (a core with Engram tables)."""
     assert s.pages is not None and s.slot is not None
     fields = lane_fields(s, default_eos_ids)
     if initialization:
@@ -147,8 +149,9 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
         samples = end == total
         ends_in_sample = samples and total > len(fields[4]) and not (end <= s.admitted_known and device_pending)
         prompt_in_round = chunk - 1 if ends_in_sample else chunk
+    before = tuple(s.known[max(0, consumed - history):consumed]) if history else ()  # () at initialization
     return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
-                     grammar_mask(s.request, samples) if lane_mask else None)
+                     grammar_mask(s.request, samples) if lane_mask else None, history=before)
 
 
 def restoration_lane(s: SequenceState, default_eos_ids: tuple[int, ...]) -> LaneInput:

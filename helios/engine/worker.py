@@ -115,7 +115,8 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             adaptive_speculation=adaptive_speculation and bool(speculative_width), cost_lifetime=cost_lifetime,
             prompt_score_width=prompt_score_width(contract),
             snapshot_rows=continuation_rows(contract, graphs), recurrent_state=recurrent,
-            image_feature_slots=contract.vision.feature_slots, image_slot_rows=contract.vision.features_per_window)
+            image_feature_slots=contract.vision.feature_slots, image_slot_rows=contract.vision.features_per_window,
+            engram_history=max((max(t.orders) - 1 for t in contract.engram_tables), default=0))
         if host_pages is None:
             host_pages = getattr(executor, "host_pages", 0)
         # A recurrent state exists only where a snapshot saved it, never at a published page's end: a

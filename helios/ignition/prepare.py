@@ -35,6 +35,14 @@ from helios.ignition.preparation.contract import (
     pending_token_view,
     prompt_score_layout,
 )
+from helios.ignition.preparation.engram import (
+    TABLE_RESOURCE,
+    EngramInjection,
+    EngramOptions,
+    engram_declarations,
+    generated_tensors,
+    tensor_bytes,
+)
 from helios.ignition.preparation.frontend import PLAIN_TEMPLATE, frontend_contract
 from helios.ignition.preparation.latent import latent_history
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
@@ -106,6 +114,9 @@ class PreparationOptions:
     # Vision cores (docs/vision.md): the image feature slots a request may hold (VisionContract
     # .feature_slots); the feature store holds that many images' features for every request slot.
     image_feature_slots: int = 1
+    # A TEST recipe (docs/engram.md): an Engram table with generated weights added to a Llama-family
+    # model at one layer; not a published checkpoint's, and not exposed by `helios prepare`.
+    engram: EngramOptions | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -139,6 +150,9 @@ class PreparationOptions:
             raise InvalidPreparationOptions(f"--image-feature-slots must be >= 1, got {self.image_feature_slots}")
         if self.prompt_score_top < 0:
             raise InvalidPreparationOptions(f"--prompt-score-top must be >= 0, got {self.prompt_score_top}")
+        if self.engram is not None and self.draft is not None:
+            raise InvalidPreparationOptions("engram: a table with --draft is not built (speculative rows are "
+                                            "drafted on the device, where no host can hash them)")
         if self.draft is not None and self.pending_token != "device":
             raise InvalidPreparationOptions("--draft needs --pending-token device (a speculative round's pending "
                                             "token is the device's)")
@@ -315,6 +329,21 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                if hybrid else None)
     if latent:
         decoder = deepseek_v3.LatentDecoder(cfg, tuple(layer_histories), program_dtype)
+    engram = options.engram
+    engram_table = None
+    if engram is not None:
+        if latent or vision is not None:
+            raise InvalidPreparationOptions("engram: the test recipe's table is added to Llama-family text decoders only "
+                                            f"(model_type {model_type!r})")
+        if hybrid or engram.layer >= cfg.layers:
+            raise InvalidPreparationOptions(f"engram: layer {engram.layer} of a Llama-family decoder of {cfg.layers} "
+                                            f"layers (model_type {model_type!r})")
+        # every packed capacity of the text graphs: prefill chunks, decode batches, mixed rounds
+        packed_capacity = max([*options.prefill_capacities, *options.batch_capacities,
+                               *([p + geometry.slots - 1 for p in options.prefill_capacities]
+                                 if geometry.slots > 1 else [])])
+        engram_table = engram_declarations(decl, engram, packed_tokens=packed_capacity, dtype=cache_dtype)
+        injection = EngramInjection(engram, cfg.hidden_size, program_dtype, packed_capacity)
 
     # (name, operation, batch, packed, one program per rank, bindings, weight resources of every rank)
     graphs: list[tuple[str, int, int, int, list[program_pb2.Program], tuple, list[str]]] = []
@@ -355,12 +384,17 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                 cfg, geometry, decl, graph=name, packed_tokens=packed, weight_dtype=program_dtype,
                 histories=histories, pending_token=options.pending_token, draft=draft,
                 completion_width=completion_width, shard=shard if ranks > 1 else None,
-                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None, decoder=decoder,
+                scores=scores if operation == C.OPERATION_SCORED_PREFILL else None,
+                decoder=decoder if engram is None else llama_family.Decoder(
+                    cfg, tuple(histories), program_dtype, shard=shard if ranks > 1 else None, engram=injection),
                 # a vision core: every text program reads its rows' image features; PREFILL programs
                 # first encode the submission's image (docs/vision.md)
                 image_store_rows=store_rows, encoder=tower if operation == C.OPERATION_PREFILL else None)
             programs.append(program)
             weights.update(rank_weights)
+        if engram_table is not None:  # every text graph reads the table's staging frames
+            engram_table.graphs.append(name)
+            weights.add(TABLE_RESOURCE)
         graphs.append((name, operation, batch, packed, programs, bindings, sorted(weights)))
     descriptors: dict[str, C.SpeculativeDescriptor] = {}
     if draft is not None:
@@ -455,6 +489,11 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                 resource=name, source_tensor=",".join(sources_of), dtype=cache_dtype, shape=list(shape),
                 transform=transform))
 
+    if engram is not None:  # generated, not read from the checkpoint: the table stays on the host at serving
+        for resource_id, values in generated_tensors(engram, cfg.hidden_size).items():
+            resource_id = resource_id if resource_id == TABLE_RESOURCE else llama_family.weight_resource(resource_id)
+            resources.append(PreparedResource(resource_id, core_pb2.RESOURCE_KIND_WEIGHT,
+                                              partial(tensor_bytes, values, options.dtype)))
     template = checkpoint.chat_template or PLAIN_TEMPLATE
     if vision is not None and checkpoint.chat_template is None:
         placeholder = next((t for t, i in checkpoint.tokenizer_vocabulary.items() if i == vision.image_token_id), None)
@@ -477,6 +516,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
     arguments.append(f"--snapshot-capacity={snapshot_rows}")
     if ranks > 1:  # one-rank cores keep the arguments they always had
         arguments.append(f"--tp={ranks}")
+    if engram is not None:
+        arguments.append(engram.argument())
     if draft_checkpoint is not None:
         arguments += [f"--draft-digest={draft_checkpoint.digest()}",
                       f"--speculative-widths={','.join(map(str, widths))}"]
@@ -503,6 +544,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                                          + ([recurrent.region] if recurrent is not None else [])
                                          + ([storage.region] if storage is not None else []),
                                          page_table_views=page_table_views()))
+    if engram_table is not None:
+        model.engram_tables.append(engram_table)
     specials = _special_tokens(checkpoint)
     eos_texts = [t for t, i in specials.items() if i in checkpoint.eos_token_ids]
     bos_text = next((t for t, i in specials.items() if i == checkpoint.bos_token_id), "")
@@ -523,6 +566,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
         identity_text += f"\0draft\0{draft_checkpoint.digest()}"
     if ranks > 1:  # each rank's pages hold its own heads
         identity_text += f"\0tp\0{ranks}"
+    if engram is not None:  # the pages hold what the Engram layer computed
+        identity_text += f"\0{engram.argument()}"
     identity = hashlib.sha256(identity_text.encode()).hexdigest()[:32]
     contract = C.ServingContract(
         served_id=served_id, cache_identity=identity, context_tokens=context,

@@ -52,6 +52,7 @@ from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.costs import RoundCosts
+from helios.runtime.engram import EngramGatherer, gatherers_for
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
 from helios.runtime.rounds import PageTableUpdate, RoundPlan, full_rows, single_round
 from helios.runtime.scores import read_prompt_scores
@@ -176,6 +177,9 @@ class NativeExecutor:
                              if name not in other and len({(b.offset, b.padding) for b in bindings}) == 1}
         self.page_entries_uploaded = 0  # page-table entries written to the device (incremental uploads)
         self.costs: RoundCosts | None = None  # measured round costs (NativeModel.load with measure_costs)
+        # Engram tables (docs/engram.md, helios/production/engram.py): each table's gatherer, filled
+        # before a consuming round is launched, its frame retired when the round is collected
+        self.engram: tuple[EngramGatherer, ...] = ()
         # destination -> slot -> (binding, what the row was packed from): rows packed once per request.
         # A row is valid for the binding (source, offset, padding, extents) that wrote it; equal bindings
         # of different graphs share one identity, so switching graphs repacks nothing.
@@ -229,10 +233,18 @@ class NativeExecutor:
         if self._uploaded is not None:
             self._uploaded.synchronize()  # the previous round's copies have left the staging
         self._pack(graph, plan.lanes, plan.page_table_updates)
-        if gpu:
-            self._uploaded = torch.cuda.Event()
-            self._uploaded.record(torch.cuda.current_stream(self.device))
-        self._execute(graph, frame, plan.sequence)
+        staged = gatherers_for(self.engram, plan.graph)
+        try:
+            for gatherer in staged:  # a free frame of each table (EngramFrameBusy while both are held)
+                gatherer.fill(plan.sequence, plan.lanes)
+            if gpu:
+                self._uploaded = torch.cuda.Event()
+                self._uploaded.record(torch.cuda.current_stream(self.device))
+            self._execute(graph, frame, plan.sequence)
+        except BaseException:
+            for gatherer in staged:  # the round was not launched: nothing consumes its frames
+                gatherer.retire(plan.sequence)
+            raise
         readback = self.frame_readback[frame]
         scored = plan.operation == contract_pb2.OPERATION_SCORED_PREFILL
         for field, host in readback.items():
@@ -262,6 +274,8 @@ class NativeExecutor:
         self._in_flight[plan.frame] = None
         if entry.done is not None:
             entry.done.synchronize()
+        for gatherer in self.engram:  # the round's consumer retired: its staging frames may be refilled
+            gatherer.retire(plan.sequence)
         host = {field: tensor.numpy() for field, tensor in self.frame_readback[plan.frame].items()}
         rows = read_completion(host, entry.slots, len(plan.lanes),
                                speculative=plan.operation == contract_pb2.OPERATION_SPECULATIVE)

@@ -50,6 +50,7 @@ from helios.core.source import CoreSource
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture, captured_graphs
+from helios.production.engram import engram_gatherers
 from helios.production.executor import ExecutorGraph, NativeExecutor
 from helios.production.gpu_paths import GpuPaths
 from helios.production.kernel_compile import compile_plans, compiled_kernels
@@ -252,6 +253,10 @@ class NativeModel:
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
                                       cache_buffers=cache_buffers, host_pages=host)
+        if serving.model.engram_tables:
+            with phase("engram"):  # the tables stay in host memory; the device holds two staging frames each
+                executor.engram = engram_gatherers(core, buffers, separate=executor.separate_staging,
+                                                   pinned=device.type == "cuda")
         executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)

@@ -278,6 +278,13 @@ class ProgramBuilder:
         inputs = [state, x, weight, token_lane, positions, state_rows] + ([bias] if bias is not None else [])
         return self.emit("short_convolution", inputs, into=[state, None], names=[None, name])[1]
 
+    def engram_gather(self, staging: str, row_index: str, *, packed_tokens: int, name: str | None = None,
+                      into: str | None = None) -> str:
+        """Each of the `packed_tokens` packed tokens' Engram rows, one per n-gram order, read from the
+        staging frames at the leading rows of `row_index`: [P, O * W] (zero blocks outside the
+        staging; version 7)."""
+        return self._one("engram_gather", [staging, row_index], {"packed_tokens": packed_tokens}, name, into)
+
     def state_row_copy(self, state: str, source: str, destination: str) -> str:
         """state[destination[b]] = state[source[b]] for lanes with both rows in range (in place, version 6)."""
         return self.emit("state_row_copy", [state, source, destination])[0]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from helios.program.collectives import COLLECTIVE_SPECS
+from helios.program.engram import ENGRAM_SPECS
 from helios.program.latent import LATENT_SPECS
 from helios.program.recurrent import RECURRENT_SPECS
 from helios.program.scores import SCORE_SPECS
@@ -40,8 +41,8 @@ from helios.program.vision import VISION_SPECS
 # helios/program/snapshots.py). Version 6 adds `short_convolution` and `state_row_copy` (recurrent
 # histories, helios/program/recurrent.py), `activation` and `bidirectional_attention` (vision
 # encoders, helios/program/vision.py). Version 7 adds `latent_attention` and `head_matmul` (paged
-# latent histories, helios/program/latent.py). Every earlier meaning is unchanged, so older programs
-# keep loading.
+# latent histories, helios/program/latent.py) and `engram_gather` (Engram tables' staging frames,
+# helios/program/engram.py). Every earlier meaning is unchanged, so older programs keep loading.
 OPERATOR_SET_VERSION = 7
 SUPPORTED_OPERATOR_SET_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
 
@@ -414,6 +415,7 @@ _SPECS = (
     *RECURRENT_SPECS,
     *VISION_SPECS,
     *LATENT_SPECS,
+    *ENGRAM_SPECS,
     OperatorSpec("fill", "out[...] = value", (), ("out",), _fill, (
         _a("value", "f", "the value (integral for integer dtypes)", required=True),
         _a("shape", "ints", "the output shape", required=True),

@@ -249,7 +249,7 @@ class SamplingDefaults(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ...) -> None: ...
 
 class ModelContract(_message.Message):
-    __slots__ = ("version", "vocabulary", "input_vocabulary", "vision", "cache", "graphs", "frontend")
+    __slots__ = ("version", "vocabulary", "input_vocabulary", "vision", "cache", "graphs", "frontend", "engram_tables")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     VOCABULARY_FIELD_NUMBER: _ClassVar[int]
     INPUT_VOCABULARY_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +257,7 @@ class ModelContract(_message.Message):
     CACHE_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
     FRONTEND_FIELD_NUMBER: _ClassVar[int]
+    ENGRAM_TABLES_FIELD_NUMBER: _ClassVar[int]
     version: int
     vocabulary: VocabularyContract
     input_vocabulary: InputVocabularyContract
@@ -264,7 +265,8 @@ class ModelContract(_message.Message):
     cache: CacheContract
     graphs: _containers.RepeatedCompositeFieldContainer[GraphContract]
     frontend: FrontendContract
-    def __init__(self, version: _Optional[int] = ..., vocabulary: _Optional[_Union[VocabularyContract, _Mapping]] = ..., input_vocabulary: _Optional[_Union[InputVocabularyContract, _Mapping]] = ..., vision: _Optional[_Union[VisionContract, _Mapping]] = ..., cache: _Optional[_Union[CacheContract, _Mapping]] = ..., graphs: _Optional[_Iterable[_Union[GraphContract, _Mapping]]] = ..., frontend: _Optional[_Union[FrontendContract, _Mapping]] = ...) -> None: ...
+    engram_tables: _containers.RepeatedCompositeFieldContainer[EngramTable]
+    def __init__(self, version: _Optional[int] = ..., vocabulary: _Optional[_Union[VocabularyContract, _Mapping]] = ..., input_vocabulary: _Optional[_Union[InputVocabularyContract, _Mapping]] = ..., vision: _Optional[_Union[VisionContract, _Mapping]] = ..., cache: _Optional[_Union[CacheContract, _Mapping]] = ..., graphs: _Optional[_Iterable[_Union[GraphContract, _Mapping]]] = ..., frontend: _Optional[_Union[FrontendContract, _Mapping]] = ..., engram_tables: _Optional[_Iterable[_Union[EngramTable, _Mapping]]] = ...) -> None: ...
 
 class VocabularyContract(_message.Message):
     __slots__ = ("sampled_tokens", "logits_width", "histogram_width", "mask_words")
@@ -331,6 +333,28 @@ class PageTableView(_message.Message):
     destination: str
     page_offset: int
     def __init__(self, destination: _Optional[str] = ..., page_offset: _Optional[int] = ...) -> None: ...
+
+class EngramTable(_message.Message):
+    __slots__ = ("name", "resource", "rows", "width", "orders", "multipliers", "staging", "row_index", "graphs")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    ORDERS_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIERS_FIELD_NUMBER: _ClassVar[int]
+    STAGING_FIELD_NUMBER: _ClassVar[int]
+    ROW_INDEX_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    resource: str
+    rows: int
+    width: int
+    orders: _containers.RepeatedScalarFieldContainer[int]
+    multipliers: _containers.RepeatedScalarFieldContainer[int]
+    staging: str
+    row_index: str
+    graphs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., resource: _Optional[str] = ..., rows: _Optional[int] = ..., width: _Optional[int] = ..., orders: _Optional[_Iterable[int]] = ..., multipliers: _Optional[_Iterable[int]] = ..., staging: _Optional[str] = ..., row_index: _Optional[str] = ..., graphs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GraphContract(_message.Message):
     __slots__ = ("name", "operation", "value_bindings", "state_accesses", "tuned_bindings", "resource_dependencies", "capacity", "speculative", "state_rows_per_request", "draft_cursor", "pending_token_state")

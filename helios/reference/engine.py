@@ -33,6 +33,7 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
 from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
+from helios.runtime.engram import history_tokens
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.images import AdmittedImages
 from helios.runtime.interface import GrammarMatcher
@@ -75,6 +76,8 @@ class ReferenceEngine:
         self.allocator = PageAllocator(executor.pages)
         self.kept = executor.kept  # per round of the last request: copies of the `keep` tensors
         self.kept_graphs = executor.kept_graphs  # the graph of each kept round
+        # Engram tables (docs/engram.md): the known tokens each lane carries before its first
+        self.engram_history = history_tokens(serving)
         self._generations = [0] * prepared.max_concurrency
         self._active_slots: set[int] = set()
         # Image feature slots (docs/vision.md): each request slot's images take slots of the feature store
@@ -322,12 +325,13 @@ class ReferenceEngine:
             # a lane with per-position masks (a constrained speculative lane) allows every token in its
             # lane mask: each target row is masked by its position's
             masked = grammar_mask is not None and samples and masks is None
+            before = tuple(history[max(0, consumed - self.engram_history):consumed]) if self.engram_history else ()
             return LaneInput(slot=slot, generation=generation, consumed=consumed, tokens=tokens,
                              prompt_tokens_in_round=prompt_in_round, samples=samples, page_ids=pages,
                              seed=request.sampling.seed, sampling=request.sampling, output_limit=request.max_tokens,
                              eos_ids=tuple(sorted(eos)), prompt_token_ids=prompt,
                              grammar_mask=tuple(grammar_mask()) if masked else None,  # type: ignore[misc]
-                             speculative_limit=limit, copied=copied, candidate_masks=masks)
+                             speculative_limit=limit, copied=copied, candidate_masks=masks, history=before)
 
         history = list(prompt)  # the prompt, then every emitted token (history drafting's source)
         index = HistoryIndex() if self.history_drafting else None

@@ -46,6 +46,7 @@ from helios.reference.interpreter import bf16_to_f32, check_lockstep, execute, e
 from helios.reference.operators import NUMPY_DTYPES
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
+from helios.runtime.engram import EngramGatherer, gatherers_for, load_engram_tables
 from helios.runtime.lanes import LaneInput
 from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views, check_vision
 from helios.runtime.request import SamplingParams
@@ -119,6 +120,8 @@ class ReferenceExecutor:
         self._costs: RoundCosts | None = None  # measured on first asking (`round_costs`)
         self.tuned: tuple[str, ...] = ()  # the TUNED buffers the startup producers filled (`load`)
         self.startup: tuple[StartupPhase, ...] = ()  # the load's phases: verify, weights, cache, tuning (`load`)
+        # Engram tables (docs/engram.md): each table's gatherer over its two staging frames (`load`)
+        self.engram: tuple[EngramGatherer, ...] = ()
         # The host tier: per rank, cache plane -> [host_pages, ...one page...] (np.zeros: calloc'd, so
         # pages never written take no memory).
         self.cache_buffers = tuple(cache_buffers)
@@ -184,6 +187,12 @@ class ReferenceExecutor:
                        rank_buffers=rank_buffers, cache_buffers=cache_buffers, host_pages=host_pages)
         executor.tuned = tuning.buffers
         executor.startup = tuple(clock.phases)
+        # Engram tables stay in host memory; each round of a consuming graph stages the rows it
+        # addresses into a frame of the table's TRANSPORT staging buffer (shared by every rank).
+        executor.engram = tuple(
+            EngramGatherer(table, values, rank_buffers[0][table.staging], rank_buffers[0][table.row_index],
+                           ranks=ranks)
+            for table, values in load_engram_tables(serving, manifest, core.read, raw_bf16=False))
         return executor
 
     @property
@@ -205,6 +214,18 @@ class ReferenceExecutor:
         self.sequence = plan.sequence
         self._apply_updates(plan, check=graph.page_table)
         graph.packing.pack(plan.lanes, self.buffers)
+        staged = gatherers_for(self.engram, plan.graph)
+        try:
+            for gatherer in staged:
+                gatherer.fill(plan.sequence, plan.lanes)  # EngramFrameBusy while both frames are held
+            self._run(plan, graph)
+        except BaseException:
+            for gatherer in staged:  # the round never ran to its completion: nothing consumes its frame
+                gatherer.retire(plan.sequence)
+            raise
+
+    def _run(self, plan: RoundPlan, graph: LoadedGraph) -> None:
+        """Write the transport-owned fields, execute the round's programs and hold its rows."""
         # NOTE: the transport owns frame index and submission sequence: it writes them, programs never do.
         for buffers in self.rank_buffers:
             buffers[self.completion[M.COMPLETION_FIELD_FRAME_INDEX]][...] = plan.frame
@@ -231,6 +252,9 @@ class ReferenceExecutor:
         if held is None or held[0] is not plan:
             raise FrameBusy(f"graph {plan.graph}: round {plan.sequence} was not submitted in frame {plan.frame}")
         self._rows[plan.frame] = None
+        for gatherer in self.engram:  # every rank ran the round in lockstep: each retires its consumer
+            for rank in range(len(self.rank_buffers)):
+                gatherer.retire(plan.sequence, rank)
         return held[1]
 
     def round_costs(self, graphs: Sequence[str] | None = None, *, repeats: int = 2) -> RoundCosts:

@@ -17,7 +17,7 @@ import numpy as np
 
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, latent, recurrent, sampling, scores, snapshots, speculative, vision
+from helios.reference import collectives, engram, latent, recurrent, sampling, scores, snapshots, speculative, vision
 from helios.reference.pages import InvalidCacheSlot, cache_slots, lane_history  # noqa: F401 (re-exported)
 
 F = np.float32
@@ -267,5 +267,6 @@ REFERENCE_OPERATORS: Mapping[str, Callable[..., np.ndarray]] = MappingProxyType(
     "bidirectional_attention": vision.bidirectional_attention,
     "head_matmul": latent.head_matmul,
     "latent_attention": latent.latent_attention,
+    "engram_gather": engram.engram_gather,
     "fill": fill,
 })

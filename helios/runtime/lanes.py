@@ -87,6 +87,10 @@ class LaneInput:
     image_context: tuple[int, ...] = ()
     # The image this round encodes into the request's feature slot (one lane of a submission at most).
     image: ImageSubmission | None = None
+    # A core with Engram tables (docs/engram.md): the request's known tokens just before `consumed`
+    # (positions [consumed - len(history), consumed)), as many as its longest n-gram order needs
+    # (that order minus one, fewer near position 0); () on every other core.
+    history: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         count, prompt = len(self.tokens), self.prompt_tokens_in_round

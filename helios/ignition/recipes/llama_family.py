@@ -40,6 +40,7 @@ from helios.ignition.preparation.contract import (
     state_transfer,
     write_prompt_scores,
 )
+from helios.ignition.preparation.engram import EngramInjection
 from helios.ignition.preparation.ranks import WHOLE, RankShard, WeightPart
 from helios.ignition.preparation.speculative import speculative_inputs
 from helios.ignition.reader import Checkpoint, MissingCheckpointFile, RopeParameters, UnsupportedCheckpoint
@@ -416,6 +417,9 @@ class Decoder:
     # A tensor-parallel rank (None: the one rank of a one-rank core): the programs hold the rank's
     # heads, intermediate features and vocabulary slice, and meet the other ranks at collectives.
     shard: RankShard | None = None
+    # An Engram table's gated sum (helios/ignition/preparation/engram.py, a test recipe) added to the
+    # input of its layer; None: none.
+    engram: EngramInjection | None = None
 
     final_norm = "model.norm.weight"  # the norm before the output head
 
@@ -473,6 +477,8 @@ class Decoder:
             p = f"model.layers.{i}."
             n = f"{tag}l{i}"
             planes = self.histories[i]
+            if self.engram is not None and i == self.engram.layer:
+                x = self.engram.inject(b, w, x, tag=n, eps=cfg.rms_norm_eps)
             hn = b.rms_norm(x, w(p + "input_layernorm.weight", (h,)), eps=cfg.rms_norm_eps, name=f"{n}.attn_in")
             qkv = []
             for proj, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):

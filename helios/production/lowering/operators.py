@@ -7,7 +7,7 @@ device-owned pending token). Matrix products (`matmul`, `logits`) are lowered in
 and `paged_cache_write` in `rotary.py`, the speculative operators in `speculative.py`, the collectives in `collectives.py`,
 `prompt_scores` (torch reductions and a sort) in `scores.py`, `page_snapshot` and `page_restore` in
 `snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`, `activation` and `bidirectional_attention` in `vision.py`,
-`latent_attention` and `head_matmul` in `latent.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
+`latent_attention` and `head_matmul` in `latent.py`, `engram_gather` in `engram.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
 here: the norm of a sum, in one kernel that stores the sum too.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
@@ -25,6 +25,7 @@ import torch
 from helios.production.kernels import activation, attention, gather, norm, sampling
 from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
 from helios.production.lowering.context import Context, Lowering, rank_filters
+from helios.production.lowering.engram import lower_engram_gather
 from helios.production.lowering.latent import lower_head_matmul, lower_latent_attention
 from helios.production.lowering.linear import lower_logits, lower_matmul
 from helios.production.lowering.recurrent import lower_short_convolution, lower_state_row_copy
@@ -230,6 +231,7 @@ LOWERINGS: Mapping[str, Lowering] = {
     "bidirectional_attention": lower_bidirectional_attention,
     "head_matmul": lower_head_matmul,
     "latent_attention": lower_latent_attention,
+    "engram_gather": lower_engram_gather,
     "fill": _fill,
 }
 
