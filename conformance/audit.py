@@ -32,7 +32,11 @@ submitted. Each round is compared in this order, and the first disagreement ends
 A round that carried host-tier copies (`copies`: evicted checkpoints offloaded, host hits readmitted)
 has them applied to the reference's own cache pages and a host tier of its own first, in order, as
 production's executor applied them: a readmitted page then holds what the reference computed and
-offloaded, so every later round reading it compares like any other.
+offloaded, so every later round reading it compares like any other. Before the round is replayed,
+every page production readmitted (recorded after its copies: `readmit.<plane>`) is compared, every
+record of every cache plane, with the reference's page after the same copies (`readmit.<plane>`,
+the detail naming the page, the host page and the position); a readmission of a host page no offload
+wrote is a `readmit` divergence.
 
 Steps 5 and 7 need the round's recorded state (trace version 2); a round recorded without it
 (version 1) skips them, and the logits only where production's plan exposed its sampled logits.
@@ -67,6 +71,7 @@ from conformance.state import (
     compare_cache,
     compare_continuation,
     compare_logits,
+    compare_readmitted,
     compare_views,
 )
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
@@ -145,6 +150,15 @@ class _Replay:
             return ruled
         try:
             self._copy_pages(record)
+        except KeyError as error:
+            return self.divergence(record, "readmit", "offloaded", f"host page {error} never offloaded",
+                                   detail="a host-tier readmission reads a host page no offload wrote")
+        if record.state is not None:
+            readmitted = self.finding(record, compare_readmitted(self.spec, record.copies, self.engine.buffers,
+                                                                 record.state, self.dtype))
+            if readmitted is not None:
+                return readmitted
+        try:
             reference = self.engine.run_round(record.graph, lanes)
         except (HeliosError, KeyError, IndexError) as error:
             return self.divergence(record, "submission", f"rejected: {type(error).__name__}: {error}", "submitted",

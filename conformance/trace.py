@@ -19,7 +19,7 @@ File format: JSON lines. The first line is the header (`format`, `version`, the 
 cache identity, physical pages, request slots); each further line is one round:
 
     {"round": n, "graph": name, "frame": f, "lanes": [lane...], "transport": {dest: array...},
-     "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>": array...},
+     "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>" | "readmit.<plane>": array...},
      "rows": [completion...], "error": null | "ExceptionClass: message", "outstanding": k,
      "copies": [[readmit, page, host_page]...]}           # only when the round carried host-tier copies
 
@@ -309,7 +309,8 @@ class TraceRecorder:
         scratch, launches = getattr(launch_plan, "scratch", None), getattr(launch_plan, "launches", ())
         logits = next((launch.inputs[0] for launch in launches
                        if launch.kernel in ("sample", "argmax") and getattr(launch, "inputs", ())), None)
-        return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits)
+        return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits,
+                       copies=plan.page_copies)
 
     def _rank_states(self, plan: RoundPlan) -> tuple:
         """What the round wrote on every peer rank, from its own buffers (production ranks only)."""

@@ -70,7 +70,12 @@ def test_page16_tool_core_reaches_every_mechanism(tool_core):
 def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core):
     for core in (conform_core, tool_core):
         geometry = Geometry.of(core)
-        geometry_workload, pressure, *snapshot = generated_workloads(core, geometry)
+        geometry_workload, pressure, *rest = generated_workloads(core, geometry)
+        snapshot = [w for w in rest if w.name == "snapshot"]
+        (tiers,) = [w for w in rest if w.name == "tiers"]  # both cores reuse prefixes and restore mid-page
+        assert [r.name for r in tiers.requests] == ["turn-1", "turn-2", "long", "filler", "resent"]
+        assert tiers.requests[1].body["prompt"][:geometry.page_tokens + 1] == tiers.requests[0].body["prompt"]
+        assert tiers.requests[-1].body == tiers.requests[2].body and tiers.pages == 3 and tiers.host_pages == 8
         requests = {r.name: r for r in geometry_workload.requests}
         assert len(requests["chunked"].body["prompt"]) > geometry.chunk_tokens
         reuse = requests["reuse"]
@@ -83,7 +88,7 @@ def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core)
         # both cores prepare RESTORATION graphs; the snapshot workload is kept where its shape restores
         assert geometry.snapshots and [w.name for w in snapshot] in ([], ["snapshot"])
         assert all(w.pages == 5 and len(w.requests) == 2 for w in snapshot)
-    assert generated_workloads(conform_core)[-1].name == "snapshot"  # it restores on the page-4 core
+    assert [w.name for w in generated_workloads(conform_core)][2:] == ["snapshot", "tiers"]  # page 4 restores
 
 
 def test_a_narrowed_workload_is_incomplete(conform_core):
