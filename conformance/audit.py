@@ -80,7 +80,7 @@ from helios.engine.sequence import DEVICE_PENDING
 from helios.errors import HeliosError
 from helios.proto import manifest_pb2
 from helios.runtime.completion import Completion, transport_sequence
-from helios.runtime.packing import LaneInput
+from helios.runtime.packing import LaneInput, continuation_planes
 
 M = manifest_pb2
 # Speculative rows add their offer (the allocation) and accepted drafts; other rows report -1 for both.
@@ -119,6 +119,7 @@ class _Replay:
         self.spec = StateSpec.of(serving, core.manifest)
         self.pages = PageRules(self.spec.page_tokens, header.pages)
         self.cache_planes = [b.name for b in core.manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
+        self.continuation_of = continuation_planes(serving)  # cache plane -> its continuation plane
         self.host: dict[int, list[dict[str, np.ndarray]]] = {}  # host page -> per rank, plane -> page copy
         # graph -> (state buffer, byte offset, row stride) of its device-owned pending token
         self.pending_state = {g.name: (g.pending_token_state.buffer, g.pending_token_state.byte_offset,
@@ -216,9 +217,10 @@ class _Replay:
                 for buffers, held in zip(ranks, self.host[copy.host_page], strict=True):
                     for name in self.cache_planes:
                         buffers[name][copy.page] = held[name]
-            else:
-                self.host[copy.host_page] = [{name: buffers[name][copy.page].copy() for name in self.cache_planes}
-                                             for buffers in ranks]
+            else:  # a continuation row offloaded: each cache plane's page record from its continuation plane
+                self.host[copy.host_page] = [
+                    {name: buffers[self.continuation_of[name] if copy.continuation else name][copy.page].copy()
+                     for name in self.cache_planes} for buffers in ranks]
 
     def _adopt_pending(self, graph: str, slot: int, token: int) -> None:
         """Production's sample becomes the slot's device-owned pending token on the reference too

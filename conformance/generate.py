@@ -466,6 +466,9 @@ def _tiers(core: CoreSource, geometry: Geometry, draws: _Draws, *, midpage: bool
                       a greedy prompt of two pages and one id, then another as long: the filler
                       needs every device page, so long's two checkpoints are evicted into the host
                       tier; resent repeats long, and its prefix hit readmits both from the host
+      turn-2-again    turn-2 once more: the later publications took turn-1's continuation row, so
+                      the continuation moved to the host tier, and the hit copies it from there
+                      straight into the request's private page
 
     Kept where the reference's batching run (the production scheduler over the reference executor,
     its host tier NumPy arrays) reaches what it exists for (None: it reaches neither)."""
@@ -493,6 +496,8 @@ def _tiers(core: CoreSource, geometry: Geometry, draws: _Draws, *, midpage: bool
         body = {"prompt": long, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
         chain = [("long", body), ("filler", {**body, "prompt": geometry.prompt(2 * page + 1, salt=36)}),
                  ("resent", body)]
+        if midpage and len(requests) == 2:  # turn-2 again: turn-1's continuation, evicted from its row since
+            chain.append(("turn-2-again", requests[1].body))  # by later publications, is in the host tier
         for name, request in chain:
             requests.append(_request(name, request, after=requests[-1].name if requests else None))
     workload = Workload("tiers", tuple(requests), max_active=1, queue_capacity=len(requests), pages=TIER_PAGES,

@@ -157,6 +157,43 @@ class PageCache:
             self._copies.append(PageCopy(False, page, host_page))
         return page
 
+    def continuation_key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
+        """The host-tier key of a published continuation: the partial page of `tokens` (fewer than a
+        page) after the prefix keyed `parent` (b"": none); apart from every chain key."""
+        digest = hashlib.blake2b(digest_size=16, person=b"continuation")
+        digest.update(self._identity)
+        digest.update(parent)
+        digest.update(b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens))
+        return digest.digest()
+
+    def offload_continuation(self, row: int, parent: bytes, tokens: Sequence[int]) -> bool:
+        """A published continuation evicted for its continuation `row` moves to the host tier (a copy
+        row -> host page, performed before the next round, which is the earliest that can write the
+        row); False when the tier has no page for it (it is lost, as without a tier)."""
+        host_page = self.host.store(self.continuation_key(parent, tokens))
+        if host_page is None:
+            return False
+        self._copies.append(PageCopy(False, row, host_page, continuation=True))
+        return True
+
+    def host_continuation(self, parent: bytes, tokens: Sequence[int], start: int,
+                          limit: int) -> tuple[bytes, int] | None:
+        """(key, E) of the longest continuation of `parent` in the host tier whose tokens are
+        `tokens[start:E]` with E <= `limit` (None: none)."""
+        if not self.host.in_use:
+            return None
+        for end in range(min(start + self.page_tokens - 1, limit), start, -1):
+            key = self.continuation_key(parent, tokens[start:end])
+            if key in self.host:
+                return key, end
+        return None
+
+    def readmit_into(self, page: int, host_page: int) -> None:
+        """Copy a host tier's entry taken as `host_page` (`HostTier.take`) into the private `page` (at
+        the next round); the host page is reused after that copy."""
+        self._copies.append(PageCopy(True, page, host_page))
+        self.host.free(host_page)
+
     def take_copies(self) -> tuple[PageCopy, ...]:
         """The host-tier copies recorded since the last call, in order (the next round performs them)."""
         if not self._copies:

@@ -124,7 +124,8 @@ class NativeExecutor:
     def __init__(self, graphs: Mapping[str, ExecutorGraph], buffers: Mapping[str, torch.Tensor],
                  completion: Mapping[int, str], *, frames: int = 1, device: torch.device,
                  capture: GraphCapture | None, separate_staging: bool = False,
-                 cache_buffers: Sequence[str] = (), host_pages: int = 0) -> None:
+                 cache_buffers: Sequence[str] = (), host_pages: int = 0,
+                 continuation_buffers: Mapping[str, str] | None = None) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -156,6 +157,7 @@ class NativeExecutor:
         self._uploaded: torch.cuda.Event | None = None  # after the last round's uploads (GPU): staging is free
         self.peak_outstanding = 0  # the most rounds ever outstanding at once (right after a submission)
         self.cache_buffers = tuple(cache_buffers)
+        self.continuation_buffers = dict(continuation_buffers or {})  # cache plane -> its continuation plane
         self.host_pages = host_pages
         self.host: dict[str, torch.Tensor] = {  # the host tier: cache plane -> [host_pages, ...one page...]
             name: torch.empty((host_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
@@ -427,7 +429,8 @@ class NativeExecutor:
             raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
         for copy in plan.page_copies:
             for name in self.cache_buffers:
-                device_page, host_page = self.buffers[name][copy.page], self.host[name][copy.host_page]
+                source = self.continuation_buffers[name] if copy.continuation else name  # a row is a page record
+                device_page, host_page = self.buffers[source][copy.page], self.host[name][copy.host_page]
                 if copy.readmit:
                     device_page.copy_(host_page, non_blocking=gpu)
                 else:

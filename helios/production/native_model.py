@@ -65,6 +65,7 @@ from helios.runtime.packing import (
     check_history_regions,
     check_page_table_views,
     check_vision,
+    continuation_planes,
 )
 from helios.runtime.tuning import StartupTuning, TuningRefused
 
@@ -254,7 +255,8 @@ class NativeModel:
             host = host_pages(options.host_cache_gib, manifest_page_bytes(manifest))
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
-                                      cache_buffers=cache_buffers, host_pages=host)
+                                      cache_buffers=cache_buffers, host_pages=host,
+                                      continuation_buffers=continuation_planes(serving))
         executor.costs = costs
         loaded = manifest_pb2.ExecutionManifest()
         loaded.CopyFrom(manifest)

@@ -40,11 +40,15 @@ class PageCopy(NamedTuple):
     """One copy between a device cache page and a host-tier page (every cache plane of every rank),
     applied in plan order before the round's program: an evicted checkpoint offloaded to the host
     tier (`readmit` False: device page -> host page) or a host-tier hit readmitted (host -> device).
-    The engine decides them (helios/engine/host_tier.py); executors copy."""
+    With `continuation` (an offload only) `page` is a row of the continuation storage instead: a
+    published continuation evicted for its row, each cache plane's host page taken from that plane's
+    continuation plane (a row is one page record of it). The engine decides them
+    (helios/engine/host_tier.py); executors copy."""
 
     readmit: bool  # True: host_page -> page; False: page -> host_page
-    page: int  # device cache page
+    page: int  # device cache page (with `continuation`: continuation row)
     host_page: int  # host-tier page
+    continuation: bool = False  # the source is continuation row `page` (readmit False)
 
 
 @dataclass(frozen=True, slots=True)

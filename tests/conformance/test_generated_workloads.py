@@ -73,9 +73,10 @@ def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core)
         geometry_workload, pressure, *rest = generated_workloads(core, geometry)
         snapshot = [w for w in rest if w.name == "snapshot"]
         (tiers,) = [w for w in rest if w.name == "tiers"]  # both cores reuse prefixes and restore mid-page
-        assert [r.name for r in tiers.requests] == ["turn-1", "turn-2", "long", "filler", "resent"]
+        assert [r.name for r in tiers.requests] == ["turn-1", "turn-2", "long", "filler", "resent", "turn-2-again"]
         assert tiers.requests[1].body["prompt"][:geometry.page_tokens + 1] == tiers.requests[0].body["prompt"]
-        assert tiers.requests[-1].body == tiers.requests[2].body and tiers.pages == 3 and tiers.host_pages == 8
+        assert tiers.requests[4].body == tiers.requests[2].body and tiers.requests[5].body == tiers.requests[1].body
+        assert tiers.pages == 3 and tiers.host_pages == 8
         requests = {r.name: r for r in geometry_workload.requests}
         assert len(requests["chunked"].body["prompt"]) > geometry.chunk_tokens
         reuse = requests["reuse"]
