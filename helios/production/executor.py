@@ -33,8 +33,11 @@ and every upload is a real copy (whole buffer, one row, or a slice of a page-tab
 Host tier. With `host_pages`, every cache plane has a host tensor of `host_pages` pages (pinned on a
 GPU, plain on a CPU; `torch.empty`: never read before an offload wrote it). A plan's `page_copies`
 (helios/engine/host_tier.py decides them) are enqueued first, in order, on the serving stream: an
-offload copies a device page into its host page, a readmission a host page into a device page, each
-asynchronous on a GPU and ordered by the stream before the round's uploads and graph.
+offload copies a device page (or a continuation row) into its host page, a readmission a host page
+into a device page, each asynchronous on a GPU and ordered by the stream before the round's uploads
+and graph. They are enqueued as runs of consecutive pages, one copy per run and plane, in batches
+that keep the order the copies need (`helios.runtime.rounds.copy_batches`): a readmitted 8k-token
+prefix is a few copies per plane, not one per page.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
 from helios.runtime.costs import RoundCosts
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
-from helios.runtime.rounds import PageTableUpdate, RoundPlan, full_rows, single_round
+from helios.runtime.rounds import PageTableUpdate, RoundPlan, copy_batches, copy_runs, full_rows, single_round
 from helios.runtime.scores import read_prompt_scores
 
 V, M = contract_pb2, manifest_pb2
@@ -427,14 +430,18 @@ class NativeExecutor:
         """The plan's host-tier copies, in order, on the serving stream (asynchronous on a GPU)."""
         if not self.host:
             raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
-        for copy in plan.page_copies:
-            for name in self.cache_buffers:
-                source = self.continuation_buffers[name] if copy.continuation else name  # a row is a page record
-                device_page, host_page = self.buffers[source][copy.page], self.host[name][copy.host_page]
-                if copy.readmit:
-                    device_page.copy_(host_page, non_blocking=gpu)
-                else:
-                    host_page.copy_(device_page, non_blocking=gpu)
+        # Runs of consecutive pages at once (an 8k-token prefix is hundreds of pages of every plane):
+        # batches keep the order the copies need (copy_batches), offloads before readmissions.
+        for offloads, readmits in copy_batches(plan.page_copies):
+            for run in copy_runs(offloads):
+                for name in self.cache_buffers:
+                    source = self.continuation_buffers[name] if run.continuation else name  # a row: a page record
+                    self.host[name][run.host_page:run.host_page + run.count].copy_(
+                        self.buffers[source][run.page:run.page + run.count], non_blocking=gpu)
+            for run in copy_runs(readmits):
+                for name in self.cache_buffers:
+                    self.buffers[name][run.page:run.page + run.count].copy_(
+                        self.host[name][run.host_page:run.host_page + run.count], non_blocking=gpu)
 
     def _execute(self, graph: ExecutorGraph, frame: int, sequence: int) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.
