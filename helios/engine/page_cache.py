@@ -240,20 +240,32 @@ class PageCache:
         pages: list[int] = []
         keys: list[bytes] = []
         if self.prefix_reuse:
+            chain: list[tuple[bytes, int | None]] = []  # the matched keys, each on the device (its page) or in the tier
             parent = b""
             for start in range(0, limit - self.page_tokens + 1, self.page_tokens):
                 key = self.chain_key(parent, tokens[start:start + self.page_tokens])
                 page = self._page_of.get(key)
+                if page is None and key not in self.host:
+                    break
+                chain.append((key, page))
+                parent = key
+            # The chain's device pages are referenced before any readmission: a readmission takes a page,
+            # by eviction where none is free, and must not evict a page the chain matches further on
+            # (it would be offloaded and readmitted again within this lookup).
+            for _, page in chain:
+                if page is not None:
+                    if self._references[page] == 0:
+                        del self._cached[page]
+                    self._references[page] += 1
+            for index, (key, page) in enumerate(chain):
                 if page is None:
-                    if key not in self.host or not self.available:
+                    if not self.available:  # the rest of the chain is not matched: its references go back
+                        self.release([later for _, later in chain[index:] if later is not None])
                         break
                     page = self._readmit(key)
-                elif self._references[page] == 0:
-                    del self._cached[page]
-                self._references[page] += 1  # at once: a readmission later in this lookup cannot evict it
+                    self._references[page] += 1  # at once: a readmission later in this lookup cannot evict it
                 pages.append(page)
                 keys.append(key)
-                parent = key
         self._hit_tokens += len(pages) * self.page_tokens
         return PrefixMatch(tuple(pages), tuple(keys), len(pages) * self.page_tokens)
 

@@ -190,3 +190,28 @@ def test_copy_batches_and_runs_apply_as_the_copies_one_by_one():
     interleaved = [c for i in range(100) for c in (PageCopy(False, 200 + i, 300 + i), PageCopy(True, 200 + i, i))]
     (batch,) = copy_batches(interleaved)
     assert [len(copy_runs(kind)) for kind in batch] == [1, 1]
+
+
+def test_a_lookup_readmits_without_evicting_pages_its_own_chain_matches_later():
+    """A prefix whose first pages are in the host tier and whose later ones are still cached on the
+    device (least recently released, so first in line for eviction): the readmissions evict other
+    pages, never the chain's own, and nothing of the chain is copied out and back."""
+    cache = PageCache(4, 1, "identity", host_pages=4)
+    chain = [cache.chain_key(b"", (1,))]
+    chain.append(cache.chain_key(chain[0], (2,)))
+    chain.append(cache.chain_key(chain[1], (3,)))
+    pages = cache.allocate(3)
+    for page, key in zip(pages, chain, strict=True):
+        cache.publish(page, key)
+    cache.release(pages)  # cached, least recently released first: pages[0], pages[1], pages[2]
+    other = cache.allocate(3)  # the free page, then pages[0] and pages[1] evicted: offloaded
+    for i, page in enumerate(other):
+        cache.publish(page, cache.chain_key(b"", (7 + i,)))
+    cache.release(other)  # cached after pages[2]; no page is free
+    cache.take_copies()
+    match = cache.lookup((1, 2, 3, 4), limit=3)
+    assert match.tokens == 3 and match.pages[2] == pages[2]  # the device page of the chain kept
+    copies = cache.take_copies()
+    # each readmission evicts (and offloads) one of the other pages, not pages[2], the oldest cached
+    assert [(c.readmit, c.page in other) for c in copies] == [(False, True), (True, True)] * 2
+    assert cache.host.gauges().readmitted == 2
