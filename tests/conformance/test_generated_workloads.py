@@ -40,10 +40,15 @@ def _assert_every_supported_mechanism_exercised(report: Report, eos_ids) -> None
 
 
 def test_page4_window_core_reaches_every_mechanism(conform_core):
+    from tests.conformance.test_conform_passes import Observed
+    from tests.conformance.test_tier_conformance import check_tiers_run
+
     geometry = Geometry.of(conform_core)
     assert geometry.page_tokens == 4 and geometry.window_tokens == 8 and not geometry.tool_syntax
-    report = _generated(conform_core)
+    production = Observed()
+    report = conform(conform_core, ConformOptions(levels=WORKLOAD_LEVELS, device=DEVICE, production=production))
     _assert_every_supported_mechanism_exercised(report, geometry.eos_ids)
+    check_tiers_run(production.runtimes[-1], production.sinks[-1].records)  # the last workload: tiers
     assert report.coverage.state(c.WINDOW, "trace") == c.EXERCISED
     (tool,) = [row for row in report.coverage.rows if row.mechanism == c.TOOL]
     assert not tool.supported and "no tool syntax" in tool.note
