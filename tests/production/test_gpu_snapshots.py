@@ -22,7 +22,7 @@ import torch
 from helios.ignition.prepare import prepare_checkpoint
 from helios.runtime.host_cache import GIB
 from helios.runtime.limits import AdmissionLimits
-from helios.runtime.packing import cache_planes
+from helios.runtime.packing import cache_planes, continuation_planes
 from tests.engine.test_batching_runtime import OPTIONS
 from tests.engine.test_host_tier import PAGES, resent_long_prompts, run
 from tests.engine.test_snapshots import drive, random_requests
@@ -47,7 +47,8 @@ def cuda_runtime(core, *, pages: int, host_pages: int = 0, max_active: int = 1):
 
 
 def page_bytes(runtime, plane: str, page: int) -> np.ndarray:
-    """The raw bytes of one page of a cache plane (bf16 has no NumPy dtype: its bytes are compared)."""
+    """The raw bytes of one page of a plane (a cache page, or a continuation row of a continuation
+    plane; bf16 has no NumPy dtype: its bytes are compared)."""
     torch.cuda.synchronize()
     return runtime.executor.buffers[plane][page].contiguous().view(torch.uint8).cpu().numpy().copy()
 
@@ -80,6 +81,7 @@ def test_bf16_host_readmissions_are_byte_identical_pages(core):
     expected = run(cuda_runtime(core, pages=64), requests)  # the re-sends hit the device's own cache
     runtime = cuda_runtime(core, pages=PAGES, host_pages=64)
     planes = cache_planes(core.contract)
+    rows = continuation_planes(core.contract)  # a published continuation evicted for its row is offloaded too
     offloaded: dict[int, list[np.ndarray]] = {}  # host page -> the bytes of the page copied into it
     compared = []
     submit = runtime.executor.submit
@@ -89,8 +91,9 @@ def test_bf16_host_readmissions_are_byte_identical_pages(core):
         for copy in plan.page_copies:
             if copy.readmit:
                 due[copy.page] = offloaded.pop(copy.host_page)
-            else:  # an unreferenced checkpoint whose rounds are fenced: its bytes are final
-                offloaded[copy.host_page] = [page_bytes(runtime, plane, copy.page) for plane in planes]
+            else:  # an unreferenced checkpoint (or continuation row) whose rounds are fenced: its bytes are final
+                offloaded[copy.host_page] = [page_bytes(runtime, rows[plane] if copy.continuation else plane, copy.page)
+                                             for plane in planes]
         submit(plan)
         for page, before in due.items():  # no round writes a published page: it holds what the copy put
             for plane, original in zip(planes, before, strict=True):
@@ -101,3 +104,4 @@ def test_bf16_host_readmissions_are_byte_identical_pages(core):
     assert run(runtime, requests) == expected
     m = runtime.metrics()
     assert m.host_readmitted_pages == len(compared) == 3 * 7 and m.host_offloaded_pages >= m.host_readmitted_pages
+    assert runtime.scheduler.counters.continuations_offloaded > 0  # six publications on four rows: rows too
