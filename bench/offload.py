@@ -1,70 +1,102 @@
 """Host offload on a device: time to first token of a long prompt re-sent after another prompt
 evicted its checkpoints from a device cache forced small, with the host tier (its prefix readmitted
-from host memory) against without it (the prefix recomputed). Prints both TTFTs, their ratio, the
-host-tier metrics, and whether the re-sent request's tokens agree between the two.
+from host memory) against without it (the prefix recomputed). Prints both TTFTs (medians over
+`--repeats` prompt pairs), their ratio, the host-tier metrics, and whether every request finished
+with the tokens it must have.
 
-    python bench/offload.py --checkpoint DIR [--prompt-tokens 8192] [--device cuda]   # a GPU measurement
-    python bench/offload.py --smoke                                                   # CPU, a tiny core
+    python bench/offload.py --shape qwen3-0.6b [--prompt-tokens 8192]    # a GPU measurement, random weights
+    python bench/offload.py --checkpoint DIR [--prompt-tokens 8192]      # the same on a checkpoint of yours
+    python bench/offload.py --smoke                                      # CPU, a tiny core
 
-The checkpoint is a Hugging Face directory (e.g. the Qwen3-0.6B shape), prepared here (bf16 on a GPU,
-fp32 on a CPU, page_tokens 16). The device cache holds one prompt and a half, so the second prompt
-evicts most of the first's pages. `--smoke` builds the tests' tiny qwen3 checkpoint, with 120-token
-prompts: it checks the path, not the speed (Triton interpreted on a CPU; on the 2-core development
-machine it printed ratios from 1.7x to 3.2x of interpreted-kernel times, as the load varied: nothing
-about a GPU).
+`--shape` writes a random bf16 checkpoint of that shape (bench/decode.py's shapes: the Qwen3-0.6B
+geometry, weights drawn on the device); a checkpoint is prepared here (bf16 on a GPU, fp32 on a CPU,
+page_tokens 16, prefill chunks of 2048 and 64 tokens). Each repeat sends a prompt (cold), another
+as long, then the first again. The device cache holds one prompt and two pages, so the second prompt
+evicts the first's checkpoints: with the host tier they are offloaded and the re-send readmits them
+(all but the page holding its last token, which is computed), without it the re-send recomputes the
+whole prompt.
+
+Nothing lost or wrong, exactly: every request finishes with its `max_tokens` tokens and no request
+fails; with the host tier, the first prompt sent a third time (its pages now on the device: a device
+cache hit at the same reuse boundary, the same prefill graphs) gives the host-hit re-send's tokens,
+which holds only if the readmitted pages are the offloaded bytes; without it, the recomputed re-send
+gives the cold send's tokens (the same chunks). The host-hit and recomputed re-sends are also
+compared with each other and the result printed: they run different prefill chunks, so on bf16 a
+near-tie may legitimately tell them apart; it does not decide the exit status.
+
+`--smoke` builds the tests' tiny qwen3 checkpoint, with 120-token prompts: it checks the path, not
+the speed (Triton interpreted on a CPU: nothing about a GPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def _send(runtime, request_id: str, prompt: tuple[int, ...]) -> tuple[float, list[int]]:
-    """(seconds to the first token, the tokens) of one greedy request on a started runtime."""
+MAX_TOKENS = 4
+PAGE_TOKENS = 16
+
+
+def _send(runtime, request_id: str, prompt: tuple[int, ...]) -> tuple[float, list[int], int]:
+    """(seconds to the first token, the tokens, the prompt tokens the prefix cache served) of one
+    greedy request on a started runtime; raises unless it finished with MAX_TOKENS tokens."""
     from helios.runtime.events import Finished, TokenEvent
     from helios.runtime.interface import PreparedRequest
     from helios.runtime.request import GenerationRequest, SamplingParams
 
-    request = PreparedRequest(request_id, GenerationRequest(prompt, max_tokens=4, ignore_eos=True,
-                                                            sampling=SamplingParams(temperature=0.0)))
+    request = PreparedRequest(request_id, GenerationRequest(prompt, max_tokens=MAX_TOKENS, ignore_eos=True,
+                                                            sampling=SamplingParams(temperature=0.0)),
+                              observe_tokens=True)
 
     async def main():
-        start, first, tokens = time.perf_counter(), None, []
+        start, first, tokens, reused = time.perf_counter(), None, [], None
         async for event in runtime.submit(request):
             if isinstance(event, TokenEvent):
                 first = first or time.perf_counter()
                 tokens.append(event.token_id)
-            elif not isinstance(event, Finished):
+            elif isinstance(event, Finished):
+                reused = event.reused_prompt_tokens
+            else:
                 raise RuntimeError(f"{request_id} ended with {event}")
-        return (first or time.perf_counter()) - start, tokens
+        if reused is None or len(tokens) != MAX_TOKENS:
+            raise RuntimeError(f"{request_id} lost: {len(tokens)} of {MAX_TOKENS} tokens, finished {reused is not None}")
+        return (first or time.perf_counter()) - start, tokens, reused
 
     return asyncio.run(main())
 
 
-def measure(core, *, prompt_tokens: int, device: str, host_cache_gib: float | None, pages: int, seed: int = 0):
-    """TTFT of the first send, of the re-send after eviction, the re-send's tokens and the metrics."""
+def measure(core, *, prompt_tokens: int, device: str, host_cache_gib: float | None, pages: int, repeats: int):
+    """Per repeat: (cold TTFT, re-send TTFT, cold tokens, re-send tokens, re-send's reused tokens, the
+    third send's tokens or None without a host tier); and the runtime's metrics."""
     import random
 
     from helios.production import load_runtime
     from helios.runtime.limits import AdmissionLimits
     from helios.runtime.options import RuntimeOptions
 
-    rng = random.Random(seed)
+    rng = random.Random(0)
     vocabulary = core.contract.model.vocabulary.sampled_tokens
-    first = tuple(rng.randrange(vocabulary) for _ in range(prompt_tokens))
-    other = tuple(rng.randrange(vocabulary) for _ in range(prompt_tokens))
     runtime = load_runtime(core, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=2), device=device,
                                                 pages=pages, host_cache_gib=host_cache_gib))
+    rows = []
     runtime.start()
     try:
-        cold, _ = _send(runtime, "first", first)
-        _send(runtime, "evicting", other)  # its pages evict most of the first prompt's checkpoints
-        again, tokens = _send(runtime, "again", first)
-        return cold, again, tokens, runtime.metrics()
+        for repeat in range(repeats):
+            first = tuple(rng.randrange(vocabulary) for _ in range(prompt_tokens))
+            other = tuple(rng.randrange(vocabulary) for _ in range(prompt_tokens))
+            cold, cold_tokens, _ = _send(runtime, f"first-{repeat}", first)
+            _send(runtime, f"evicting-{repeat}", other)  # its pages evict the first prompt's checkpoints
+            again, tokens, reused = _send(runtime, f"again-{repeat}", first)
+            third = _send(runtime, f"device-hit-{repeat}", first)[1] if runtime.metrics().host_bytes_capacity else None
+            rows.append((cold, again, cold_tokens, tokens, reused, third))
+        return rows, runtime.metrics()
     finally:
         runtime.shutdown()
 
@@ -72,13 +104,15 @@ def measure(core, *, prompt_tokens: int, device: str, host_cache_gib: float | No
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a Hugging Face checkpoint directory to prepare and serve")
+    parser.add_argument("--shape", help="a random bf16 checkpoint of this shape (bench/decode.py), e.g. qwen3-0.6b")
     parser.add_argument("--smoke", action="store_true", help="CPU, the tests' tiny qwen3 checkpoint, short prompts")
     parser.add_argument("--prompt-tokens", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=3, help="prompt pairs measured (medians printed)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     parser.add_argument("--host-cache-gib", type=float, default=None, help="the host tier's bound (default: sized)")
     args = parser.parse_args()
-    if not args.smoke and not args.checkpoint:
-        parser.error("give --checkpoint DIR (a GPU measurement) or --smoke")
+    if sum(map(bool, (args.smoke, args.checkpoint, args.shape))) != 1:
+        parser.error("give one of --shape NAME, --checkpoint DIR (GPU measurements) or --smoke")
     import os
 
     import torch
@@ -89,35 +123,59 @@ def main() -> int:
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 
     prompt_tokens = 120 if args.smoke else args.prompt_tokens
-    page_tokens = 16
+    repeats = 1 if args.smoke else args.repeats
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.checkpoint
         if args.smoke:
             from tests.fixtures.checkpoints import make_checkpoint
 
             directory = make_checkpoint("qwen3", Path(tmp) / "qwen3")
-        context = prompt_tokens + 16
+        elif args.shape:
+            from bench.decode import SHAPES, make_checkpoint
+
+            if args.shape not in SHAPES:
+                parser.error(f"--shape: one of {', '.join(SHAPES)}")
+            directory = make_checkpoint(args.shape, Path(tmp) / args.shape, device)
+        context = prompt_tokens + MAX_TOKENS
         core = prepare_checkpoint(directory, PreparationOptions(
-            dtype="bf16" if device.startswith("cuda") else "fp32", page_tokens=page_tokens, batch_capacities=(1,),
-            prefill_capacities=(64,) if args.smoke else (2048,), context_tokens=-(-context // 16) * 16))
-        pages = (3 * prompt_tokens // 2) // page_tokens + 2  # one prompt and a half
+            dtype="bf16" if device.startswith("cuda") else "fp32", page_tokens=PAGE_TOKENS, batch_capacities=(1,),
+            prefill_capacities=(16, 64) if args.smoke else (64, 2048),
+            context_tokens=-(-context // PAGE_TOKENS) * PAGE_TOKENS))
+        # one request's pages (prompt plus output) and two more: the second prompt evicts the first's
+        pages = -(-(prompt_tokens + MAX_TOKENS) // PAGE_TOKENS) + 2
         results = {}
         for label, gib in (("host tier", args.host_cache_gib), ("recompute", 0.0)):
             results[label] = measure(core, prompt_tokens=prompt_tokens, device=device, host_cache_gib=gib,
-                                     pages=pages)
-    hit_cold, hit, hit_tokens, m = results["host tier"]
-    _, recompute, recompute_tokens, _ = results["recompute"]
-    print(f"device {device}, {prompt_tokens}-token prompts, {pages} device pages of {page_tokens} tokens")
-    print(f"cold TTFT {hit_cold * 1e3:.1f} ms; re-send TTFT: host-tier hit {hit * 1e3:.1f} ms, "
+                                     pages=pages, repeats=repeats)
+    hit_rows, m = results["host tier"]
+    recompute_rows, r = results["recompute"]
+    hit = statistics.median(row[1] for row in hit_rows)
+    recompute = statistics.median(row[1] for row in recompute_rows)
+    cold = statistics.median(row[0] for row in hit_rows + recompute_rows)
+    print(f"device {device}, {prompt_tokens}-token prompts, {pages} device pages of {PAGE_TOKENS} tokens, "
+          f"{repeats} repeat(s), {time.perf_counter() - started:.0f} s in all")
+    print(f"cold TTFT {cold * 1e3:.1f} ms; re-send TTFT: host-tier hit {hit * 1e3:.1f} ms, "
           f"recomputation {recompute * 1e3:.1f} ms; ratio {recompute / hit:.2f}x")
+    print(f"re-sent prompt tokens served by the prefix cache: host tier {[row[4] for row in hit_rows]}, "
+          f"recompute {[row[4] for row in recompute_rows]}")
     print(f"host tier: offloaded {m.host_offloaded_pages} pages ({m.host_offloaded_bytes} B), readmitted "
           f"{m.host_readmitted_pages} pages ({m.host_readmitted_bytes} B), in use {m.host_bytes_in_use} of "
           f"{m.host_bytes_capacity} B, evictions {m.host_evictions}")
-    print(f"re-sent tokens agree: {hit_tokens == recompute_tokens}")
-    if m.host_readmitted_pages == 0:
+    readmitted = m.host_readmitted_pages > 0 and all(row[4] > 0 for row in hit_rows)
+    recomputed = all(row[4] == 0 for row in recompute_rows) and r.host_readmitted_pages == 0
+    exact_hit = all(row[3] == row[5] for row in hit_rows)  # host hit = device hit at the same boundary
+    exact_recompute = all(row[3] == row[2] for row in recompute_rows)  # recomputed = cold, the same chunks
+    lost = m.requests_failed + r.requests_failed
+    print(f"nothing lost: {lost == 0} ({lost} failed); host-hit tokens equal the device hit's: {exact_hit}; "
+          f"recomputed tokens equal the cold send's: {exact_recompute}")
+    agree = [a[3] == b[3] for a, b in zip(hit_rows, recompute_rows, strict=True)]
+    print(f"host-hit and recomputed re-sends agree: {agree} (different prefill chunks: informational)")
+    if not readmitted:
         print("the re-send found nothing in the host tier")
-        return 1
-    return 0 if hit_tokens == recompute_tokens else 1
+    if not recomputed:
+        print("the re-send without a host tier reused a prefix: not a full recomputation")
+    return 0 if readmitted and recomputed and exact_hit and exact_recompute and lost == 0 else 1
 
 
 if __name__ == "__main__":

@@ -32,7 +32,11 @@ submitted. Each round is compared in this order, and the first disagreement ends
 A round that carried host-tier copies (`copies`: evicted checkpoints offloaded, host hits readmitted)
 has them applied to the reference's own cache pages and a host tier of its own first, in order, as
 production's executor applied them: a readmitted page then holds what the reference computed and
-offloaded, so every later round reading it compares like any other.
+offloaded, so every later round reading it compares like any other. Before the round is replayed,
+every page production readmitted (recorded after its copies: `readmit.<plane>`) is compared, every
+record of every cache plane, with the reference's page after the same copies (`readmit.<plane>`,
+the detail naming the page, the host page and the position); a readmission of a host page no offload
+wrote is a `readmit` divergence.
 
 Steps 5 and 7 need the round's recorded state (trace version 2); a round recorded without it
 (version 1) skips them, and the logits only where production's plan exposed its sampled logits.
@@ -67,6 +71,7 @@ from conformance.state import (
     compare_cache,
     compare_continuation,
     compare_logits,
+    compare_readmitted,
     compare_views,
 )
 from conformance.trace import RoundRecord, TraceError, TraceHeader, addressed_rows
@@ -75,7 +80,7 @@ from helios.engine.sequence import DEVICE_PENDING
 from helios.errors import HeliosError
 from helios.proto import manifest_pb2
 from helios.runtime.completion import Completion, transport_sequence
-from helios.runtime.packing import LaneInput
+from helios.runtime.packing import LaneInput, continuation_planes
 
 M = manifest_pb2
 # Speculative rows add their offer (the allocation) and accepted drafts; other rows report -1 for both.
@@ -114,6 +119,7 @@ class _Replay:
         self.spec = StateSpec.of(serving, core.manifest)
         self.pages = PageRules(self.spec.page_tokens, header.pages)
         self.cache_planes = [b.name for b in core.manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
+        self.continuation_of = continuation_planes(serving)  # cache plane -> its continuation plane
         self.host: dict[int, list[dict[str, np.ndarray]]] = {}  # host page -> per rank, plane -> page copy
         # graph -> (state buffer, byte offset, row stride) of its device-owned pending token
         self.pending_state = {g.name: (g.pending_token_state.buffer, g.pending_token_state.byte_offset,
@@ -145,6 +151,15 @@ class _Replay:
             return ruled
         try:
             self._copy_pages(record)
+        except KeyError as error:
+            return self.divergence(record, "readmit", "offloaded", f"host page {error} never offloaded",
+                                   detail="a host-tier readmission reads a host page no offload wrote")
+        if record.state is not None:
+            readmitted = self.finding(record, compare_readmitted(self.spec, record.copies, self.engine.buffers,
+                                                                 record.state, self.dtype))
+            if readmitted is not None:
+                return readmitted
+        try:
             reference = self.engine.run_round(record.graph, lanes)
         except (HeliosError, KeyError, IndexError) as error:
             return self.divergence(record, "submission", f"rejected: {type(error).__name__}: {error}", "submitted",
@@ -202,9 +217,10 @@ class _Replay:
                 for buffers, held in zip(ranks, self.host[copy.host_page], strict=True):
                     for name in self.cache_planes:
                         buffers[name][copy.page] = held[name]
-            else:
-                self.host[copy.host_page] = [{name: buffers[name][copy.page].copy() for name in self.cache_planes}
-                                             for buffers in ranks]
+            else:  # a continuation row offloaded: each cache plane's page record from its continuation plane
+                self.host[copy.host_page] = [
+                    {name: buffers[self.continuation_of[name] if copy.continuation else name][copy.page].copy()
+                     for name in self.cache_planes} for buffers in ranks]
 
     def _adopt_pending(self, graph: str, slot: int, token: int) -> None:
         """Production's sample becomes the slot's device-owned pending token on the reference too

@@ -15,6 +15,12 @@ Observed from what ran, never from what a workload intended:
   preemption       the scheduler's preemptions and readmissions     the same, every request of the workload passed
                    (runtime.scheduler.counters), the whole trace
                    audited
+  snapshot restore a restore lane (a RESTORATION round)              the same, every request passed, snapshots restored
+  mid-page hit     a restore lane reading a continuation row that   the same, on a lane of the request
+                   a snapshot lane of another prompt wrote (a
+                   published partial page)
+  host readmission a round carrying a host-tier readmission (the    the same, on a lane of the request reading the page
+                   readmitted page audited, then read)
   window crossing  a lane reaching past the sliding window          prompt plus output past the window
   eos <id>         a row that sampled <id> with <id> among the      finish reason eos on <id>
                    lane's EOS ids
@@ -44,8 +50,10 @@ TOKEN_STOP, SEQUENCE_STOP, STRING_STOP = "token stop", "sequence stop", "string 
 GRAMMAR, TOOL, FILTERED, UNFILTERED = "grammar", "tool call", "output filter", "no output filter"
 SCORED = "scored prefill"
 RESTORE = "snapshot restore"  # a preempted request's partial page snapshotted, restored and resumed
-MECHANISMS = (CHUNKED, REUSE, PREEMPTION, RESTORE, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, GRAMMAR, TOOL,
-              FILTERED, UNFILTERED, SCORED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
+MIDPAGE = "mid-page hit"  # a prefix ending inside a page served from a published continuation row
+HOST = "host readmission"  # a prefix page evicted to the host tier, readmitted on a hit
+MECHANISMS = (CHUNKED, REUSE, PREEMPTION, RESTORE, MIDPAGE, HOST, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP,
+              GRAMMAR, TOOL, FILTERED, UNFILTERED, SCORED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
 # NOTE: the trace audit compares a scored round's completion rows, not its prompt scores: scores are
 # compared end to end only.
 HOST_ONLY = frozenset({TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, TOOL, FILTERED, UNFILTERED, SCORED})
@@ -92,6 +100,38 @@ def _reuse_lanes(records: Iterable[Any]) -> list[Any]:
                 continue
             seen.add(key)
             if 0 < lane.consumed and lane.prompt_tokens_in_round:
+                out.append(lane)
+    return out
+
+
+def _continuation_hits(records: Iterable[Any]) -> list[Any]:
+    """The restore lanes that read a published continuation: a row last written by a snapshot lane of
+    another prompt (a preempted request's own snapshot is restored into a lane of its own prompt)."""
+    writers: dict[int, tuple[int, ...]] = {}  # continuation row -> the prompt of the lane that last wrote it
+    out = []
+    for record in records:
+        for lane in record.lanes:
+            if lane.restore_source >= 0:
+                writer = writers.get(lane.restore_source)
+                if writer is not None and writer != tuple(lane.prompt_token_ids):
+                    out.append(lane)
+        for lane in record.lanes:  # never the row a lane of the same round restores from: a restore pins it
+            if lane.snapshot_destination >= 0:
+                writers[lane.snapshot_destination] = tuple(lane.prompt_token_ids)
+    return out
+
+
+def _readmitting_lanes(records: Sequence[Any]) -> list[Any]:
+    """For every host-tier readmission, the first lane at or after its round whose pages hold the
+    readmitted page (the request the page was readmitted for)."""
+    out = []
+    for index, record in enumerate(records):
+        for copy in record.copies:
+            if not copy.readmit:
+                continue
+            lane = next((lane for later in records[index:] for lane in later.lanes if copy.page in lane.page_ids),
+                        None)
+            if lane is not None:
                 out.append(lane)
     return out
 
@@ -172,6 +212,10 @@ class Observed:
             seen.add(PREEMPTION)
         if any(lane.restore_source >= 0 for record in passed for lane in record.lanes):
             seen.add(RESTORE)  # a restore lane's page was audited, and every round after it
+        if _continuation_hits(passed):
+            seen.add(MIDPAGE)
+        if _readmitting_lanes(passed):
+            seen.add(HOST)  # the readmitted page's content was audited, and the rounds reading it
 
     def e2e(self, workload: Any, prepared: Sequence[Any], results: Sequence[Any], verdicts: Sequence[str],
             records: Sequence[Any], counters: Any) -> None:
@@ -182,6 +226,8 @@ class Observed:
         for record in records:
             for lane, row in zip(record.lanes, record.rows, strict=False):
                 by_prompt.setdefault(tuple(lane.prompt_token_ids), []).append((lane, row))
+        hits = {tuple(lane.prompt_token_ids) for lane in _continuation_hits(records)}
+        readmitted = {tuple(lane.prompt_token_ids) for lane in _readmitting_lanes(records)}
         for request, item, result, verdict in zip(workload.requests, prepared, results, verdicts, strict=True):
             if verdict != "pass" or result.outcome != "finished":
                 continue
@@ -189,6 +235,10 @@ class Observed:
             lanes = by_prompt.get(prompt, [])
             device = _lane_mechanisms([lane for lane, _ in lanes], [row for _, row in lanes], self.window)
             seen |= device & {CHUNKED}
+            if prompt in hits:
+                seen.add(MIDPAGE)
+            if prompt in readmitted:
+                seen.add(HOST)
             if result.reused_prompt_tokens > 0:
                 seen.add(REUSE)
             if self.window is not None and result.prompt_tokens + result.output_tokens - 1 > self.window:
@@ -229,7 +279,8 @@ class Observed:
     def coverage(self, levels: Sequence[str], unsupported: Mapping[str, str], eos_ids: Sequence[int], *,
                  required: bool) -> Coverage:
         run = tuple(level for level in WORKLOAD_LEVELS if level in levels)
-        names = [*MECHANISMS[:5], *(eos_mechanism(e) for e in eos_ids), *MECHANISMS[5:]]
+        after = MECHANISMS.index(WINDOW) + 1
+        names = [*MECHANISMS[:after], *(eos_mechanism(e) for e in eos_ids), *MECHANISMS[after:]]
         rows = []
         for name in names:
             note = unsupported.get(name, "")

@@ -26,7 +26,8 @@ request's divergence:
                    (name and arguments; call ids are random)
 
 `reused_prompt_tokens` is not compared: only production has a prefix cache (it is kept, for the
-coverage table). A request with `after` is submitted once the named request has finished.
+coverage table). A request with `after` is submitted once the named request has finished and the
+runtime released it (the fence of its last round, a publication round included).
 """
 
 from __future__ import annotations
@@ -106,12 +107,23 @@ async def _collect(stream: Any, pipeline: Any = None) -> RequestResult:
     return RequestResult("failed", None, tuple(tokens), "".join(text), 0, len(tokens), "the stream ended early")
 
 
+async def _released(runtime: ModelRuntime, request_id: str) -> None:
+    """Until a batching runtime's scheduler holds `request_id` no more: its last round is fenced and
+    what it publishes there (its partial last page, a continuation) is published. A request ended
+    by its output limit or EOS keeps its slot past its terminal event for that publication round, so
+    a request submitted `after` it would otherwise race the publication it exists to hit. A runtime
+    without a scheduler (the sequential reference) publishes nothing: no wait."""
+    holds = getattr(getattr(runtime, "scheduler", None), "holds", None)
+    while holds is not None and holds(request_id):
+        await asyncio.sleep(0.002)
+
+
 def drive(runtime: ModelRuntime, requests: Sequence[PreparedRequest], *,
           timeout_s: float = DEFAULT_TIMEOUT_S, after: Sequence[int | None] | None = None,
           pipelines: Sequence[Any] | None = None) -> list[RequestResult]:
     """Start `runtime`, submit every request at once (a request with `after[i]` once request
-    `after[i]` has finished), collect each result, shut the runtime down. `pipelines[i]`: the chat
-    request's output pipeline, which parses its tool calls."""
+    `after[i]` has finished and the runtime released it), collect each result, shut the runtime
+    down. `pipelines[i]`: the chat request's output pipeline, which parses its tool calls."""
     waits = list(after) if after is not None else [None] * len(requests)
     parsers = list(pipelines) if pipelines is not None else [None] * len(requests)
 
@@ -123,6 +135,7 @@ def drive(runtime: ModelRuntime, requests: Sequence[PreparedRequest], *,
             async def one(index: int, request: PreparedRequest) -> RequestResult:
                 if waits[index] is not None:
                     await done[waits[index]].wait()
+                    await _released(runtime, requests[waits[index]].request_id)
                 try:
                     return await _collect(runtime.submit(request), parsers[index])
                 finally:

@@ -2,7 +2,7 @@
 no workload file is given.
 
     geometry = Geometry.of(core)                 # page tokens, prefill capacities, context, window, ...
-    workloads = generated_workloads(core)        # ("geometry", "pressure"), fitted to that geometry
+    workloads = generated_workloads(core)        # ("geometry", "pressure", ...), fitted to that geometry
 
 Every request is sized from the prepared geometry, never from a fixed file, so every core meets the
 mechanisms the suite exists to check (the coverage table, `coverage.py`, then says which ones a run
@@ -39,6 +39,11 @@ actually reached):
             here, at the preparation's image size) each: image A beside a text-only request, then
             the same text with image B (its prefix pages before the image are reused, its image's
             are not: their keys hold the image's digest), then A again (its image's pages reused too)
+  tiers     where the core reuses prefixes: one request at a time on three pages and a host tier of
+            eight; a second turn extending the first turn's partial last page restores it from its
+            published continuation row (a mid-page hit, where the core has RESTORATION graphs), and
+            a re-sent two-page prompt, evicted by a filler, readmits its checkpoints from the host
+            tier (checked the same way)
 
 Prompts are token ids (their lengths are exact on any tokenizer), drawn from ids that are neither EOS
 ids nor template tokens. Where a request's point is a mechanism reached after some draws, its prompt
@@ -153,6 +158,15 @@ class Geometry:
             out[c.REUSE] = "not supported by the core (the context holds no full page and more)"
         elif self.recurrent:
             out[c.REUSE] = "not supported by the core (recurrent state: pages hold no state at their ends)"
+        if c.REUSE in out:  # both serve a prefix the cache published
+            out[c.MIDPAGE] = out[c.HOST] = out[c.REUSE]
+        else:
+            if not self.snapshots:
+                out[c.MIDPAGE] = "not supported by the core (no RESTORATION graphs or continuation storage)"
+            elif self.page_tokens < 3 or self.page_tokens + 6 > self.context_tokens:
+                out[c.MIDPAGE] = "not supported by the core (the context holds no page, a partial page and more)"
+            if 2 * self.page_tokens + 2 > self.context_tokens:
+                out[c.HOST] = "not supported by the core (the context holds no two full pages and more)"
         if self.slots < 2:
             out[c.PREEMPTION] = "not supported by the core (one request slot)"
             out[c.RESTORE] = out[c.PREEMPTION]
@@ -227,6 +241,10 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
             workloads.append(snapshot)
     if geometry.image_size:
         workloads.append(_images(geometry))
+    if c.MIDPAGE not in unsupported or c.HOST not in unsupported:
+        tiers = _tiers(core, geometry, draws, midpage=c.MIDPAGE not in unsupported, host=c.HOST not in unsupported)
+        if tiers is not None:
+            workloads.append(tiers)
     return tuple(workloads)
 
 
@@ -467,6 +485,71 @@ def _snapshot(core: CoreSource, geometry: Geometry) -> Workload | None:
     return None
 
 
+TIER_PAGES = 3  # device pages of the `tiers` workload: one two-page prompt's pages, so the next evicts them
+TIER_HOST_PAGES = 8  # its host tier: every checkpoint the workload evicts
+
+
+def _tiers(core: CoreSource, geometry: Geometry, draws: _Draws, *, midpage: bool, host: bool) -> Workload | None:
+    """Prefixes served from the storage tiers past the device's published pages, one request at a time
+    on three cache pages (each request `after` the previous, so it sees what that one published at
+    its last fence):
+
+      turn-1, turn-2  a greedy prompt of a page and one id, two tokens: its endpoint, a page and two,
+                      falls inside its second page, which is published as a continuation at its
+                      fence; turn-2 (seeded) re-sends turn-1's prompt and tokens (learned on the
+                      reference) and one id more: the first page is a prefix hit, the partial one
+                      a mid-page hit restored from its continuation row, the prefill starting at
+                      the endpoint
+      long, filler, resent
+                      a greedy prompt of two pages and one id, then another as long: the filler
+                      needs every device page, so long's two checkpoints are evicted into the host
+                      tier; resent repeats long, and its prefix hit readmits both from the host
+      turn-2-again    turn-2 once more: the later publications took turn-1's continuation row, so
+                      the continuation moved to the host tier, and the hit copies it from there
+                      straight into the request's private page
+
+    Kept where the reference's batching run (the production scheduler over the reference executor,
+    its host tier NumPy arrays) reaches what it exists for (None: it reaches neither)."""
+    page = geometry.page_tokens
+    requests: list[WorkloadRequest] = []
+    if midpage:  # the first prompt whose draws are clear of ties and ids a prompt may carry
+        from helios.frontend.bootstrap import Bootstrap
+
+        known = Bootstrap.from_core(core).vocab_size
+        for salt in range(CANDIDATES):
+            body = {"prompt": geometry.prompt(page + 1, salt=40 + salt), "max_tokens": 2, "temperature": 0,
+                    "ignore_eos": True}
+            if not draws.robust(body):
+                continue
+            (result,) = _reference_results(core, Workload("probe", (_request("probe", body),)))
+            if len(result.token_ids) == 2 and max(result.token_ids) < known:
+                second = [*body["prompt"], *result.token_ids, *geometry.prompt(1, salt=31)]
+                requests += [_request("turn-1", body),
+                             _request("turn-2", {"prompt": second, "max_tokens": 2, "temperature": 0.8, "seed": 3,
+                                                 "ignore_eos": True}, after="turn-1")]
+                break
+    if host:
+        long = _clear_prompt(draws, [geometry.prompt(2 * page + 1, salt=32 + salt)
+                                     for salt in range(GREEDY_CANDIDATES)], tokens=1)
+        body = {"prompt": long, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
+        chain = [("long", body), ("filler", {**body, "prompt": geometry.prompt(2 * page + 1, salt=36)}),
+                 ("resent", body)]
+        if midpage and len(requests) == 2:  # turn-2 again: turn-1's continuation, evicted from its row since
+            chain.append(("turn-2-again", requests[1].body))  # by later publications, is in the host tier
+        for name, request in chain:
+            requests.append(_request(name, request, after=requests[-1].name if requests else None))
+    workload = Workload("tiers", tuple(requests), max_active=1, queue_capacity=len(requests), pages=TIER_PAGES,
+                        host_pages=TIER_HOST_PAGES,
+                        description="three cache pages, one request at a time: a prompt extending a finished "
+                                    "request's partial last page restores it from its continuation row; a "
+                                    "re-sent prompt readmits its evicted checkpoints from the host tier")
+    runtime = _batching_run(core, workload)
+    if runtime is None:
+        return None
+    hits, readmitted = runtime.scheduler.counters.continuation_hits, runtime.scheduler.cache.host.readmitted
+    return workload if (midpage and hits) or (host and readmitted) else None
+
+
 def _preempts(core: CoreSource, workload: Workload) -> bool:
     counters = _batching_counters(core, workload)
     return counters is not None and counters.preemptions > 0 and counters.readmissions > 0
@@ -475,6 +558,13 @@ def _preempts(core: CoreSource, workload: Workload) -> bool:
 def _batching_counters(core: CoreSource, workload: Workload):
     """The scheduler counters of `workload` on the reference's batching run (the production scheduler
     over the reference executor), None unless every request finished."""
+    runtime = _batching_run(core, workload)
+    return None if runtime is None else runtime.scheduler.counters
+
+
+def _batching_run(core: CoreSource, workload: Workload):
+    """The reference's batching runtime (the production scheduler over the reference executor, with
+    the workload's pages and host tier) once it has run `workload`, None unless every request finished."""
     from conformance.e2e import drive_copy, prepare_workload
     from helios.contract import PreparedContract
     from helios.engine.worker import BatchingRuntime
@@ -482,11 +572,12 @@ def _batching_counters(core: CoreSource, workload: Workload):
     from helios.runtime.limits import AdmissionLimits
 
     assert workload.pages is not None
-    executor = ReferenceExecutor.load(core, pages=workload.pages, frames=max(1, core.manifest.transport.frames))
+    executor = ReferenceExecutor.load(core, pages=workload.pages, frames=max(1, core.manifest.transport.frames),
+                                      host_pages=workload.host_pages or 0)
     contract = PreparedContract.decode(core.contract, core.manifest)
-    runtime = BatchingRuntime.for_executor(executor, contract, AdmissionLimits(max_active=workload.max_active,
-                                                                               queue_capacity=2), pages=workload.pages)
+    limits = AdmissionLimits(max_active=workload.max_active, queue_capacity=max(2, len(workload.requests)))
+    runtime = BatchingRuntime.for_executor(executor, contract, limits, pages=workload.pages)
     (copy,) = prepare_workload(core, workload, copies=1)
     results = drive_copy(runtime, copy, timeout_s=120)
-    return runtime.scheduler.counters if all(r.outcome == "finished" for r in results) else None
+    return runtime if all(r.outcome == "finished" for r in results) else None
 

@@ -94,6 +94,7 @@ class Production:
         if core.manifest.ranks > 1:
             return self._ranks(core, workload, sink)
         model = NativeModel.load(core, LoadOptions(device=self.device, pages=workload.pages,
+                                                   host_cache_gib=host_cache_gib(core, workload.host_pages),
                                                    gpu_paths=GpuPaths() if self.gpu_paths else None,
                                                    startup=StartupOptions(history_drafting=self.history_drafting),
                                                    measure_costs=self.adaptive_speculation))
@@ -118,6 +119,16 @@ class Production:
         return (traced_runtime(core, model, limits, sink, history_drafting=self.history_drafting,
                                adaptive_speculation=self.adaptive_speculation),
                 header_for(core.contract, model.pages))
+
+
+def host_cache_gib(core: CoreSource, host_pages: int | None) -> float | None:
+    """The `host_cache_gib` of a host tier of `host_pages` pages of `core` (None: the default size)."""
+    if host_pages is None:
+        return None
+    from helios.production.native_model import manifest_page_bytes
+    from helios.runtime.host_cache import GIB
+
+    return host_pages * manifest_page_bytes(core.manifest) / GIB
 
 
 def traced_runtime(core: CoreSource, model: Any, limits: AdmissionLimits, sink: Any, *,

@@ -18,6 +18,8 @@ duck-typed: this module never imports torch); the recorded state of a round is a
     "state.<buffer>"  rows: the lanes' slots; values [n, elements of the view's row]
     "continuation.<plane>"  rows: the continuation rows a RESTORATION round's lanes snapshot into;
                       values [n, page tokens, *record shape]
+    "readmit.<plane>" rows: the pages the round's host-tier copies readmitted (in copy order, each
+                      once); values [n, page tokens, *record shape], read after the copies
 
 A RESTORATION lane consumes nothing; a lane restoring a snapshot writes the whole page holding its
 endpoint (every record of it, in every cache plane), and a lane snapshotting writes one row of every
@@ -151,10 +153,21 @@ def _host(value: Any) -> np.ndarray:
     return to_numpy(value)
 
 
+def readmitted_pages(copies: Sequence[Any]) -> tuple[int, ...]:
+    """The device pages host-tier `copies` readmit into, in copy order, each once."""
+    return tuple(dict.fromkeys(copy.page for copy in copies if copy.readmit))
+
+
 def capture(spec: StateSpec, graph: str, lanes: Sequence[LaneInput], buffers: Mapping[str, Any], *,
-            scratch: Mapping[str, Any] | None = None, logits: str | None = None) -> dict:
-    """What the round of `lanes` in `graph` wrote, read from `buffers` (and the logits `scratch[logits]`)."""
+            scratch: Mapping[str, Any] | None = None, logits: str | None = None, copies: Sequence[Any] = ()) -> dict:
+    """What the round of `lanes` in `graph` wrote, read from `buffers` (and the logits `scratch[logits]`),
+    and the pages its host-tier `copies` readmitted (no round writes a published page: they hold what
+    the copies put there)."""
     out: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
+    readmitted = readmitted_pages(copies)
+    for plane in spec.region:
+        if readmitted and plane in buffers:
+            out[f"readmit.{plane}"] = (readmitted, _host(buffers[plane][list(readmitted)]))
     records = [(page, offset) for _, _, page, offset in spec.written(lanes) if page >= 0]
     for plane in spec.planes.get(graph, ()):
         if records and plane in buffers:
@@ -264,6 +277,38 @@ def compare_continuation(spec: StateSpec, graph: str, lanes: Sequence[LaneInput]
                                f"slot {lane.slot}: continuation row {row} of {plane} (its endpoint "
                                f"{lane.consumed}), {_element(at)} differs beyond the {dtype} state tolerance "
                                f"{limit:g}")
+    return None
+
+
+def compare_readmitted(spec: StateSpec, copies: Sequence[Any], reference: Mapping[str, np.ndarray],
+                       recorded: Recorded, dtype: str) -> Finding | None:
+    """The pages the round's host-tier copies readmitted, every record of every cache plane, against
+    the reference's pages after the same copies (what it computed and offloaded itself). Skipped for a
+    round recorded without them (traces before readmissions were recorded)."""
+    pages = readmitted_pages(copies)
+    if not pages:
+        return None
+    limit = tolerance(dtype).state
+    source = {copy.page: copy.host_page for copy in copies if copy.readmit}  # the last copy into a page counts
+    for plane in spec.region:
+        key = f"readmit.{plane}"
+        if key not in recorded:
+            continue
+        rows, values = recorded[key]
+        if tuple(rows) != pages:
+            return Finding(key, list(pages), list(rows), None,
+                           f"{plane}: the recorded pages are not the ones the round's copies readmit into")
+        name, layers = spec.region[plane]
+        for page, value in zip(pages, values, strict=True):
+            ours = np.asarray(reference[plane][page])
+            for offset in range(ours.shape[0]):
+                at = mismatch(ours[offset], value[offset], limit)
+                if at is not None:
+                    return Finding(key, _value(ours[offset], at), _value(value[offset], at), None,
+                                   f"{plane} (region {name}, layers {', '.join(map(str, layers))}): page {page} "
+                                   f"readmitted from host page {source[page]}, offset {offset}, {_element(at)} "
+                                   f"differs from the checkpoint offloaded there beyond the {dtype} state "
+                                   f"tolerance {limit:g}")
     return None
 
 

@@ -19,9 +19,10 @@ File format: JSON lines. The first line is the header (`format`, `version`, the 
 cache identity, physical pages, request slots); each further line is one round:
 
     {"round": n, "graph": name, "frame": f, "lanes": [lane...], "transport": {dest: array...},
-     "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>": array...},
+     "state": {"cache.<plane>" | "logits.<tensor>" | "state.<buffer>" | "readmit.<plane>": array...},
      "rows": [completion...], "error": null | "ExceptionClass: message", "outstanding": k,
-     "copies": [[readmit, page, host_page]...]}           # only when the round carried host-tier copies
+     "copies": [[readmit, page, host_page(, 1)]...]}      # only when the round carried host-tier copies
+                                                          # (a 4th entry 1: from continuation row `page`)
 
 Version 2 added "state"; a version 1 trace is still read (its rounds carry no state, so the audit
 compares transport and completion rows only). "outstanding" (rounds outstanding right after the
@@ -157,7 +158,8 @@ def record_to_json(record: RoundRecord) -> dict:
                       {name: _array(rows, values) for name, (rows, values) in record.state.items()}),
             "rows": [asdict(row) for row in record.rows], "sequence": record.sequence, "error": record.error,
             "outstanding": record.outstanding,
-            **({"copies": [[int(c.readmit), c.page, c.host_page] for c in record.copies]} if record.copies else {})}
+            **({"copies": [[int(c.readmit), c.page, c.host_page, *([1] if c.continuation else [])]
+                           for c in record.copies]} if record.copies else {})}
 
 
 def record_from_json(data: dict) -> RoundRecord:
@@ -166,7 +168,8 @@ def record_from_json(data: dict) -> RoundRecord:
                        transport={name: _from_array(item) for name, item in data["transport"].items()},
                        rows=tuple(Completion(**row) for row in data["rows"]), sequence=data.get("sequence"),
                        error=data.get("error"), outstanding=data.get("outstanding"),
-                       copies=tuple(PageCopy(bool(r), int(p), int(h)) for r, p, h in data.get("copies", ())),
+                       copies=tuple(PageCopy(bool(c[0]), int(c[1]), int(c[2]), bool(c[3]) if len(c) > 3 else False)
+                                    for c in data.get("copies", ())),
                        state=(None if data.get("state") is None else
                               {name: _from_array(item) for name, item in data["state"].items()}))
 
@@ -309,7 +312,8 @@ class TraceRecorder:
         scratch, launches = getattr(launch_plan, "scratch", None), getattr(launch_plan, "launches", ())
         logits = next((launch.inputs[0] for launch in launches
                        if launch.kernel in ("sample", "argmax") and getattr(launch, "inputs", ())), None)
-        return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits)
+        return capture(self.state, plan.graph, plan.lanes, self.buffers, scratch=scratch, logits=logits,
+                       copies=plan.page_copies)
 
     def _rank_states(self, plan: RoundPlan) -> tuple:
         """What the round wrote on every peer rank, from its own buffers (production ranks only)."""

@@ -1,7 +1,9 @@
 """Workloads (host side): the request sets of `cases/workloads.json`, readable and extendable as data.
 
 A workload is a name, production's scheduling limits (`max_active`, `queue_capacity`, `pages`: the
-cache pages production's page cache may use, few enough to force eviction and preemption) and a list
+cache pages production's page cache may use, few enough to force eviction and preemption;
+`host_pages`: the pages of production's host tier of evicted checkpoints on a core of one rank,
+absent for the runtime's default size) and a list
 of requests, each an OpenAI body plus an optional `name`: a `/v1/completions` body (a `prompt`), or a
 `/v1/chat/completions` body (`messages`: `response_format`, `tools` and `tool_choice` work there).
 Bodies go through the server's own parsing and preparation (`parse_completion_request` or
@@ -9,8 +11,8 @@ Bodies go through the server's own parsing and preparation (`parse_completion_re
 requests must carry a seed: both runtimes must draw the same Philox stream.
 
 Two more keys are the workload's, not the body's: `after` (the name of an earlier request: this one
-is submitted once that one has finished, so it sees what the first published, e.g. its prompt
-pages) and `output_filter` (false: the request runs without an output filter, its sampled ids
+is submitted once that one has finished and production released it: its last round's fence has
+passed, so it sees what the first published, e.g. its prompt pages or its partial last page) and `output_filter` (false: the request runs without an output filter, its sampled ids
 observed only, as a token-observed request over HTTP; no string stops then).
 
 Without `--workloads`, conform derives its workloads from the core's geometry (`generate.py`).
@@ -70,6 +72,7 @@ class Workload:
     queue_capacity: int = 8  # production's pending deque bound
     pages: int | None = None  # the cache pages production's page cache may use (None: all it has)
     description: str = ""
+    host_pages: int | None = None  # production's host tier in pages (None: the runtime's default size)
 
     def __post_init__(self) -> None:
         if not self.name or not self.requests:
@@ -77,8 +80,10 @@ class Workload:
         names = [r.name for r in self.requests]
         if len(set(names)) != len(names):
             raise InvalidWorkload(f"workload {self.name}: request names repeat: {names}")
-        if self.max_active < 1 or self.queue_capacity < 0 or (self.pages is not None and self.pages < 1):
-            raise InvalidWorkload(f"workload {self.name}: max_active >= 1, queue_capacity >= 0, pages >= 1")
+        if (self.max_active < 1 or self.queue_capacity < 0 or (self.pages is not None and self.pages < 1)
+                or (self.host_pages is not None and self.host_pages < 0)):
+            raise InvalidWorkload(f"workload {self.name}: max_active >= 1, queue_capacity >= 0, pages >= 1, "
+                                  "host_pages >= 0")
         for index, request in enumerate(self.requests):
             if request.after is not None and request.after not in names[:index]:
                 raise InvalidWorkload(f"workload {self.name}: request {request.name} comes after {request.after!r}, "
@@ -95,7 +100,8 @@ def workload_from_json(data: Mapping[str, Any]) -> Workload:
         return Workload(str(data["name"]), requests, max_active=int(runtime.get("max_active", 2)),
                         queue_capacity=int(runtime.get("queue_capacity", 8)),
                         pages=None if runtime.get("pages") is None else int(runtime["pages"]),
-                        description=str(data.get("description", "")))
+                        description=str(data.get("description", "")),
+                        host_pages=None if runtime.get("host_pages") is None else int(runtime["host_pages"]))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InvalidWorkload(f"workload {data.get('name', '?')!r}: malformed ({error})") from None
 

@@ -5,7 +5,8 @@
     host_page = tier.take(key)                 # a hit: the host page to readmit from (the entry leaves)
 
 When the page cache evicts a cached checkpoint (a published page no sequence references) to make room
-and the tier has pages, the checkpoint moves to the tier instead of being lost: the cache records a
+and the tier has pages, the checkpoint moves to the tier instead of being lost (and so does a published
+continuation evicted for its row: page_cache.py, `offload_continuation`): the cache records a
 copy (device page -> host page) that the next submitted round's executor performs before its program
 (`helios.runtime.rounds.PageCopy`), and keeps the chain key here. A lookup that finds a key here and
 not on the device takes a device page, records the opposite copy (host page -> device page) and
@@ -88,6 +89,12 @@ class HostTier:
 
     def free(self, page: int) -> None:
         self._free.append(page)
+
+    def untake(self, key: bytes, page: int) -> None:
+        """Undo `take(key)` before anything copied out of `page` (the readmission found no device page):
+        the entry is back, most recently used."""
+        self._entries[key] = page
+        self.readmitted -= 1
 
     def discard(self, key: bytes) -> None:
         """Forget `key` (the device published the same prefix again: that page is the checkpoint)."""

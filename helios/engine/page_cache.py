@@ -161,6 +161,43 @@ class PageCache:
             self._copies.append(PageCopy(False, page, host_page))
         return page
 
+    def continuation_key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
+        """The host-tier key of a published continuation: the partial page of `tokens` (fewer than a
+        page) after the prefix keyed `parent` (b"": none); apart from every chain key."""
+        digest = hashlib.blake2b(digest_size=16, person=b"continuation")
+        digest.update(self._identity)
+        digest.update(parent)
+        digest.update(b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens))
+        return digest.digest()
+
+    def offload_continuation(self, row: int, parent: bytes, tokens: Sequence[int]) -> bool:
+        """A published continuation evicted for its continuation `row` moves to the host tier (a copy
+        row -> host page, performed before the next round, which is the earliest that can write the
+        row); False when the tier has no page for it (it is lost, as without a tier)."""
+        host_page = self.host.store(self.continuation_key(parent, tokens))
+        if host_page is None:
+            return False
+        self._copies.append(PageCopy(False, row, host_page, continuation=True))
+        return True
+
+    def host_continuation(self, parent: bytes, tokens: Sequence[int], start: int,
+                          limit: int) -> tuple[bytes, int] | None:
+        """(key, E) of the longest continuation of `parent` in the host tier whose tokens are
+        `tokens[start:E]` with E <= `limit` (None: none)."""
+        if not self.host.in_use:
+            return None
+        for end in range(min(start + self.page_tokens - 1, limit), start, -1):
+            key = self.continuation_key(parent, tokens[start:end])
+            if key in self.host:
+                return key, end
+        return None
+
+    def readmit_into(self, page: int, host_page: int) -> None:
+        """Copy a host tier's entry taken as `host_page` (`HostTier.take`) into the private `page` (at
+        the next round); the host page is reused after that copy."""
+        self._copies.append(PageCopy(True, page, host_page))
+        self.host.free(host_page)
+
     def take_copies(self) -> tuple[PageCopy, ...]:
         """The host-tier copies recorded since the last call, in order (the next round performs them)."""
         if not self._copies:
@@ -208,21 +245,33 @@ class PageCache:
         pages: list[int] = []
         keys: list[bytes] = []
         if self.prefix_reuse:
+            chain: list[tuple[bytes, int | None]] = []  # the matched keys, each on the device (its page) or in the tier
             parent = b""
             for start in range(0, limit - self.page_tokens + 1, self.page_tokens):
                 key = self.chain_key(parent, tokens[start:start + self.page_tokens],
                                      content(start, start + self.page_tokens) if content is not None else b"")
                 page = self._page_of.get(key)
+                if page is None and key not in self.host:
+                    break
+                chain.append((key, page))
+                parent = key
+            # The chain's device pages are referenced before any readmission: a readmission takes a page,
+            # by eviction where none is free, and must not evict a page the chain matches further on
+            # (it would be offloaded and readmitted again within this lookup).
+            for _, page in chain:
+                if page is not None:
+                    if self._references[page] == 0:
+                        del self._cached[page]
+                    self._references[page] += 1
+            for index, (key, page) in enumerate(chain):
                 if page is None:
-                    if key not in self.host or not self.available:
+                    if not self.available:  # the rest of the chain is not matched: its references go back
+                        self.release([later for _, later in chain[index:] if later is not None])
                         break
                     page = self._readmit(key)
-                elif self._references[page] == 0:
-                    del self._cached[page]
-                self._references[page] += 1  # at once: a readmission later in this lookup cannot evict it
+                    self._references[page] += 1  # at once: a readmission later in this lookup cannot evict it
                 pages.append(page)
                 keys.append(key)
-                parent = key
         self._hit_tokens += len(pages) * self.page_tokens
         return PrefixMatch(tuple(pages), tuple(keys), len(pages) * self.page_tokens)
 

@@ -82,6 +82,8 @@ class SchedulerCounters:
     snapshots_evicted: int = 0  # snapshots given up under page pressure (their request then recomputes)
     recomputed_tokens: int = 0  # positions a readmitted request consumes again (consumed before its preemption)
     continuation_hits: int = 0  # published continuations restored into an admitted request's page (at the fence)
+    continuations_offloaded: int = 0  # published continuations evicted for their row, moved to the host tier
+    continuations_readmitted: int = 0  # of the hits, those copied from the host tier into the request's page
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,7 @@ class RequestResidency:
         # Snapshots (snapshots.py): the continuation rows, and whether preemption snapshots at all (the
         # scheduler turns it on when a RESTORATION graph is selected and the storage has rows).
         self.rows = ContinuationRows(config.snapshot_rows)
+        self.rows.evicted = self._offload_continuation  # an evicted continuation moves to the host tier
         self.snapshots = False
         self._snapshot_due: list[SequenceState] = []  # victims whose snapshot round is still to submit
         self._snapshotting = 0  # victims whose partial page is being snapshotted (due or in flight)
@@ -228,8 +231,16 @@ class RequestResidency:
         s.pages.publish(s.known, s.consumed, content_of(s))  # keyed already, at their fences
         count = s.consumed // page_tokens
         parent = s.pages.keys[count - 1] if count else b""
-        if self.rows.publish(row, parent, s.known[count * page_tokens:s.consumed]):
+        tokens = s.known[count * page_tokens:s.consumed]
+        if self.rows.publish(row, parent, tokens):
             self.counters.snapshots_published += 1
+            if self.cache.host.pages:  # a copy the host tier held is stale now: the row is the continuation
+                self.cache.host.discard(self.cache.continuation_key(parent, tokens))
+
+    def _offload_continuation(self, entry) -> None:
+        """`entry`, a published continuation evicted for its row, moves to the host tier where it has pages."""
+        if self.cache.offload_continuation(entry.row, entry.parent, entry.tokens):
+            self.counters.continuations_offloaded += 1
 
     def released(self) -> list[str]:
         """Cancelled requests whose resources have come back since the last call."""
@@ -270,6 +281,7 @@ class RequestResidency:
         while self._free_slots and (self._readmit or self._pending):
             s = self._readmit[0] if self._readmit else self._pending[0]
             snapshot = s.snapshot
+            hit = host_hit = None
             if snapshot is not None:  # its checkpoints are held: no lookup
                 pages = SequencePages.adopt(self.cache, snapshot.pages, snapshot.keys)
                 reused = len(snapshot.pages) * self.config.page_tokens
@@ -284,9 +296,14 @@ class RequestResidency:
                     match = self._atomic_spans(match, images)
                 pages = SequencePages(self.cache, match)
                 reused = match.tokens
-                hit = None  # a published continuation of the matched pages that the known tokens extend
+                # a published continuation of the matched pages that the known tokens extend: in a row, or
+                # evicted from its row into the host tier (continuation rows are matched by tokens alone,
+                # so a request with images takes none)
+                parent = match.keys[-1] if match.keys else b""
                 if self.snapshots and self.rows.published_rows and not images:
-                    hit = self.rows.match(match.keys[-1] if match.keys else b"", s.known, match.tokens, limit)
+                    hit = self.rows.match(parent, s.known, match.tokens, limit)
+                if hit is None and self.snapshots and self.cache.host.pages and not images:
+                    host_hit = self.cache.host_continuation(parent, s.known, match.tokens, limit)
             # Room for the whole known history, plus a page of growth for each running request.
             need = pages.shortfall(len(s.known) + 1)
             headroom = len(self._running)
@@ -313,6 +330,8 @@ class RequestResidency:
             elif hit is not None:
                 restored = self._restore_continuation(s, pages, hit.row, reused + len(hit.tokens))
                 consumed = reused = restored
+            elif host_hit is not None:
+                consumed = reused = self._readmit_continuation(pages, *host_hit)
             if self._readmit and self._readmit[0] is s:
                 self._readmit.pop(0)
                 self.counters.readmissions += 1
@@ -381,6 +400,23 @@ class RequestResidency:
             self.rows.unpin(row)
             return start
         s.restore_row, s.shared_restore = row, True
+        return endpoint
+
+    def _readmit_continuation(self, pages: SequencePages, key: bytes, endpoint: int) -> int:
+        """Where an admitted request matching the host tier's continuation `key` starts: `endpoint` when
+        a private page for it can be had (the host page is copied straight into it before the next
+        round: a host page is a page record of every cache plane, so no RESTORATION round runs), else
+        the end of its matched pages (the entry stays in the tier)."""
+        start = pages.reserved_tokens
+        host_page = self.cache.host.take(key)  # out of the tier first: the reservation's offloads cannot evict it
+        try:
+            pages.reserve(endpoint + 1)
+        except PagesShort:
+            self.cache.host.untake(key, host_page)
+            return start
+        self.cache.readmit_into(pages.pages[endpoint // self.config.page_tokens], host_page)
+        self.counters.continuation_hits += 1
+        self.counters.continuations_readmitted += 1
         return endpoint
 
     def _give_restore_row(self, s: SequenceState) -> None:

@@ -27,13 +27,13 @@ matched exactly those complete pages and whose known tokens continue with those 
 least one token left to consume) restores the row into a private page and starts at E (`match`). A
 published row is pinned while a restore reads it. Rows are shared with preemption snapshots: `take`
 hands out a free row first, else evicts the least recently published or matched unpinned
-continuation (`evictions`), else has none.
+continuation (`evictions`; with a host tier it moves there, `evicted`), else has none.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from helios.contract.enums import HistoryKind
@@ -77,6 +77,9 @@ class ContinuationRows:
         self.published = 0  # continuations published
         self.evictions = 0  # published continuations evicted for a row
         self.hits = 0  # continuations matched by a later request (pinned; the scheduler counts restores)
+        # Called with each continuation `take` evicts, before its row is handed over (the residency
+        # offloads it to the host tier there: page_cache.py, `offload_continuation`).
+        self.evicted: Callable[[Continuation], None] | None = None
 
     @property
     def published_rows(self) -> int:
@@ -98,6 +101,8 @@ class ContinuationRows:
                 if not entry.pins:
                     self._forget(entry)
                     self.evictions += 1
+                    if self.evicted is not None:
+                        self.evicted(entry)
                     return row  # held already: handed over as it is
             return None
         row = self._free.pop()

@@ -33,8 +33,11 @@ and every upload is a real copy (whole buffer, one row, or a slice of a page-tab
 Host tier. With `host_pages`, every cache plane has a host tensor of `host_pages` pages (pinned on a
 GPU, plain on a CPU; `torch.empty`: never read before an offload wrote it). A plan's `page_copies`
 (helios/engine/host_tier.py decides them) are enqueued first, in order, on the serving stream: an
-offload copies a device page into its host page, a readmission a host page into a device page, each
-asynchronous on a GPU and ordered by the stream before the round's uploads and graph.
+offload copies a device page (or a continuation row) into its host page, a readmission a host page
+into a device page, each asynchronous on a GPU and ordered by the stream before the round's uploads
+and graph. They are enqueued as runs of consecutive pages, one copy per run and plane, in batches
+that keep the order the copies need (`helios.runtime.rounds.copy_batches`): a readmitted 8k-token
+prefix is a few copies per plane, not one per page.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from helios.runtime.completion import CompletionRows, read_completion, transport
 from helios.runtime.costs import RoundCosts
 from helios.runtime.engram import EngramGatherer, gatherers_for
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
-from helios.runtime.rounds import PageTableUpdate, RoundPlan, full_rows, single_round
+from helios.runtime.rounds import PageTableUpdate, RoundPlan, copy_batches, copy_runs, full_rows, single_round
 from helios.runtime.scores import read_prompt_scores
 
 V, M = contract_pb2, manifest_pb2
@@ -125,7 +128,8 @@ class NativeExecutor:
     def __init__(self, graphs: Mapping[str, ExecutorGraph], buffers: Mapping[str, torch.Tensor],
                  completion: Mapping[int, str], *, frames: int = 1, device: torch.device,
                  capture: GraphCapture | None, separate_staging: bool = False,
-                 cache_buffers: Sequence[str] = (), host_pages: int = 0) -> None:
+                 cache_buffers: Sequence[str] = (), host_pages: int = 0,
+                 continuation_buffers: Mapping[str, str] | None = None) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -157,6 +161,7 @@ class NativeExecutor:
         self._uploaded: torch.cuda.Event | None = None  # after the last round's uploads (GPU): staging is free
         self.peak_outstanding = 0  # the most rounds ever outstanding at once (right after a submission)
         self.cache_buffers = tuple(cache_buffers)
+        self.continuation_buffers = dict(continuation_buffers or {})  # cache plane -> its continuation plane
         self.host_pages = host_pages
         self.host: dict[str, torch.Tensor] = {  # the host tier: cache plane -> [host_pages, ...one page...]
             name: torch.empty((host_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
@@ -439,13 +444,18 @@ class NativeExecutor:
         """The plan's host-tier copies, in order, on the serving stream (asynchronous on a GPU)."""
         if not self.host:
             raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
-        for copy in plan.page_copies:
-            for name in self.cache_buffers:
-                device_page, host_page = self.buffers[name][copy.page], self.host[name][copy.host_page]
-                if copy.readmit:
-                    device_page.copy_(host_page, non_blocking=gpu)
-                else:
-                    host_page.copy_(device_page, non_blocking=gpu)
+        # Runs of consecutive pages at once (an 8k-token prefix is hundreds of pages of every plane):
+        # batches keep the order the copies need (copy_batches), offloads before readmissions.
+        for offloads, readmits in copy_batches(plan.page_copies):
+            for run in copy_runs(offloads):
+                for name in self.cache_buffers:
+                    source = self.continuation_buffers[name] if run.continuation else name  # a row: a page record
+                    self.host[name][run.host_page:run.host_page + run.count].copy_(
+                        self.buffers[source][run.page:run.page + run.count], non_blocking=gpu)
+            for run in copy_runs(readmits):
+                for name in self.cache_buffers:
+                    self.buffers[name][run.page:run.page + run.count].copy_(
+                        self.host[name][run.host_page:run.host_page + run.count], non_blocking=gpu)
 
     def _execute(self, graph: ExecutorGraph, frame: int, sequence: int) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.

@@ -68,6 +68,7 @@ from helios.runtime.packing import (
     check_history_regions,
     check_page_table_views,
     check_vision,
+    continuation_planes,
 )
 from helios.runtime.startup import PhaseClock, StartupPhase
 from helios.runtime.tuning import StartupTuning, TuningRefused
@@ -249,10 +250,11 @@ class NativeModel:
         # two frames: a round may be submitted before the last completes
         cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
         with phase("host_tier"):
-            host = host_pages(options.host_cache_gib, _page_bytes(manifest))
+            host = host_pages(options.host_cache_gib, manifest_page_bytes(manifest))
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
-                                      cache_buffers=cache_buffers, host_pages=host)
+                                      cache_buffers=cache_buffers, host_pages=host,
+                                      continuation_buffers=continuation_planes(serving))
         if serving.model.engram_tables:
             with phase("engram"):  # the tables stay in host memory; the device holds two staging frames each
                 executor.engram = engram_gatherers(core, buffers, separate=executor.separate_staging,
@@ -337,7 +339,8 @@ def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.
                          linear_policy=policy, gpu_paths=gpu_paths, group=group)
 
 
-def _page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
+def manifest_page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
+    """Bytes of one page of every cache plane of `manifest` (a host-tier page)."""
     from helios.production.buffers import torch_dtype
 
     total = 0
@@ -359,7 +362,7 @@ def _pages(contract: PreparedContract, manifest, slots: int, options: LoadOption
         return options.pages
     if device.type != "cuda":
         return ceiling
-    page_bytes = _page_bytes(manifest)
+    page_bytes = manifest_page_bytes(manifest)
     if page_bytes == 0:
         return 1
     free, total = torch.cuda.mem_get_info(device)

@@ -48,7 +48,13 @@ from helios.runtime.completion import CompletionRows, read_completion, transport
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
 from helios.runtime.engram import EngramGatherer, gatherers_for, load_engram_tables
 from helios.runtime.lanes import LaneInput
-from helios.runtime.packing import GraphPacking, check_history_regions, check_page_table_views, check_vision
+from helios.runtime.packing import (
+    GraphPacking,
+    check_history_regions,
+    check_page_table_views,
+    check_vision,
+    continuation_planes,
+)
 from helios.runtime.request import SamplingParams
 from helios.runtime.rounds import RoundPlan
 from helios.runtime.scores import read_prompt_scores
@@ -100,7 +106,7 @@ class ReferenceExecutor:
                  buffers: dict[str, np.ndarray], completion: Mapping[int, str], *, pages: int,
                  keep: Sequence[str] = (), frames: int = 1,
                  rank_buffers: Sequence[dict[str, np.ndarray]] = (), cache_buffers: Sequence[str] = (),
-                 host_pages: int = 0) -> None:
+                 host_pages: int = 0, continuation_buffers: Mapping[str, str] | None = None) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -125,6 +131,7 @@ class ReferenceExecutor:
         # The host tier: per rank, cache plane -> [host_pages, ...one page...] (np.zeros: calloc'd, so
         # pages never written take no memory).
         self.cache_buffers = tuple(cache_buffers)
+        self.continuation_buffers = dict(continuation_buffers or {})  # cache plane -> its continuation plane
         self.host_pages = host_pages
         self.host: list[dict[str, np.ndarray]] = [
             {name: np.zeros((host_pages, *buffers[name].shape[1:]), dtype=buffers[name].dtype)
@@ -184,7 +191,8 @@ class ReferenceExecutor:
         completion = {slot.field: slot.buffer for slot in manifest.completion.fields}
         cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
         executor = cls(graphs, weights, rank_buffers[0], completion, pages=pages, keep=keep, frames=frames,
-                       rank_buffers=rank_buffers, cache_buffers=cache_buffers, host_pages=host_pages)
+                       rank_buffers=rank_buffers, cache_buffers=cache_buffers, host_pages=host_pages,
+                       continuation_buffers=continuation_planes(serving))
         executor.tuned = tuning.buffers
         executor.startup = tuple(clock.phases)
         # Engram tables stay in host memory; each round of a consuming graph stages the rows it
@@ -309,8 +317,9 @@ class ReferenceExecutor:
                 for name in self.cache_buffers:
                     if copy.readmit:
                         buffers[name][copy.page] = host[name][copy.host_page]
-                    else:
-                        host[name][copy.host_page] = buffers[name][copy.page]
+                    else:  # a continuation row is one page record of its cache plane's continuation plane
+                        source = self.continuation_buffers[name] if copy.continuation else name
+                        host[name][copy.host_page] = buffers[source][copy.page]
 
     def _apply_updates(self, plan: RoundPlan, *, check: bool) -> None:
         """Build each slot's page-table row from the updates; with `check` (the graph binds a page

@@ -269,6 +269,16 @@ def cache_planes(serving: contract_pb2.ServingContract) -> list[str]:
             for plane in region.planes]
 
 
+def continuation_planes(serving: contract_pb2.ServingContract) -> dict[str, str]:
+    """Each cache plane's continuation plane (the CONTINUATION region names them in `cache_planes`
+    order; `continuation_problem` checks it at load); empty without continuation storage."""
+    regions = [r for r in serving.model.cache.histories if r.kind == V.HISTORY_KIND_CONTINUATION]
+    planes = cache_planes(serving)
+    if not regions or len(regions[0].planes) != len(planes):
+        return {}
+    return dict(zip(planes, regions[0].planes, strict=True))
+
+
 def snapshot_rows(max_concurrency: int, snapshot_capacity: int, state_rows_per_request: int) -> range:
     """The continuation rows snapshots use. The specification's partition: the first
     `max_concurrency * state_rows_per_request` rows (`state_rows_per_request`: the maximum among the

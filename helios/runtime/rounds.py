@@ -40,11 +40,75 @@ class PageCopy(NamedTuple):
     """One copy between a device cache page and a host-tier page (every cache plane of every rank),
     applied in plan order before the round's program: an evicted checkpoint offloaded to the host
     tier (`readmit` False: device page -> host page) or a host-tier hit readmitted (host -> device).
-    The engine decides them (helios/engine/host_tier.py); executors copy."""
+    With `continuation` (an offload only) `page` is a row of the continuation storage instead: a
+    published continuation evicted for its row, each cache plane's host page taken from that plane's
+    continuation plane (a row is one page record of it). The engine decides them
+    (helios/engine/host_tier.py); executors copy."""
 
     readmit: bool  # True: host_page -> page; False: page -> host_page
-    page: int  # device cache page
+    page: int  # device cache page (with `continuation`: continuation row)
     host_page: int  # host-tier page
+    continuation: bool = False  # the source is continuation row `page` (readmit False)
+
+
+class CopyRun(NamedTuple):
+    """`count` copies of one kind between consecutive pages (or rows) and consecutive host pages."""
+
+    page: int
+    host_page: int
+    count: int
+    continuation: bool
+
+
+def copy_batches(copies: Sequence[PageCopy]) -> list[tuple[list[PageCopy], list[PageCopy]]]:
+    """A plan's copies as batches of (offloads, readmissions): applying every batch in order, its
+    offloads first and then its readmissions, each kind in any order, equals applying the copies one
+    by one in plan order. A copy joins the open batch unless the order it keeps with one already
+    there would be lost: an offload reading a page a readmission of the batch writes, or writing a
+    host page a readmission of the batch reads or another offload writes; a readmission writing a
+    page another readmission writes. (A readmission after an offload that reads its page or writes
+    its host page keeps its order: offloads go first.) Batches let an executor copy runs of pages at
+    once (`copy_runs`) instead of one page of one plane at a time."""
+    batches: list[tuple[list[PageCopy], list[PageCopy]]] = []
+    offloads: list[PageCopy] = []
+    readmits: list[PageCopy] = []
+    written_pages: set[int] = set()  # device pages the batch's readmissions write
+    read_hosts: set[int] = set()  # host pages they read
+    written_hosts: set[int] = set()  # host pages the batch's offloads write
+    for copy in copies:
+        if copy.readmit:
+            conflict = copy.page in written_pages
+        else:
+            conflict = ((not copy.continuation and copy.page in written_pages) or copy.host_page in read_hosts
+                        or copy.host_page in written_hosts)
+        if conflict:
+            batches.append((offloads, readmits))
+            offloads, readmits = [], []
+            written_pages, read_hosts, written_hosts = set(), set(), set()
+        if copy.readmit:
+            readmits.append(copy)
+            written_pages.add(copy.page)
+            read_hosts.add(copy.host_page)
+        else:
+            offloads.append(copy)
+            written_hosts.add(copy.host_page)
+    if offloads or readmits:
+        batches.append((offloads, readmits))
+    return batches
+
+
+def copy_runs(copies: Sequence[PageCopy]) -> list[CopyRun]:
+    """Copies of one kind of one batch (`copy_batches`: independent of each other) as runs of
+    consecutive pages to consecutive host pages, continuation rows apart."""
+    runs: list[CopyRun] = []
+    for copy in sorted(copies, key=lambda c: (c.continuation, c.page)):
+        last = runs[-1] if runs else None
+        if (last is not None and last.continuation == copy.continuation and copy.page == last.page + last.count
+                and copy.host_page == last.host_page + last.count):
+            runs[-1] = last._replace(count=last.count + 1)
+        else:
+            runs.append(CopyRun(copy.page, copy.host_page, 1, copy.continuation))
+    return runs
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,10 +40,15 @@ def _assert_every_supported_mechanism_exercised(report: Report, eos_ids) -> None
 
 
 def test_page4_window_core_reaches_every_mechanism(conform_core):
+    from tests.conformance.test_conform_passes import Observed
+    from tests.conformance.test_tier_conformance import check_tiers_run
+
     geometry = Geometry.of(conform_core)
     assert geometry.page_tokens == 4 and geometry.window_tokens == 8 and not geometry.tool_syntax
-    report = _generated(conform_core)
+    production = Observed()
+    report = conform(conform_core, ConformOptions(levels=WORKLOAD_LEVELS, device=DEVICE, production=production))
     _assert_every_supported_mechanism_exercised(report, geometry.eos_ids)
+    check_tiers_run(production.runtimes[-1], production.sinks[-1].records)  # the last workload: tiers
     assert report.coverage.state(c.WINDOW, "trace") == c.EXERCISED
     (tool,) = [row for row in report.coverage.rows if row.mechanism == c.TOOL]
     assert not tool.supported and "no tool syntax" in tool.note
@@ -70,7 +75,13 @@ def test_page16_tool_core_reaches_every_mechanism(tool_core):
 def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core):
     for core in (conform_core, tool_core):
         geometry = Geometry.of(core)
-        geometry_workload, pressure, *snapshot = generated_workloads(core, geometry)
+        geometry_workload, pressure, *rest = generated_workloads(core, geometry)
+        snapshot = [w for w in rest if w.name == "snapshot"]
+        (tiers,) = [w for w in rest if w.name == "tiers"]  # both cores reuse prefixes and restore mid-page
+        assert [r.name for r in tiers.requests] == ["turn-1", "turn-2", "long", "filler", "resent", "turn-2-again"]
+        assert tiers.requests[1].body["prompt"][:geometry.page_tokens + 1] == tiers.requests[0].body["prompt"]
+        assert tiers.requests[4].body == tiers.requests[2].body and tiers.requests[5].body == tiers.requests[1].body
+        assert tiers.pages == 3 and tiers.host_pages == 8
         requests = {r.name: r for r in geometry_workload.requests}
         assert len(requests["chunked"].body["prompt"]) > geometry.chunk_tokens
         reuse = requests["reuse"]
@@ -83,7 +94,7 @@ def test_generated_workloads_are_fitted_to_the_geometry(conform_core, tool_core)
         # both cores prepare RESTORATION graphs; the snapshot workload is kept where its shape restores
         assert geometry.snapshots and [w.name for w in snapshot] in ([], ["snapshot"])
         assert all(w.pages == 5 and len(w.requests) == 2 for w in snapshot)
-    assert generated_workloads(conform_core)[-1].name == "snapshot"  # it restores on the page-4 core
+    assert [w.name for w in generated_workloads(conform_core)][2:] == ["snapshot", "tiers"]  # page 4 restores
 
 
 def test_a_narrowed_workload_is_incomplete(conform_core):

@@ -16,6 +16,7 @@ from conformance.trace import RoundRecord, TraceError, TraceHeader, TraceWriter,
 from helios.runtime.completion import Completion
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import SamplingParams
+from helios.runtime.rounds import PageCopy
 
 
 def test_greedy_margin_is_half_the_logit_difference():
@@ -78,7 +79,8 @@ def test_trace_encoding_round_trips_and_rejects_other_formats():
     histogram[0, 9] = 2
     record = RoundRecord(1, "decode_b2", 0, (lane,), {"lane_prompt_histogram": ((1,), histogram),
                                                      "lane_live": ((), np.array([1], np.int32))}, (row,),
-                         sequence=12)
+                         sequence=12, copies=(PageCopy(False, 3, 1), PageCopy(False, 0, 2, continuation=True),
+                                              PageCopy(True, 4, 1)))
     stream = io.StringIO()
     writer = TraceWriter(stream)
     writer.header(TraceHeader("tiny", "abc", 8, 2))
@@ -88,6 +90,7 @@ def test_trace_encoding_round_trips_and_rejects_other_formats():
     (back,) = list(rounds)
     assert header == TraceHeader("tiny", "abc", 8, 2)
     assert back.lanes == (lane,) and back.rows == (row,) and back.sequence == 12
+    assert back.copies == record.copies  # a continuation row's offload keeps its kind
     rows, values = back.transport["lane_prompt_histogram"]
     assert rows == (1,) and np.array_equal(values, histogram) and values.dtype == np.int32
     assert len(stream.getvalue()) < 1500  # histograms compress

@@ -146,3 +146,72 @@ def test_the_host_cache_option():
     assert host_bytes(None, available=4 * GIB) == GIB  # a quarter of what is available
     with pytest.raises(InvalidHostCache, match="--host-cache-gib"):
         host_bytes(-1)
+
+
+def test_copy_batches_and_runs_apply_as_the_copies_one_by_one():
+    """Random copy sequences (offloads of pages and continuation rows, readmissions, host pages reused)
+    applied as batches of runs (what the production executor enqueues) equal applying them in order."""
+    import numpy as np
+
+    from helios.runtime.rounds import copy_batches, copy_runs
+
+    rng = random.Random(5)
+    for _ in range(200):
+        pages, rows, hosts = 8, 3, 6
+        copies = []
+        for _ in range(rng.randrange(1, 14)):
+            kind = rng.randrange(3)
+            if kind == 2:
+                copies.append(PageCopy(False, rng.randrange(rows), rng.randrange(hosts), continuation=True))
+            else:
+                copies.append(PageCopy(kind == 1, rng.randrange(pages), rng.randrange(hosts)))
+        start = np.arange(pages + rows + hosts, dtype=np.int64) * 10
+        one_by_one, batched = start.copy(), start.copy()
+        device, row, host = slice(0, pages), slice(pages, pages + rows), slice(pages + rows, None)
+        for c in copies:
+            source = (one_by_one[row] if c.continuation else one_by_one[device])
+            if c.readmit:
+                one_by_one[device][c.page] = one_by_one[host][c.host_page]
+            else:
+                one_by_one[host][c.host_page] = source[c.page]
+        runs = 0
+        for offloads, readmits in copy_batches(copies):
+            for run in copy_runs(offloads):
+                source = batched[row] if run.continuation else batched[device]
+                batched[host][run.host_page:run.host_page + run.count] = source[run.page:run.page + run.count].copy()
+                runs += 1
+            for run in copy_runs(readmits):
+                batched[device][run.page:run.page + run.count] = batched[host][run.host_page:run.host_page + run.count].copy()
+                runs += 1
+        assert batched.tolist() == one_by_one.tolist(), copies
+        assert runs <= len(copies)
+    # consecutive pages to consecutive host pages, interleaved as a readmitted prefix's copies are
+    # (each readmission evicts, and offloads, the page it takes): two runs
+    interleaved = [c for i in range(100) for c in (PageCopy(False, 200 + i, 300 + i), PageCopy(True, 200 + i, i))]
+    (batch,) = copy_batches(interleaved)
+    assert [len(copy_runs(kind)) for kind in batch] == [1, 1]
+
+
+def test_a_lookup_readmits_without_evicting_pages_its_own_chain_matches_later():
+    """A prefix whose first pages are in the host tier and whose later ones are still cached on the
+    device (least recently released, so first in line for eviction): the readmissions evict other
+    pages, never the chain's own, and nothing of the chain is copied out and back."""
+    cache = PageCache(4, 1, "identity", host_pages=4)
+    chain = [cache.chain_key(b"", (1,))]
+    chain.append(cache.chain_key(chain[0], (2,)))
+    chain.append(cache.chain_key(chain[1], (3,)))
+    pages = cache.allocate(3)
+    for page, key in zip(pages, chain, strict=True):
+        cache.publish(page, key)
+    cache.release(pages)  # cached, least recently released first: pages[0], pages[1], pages[2]
+    other = cache.allocate(3)  # the free page, then pages[0] and pages[1] evicted: offloaded
+    for i, page in enumerate(other):
+        cache.publish(page, cache.chain_key(b"", (7 + i,)))
+    cache.release(other)  # cached after pages[2]; no page is free
+    cache.take_copies()
+    match = cache.lookup((1, 2, 3, 4), limit=3)
+    assert match.tokens == 3 and match.pages[2] == pages[2]  # the device page of the chain kept
+    copies = cache.take_copies()
+    # each readmission evicts (and offloads) one of the other pages, not pages[2], the oldest cached
+    assert [(c.readmit, c.page in other) for c in copies] == [(False, True), (True, True)] * 2
+    assert cache.host.gauges().readmitted == 2

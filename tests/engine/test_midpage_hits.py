@@ -149,3 +149,56 @@ def test_a_publication_cancelled_or_failed_in_flight_publishes_nothing(core, end
         assert scheduler.abort(plan) == []  # it had ended already: nothing to report failed
     assert scheduler.idle and scheduler.rows.published_rows == 0 and scheduler.rows.in_use == 0
     assert scheduler.counters.snapshots_published == 0 and not scheduler.residency().referenced_pages
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SEEDED], ids=["greedy", "seeded"])
+def test_a_continuation_evicted_for_its_row_moves_to_the_host_tier_and_is_readmitted_mid_page(core, sampling):
+    """Later publications take every row, so the first turn's continuation is evicted for its row: it
+    moves to the host tier (a copy out of its row), and the second turn's hit copies it straight from
+    the host into its private page (no RESTORATION round), starting at the endpoint with the tokens of
+    the run without the hit; the readmitted records are the row's bytes."""
+    from helios.contract import PreparedContract
+    from helios.engine.worker import BatchingRuntime
+    from helios.reference.executor import ReferenceExecutor
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.packing import continuation_planes
+
+    first = conversation(sampling)
+    (first_tokens,) = one_at_a_time(reference_runtime(core, pages=32, max_active=2), [first])
+    second = conversation(sampling, first_tokens)
+    (expected,) = one_at_a_time(reference_runtime(core, pages=32, max_active=2), [second])
+    executor = ReferenceExecutor.load(core, pages=32, host_pages=16)
+    runtime = BatchingRuntime.for_executor(executor, PreparedContract.decode(core.contract, core.manifest),
+                                           AdmissionLimits(max_active=2, queue_capacity=16), pages=32)
+    rows = runtime.scheduler.rows.capacity
+    fillers = [GenerationRequest(tuple(range(50 + 10 * i, 60 + 10 * i)), max_tokens=5, sampling=GREEDY,
+                                 ignore_eos=True) for i in range(rows)]  # each publishes: the last evicts the first
+    planes = continuation_planes(core.contract)
+    offloaded, launches, readmitted = {}, [], []
+    submit = executor.submit
+
+    def checked(plan):
+        launches.append(plan)
+        for copy in plan.page_copies:
+            if copy.continuation:  # the row's records before anything rewrites it
+                offloaded[copy.host_page] = {p: executor.buffers[c][copy.page].copy() for p, c in planes.items()}
+        due = [(copy.page, offloaded.pop(copy.host_page)) for copy in plan.page_copies
+               if copy.readmit and copy.host_page in offloaded]
+        submit(plan)
+        endpoint = len(first.prompt_token_ids) + first.max_tokens - 1
+        for page, records in due:
+            for plane, row in records.items():
+                assert executor.buffers[plane][page][:endpoint % T].tobytes() == row[:endpoint % T].tobytes()
+            readmitted.append(page)
+
+    executor.submit = checked
+    assert one_at_a_time(runtime, [first, *fillers, second])[-1] == expected
+    m, counters = runtime.metrics(), runtime.scheduler.counters
+    assert counters.continuations_offloaded >= 1 and counters.continuations_readmitted == 1 == len(readmitted)
+    assert m.continuation_hits == 1 and m.host_readmitted_pages >= 1
+    endpoint = len(first.prompt_token_ids) + first.max_tokens - 1
+    tail = launches[-(second.max_tokens + 2):]  # the second turn's rounds: no restore lane among them
+    assert not any(lane.restore_source >= 0 for plan in tail for lane in plan.lanes)
+    prefills = [lane for plan in launches if plan.operation in (C.OPERATION_PREFILL, C.OPERATION_MIXED)
+                for lane in plan.lanes]
+    assert prefills[-1].consumed == endpoint  # the second turn starts at the endpoint
