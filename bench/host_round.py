@@ -78,8 +78,12 @@ class StubDevice:
         self.seconds = 0.0  # time spent in the stub (excluded from the host figures)
         self.cpu_seconds = 0.0  # the same as the thread's CPU time
         self.transport_sequence = transport_sequence
+        # the per-lane fields a DECODE, PREFILL or INITIALIZATION round writes; the prompt-score
+        # fields (rows by packed position) are read only after SCORED_PREFILL rounds, which this bench
+        # never runs
+        scored = (M.COMPLETION_FIELD_PROMPT_SCORES, M.COMPLETION_FIELD_PROMPT_SCORE_IDS)
         self.fields = {field: executor.buffers[name].numpy().reshape(executor.buffers[name].shape[0], -1)
-                       for field, name in executor.completion.items()}
+                       for field, name in executor.completion.items() if field not in scored}
         self.M = M
         pack = executor._pack
 
@@ -181,18 +185,29 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dic
     max_tokens = model.contract.context_tokens - prompt - 1
     runtime.clock.restart()
     runtime._status = "ok"  # what start() sets; the bench drives the worker's steps in this thread
+    streams = []
     for i in range(lanes):
         ids = tuple((i * 31 + k * 7) % 250 for k in range(prompt))
         request = GenerationRequest(ids, max_tokens=max_tokens, sampling=SamplingParams(temperature=0.6, seed=i),
                                     ignore_eos=True)
-        runtime._enqueue(PreparedRequest(f"r{i}", request, observe_tokens=True), EventStream(f"r{i}", loop))
+        streams.append(EventStream(f"r{i}", loop))
+        runtime._enqueue(PreparedRequest(f"r{i}", request, observe_tokens=True), streams[-1])
 
     def drain() -> None:  # the serving loop reads the events (outside the timed rounds)
         loop.run_until_complete(asyncio.sleep(0))
 
+    def check() -> None:  # a failed request would leave the worker waiting for work forever
+        if runtime._failed or runtime._rejected:
+            drain()
+            events = [event for stream in streams for event in list(stream._queue._queue)
+                      if type(event).__name__ in ("Failed", "Rejected")]
+            raise SystemExit(f"{runtime._failed} requests failed and {runtime._rejected} were rejected "
+                             f"(first: {events[0] if events else '?'})")
+
     # Warm up: admission, initialization and prefill, until three rounds in a row were DECODE rounds.
     streak = 0
     for _ in range(20 * lanes):
+        check()
         before = dict(scheduler.counters.launches)
         runtime._step()
         drain()
@@ -208,6 +223,7 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int) -> dic
         decode_before = scheduler.counters.launches.get("decode", 0)
         total = 0.0
         for _ in range(count):
+            check()
             device, device_cpu = stub.seconds, stub.cpu_seconds
             start, cpu = time.perf_counter(), time.thread_time()
             runtime._step()

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.proto import contract_pb2
-from helios.runtime.costs import RoundCosts
+from helios.runtime.costs import RoundCosts, ServedCost
 
 C = contract_pb2
 
@@ -162,35 +162,144 @@ def best(candidates: Sequence[Candidate]) -> Candidate:
     return max(candidates, key=lambda c: (c.rate, not c.speculative, -c.width))
 
 
-class ProgramChoice:
-    """The cohort's next program from measured costs and observed acceptance (module docstring)."""
+class ServedCosts:
+    """Served rounds' wall time per graph (module docstring, "Costs from served rounds"), kept by both
+    runtimes' engines for every graph they serve, exported as metrics (`entries`) and read by the
+    program choice (`seconds`).
 
-    def __init__(self, catalog: GraphCatalog, costs: RoundCosts | None, *, lifetime: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.catalog = catalog
-        self.costs = costs
-        self.lifetime = lifetime
-        self.clock = clock
-        self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
-        self._seconds = costs.by_graph() if costs is not None else {}
+        served.completed(graph, started, now)    # a validated round formed at `started`, completed at `now`
+        served.failed(now)                       # a failed round: no cost, but the next interval starts here
+
+    A round's wall time is the interval from the previous completion, or from its own forming when
+    that came later (an idle worker's wait is no round's cost), to its completion."""
+
+    def __init__(self) -> None:
         self._observed: dict[str, tuple[int, float]] = {}  # graph -> (served rounds, moving average seconds)
+        self._last = 0.0  # the clock at the last completion (or failure)
 
     def observe(self, graph: str, seconds: float) -> None:
-        """A served round of `graph` cost `seconds` of wall time (see "Costs from served rounds")."""
+        """A served round of `graph` cost `seconds` of wall time; a non-positive interval (a frozen or
+        coarse clock) is no observation."""
         if not seconds > 0:
             return
         count, mean = self._observed.get(graph, (0, seconds))
         mean = seconds if count == 0 else mean + OBSERVED_WEIGHT * (seconds - mean)
         self._observed[graph] = (count + 1, mean)
 
+    def completed(self, graph: str, started: float, now: float) -> None:
+        """A validated round of `graph`, formed at clock `started`, completed at `now`."""
+        self.observe(graph, now - max(started, self._last))
+        self._last = now
+
+    def failed(self, now: float) -> None:
+        """A round failed at `now`: not a cost, but the next round's interval starts here."""
+        self._last = now
+
+    def rounds(self, graph: str) -> int:
+        """Served rounds of `graph` observed so far."""
+        return self._observed.get(graph, (0, 0.0))[0]
+
+    def seconds(self, graph: str) -> float | None:
+        """The moving average once `graph` has OBSERVED_ROUNDS served rounds, else None."""
+        count, mean = self._observed.get(graph, (0, 0.0))
+        return mean if count >= OBSERVED_ROUNDS else None
+
+    def entries(self, catalog: GraphCatalog) -> tuple[ServedCost, ...]:
+        """Every served graph's rounds and moving average (one round suffices), with its geometry from
+        `catalog`; graphs the catalog does not hold are left out."""
+        out = []
+        for graph, (count, mean) in sorted(self._observed.items()):
+            if not catalog.has_graph(graph):
+                continue
+            v = catalog.variant(graph)
+            width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
+            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, count, mean))
+        return tuple(out)
+
+
+@dataclass(slots=True)
+class ProposalSources:
+    """One request's acceptance of its copied proposals and of its learned draft's (history drafting;
+    `CopiedChoice`); None until a completed round judged one of that source."""
+
+    copied: AcceptanceEstimate | None = None
+    learned: AcceptanceEstimate | None = None
+
+
+class CopiedChoice:
+    """Copies or the learned draft, for an unconstrained lane whose history proposes a copied run (both
+    runtimes' engines; docs/speculative.md, "Copies or the draft").
+
+    The lane copies while its copied proposals' acceptance (posterior mean over the pool of every
+    lane's, as the program choice's acceptance) is at least its learned draft's; the draft's is
+    observed from the positions past a fully accepted copied run, or from rounds without one. Until
+    a copied proposal has been judged, copies are taken (however well the draft did in earlier
+    rounds without a copied run, copies are tried first); while they are skipped their pool ages
+    (`skipped`) toward the uniform prior, as plain choices age the program choice's. Every proposal is verified, so the choice
+    is lossless whichever way it goes."""
+
+    def __init__(self) -> None:
+        self.pooled_copied = AcceptanceEstimate()
+        self.pooled_learned = AcceptanceEstimate()
+        self.judged = False  # a completed round judged a copied proposal
+
+    def copies(self, sources: ProposalSources) -> bool:
+        """Whether the lane takes its copied run this round: always until a copied proposal was judged
+        (copies unknown), then by the means."""
+        if not self.judged:
+            return True
+        copied_prior, learned_prior = self.pooled_copied.mean(0.5), self.pooled_learned.mean(0.5)
+        copied = sources.copied.mean(copied_prior) if sources.copied is not None else copied_prior
+        learned = sources.learned.mean(learned_prior) if sources.learned is not None else learned_prior
+        return copied >= learned
+
+    def skipped(self) -> None:
+        """A copied run was left to the learned draft: nothing is observed of copies, their pool ages."""
+        self.pooled_copied.decay()
+
+    def observe(self, sources: ProposalSources, copied: int, copied_accepted: int, learned: int,
+                learned_accepted: int) -> None:
+        """A completed speculative lane: `copied` copied proposals judged and `copied_accepted` of them
+        kept, then `learned` learned-draft proposals offered (judged only where every copied one was
+        kept: verification stops at the first rejection) and `learned_accepted` kept."""
+        if copied > 0:
+            self.judged = True
+            if sources.copied is None:
+                sources.copied = AcceptanceEstimate()
+            sources.copied.observe(copied, copied_accepted)
+            self.pooled_copied.observe(copied, copied_accepted)
+        if learned > 0 and copied_accepted == copied:
+            if sources.learned is None:
+                sources.learned = AcceptanceEstimate()
+            sources.learned.observe(learned, learned_accepted)
+            self.pooled_learned.observe(learned, learned_accepted)
+
+
+class ProgramChoice:
+    """The cohort's next program from measured costs and observed acceptance (module docstring)."""
+
+    def __init__(self, catalog: GraphCatalog, costs: RoundCosts | None, *, lifetime: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, served: ServedCosts | None = None) -> None:
+        self.catalog = catalog
+        self.costs = costs
+        self.lifetime = lifetime
+        self.clock = clock
+        self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
+        self._seconds = costs.by_graph() if costs is not None else {}
+        self.served = served if served is not None else ServedCosts()
+
+    def observe(self, graph: str, seconds: float) -> None:
+        """A served round of `graph` cost `seconds` of wall time (`ServedCosts.observe`)."""
+        self.served.observe(graph, seconds)
+
     def seconds(self, graph: str) -> float | None:
         """A round of `graph`'s cost: its served rounds' moving average once there are OBSERVED_ROUNDS
         of them, else its table cost; None when the table has none (costs unknown)."""
         table = self._seconds.get(graph)
-        count, mean = self._observed.get(graph, (0, 0.0))
         if table is None:
             return None
-        return mean if count >= OBSERVED_ROUNDS else table
+        served = self.served.seconds(graph)
+        return table if served is None else served
 
     def usable(self) -> bool:
         """A cost table is known and not stale."""
@@ -239,5 +348,6 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
-           "expected_tokens"]
+__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "POOLED_DECAY", "PRIOR_WEIGHT",
+           "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
+           "expected_round_tokens", "expected_tokens"]

@@ -67,7 +67,7 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
-from helios.engine.program_choice import POOLED_DECAY, AcceptanceEstimate, ProgramChoice
+from helios.engine.program_choice import POOLED_DECAY, AcceptanceEstimate, CopiedChoice, ProgramChoice, ServedCosts
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
@@ -130,18 +130,17 @@ class Scheduler(RequestResidency):
         self._first_speculative = first
         # Adaptive choice (program_choice.py): the executor's measured round costs (None: unknown, so
         # the configured width runs) and the acceptance pooled over every completed speculative lane.
-        self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime)
-                       if config.adaptive_speculation else None)
-        self.pooled = AcceptanceEstimate()
-        # History drafting: copied proposals and the learned draft's, pooled (`_copies`).
-        self.pooled_copied = AcceptanceEstimate()
-        self.pooled_learned = AcceptanceEstimate()
-        # Served rounds' wall time for the choice (ProgramChoice.observe): when the schedule call that
-        # formed each outstanding round began, and when the last round completed.
+        # Served rounds' wall time of every graph (ServedCosts: the metrics' served costs, and the
+        # choice's refreshed ones): when the schedule call that formed each outstanding round began.
+        self.served = ServedCosts()
         self._clock = clock
         self._schedule_started = 0.0
         self._round_started: dict[int, float] = {}
-        self._last_completion = 0.0
+        self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime, served=self.served)
+                       if config.adaptive_speculation else None)
+        self.pooled = AcceptanceEstimate()
+        # History drafting: copies or the learned draft, from both sources' acceptance (CopiedChoice).
+        self.copied_choice = CopiedChoice()
         # positions a speculating lane's draft passes may reach past its frontier: the configured
         # width's, or under adaptive choice the most of any selected width's
         self._draft_passes = first.draft_passes if first is not None else 0
@@ -209,8 +208,7 @@ class Scheduler(RequestResidency):
 
     def schedule(self) -> RoundPlan | None:
         """The next round to submit, or None (nothing ready, or the frames are full)."""
-        if self.choice is not None:
-            self._schedule_started = self._clock()
+        self._schedule_started = self._clock()
         plan = self._schedule()
         if plan is None and self._snapshot_due and len(self._outstanding) < self.max_inflight():
             # forming this round preempted a request whose partial page must first be snapshotted
@@ -315,7 +313,7 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
-        now = self._clock() if self.choice is not None else 0.0  # the round's completion, read back
+        now = self._clock()  # the round's completion, read back
         speculative = plan.operation == C.OPERATION_SPECULATIVE
         check = self.catalog.variant(plan.graph).check if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
@@ -326,10 +324,8 @@ class Scheduler(RequestResidency):
             validate_prompt_scores(plan.graph, scores, sum(len(lane.tokens) for lane in plan.lanes),
                                    self.config.sampled_tokens)
         self._outstanding.popleft()
-        if self.choice is not None:  # a valid round's wall time, overlap included (program_choice.py)
-            started = self._round_started.pop(plan.sequence, now)
-            self.choice.observe(plan.graph, now - max(started, self._last_completion))
-            self._last_completion = now
+        # a valid round's wall time, overlap included (program_choice.py, ServedCosts)
+        self.served.completed(plan.graph, self._round_started.pop(plan.sequence, now), now)
         name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
         self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
         if plan.constrained_lanes:
@@ -359,8 +355,8 @@ class Scheduler(RequestResidency):
                     offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
                     self.counters.copied_offered += offered
                     self.counters.copied_accepted += accepted
-                    self._observe_sources(s, offered, accepted, r.offer - 1 - offered,
-                                          r.accepted_drafts - accepted if accepted == offered else 0)
+                    self.copied_choice.observe(s.sources, offered, accepted, r.offer - 1 - offered,
+                                               r.accepted_drafts - accepted if accepted == offered else 0)
             emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
@@ -492,8 +488,8 @@ class Scheduler(RequestResidency):
         if plan in self._outstanding:
             self._outstanding.remove(plan)
         self._cohorts.pop(plan.sequence, None)
-        if self.choice is not None and self._round_started.pop(plan.sequence, None) is not None:
-            self._last_completion = self._clock()  # a failed round is not a cost observation
+        if self._round_started.pop(plan.sequence, None) is not None:
+            self.served.failed(self._clock())  # a failed round is not a cost observation
         retired = self._partly_retired.pop(plan.sequence, 0)  # lanes `complete` retired before it failed
         failed = []
         for update in plan.page_table_updates:  # the device may not hold them: the slot's next round rewrites its row
@@ -620,9 +616,9 @@ class Scheduler(RequestResidency):
                 if s.history is None:
                     s.history = HistoryIndex()
                 proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
-                if proposal and s.request.grammar is None and not self._copies(s):
+                if proposal and s.request.grammar is None and not self.copied_choice.copies(s.sources):
                     proposal = ()  # its learned draft has done better than its copies: the draft proposes
-                    self.pooled_copied.decay()  # nothing is observed of copies meanwhile: the pool ages
+                    self.copied_choice.skipped()  # nothing is observed of copies meanwhile: the pool ages
                 if s.request.grammar is not None and first.grammar_masks:
                     # Only the copied run the grammar allows, each target row under its position's mask:
                     # the host knows no mask for a position past it, so the lane's limit stops there.
@@ -643,34 +639,6 @@ class Scheduler(RequestResidency):
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
         return self._submit(variant, cohort, limits, copied, masks)
-
-    def _observe_sources(self, s: SequenceState, copied: int, copied_accepted: int, learned: int,
-                         learned_accepted: int) -> None:
-        """A completed speculative lane under history drafting: `copied` copied proposals judged and
-        `copied_accepted` of them kept, then `learned` learned-draft proposals judged (none where a
-        copied one was rejected: verification stopped there) and `learned_accepted` kept."""
-        if copied > 0:
-            if s.copied_acceptance is None:
-                s.copied_acceptance = AcceptanceEstimate()
-            s.copied_acceptance.observe(copied, copied_accepted)
-            self.pooled_copied.observe(copied, copied_accepted)
-        if learned > 0 and copied_accepted == copied:
-            if s.learned_acceptance is None:
-                s.learned_acceptance = AcceptanceEstimate()
-            s.learned_acceptance.observe(learned, learned_accepted)
-            self.pooled_learned.observe(learned, learned_accepted)
-
-    def _copies(self, s: SequenceState) -> bool:
-        """An unconstrained lane with a copied run uses it: its copied proposals' acceptance (posterior
-        mean over the pooled prior, as the program choice's) is at least its learned draft's. Both
-        start from the uniform prior, so copies are tried first; a draft that predicts the model better
-        than the request's own history (short n-gram matches on text that does not repeat) keeps its
-        positions. The choice reads completed rounds only: every proposal is verified, so it is
-        lossless whichever way it goes."""
-        copied_prior, learned_prior = self.pooled_copied.mean(0.5), self.pooled_learned.mean(0.5)
-        copied = s.copied_acceptance.mean(copied_prior) if s.copied_acceptance is not None else copied_prior
-        learned = s.learned_acceptance.mean(learned_prior) if s.learned_acceptance is not None else learned_prior
-        return copied >= learned
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
@@ -702,8 +670,7 @@ class Scheduler(RequestResidency):
                 limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None,
                 masks: list[tuple[tuple[int, ...], ...] | None] | None = None) -> RoundPlan:
         self._sequence += 1
-        if self.choice is not None:
-            self._round_started[self._sequence] = self._schedule_started
+        self._round_started[self._sequence] = self._schedule_started
         lanes, updates, sequences = [], [], []
         constrained = 0
         operation = variant.operation

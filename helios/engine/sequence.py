@@ -13,11 +13,11 @@ still in flight is not known on the host yet: the lane carries `DEVICE_PENDING` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helios.engine.config import SchedulerRequest
 from helios.engine.page_cache import SequencePages
-from helios.engine.program_choice import AcceptanceEstimate
+from helios.engine.program_choice import AcceptanceEstimate, ProposalSources
 from helios.engine.snapshots import Snapshot
 from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.packing import LaneInput
@@ -60,8 +60,7 @@ class SequenceState:
     acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
     # history drafting: its copied proposals' acceptance and its learned draft's (the positions past
     # an accepted copied run, or lanes without one), which decide whether its next round copies
-    copied_acceptance: AcceptanceEstimate | None = None
-    learned_acceptance: AcceptanceEstimate | None = None
+    sources: ProposalSources = field(default_factory=ProposalSources)
     plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
     plain_stint: int = 0  # tokens of its last plain stint (0: it speculated since, or never chose plain)
     # Snapshots (snapshots.py). While preempted: its checkpoints and continuation row. While running: the
