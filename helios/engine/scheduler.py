@@ -79,7 +79,7 @@ from helios.engine.residency import (
 from helios.engine.sequence import SequenceState, build_lane, decode_lane, lane_fields, restoration_lane
 from helios.proto import contract_pb2
 from helios.runtime import completion
-from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
+from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, speculative_columns
 from helios.runtime.costs import RoundCosts
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.proposal_masks import constrained_proposal
@@ -334,30 +334,33 @@ class Scheduler(RequestResidency):
                 self.counters.mixed_grammar_decode_steps += 1
         if speculative:
             counters = self.counters
+            offers, kept, emitted, sampled_ids = speculative_columns(rows)  # read once, no Completion built
             counters.speculative_rounds += 1
-            counters.offered_drafts += sum(r.offer - 1 for r in rows)
-            counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
+            counters.offered_drafts += sum(offers) - len(offers)
+            counters.accepted_drafts += sum(kept)
             width = self.catalog.variant(plan.graph).width
             counters.rounds_by_width[width] = counters.rounds_by_width.get(width, 0) + 1
             offered_at, accepted_at = counters.offered_by_position, counters.accepted_by_position
-            for s, r in zip(self._cohorts[plan.sequence], rows, strict=True):
-                for k in range(1, r.offer):  # the lane's proposals 1..offer-1; the first accepted_drafts were kept
-                    offered_at[k] = offered_at.get(k, 0) + 1
-                    if k <= r.accepted_drafts:
+            pooled = self.pooled
+            for s, offer, accepted in zip(self._cohorts[plan.sequence], offers, kept, strict=True):
+                if offer > 1:  # the lane's proposals 1..offer-1; the first `accepted` were kept
+                    for k in range(1, offer):
+                        offered_at[k] = offered_at.get(k, 0) + 1
+                    for k in range(1, accepted + 1):
                         accepted_at[k] = accepted_at.get(k, 0) + 1
-                if r.offer > 1:  # a completed observation of the request's acceptance, and the pool's
+                    # a completed observation of the request's acceptance, and the pool's
                     if s.acceptance is None:
                         s.acceptance = AcceptanceEstimate()
-                    s.acceptance.observe(r.offer - 1, r.accepted_drafts)
-                    self.pooled.observe(r.offer - 1, r.accepted_drafts)
+                    s.acceptance.observe(offer - 1, accepted)
+                    pooled.observe(offer - 1, accepted)
             if self.config.history_drafting:
-                for s, lane, r in zip(self._cohorts[plan.sequence], plan.lanes, rows, strict=True):
-                    offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
-                    self.counters.copied_offered += offered
-                    self.counters.copied_accepted += accepted
-                    self.copied_choice.observe(s.sources, offered, accepted, r.offer - 1 - offered,
-                                               r.accepted_drafts - accepted if accepted == offered else 0)
-            emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
+                for s, lane, offer, accepted_drafts in zip(self._cohorts[plan.sequence], plan.lanes, offers, kept,
+                                                           strict=True):
+                    offered, accepted = copied_outcome(lane.copied, offer, accepted_drafts)
+                    counters.copied_offered += offered
+                    counters.copied_accepted += accepted
+                    self.copied_choice.observe(s.sources, offered, accepted, offer - 1 - offered,
+                                               accepted_drafts - accepted if accepted == offered else 0)
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
         else:
@@ -680,19 +683,19 @@ class Scheduler(RequestResidency):
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
         for s, chunk in cohort:
-            # a constrained speculative lane's masks are its per-position ones: its lane mask allows every token
-            lane_masks = masks[len(lanes)] if masks is not None else None
+            i = len(lanes)
+            # a SPECULATIVE lane's limit and copied proposals; a constrained one's masks are its
+            # per-position ones: its lane mask allows every token
+            limit = limits[i] if limits is not None else 0
+            proposal = copied[i] if copied is not None else ()
+            lane_masks = masks[i] if masks is not None else None
             if restoration:
                 lane = restoration_lane(s, eos_ids)
             elif chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
-                lane = decode_lane(s, device_pending)  # most lanes of most rounds
+                lane = decode_lane(s, device_pending, limit, proposal)  # most lanes of most rounds
             else:
-                lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None)
-            if limits is not None:
-                i = len(lanes)
-                lane = dataclasses.replace(lane, speculative_limit=limits[i],
-                                           copied=copied[i] if copied is not None else (),
-                                           candidate_masks=lane_masks)
+                lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None,
+                                  speculative_limit=limit, copied=proposal, candidate_masks=lane_masks)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):

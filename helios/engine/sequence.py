@@ -99,8 +99,10 @@ def lane_fields(s: SequenceState, default_eos_ids: tuple[int, ...]) -> tuple:
     return fields
 
 
-def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
-    """`build_lane` for one token of a request without a grammar whose lane fields are gathered."""
+def decode_lane(s: SequenceState, device_pending: bool, speculative_limit: int = 0,
+                copied: tuple[int, ...] = ()) -> LaneInput:
+    """`build_lane` for one token of a request without a grammar whose lane fields are gathered (a
+    SPECULATIVE lane: with its `speculative_limit` and `copied` proposals)."""
     fields = s.lane_fields
     known = s.known
     consumed = s.consumed + s.submitted
@@ -109,14 +111,17 @@ def decode_lane(s: SequenceState, device_pending: bool) -> LaneInput:
     pending = samples and total > len(fields[4]) and not (consumed < s.admitted_known and device_pending)
     return LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
                      (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
-                     0 if pending else 1, samples, s.pages.page_ids, *fields, None)  # type: ignore[union-attr, misc]
+                     0 if pending else 1, samples, s.pages.page_ids, *fields, None,  # type: ignore[union-attr, misc]
+                     speculative_limit, copied)
 
 
 def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
-               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True) -> LaneInput:
+               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True, speculative_limit: int = 0,
+               copied: tuple[int, ...] = (), candidate_masks: tuple[tuple[int, ...], ...] | None = None) -> LaneInput:
     """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round);
     `lane_mask` False: no GRAMMAR_MASK row even for a constrained request (a speculative lane whose
-    rows carry per-position masks instead)."""
+    rows carry per-position masks instead); a SPECULATIVE lane carries its `speculative_limit`, its
+    `copied` proposals and their `candidate_masks`."""
     assert s.pages is not None and s.slot is not None
     fields = lane_fields(s, default_eos_ids)
     if initialization:
@@ -133,7 +138,7 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
         ends_in_sample = samples and total > len(fields[4]) and not (end <= s.admitted_known and device_pending)
         prompt_in_round = chunk - 1 if ends_in_sample else chunk
     return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
-                     grammar_mask(s.request, samples) if lane_mask else None)
+                     grammar_mask(s.request, samples) if lane_mask else None, speculative_limit, copied, candidate_masks)
 
 
 def restoration_lane(s: SequenceState, default_eos_ids: tuple[int, ...]) -> LaneInput:
