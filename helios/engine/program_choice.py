@@ -2,8 +2,9 @@
 lanes ready to speculate run next, DECODE or SPECULATIVE of some width W, chosen from completed
 observations before that program generates proposals.
 
-    choice = ProgramChoice(catalog, costs, lifetime=None)
+    choice = ProgramChoice(catalog, costs, lifetime=None, served=ServedCosts())
     best = choice.choose(acceptances, rooms)      # a Candidate, or None: costs unknown or stale
+    copies = CopiedChoice().copies(sources)       # history drafting: copies or the learned draft
 
 Acceptance. Each request keeps an `AcceptanceEstimate` of a (the probability that its draft's next
 proposal is accepted, the same at every position): a completed speculative lane that was offered d
@@ -12,8 +13,10 @@ stops at the first). The estimate is the posterior mean (accepted + w * prior) /
 + w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
 lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
 what the draft has done so far and its own rounds take over after a few. While plain decoding is
-chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each 8 tokens of
-the plain stint chosen: the scheduler's PLAIN_TOKENS) back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
+chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each PLAIN_TOKENS
+tokens of the plain stint chosen, `plain_decay`: the scheduler's stints start at PLAIN_TOKENS, the
+sequential engine chooses again after each plain token) back toward the uniform prior: a draft
+judged poor on earlier requests is tried again on later ones
 once the evidence has aged, instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE
 observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
 expected: the lanes run the configured width (`explores`), as with unknown costs, and their
@@ -38,9 +41,10 @@ lanes' limits, and expected tokens grow with every row, so no lower limit raises
 Costs from served rounds. The table measured at load times each graph's replay on the device
 alone; a served round also costs the host's work for it (scheduling, packing, validation, delivery),
 and a speculative lane waits for its round's completion before its next one (no second frame), so
-its rounds overlap nothing while plain decoding's are pipelined. The scheduler therefore reports
-every completed round's wall time to `observe`: the time from the previous completion (or from the
-round's scheduling, after an idle worker) to its own, which in steady state is what the round cost
+its rounds overlap nothing while plain decoding's are pipelined. Both runtimes' engines therefore
+keep every completed round's wall time in `ServedCosts` (the choice's `served`, also exported as
+metrics): the time from the previous completion (or from the round's scheduling, after an idle
+worker) to its own, which in steady state is what the round cost
 the serving loop, overlap included (measured on an H200, the 10.6M demo pair at 128 requests: plain
 decode rounds took 5.5 ms of wall time and W2 rounds 7.5 ms; BENCHMARKS.md, issue #18). Once a graph
 has OBSERVED_ROUNDS observations its cost is their moving average (weight OBSERVED_WEIGHT for the
@@ -72,6 +76,7 @@ POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost
 OBSERVED_WEIGHT = 0.2  # the newest observation's weight in a graph's moving average
+PLAIN_TOKENS = 8  # tokens of plain stint that age the pooled counts by one POOLED_DECAY
 
 
 @dataclass(slots=True)
@@ -340,6 +345,23 @@ class ProgramChoice:
         width runs, to observe it."""
         return pooled.evidence < EXPLORATION_EVIDENCE
 
+    def decide(self, pooled: AcceptanceEstimate, estimates: Sequence[AcceptanceEstimate | None],
+               rooms: Sequence[int]) -> Candidate | None:
+        """The cohort's program from completed observations (both runtimes' engines): None while
+        acceptance is unknown (`explores`) or the costs are unknown or stale, where the configured
+        width runs (a fallback choice); else `choose` over each lane's posterior mean, a lane without
+        observations of its own (`estimates[i]` None) at the pooled mean."""
+        if self.explores(pooled):
+            return None
+        prior = pooled.mean(0.5)
+        return self.choose([e.mean(prior) if e is not None else prior for e in estimates], rooms)
+
+    @staticmethod
+    def plain_decay(tokens: float) -> float:
+        """The pooled counts' factor for a plain stint of `tokens` tokens chosen (nothing is observed
+        meanwhile): one POOLED_DECAY for each PLAIN_TOKENS."""
+        return POOLED_DECAY ** (tokens / PLAIN_TOKENS)
+
     def choose(self, acceptances: Sequence[float], rooms: Sequence[int]) -> Candidate | None:
         """The best candidate (`best`), or None when the costs are unknown or stale."""
         if not self.usable():
@@ -348,6 +370,6 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "POOLED_DECAY", "PRIOR_WEIGHT",
+__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
            "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
            "expected_round_tokens", "expected_tokens"]

@@ -67,7 +67,7 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
-from helios.engine.program_choice import POOLED_DECAY, AcceptanceEstimate, CopiedChoice, ProgramChoice, ServedCosts
+from helios.engine.program_choice import PLAIN_TOKENS, AcceptanceEstimate, CopiedChoice, ProgramChoice, ServedCosts
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
@@ -91,8 +91,7 @@ C = contract_pb2
 # plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding, so
 # each new choice costs the lane its place in the second frame for a round). The stint doubles at
 # each consecutive plain choice of the lane, up to PLAIN_TOKENS_MAX, and starts again at
-# PLAIN_TOKENS once the lane speculates: a draft that keeps losing costs few choices.
-PLAIN_TOKENS = 8
+# PLAIN_TOKENS (program_choice.py) once the lane speculates: a draft that keeps losing costs few choices.
 PLAIN_TOKENS_MAX = 128
 
 __all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
@@ -242,9 +241,9 @@ class Scheduler(RequestResidency):
                     restoring.append(s)
                 continue
             remaining = len(s.known) + s.unknown - s.consumed - s.submitted
-            if remaining < 1 or (s.in_flight and not (self._second_frame_ready(s, second_frame)
+            if remaining < 1 or (s.in_flight and not (second_frame and self._second_frame_ready(s, second_frame)
                                                        and not self._would_speculate(s))):
-                continue
+                continue  # (a lane in flight joins only a second frame: most rounds none is open)
             if s.request.prompt_logprobs is not None and self._owes_scores(s):
                 scored.append(s)  # its prompt still has positions to score: SCORED_PREFILL rounds only
                 continue
@@ -562,14 +561,10 @@ class Scheduler(RequestResidency):
         width = self.config.speculative_width
         if self.choice is None:
             return width
-        if self.choice.explores(self.pooled):  # acceptance unknown: the configured width observes it
-            self.counters.fallback_choices += 1
-            return width
-        prior = self.pooled.mean(0.5)
-        acceptances = [s.acceptance.mean(prior) if s.acceptance is not None else prior for s in order]
         rooms = [min(s.request.generation.max_tokens - s.sampled - s.unknown,
                      self.config.context_tokens - s.frontier - 1) for s in order]
-        chosen = self.choice.choose(acceptances, rooms)
+        # None: acceptance unknown (the configured width observes it), or costs unknown or stale
+        chosen = self.choice.decide(self.pooled, [s.acceptance for s in order], rooms)
         if chosen is None:
             self.counters.fallback_choices += 1
             return width
@@ -583,7 +578,7 @@ class Scheduler(RequestResidency):
             # Nothing is observed meanwhile: the pooled evidence ages, by one POOLED_DECAY for each
             # PLAIN_TOKENS of the cohort's mean stint (what a choice every PLAIN_TOKENS would age it).
             stint = sum(s.plain_stint for s in order) / len(order)
-            self.pooled.decay(POOLED_DECAY ** (stint / PLAIN_TOKENS))
+            self.pooled.decay(self.choice.plain_decay(stint))
             return 0
         for s in order:
             s.plain_stint = 0

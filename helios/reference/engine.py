@@ -237,15 +237,17 @@ class ReferenceEngine:
         width's while costs or acceptance are unknown)."""
         if self.choice is None:
             return self._speculative_graph
-        # acceptance unknown, or costs unknown or stale: the configured width
-        chosen = None if self.choice.explores(self.pooled) else self.choice.choose(
-            [acceptance.mean(self.pooled.mean(0.5))], [room])
+        # the batching scheduler's decision (ProgramChoice.decide); None: acceptance unknown, or costs
+        # unknown or stale, so the configured width runs
+        chosen = self.choice.decide(self.pooled, [acceptance], [room])
         if chosen is None:
             self.speculative_counts["fallback_choices"] += 1
             return self._speculative_graph
         if not chosen.speculative:
             self.speculative_counts["plain_choices"] += 1
-            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
+            # a one-token stint (it chooses again after this token): nothing is observed meanwhile, the
+            # pooled evidence ages as the scheduler's does for each token of a stint
+            self.pooled.decay(self.choice.plain_decay(1))
             return None
         return self._one_lane[chosen.width]
 
