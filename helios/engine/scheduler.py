@@ -677,13 +677,16 @@ class Scheduler(RequestResidency):
         delta = self.uploads.delta if variant.page_table else None  # a graph without a page table uploads none
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
+        speculative = limits is not None
+        limit, proposal, lane_masks = 0, (), None  # what a lane of any other round carries
         for s, chunk in cohort:
-            i = len(lanes)
-            # a SPECULATIVE lane's limit and copied proposals; a constrained one's masks are its
-            # per-position ones: its lane mask allows every token
-            limit = limits[i] if limits is not None else 0
-            proposal = copied[i] if copied is not None else ()
-            lane_masks = masks[i] if masks is not None else None
+            if speculative:
+                # a SPECULATIVE lane's limit and copied proposals; a constrained one's masks are its
+                # per-position ones: its lane mask allows every token
+                i = len(lanes)
+                limit = limits[i]  # type: ignore[index]
+                proposal = copied[i] if copied is not None else ()
+                lane_masks = masks[i] if masks is not None else None
             if restoration:
                 lane = restoration_lane(s, eos_ids)
             elif chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None:
