@@ -53,7 +53,9 @@ Per-lane cost (bench/host_round.py). A round's lanes are built and retired in on
 request's lanes carry unchanged (seed, sampling, output limit, EOS ids, prompt) is gathered once, a
 decode lane is built by the short `decode_lane` (sequence.py), the page table is asked for a delta
 only when the request's page count changed, the plan's requests are kept for retirement (no lookups by id), and the sampled tokens come
-back as `RoundOutcomes` columns rather than an object per token.
+back as `RoundOutcomes` columns rather than an object per token. A SPECULATIVE round's lanes are built
+with their limits and copied proposals, and its rows' offers, accepts and ids are read as columns
+(`speculative_columns`), validated by array comparisons first (`bench/host_round.py --speculative W`).
 """
 
 from __future__ import annotations
