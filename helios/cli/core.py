@@ -136,6 +136,11 @@ def register(subparsers) -> None:
                          help="share of the GPU's memory Helios may hold, weights, graphs and cache together "
                               "(default 0.9)")
     runtime.add_argument("--pages", type=int, metavar="N", help="cache pages (default: sized from memory)")
+    runtime.add_argument("--served-rounds", type=int, default=0, metavar="N",
+                         help="also serve N rounds of each DECODE and SPECULATIVE graph through the batching "
+                              "scheduler (synthetic greedy requests, as many as the graph has lanes) and print "
+                              "their wall time, host work included, beside the measured table: what the "
+                              "adaptive choice's served costs start from (default 0: not served)")
     inspect.set_defaults(func=_inspect)
 
 
@@ -339,6 +344,8 @@ def _runtime_refusal(args) -> str | None:
         return "--runtime loads the core, which needs --accept NAMESPACE and --trust PUBKEY"
     if args.max_concurrency is not None and args.max_concurrency < 1:
         return "--max-concurrency must be at least 1"
+    if args.served_rounds < 0:
+        return "--served-rounds must be at least 0"
     return None
 
 
@@ -357,7 +364,7 @@ def _runtime_report(args) -> dict:
         model = load_native_model(core, max_concurrency=args.max_concurrency, device=args.device,
                                   pages=args.pages, gpu_memory_fraction=args.gpu_memory_fraction,
                                   speculative_width=max(widths) if widths else None, measure_costs=True)
-        return runtime_report(model)
+        return runtime_report(model, _served(args, model))
 
 
 def _ranks_report(args, core) -> dict:
@@ -372,6 +379,16 @@ def _ranks_report(args, core) -> dict:
                            speculative_width=None, history_drafting=False, measure_costs=True,
                            gpu_memory_fraction=args.gpu_memory_fraction)
     try:
-        return runtime_report(model)
+        return runtime_report(model, _served(args, model))
     finally:
         model.executor.close()
+
+
+def _served(args, model) -> tuple:
+    """`--served-rounds N`: each DECODE and SPECULATIVE graph's served rounds (helios/engine/served_probe.py)."""
+    if not args.served_rounds:
+        return ()
+    from helios.engine.served_probe import probe_served_costs
+
+    return probe_served_costs(model.executor, model.contract, pages=model.pages, rounds=args.served_rounds,
+                              graph_names=model.graphs)

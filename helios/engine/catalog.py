@@ -108,6 +108,10 @@ class GraphCatalog:
         """The variant of graph `name`."""
         return self._by_name[name]
 
+    def has_graph(self, name: str) -> bool:
+        """Whether graph `name` is selected."""
+        return name in self._by_name
+
     def speculative(self, width: int, *, lanes: int) -> GraphVariant | None:
         """The SPECULATIVE variant of `width` with the fewest lanes holding `lanes` (None: none)."""
         fitting = [v for v in self._by_operation.get(C.OPERATION_SPECULATIVE, ())

@@ -2,8 +2,9 @@
 lanes ready to speculate run next, DECODE or SPECULATIVE of some width W, chosen from completed
 observations before that program generates proposals.
 
-    choice = ProgramChoice(catalog, costs, lifetime=None)
+    choice = ProgramChoice(catalog, costs, lifetime=None, served=ServedCosts())
     best = choice.choose(acceptances, rooms)      # a Candidate, or None: costs unknown or stale
+    copies = CopiedChoice().copies(sources)       # history drafting: copies or the learned draft
 
 Acceptance. Each request keeps an `AcceptanceEstimate` of a (the probability that its draft's next
 proposal is accepted, the same at every position): a completed speculative lane that was offered d
@@ -12,8 +13,10 @@ stops at the first). The estimate is the posterior mean (accepted + w * prior) /
 + w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
 lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
 what the draft has done so far and its own rounds take over after a few. While plain decoding is
-chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each 8 tokens of
-the plain stint chosen: the scheduler's PLAIN_TOKENS) back toward the uniform prior: a draft judged poor on earlier requests is tried again on later ones
+chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each PLAIN_TOKENS
+tokens of the plain stint chosen, `plain_decay`: the scheduler's stints start at PLAIN_TOKENS, the
+sequential engine chooses again after each plain token) back toward the uniform prior: a draft
+judged poor on earlier requests is tried again on later ones
 once the evidence has aged, instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE
 observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
 expected: the lanes run the configured width (`explores`), as with unknown costs, and their
@@ -38,9 +41,10 @@ lanes' limits, and expected tokens grow with every row, so no lower limit raises
 Costs from served rounds. The table measured at load times each graph's replay on the device
 alone; a served round also costs the host's work for it (scheduling, packing, validation, delivery),
 and a speculative lane waits for its round's completion before its next one (no second frame), so
-its rounds overlap nothing while plain decoding's are pipelined. The scheduler therefore reports
-every completed round's wall time to `observe`: the time from the previous completion (or from the
-round's scheduling, after an idle worker) to its own, which in steady state is what the round cost
+its rounds overlap nothing while plain decoding's are pipelined. Both runtimes' engines therefore
+keep every completed round's wall time in `ServedCosts` (the choice's `served`, also exported as
+metrics): the time from the previous completion (or from the round's scheduling, after an idle
+worker) to its own, which in steady state is what the round cost
 the serving loop, overlap included (measured on an H200, the 10.6M demo pair at 128 requests: plain
 decode rounds took 5.5 ms of wall time and W2 rounds 7.5 ms; BENCHMARKS.md, issue #18). Once a graph
 has OBSERVED_ROUNDS observations its cost is their moving average (weight OBSERVED_WEIGHT for the
@@ -63,7 +67,7 @@ from dataclasses import dataclass
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.proto import contract_pb2
-from helios.runtime.costs import RoundCosts
+from helios.runtime.costs import RoundCosts, ServedCost
 
 C = contract_pb2
 
@@ -72,6 +76,7 @@ POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost
 OBSERVED_WEIGHT = 0.2  # the newest observation's weight in a graph's moving average
+PLAIN_TOKENS = 8  # tokens of plain stint that age the pooled counts by one POOLED_DECAY
 
 
 @dataclass(slots=True)
@@ -162,35 +167,144 @@ def best(candidates: Sequence[Candidate]) -> Candidate:
     return max(candidates, key=lambda c: (c.rate, not c.speculative, -c.width))
 
 
-class ProgramChoice:
-    """The cohort's next program from measured costs and observed acceptance (module docstring)."""
+class ServedCosts:
+    """Served rounds' wall time per graph (module docstring, "Costs from served rounds"), kept by both
+    runtimes' engines for every graph they serve, exported as metrics (`entries`) and read by the
+    program choice (`seconds`).
 
-    def __init__(self, catalog: GraphCatalog, costs: RoundCosts | None, *, lifetime: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.catalog = catalog
-        self.costs = costs
-        self.lifetime = lifetime
-        self.clock = clock
-        self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
-        self._seconds = costs.by_graph() if costs is not None else {}
+        served.completed(graph, started, now)    # a validated round formed at `started`, completed at `now`
+        served.failed(now)                       # a failed round: no cost, but the next interval starts here
+
+    A round's wall time is the interval from the previous completion, or from its own forming when
+    that came later (an idle worker's wait is no round's cost), to its completion."""
+
+    def __init__(self) -> None:
         self._observed: dict[str, tuple[int, float]] = {}  # graph -> (served rounds, moving average seconds)
+        self._last = 0.0  # the clock at the last completion (or failure)
 
     def observe(self, graph: str, seconds: float) -> None:
-        """A served round of `graph` cost `seconds` of wall time (see "Costs from served rounds")."""
+        """A served round of `graph` cost `seconds` of wall time; a non-positive interval (a frozen or
+        coarse clock) is no observation."""
         if not seconds > 0:
             return
         count, mean = self._observed.get(graph, (0, seconds))
         mean = seconds if count == 0 else mean + OBSERVED_WEIGHT * (seconds - mean)
         self._observed[graph] = (count + 1, mean)
 
+    def completed(self, graph: str, started: float, now: float) -> None:
+        """A validated round of `graph`, formed at clock `started`, completed at `now`."""
+        self.observe(graph, now - max(started, self._last))
+        self._last = now
+
+    def failed(self, now: float) -> None:
+        """A round failed at `now`: not a cost, but the next round's interval starts here."""
+        self._last = now
+
+    def rounds(self, graph: str) -> int:
+        """Served rounds of `graph` observed so far."""
+        return self._observed.get(graph, (0, 0.0))[0]
+
+    def seconds(self, graph: str) -> float | None:
+        """The moving average once `graph` has OBSERVED_ROUNDS served rounds, else None."""
+        count, mean = self._observed.get(graph, (0, 0.0))
+        return mean if count >= OBSERVED_ROUNDS else None
+
+    def entries(self, catalog: GraphCatalog) -> tuple[ServedCost, ...]:
+        """Every served graph's rounds and moving average (one round suffices), with its geometry from
+        `catalog`; graphs the catalog does not hold are left out."""
+        out = []
+        for graph, (count, mean) in sorted(self._observed.items()):
+            if not catalog.has_graph(graph):
+                continue
+            v = catalog.variant(graph)
+            width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
+            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, count, mean))
+        return tuple(out)
+
+
+@dataclass(slots=True)
+class ProposalSources:
+    """One request's acceptance of its copied proposals and of its learned draft's (history drafting;
+    `CopiedChoice`); None until a completed round judged one of that source."""
+
+    copied: AcceptanceEstimate | None = None
+    learned: AcceptanceEstimate | None = None
+
+
+class CopiedChoice:
+    """Copies or the learned draft, for an unconstrained lane whose history proposes a copied run (both
+    runtimes' engines; docs/speculative.md, "Copies or the draft").
+
+    The lane copies while its copied proposals' acceptance (posterior mean over the pool of every
+    lane's, as the program choice's acceptance) is at least its learned draft's; the draft's is
+    observed from the positions past a fully accepted copied run, or from rounds without one. Until
+    a copied proposal has been judged, copies are taken (however well the draft did in earlier
+    rounds without a copied run, copies are tried first); while they are skipped their pool ages
+    (`skipped`) toward the uniform prior, as plain choices age the program choice's. Every proposal is verified, so the choice
+    is lossless whichever way it goes."""
+
+    def __init__(self) -> None:
+        self.pooled_copied = AcceptanceEstimate()
+        self.pooled_learned = AcceptanceEstimate()
+        self.judged = False  # a completed round judged a copied proposal
+
+    def copies(self, sources: ProposalSources) -> bool:
+        """Whether the lane takes its copied run this round: always until a copied proposal was judged
+        (copies unknown), then by the means."""
+        if not self.judged:
+            return True
+        copied_prior, learned_prior = self.pooled_copied.mean(0.5), self.pooled_learned.mean(0.5)
+        copied = sources.copied.mean(copied_prior) if sources.copied is not None else copied_prior
+        learned = sources.learned.mean(learned_prior) if sources.learned is not None else learned_prior
+        return copied >= learned
+
+    def skipped(self) -> None:
+        """A copied run was left to the learned draft: nothing is observed of copies, their pool ages."""
+        self.pooled_copied.decay()
+
+    def observe(self, sources: ProposalSources, copied: int, copied_accepted: int, learned: int,
+                learned_accepted: int) -> None:
+        """A completed speculative lane: `copied` copied proposals judged and `copied_accepted` of them
+        kept, then `learned` learned-draft proposals offered (judged only where every copied one was
+        kept: verification stops at the first rejection) and `learned_accepted` kept."""
+        if copied > 0:
+            self.judged = True
+            if sources.copied is None:
+                sources.copied = AcceptanceEstimate()
+            sources.copied.observe(copied, copied_accepted)
+            self.pooled_copied.observe(copied, copied_accepted)
+        if learned > 0 and copied_accepted == copied:
+            if sources.learned is None:
+                sources.learned = AcceptanceEstimate()
+            sources.learned.observe(learned, learned_accepted)
+            self.pooled_learned.observe(learned, learned_accepted)
+
+
+class ProgramChoice:
+    """The cohort's next program from measured costs and observed acceptance (module docstring)."""
+
+    def __init__(self, catalog: GraphCatalog, costs: RoundCosts | None, *, lifetime: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, served: ServedCosts | None = None) -> None:
+        self.catalog = catalog
+        self.costs = costs
+        self.lifetime = lifetime
+        self.clock = clock
+        self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
+        self._seconds = costs.by_graph() if costs is not None else {}
+        self.served = served if served is not None else ServedCosts()
+
+    def observe(self, graph: str, seconds: float) -> None:
+        """A served round of `graph` cost `seconds` of wall time (`ServedCosts.observe`)."""
+        self.served.observe(graph, seconds)
+
     def seconds(self, graph: str) -> float | None:
         """A round of `graph`'s cost: its served rounds' moving average once there are OBSERVED_ROUNDS
         of them, else its table cost; None when the table has none (costs unknown)."""
         table = self._seconds.get(graph)
-        count, mean = self._observed.get(graph, (0, 0.0))
         if table is None:
             return None
-        return mean if count >= OBSERVED_ROUNDS else table
+        served = self.served.seconds(graph)
+        return table if served is None else served
 
     def usable(self) -> bool:
         """A cost table is known and not stale."""
@@ -231,6 +345,23 @@ class ProgramChoice:
         width runs, to observe it."""
         return pooled.evidence < EXPLORATION_EVIDENCE
 
+    def decide(self, pooled: AcceptanceEstimate, estimates: Sequence[AcceptanceEstimate | None],
+               rooms: Sequence[int]) -> Candidate | None:
+        """The cohort's program from completed observations (both runtimes' engines): None while
+        acceptance is unknown (`explores`) or the costs are unknown or stale, where the configured
+        width runs (a fallback choice); else `choose` over each lane's posterior mean, a lane without
+        observations of its own (`estimates[i]` None) at the pooled mean."""
+        if self.explores(pooled):
+            return None
+        prior = pooled.mean(0.5)
+        return self.choose([e.mean(prior) if e is not None else prior for e in estimates], rooms)
+
+    @staticmethod
+    def plain_decay(tokens: float) -> float:
+        """The pooled counts' factor for a plain stint of `tokens` tokens chosen (nothing is observed
+        meanwhile): one POOLED_DECAY for each PLAIN_TOKENS."""
+        return POOLED_DECAY ** (tokens / PLAIN_TOKENS)
+
     def choose(self, acceptances: Sequence[float], rooms: Sequence[int]) -> Candidate | None:
         """The best candidate (`best`), or None when the costs are unknown or stale."""
         if not self.usable():
@@ -239,5 +370,6 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "POOLED_DECAY", "PRIOR_WEIGHT", "AcceptanceEstimate", "Candidate", "ProgramChoice", "best", "expected_round_tokens",
-           "expected_tokens"]
+__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
+           "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
+           "expected_round_tokens", "expected_tokens"]

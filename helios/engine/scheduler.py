@@ -58,7 +58,9 @@ Per-lane cost (bench/host_round.py). A round's lanes are built and retired in on
 request's lanes carry unchanged (seed, sampling, output limit, EOS ids, prompt) is gathered once, a
 decode lane is built by the short `decode_lane` (sequence.py), the page table is asked for a delta
 only when the request's page count changed, the plan's requests are kept for retirement (no lookups by id), and the sampled tokens come
-back as `RoundOutcomes` columns rather than an object per token.
+back as `RoundOutcomes` columns rather than an object per token. A SPECULATIVE round's lanes are built
+with their limits and copied proposals, and its rows' offers, accepts and ids are read as columns
+(`speculative_columns`), validated by array comparisons first (`bench/host_round.py --speculative W`).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
-from helios.engine.program_choice import POOLED_DECAY, AcceptanceEstimate, ProgramChoice
+from helios.engine.program_choice import PLAIN_TOKENS, AcceptanceEstimate, CopiedChoice, ProgramChoice, ServedCosts
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,
@@ -91,7 +93,7 @@ from helios.engine.sequence import (
 )
 from helios.proto import contract_pb2
 from helios.runtime import completion
-from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated
+from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, speculative_columns
 from helios.runtime.costs import RoundCosts
 from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.proposal_masks import constrained_proposal
@@ -103,8 +105,7 @@ C = contract_pb2
 # plain decoding, before it is chosen for again (a choice needs none of its rounds outstanding, so
 # each new choice costs the lane its place in the second frame for a round). The stint doubles at
 # each consecutive plain choice of the lane, up to PLAIN_TOKENS_MAX, and starts again at
-# PLAIN_TOKENS once the lane speculates: a draft that keeps losing costs few choices.
-PLAIN_TOKENS = 8
+# PLAIN_TOKENS (program_choice.py) once the lane speculates: a draft that keeps losing costs few choices.
 PLAIN_TOKENS_MAX = 128
 
 __all__ = ["DuplicateRequest", "QueueFull", "RequestResidency", "Residency", "Scheduler", "SchedulerCounters",
@@ -142,18 +143,17 @@ class Scheduler(RequestResidency):
         self._first_speculative = first
         # Adaptive choice (program_choice.py): the executor's measured round costs (None: unknown, so
         # the configured width runs) and the acceptance pooled over every completed speculative lane.
-        self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime)
-                       if config.adaptive_speculation else None)
-        self.pooled = AcceptanceEstimate()
-        # History drafting: copied proposals and the learned draft's, pooled (`_copies`).
-        self.pooled_copied = AcceptanceEstimate()
-        self.pooled_learned = AcceptanceEstimate()
-        # Served rounds' wall time for the choice (ProgramChoice.observe): when the schedule call that
-        # formed each outstanding round began, and when the last round completed.
+        # Served rounds' wall time of every graph (ServedCosts: the metrics' served costs, and the
+        # choice's refreshed ones): when the schedule call that formed each outstanding round began.
+        self.served = ServedCosts()
         self._clock = clock
         self._schedule_started = 0.0
         self._round_started: dict[int, float] = {}
-        self._last_completion = 0.0
+        self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime, served=self.served)
+                       if config.adaptive_speculation else None)
+        self.pooled = AcceptanceEstimate()
+        # History drafting: copies or the learned draft, from both sources' acceptance (CopiedChoice).
+        self.copied_choice = CopiedChoice()
         # positions a speculating lane's draft passes may reach past its frontier: the configured
         # width's, or under adaptive choice the most of any selected width's
         self._draft_passes = first.draft_passes if first is not None else 0
@@ -221,8 +221,7 @@ class Scheduler(RequestResidency):
 
     def schedule(self) -> RoundPlan | None:
         """The next round to submit, or None (nothing ready, or the frames are full)."""
-        if self.choice is not None:
-            self._schedule_started = self._clock()
+        self._schedule_started = self._clock()
         plan = self._schedule()
         if plan is None and self._snapshot_due and len(self._outstanding) < self.max_inflight():
             # forming this round preempted a request whose partial page must first be snapshotted
@@ -256,9 +255,9 @@ class Scheduler(RequestResidency):
                     restoring.append(s)
                 continue
             remaining = len(s.known) + s.unknown - s.consumed - s.submitted
-            if remaining < 1 or (s.in_flight and not (self._second_frame_ready(s, second_frame)
+            if remaining < 1 or (s.in_flight and not (second_frame and self._second_frame_ready(s, second_frame)
                                                        and not self._would_speculate(s))):
-                continue
+                continue  # (a lane in flight joins only a second frame: most rounds none is open)
             if s.request.prompt_logprobs is not None and self._owes_scores(s):
                 scored.append(s)  # its prompt still has positions to score: SCORED_PREFILL rounds only
                 continue
@@ -340,7 +339,7 @@ class Scheduler(RequestResidency):
             oldest = self._outstanding[0].sequence if self._outstanding else None
             raise SubmissionOrderViolated(f"graph {plan.graph}: round {plan.sequence} completed while round "
                                           f"{oldest} is the oldest outstanding")
-        now = self._clock() if self.choice is not None else 0.0  # the round's completion, read back
+        now = self._clock()  # the round's completion, read back
         speculative = plan.operation == C.OPERATION_SPECULATIVE
         check = self.catalog.variant(plan.graph).check if speculative else None
         completion.validate_round(plan.graph, plan.lanes, rows, sequence=plan.sequence,
@@ -351,10 +350,8 @@ class Scheduler(RequestResidency):
             validate_prompt_scores(plan.graph, scores, sum(len(lane.tokens) for lane in plan.lanes),
                                    self.config.sampled_tokens)
         self._outstanding.popleft()
-        if self.choice is not None:  # a valid round's wall time, overlap included (program_choice.py)
-            started = self._round_started.pop(plan.sequence, now)
-            self.choice.observe(plan.graph, now - max(started, self._last_completion))
-            self._last_completion = now
+        # a valid round's wall time, overlap included (program_choice.py, ServedCosts)
+        self.served.completed(plan.graph, self._round_started.pop(plan.sequence, now), now)
         name = C.Operation.Name(plan.operation).removeprefix("OPERATION_").lower()
         self.counters.launches[name] = self.counters.launches.get(name, 0) + 1
         if plan.constrained_lanes:
@@ -363,30 +360,33 @@ class Scheduler(RequestResidency):
                 self.counters.mixed_grammar_decode_steps += 1
         if speculative:
             counters = self.counters
+            offers, kept, emitted, sampled_ids = speculative_columns(rows)  # read once, no Completion built
             counters.speculative_rounds += 1
-            counters.offered_drafts += sum(r.offer - 1 for r in rows)
-            counters.accepted_drafts += sum(r.accepted_drafts for r in rows)
+            counters.offered_drafts += sum(offers) - len(offers)
+            counters.accepted_drafts += sum(kept)
             width = self.catalog.variant(plan.graph).width
             counters.rounds_by_width[width] = counters.rounds_by_width.get(width, 0) + 1
             offered_at, accepted_at = counters.offered_by_position, counters.accepted_by_position
-            for s, r in zip(self._cohorts[plan.sequence], rows, strict=True):
-                for k in range(1, r.offer):  # the lane's proposals 1..offer-1; the first accepted_drafts were kept
-                    offered_at[k] = offered_at.get(k, 0) + 1
-                    if k <= r.accepted_drafts:
+            pooled = self.pooled
+            for s, offer, accepted in zip(self._cohorts[plan.sequence], offers, kept, strict=True):
+                if offer > 1:  # the lane's proposals 1..offer-1; the first `accepted` were kept
+                    for k in range(1, offer):
+                        offered_at[k] = offered_at.get(k, 0) + 1
+                    for k in range(1, accepted + 1):
                         accepted_at[k] = accepted_at.get(k, 0) + 1
-                if r.offer > 1:  # a completed observation of the request's acceptance, and the pool's
+                    # a completed observation of the request's acceptance, and the pool's
                     if s.acceptance is None:
                         s.acceptance = AcceptanceEstimate()
-                    s.acceptance.observe(r.offer - 1, r.accepted_drafts)
-                    self.pooled.observe(r.offer - 1, r.accepted_drafts)
+                    s.acceptance.observe(offer - 1, accepted)
+                    pooled.observe(offer - 1, accepted)
             if self.config.history_drafting:
-                for s, lane, r in zip(self._cohorts[plan.sequence], plan.lanes, rows, strict=True):
-                    offered, accepted = copied_outcome(lane.copied, r.offer, r.accepted_drafts)
-                    self.counters.copied_offered += offered
-                    self.counters.copied_accepted += accepted
-                    self._observe_sources(s, offered, accepted, r.offer - 1 - offered,
-                                          r.accepted_drafts - accepted if accepted == offered else 0)
-            emitted, sampled_ids = [r.emitted for r in rows], [r.tokens() for r in rows]
+                for s, lane, offer, accepted_drafts in zip(self._cohorts[plan.sequence], plan.lanes, offers, kept,
+                                                           strict=True):
+                    offered, accepted = copied_outcome(lane.copied, offer, accepted_drafts)
+                    counters.copied_offered += offered
+                    counters.copied_accepted += accepted
+                    self.copied_choice.observe(s.sources, offered, accepted, offer - 1 - offered,
+                                               accepted_drafts - accepted if accepted == offered else 0)
         elif isinstance(rows, CompletionRows):  # columns: no Completion is built
             emitted, sampled_ids = rows.values("emitted"), rows.values("sampled_id")
         else:
@@ -517,8 +517,8 @@ class Scheduler(RequestResidency):
         if plan in self._outstanding:
             self._outstanding.remove(plan)
         self._cohorts.pop(plan.sequence, None)
-        if self.choice is not None and self._round_started.pop(plan.sequence, None) is not None:
-            self._last_completion = self._clock()  # a failed round is not a cost observation
+        if self._round_started.pop(plan.sequence, None) is not None:
+            self.served.failed(self._clock())  # a failed round is not a cost observation
         retired = self._partly_retired.pop(plan.sequence, 0)  # lanes `complete` retired before it failed
         failed = []
         for update in plan.page_table_updates:  # the device may not hold them: the slot's next round rewrites its row
@@ -589,14 +589,10 @@ class Scheduler(RequestResidency):
         width = self.config.speculative_width
         if self.choice is None:
             return width
-        if self.choice.explores(self.pooled):  # acceptance unknown: the configured width observes it
-            self.counters.fallback_choices += 1
-            return width
-        prior = self.pooled.mean(0.5)
-        acceptances = [s.acceptance.mean(prior) if s.acceptance is not None else prior for s in order]
         rooms = [min(s.request.generation.max_tokens - s.sampled - s.unknown,
                      self.config.context_tokens - s.frontier - 1) for s in order]
-        chosen = self.choice.choose(acceptances, rooms)
+        # None: acceptance unknown (the configured width observes it), or costs unknown or stale
+        chosen = self.choice.decide(self.pooled, [s.acceptance for s in order], rooms)
         if chosen is None:
             self.counters.fallback_choices += 1
             return width
@@ -610,7 +606,7 @@ class Scheduler(RequestResidency):
             # Nothing is observed meanwhile: the pooled evidence ages, by one POOLED_DECAY for each
             # PLAIN_TOKENS of the cohort's mean stint (what a choice every PLAIN_TOKENS would age it).
             stint = sum(s.plain_stint for s in order) / len(order)
-            self.pooled.decay(POOLED_DECAY ** (stint / PLAIN_TOKENS))
+            self.pooled.decay(self.choice.plain_decay(stint))
             return 0
         for s in order:
             s.plain_stint = 0
@@ -631,14 +627,14 @@ class Scheduler(RequestResidency):
         limits: list[int] = []
         copied: list[tuple[int, ...]] | None = [] if self.config.history_drafting else None
         masks: list[tuple[tuple[int, ...], ...] | None] = []
+        passes, lane_limit, context = first.draft_passes, first.lane_limit, self.config.context_tokens  # read once
         for s in order[:self.catalog.speculative_lanes(width)]:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
             frontier = s.consumed + s.submitted
-            reach = frontier + first.draft_passes  # within the page table: `_speculates` checked it
+            reach = frontier + passes  # within the page table: `_speculates` checked it
             # at least 1: `_speculates` left the request an output token and the context a position
-            limit = min(first.lane_limit, s.request.generation.max_tokens - s.sampled - s.unknown,
-                        self.config.context_tokens - frontier - 1)
+            limit = min(lane_limit, s.request.generation.max_tokens - s.sampled - s.unknown, context - frontier - 1)
             if reach > len(s.pages.pages) * page_tokens and not self._reserve(s, reach, keep=cohort):  # type: ignore[union-attr]
                 break
             lane_masks = None
@@ -646,9 +642,9 @@ class Scheduler(RequestResidency):
                 if s.history is None:
                     s.history = HistoryIndex()
                 proposal = s.history.propose(s.known, min(limit - 1, first.drafts))
-                if proposal and s.request.grammar is None and not self._copies(s):
+                if proposal and s.request.grammar is None and not self.copied_choice.copies(s.sources):
                     proposal = ()  # its learned draft has done better than its copies: the draft proposes
-                    self.pooled_copied.decay()  # nothing is observed of copies meanwhile: the pool ages
+                    self.copied_choice.skipped()  # nothing is observed of copies meanwhile: the pool ages
                 if s.request.grammar is not None and first.grammar_masks:
                     # Only the copied run the grammar allows, each target row under its position's mask:
                     # the host knows no mask for a position past it, so the lane's limit stops there.
@@ -669,34 +665,6 @@ class Scheduler(RequestResidency):
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
         return self._submit(variant, cohort, limits, copied, masks)
-
-    def _observe_sources(self, s: SequenceState, copied: int, copied_accepted: int, learned: int,
-                         learned_accepted: int) -> None:
-        """A completed speculative lane under history drafting: `copied` copied proposals judged and
-        `copied_accepted` of them kept, then `learned` learned-draft proposals judged (none where a
-        copied one was rejected: verification stopped there) and `learned_accepted` kept."""
-        if copied > 0:
-            if s.copied_acceptance is None:
-                s.copied_acceptance = AcceptanceEstimate()
-            s.copied_acceptance.observe(copied, copied_accepted)
-            self.pooled_copied.observe(copied, copied_accepted)
-        if learned > 0 and copied_accepted == copied:
-            if s.learned_acceptance is None:
-                s.learned_acceptance = AcceptanceEstimate()
-            s.learned_acceptance.observe(learned, learned_accepted)
-            self.pooled_learned.observe(learned, learned_accepted)
-
-    def _copies(self, s: SequenceState) -> bool:
-        """An unconstrained lane with a copied run uses it: its copied proposals' acceptance (posterior
-        mean over the pooled prior, as the program choice's) is at least its learned draft's. Both
-        start from the uniform prior, so copies are tried first; a draft that predicts the model better
-        than the request's own history (short n-gram matches on text that does not repeat) keeps its
-        positions. The choice reads completed rounds only: every proposal is verified, so it is
-        lossless whichever way it goes."""
-        copied_prior, learned_prior = self.pooled_copied.mean(0.5), self.pooled_learned.mean(0.5)
-        copied = s.copied_acceptance.mean(copied_prior) if s.copied_acceptance is not None else copied_prior
-        learned = s.learned_acceptance.mean(learned_prior) if s.learned_acceptance is not None else learned_prior
-        return copied >= learned
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
@@ -734,8 +702,7 @@ class Scheduler(RequestResidency):
                 limits: list[int] | None = None, copied: list[tuple[int, ...]] | None = None,
                 masks: list[tuple[tuple[int, ...], ...] | None] | None = None) -> RoundPlan:
         self._sequence += 1
-        if self.choice is not None:
-            self._round_started[self._sequence] = self._schedule_started
+        self._round_started[self._sequence] = self._schedule_started
         lanes, updates, sequences = [], [], []
         constrained = 0
         operation = variant.operation
@@ -745,26 +712,29 @@ class Scheduler(RequestResidency):
         device_pending = self.catalog.device_pending
         eos_ids = self.config.eos_ids
         history = self.config.engram_history
+        speculative = limits is not None
+        limit, proposal, lane_masks = 0, (), None  # what a lane of any other round carries
         for s, chunk in cohort:
-            # a constrained speculative lane's masks are its per-position ones: its lane mask allows every token
-            lane_masks = masks[len(lanes)] if masks is not None else None
+            if speculative:
+                # a SPECULATIVE lane's limit and copied proposals; a constrained one's masks are its
+                # per-position ones: its lane mask allows every token
+                i = len(lanes)
+                limit = limits[i]  # type: ignore[index]
+                proposal = copied[i] if copied is not None else ()
+                lane_masks = masks[i] if masks is not None else None
             if restoration:
                 lane = restoration_lane(s, eos_ids)
             elif (chunk == 1 and s.lane_fields is not None and not initialization and s.request.grammar is None
                   and s.images is None):
-                lane = decode_lane(s, device_pending, history)  # most lanes of most rounds
+                lane = decode_lane(s, device_pending, limit, proposal, history)  # most lanes of most rounds
             else:
                 lane = build_lane(s, chunk, initialization, device_pending, eos_ids, lane_mask=lane_masks is None,
+                                  speculative_limit=limit, copied=proposal, candidate_masks=lane_masks,
                                   history=history)
             if s.images is not None and not (initialization or restoration):
                 encodes = operation == C.OPERATION_PREFILL and s.images.pending
                 lane = dataclasses.replace(lane, image_context=s.images.context,
                                            image=s.images.encode() if encodes else None)
-            if limits is not None:
-                i = len(lanes)
-                lane = dataclasses.replace(lane, speculative_limit=limits[i],
-                                           copied=copied[i] if copied is not None else (),
-                                           candidate_masks=lane_masks)
             lanes.append(lane)
             sequences.append(s)
             if delta is not None and (s.table_entries != len(lane.page_ids) or s.table_generation != lane.generation):

@@ -14,11 +14,11 @@ still in flight is not known on the host yet: the lane carries `DEVICE_PENDING` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helios.engine.config import SchedulerRequest
 from helios.engine.page_cache import SequencePages
-from helios.engine.program_choice import AcceptanceEstimate
+from helios.engine.program_choice import AcceptanceEstimate, ProposalSources
 from helios.engine.snapshots import Snapshot
 from helios.runtime.history_drafting import HistoryIndex
 from helios.runtime.images import AdmittedImages, page_content
@@ -62,8 +62,7 @@ class SequenceState:
     acceptance: AcceptanceEstimate | None = None  # its completed speculative lanes (program choice), on first use
     # history drafting: its copied proposals' acceptance and its learned draft's (the positions past
     # an accepted copied run, or lanes without one), which decide whether its next round copies
-    copied_acceptance: AcceptanceEstimate | None = None
-    learned_acceptance: AcceptanceEstimate | None = None
+    sources: ProposalSources = field(default_factory=ProposalSources)
     plain_until: int = 0  # adaptive choice chose plain decoding: it decodes as any lane until this many sampled
     plain_stint: int = 0  # tokens of its last plain stint (0: it speculated since, or never chose plain)
     # Snapshots (snapshots.py). While preempted: its checkpoints and continuation row. While running: the
@@ -114,8 +113,10 @@ def lane_fields(s: SequenceState, default_eos_ids: tuple[int, ...]) -> tuple:
     return fields
 
 
-def decode_lane(s: SequenceState, device_pending: bool, history: int = 0) -> LaneInput:
-    """`build_lane` for one token of a request without a grammar whose lane fields are gathered."""
+def decode_lane(s: SequenceState, device_pending: bool, speculative_limit: int = 0,
+                copied: tuple[int, ...] = (), history: int = 0) -> LaneInput:
+    """`build_lane` for one token of a request without a grammar whose lane fields are gathered (a
+    SPECULATIVE lane: with its `speculative_limit` and `copied` proposals; `history` as `build_lane`'s)."""
     fields = s.lane_fields
     known = s.known
     consumed = s.consumed + s.submitted
@@ -125,15 +126,19 @@ def decode_lane(s: SequenceState, device_pending: bool, history: int = 0) -> Lan
     return LaneInput(s.slot, s.generation, consumed,  # type: ignore[arg-type]
                      (known[consumed] if consumed < len(known) else DEVICE_PENDING,),
                      0 if pending else 1, samples, s.pages.page_ids, *fields, None,  # type: ignore[union-attr, misc]
+                     speculative_limit, copied,
                      history=tuple(known[max(0, consumed - history):consumed]) if history else ())
 
 
 def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pending: bool,
-               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True, history: int = 0) -> LaneInput:
+               default_eos_ids: tuple[int, ...], *, lane_mask: bool = True, speculative_limit: int = 0,
+               copied: tuple[int, ...] = (), candidate_masks: tuple[tuple[int, ...], ...] | None = None,
+               history: int = 0) -> LaneInput:
     """The lane of `s` that consumes its next `chunk` tokens (none in an INITIALIZATION round);
     `lane_mask` False: no GRAMMAR_MASK row even for a constrained request (a speculative lane whose
-    rows carry per-position masks instead); `history` > 0: the lane carries that many known tokens
-    before its first (a core with Engram tables)."""
+    rows carry per-position masks instead); a SPECULATIVE lane carries its `speculative_limit`, its
+    `copied` proposals and their `candidate_masks`; `history` > 0: the lane carries that many known
+    tokens before its first (a core with Engram tables)."""
     assert s.pages is not None and s.slot is not None
     fields = lane_fields(s, default_eos_ids)
     if initialization:
@@ -151,7 +156,8 @@ def build_lane(s: SequenceState, chunk: int, initialization: bool, device_pendin
         prompt_in_round = chunk - 1 if ends_in_sample else chunk
     before = tuple(s.known[max(0, consumed - history):consumed]) if history else ()  # () at initialization
     return LaneInput(s.slot, s.generation, consumed, tokens, prompt_in_round, samples, s.pages.page_ids, *fields,
-                     grammar_mask(s.request, samples) if lane_mask else None, history=before)
+                     grammar_mask(s.request, samples) if lane_mask else None, speculative_limit, copied, candidate_masks,
+                     history=before)
 
 
 def restoration_lane(s: SequenceState, default_eos_ids: tuple[int, ...]) -> LaneInput:

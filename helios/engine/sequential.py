@@ -197,6 +197,7 @@ class SequentialRuntime(ThreadedModelRuntime):
                 output_tokens=c.output_tokens,
                 graph_launches=dict(c.launches),
                 **self._speculative_metrics(),
+                served_round_costs=self._served_costs(),
                 mixed_grammar_decode_steps=c.mixed_grammar_decode_steps,
                 constrained_max_inflight=c.constrained_max_inflight,
                 capacity=capacity,
@@ -221,6 +222,11 @@ class SequentialRuntime(ThreadedModelRuntime):
         if choice is not None and choice.costs is not None:
             out["round_costs"] = choice.costs.entries
         return out
+
+    def _served_costs(self) -> tuple:
+        """The engine's served rounds per graph, when it keeps them (`served`, `catalog`: ServedCosts)."""
+        served, catalog = getattr(self._engine, "served", None), getattr(self._engine, "catalog", None)
+        return served.entries(catalog) if served is not None and catalog is not None else ()
 
     def residency(self) -> SequentialResidency:
         """A snapshot of the requests and slots held now (the engine's pages: `metrics().available`)."""

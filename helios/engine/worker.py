@@ -218,6 +218,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 speculative_rounds_by_width=dict(c.rounds_by_width), plain_choices=c.plain_choices,
                 fallback_choices=c.fallback_choices,
                 round_costs=s.choice.costs.entries if s.choice is not None and s.choice.costs is not None else (),
+                served_round_costs=s.served.entries(s.catalog),
                 available=available,
                 snapshots_published=gauges.published + c.snapshots_published,
                 snapshots_evicted=gauges.evictions + c.snapshots_evicted + s.rows.evictions,

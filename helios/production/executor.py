@@ -157,6 +157,9 @@ class NativeExecutor:
             {f: (self.buffers[name] if frames == 1 and not separate else
                  torch.empty(self.buffers[name].shape, dtype=self.buffers[name].dtype, pin_memory=pinned))
              for f, name in self.completion.items()} for _ in range(frames)]
+        # the same read-backs as NumPy arrays (views of the same memory), made once: `collect` reads them
+        self._readback_arrays: list[dict[int, np.ndarray]] = [
+            {f: t.numpy() for f, t in readback.items()} for readback in self.frame_readback]
         self._in_flight: list[_Submitted | None] = [None] * frames  # frame -> its submitted, uncollected plan
         self._uploaded: torch.cuda.Event | None = None  # after the last round's uploads (GPU): staging is free
         self.peak_outstanding = 0  # the most rounds ever outstanding at once (right after a submission)
@@ -281,7 +284,7 @@ class NativeExecutor:
             entry.done.synchronize()
         for gatherer in self.engram:  # the round's consumer retired: its staging frames may be refilled
             gatherer.retire(plan.sequence)
-        host = {field: tensor.numpy() for field, tensor in self.frame_readback[plan.frame].items()}
+        host = self._readback_arrays[plan.frame]
         rows = read_completion(host, entry.slots, len(plan.lanes),
                                speculative=plan.operation == contract_pb2.OPERATION_SPECULATIVE)
         if plan.operation == contract_pb2.OPERATION_SCORED_PREFILL:

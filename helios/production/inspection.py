@@ -6,14 +6,18 @@ printed anywhere a loaded model is at hand. The report is JSON-ready: the select
 capacities, the buffers with their loaded shapes (cache buffers carry the page count sized at load),
 the cache's page geometry and byte size, the startup phases with their durations, and the path
 chosen for each small matrix product shape, and the measured round cost of each DECODE and
-SPECULATIVE graph (the adaptive speculative choice's table) when the load measured them.
+SPECULATIVE graph (the adaptive speculative choice's table) when the load measured them, beside
+each graph's served rounds when they were probed (`helios inspect --runtime --served-rounds N`,
+helios/engine/served_probe.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from helios.proto import contract_pb2, manifest_pb2
+from helios.runtime.costs import ServedCost
 
 M = manifest_pb2
 
@@ -38,8 +42,9 @@ def _nbytes(buffer: manifest_pb2.BufferDescriptor) -> int | None:
     return size
 
 
-def runtime_report(model: Any) -> dict[str, Any]:
-    """What `model` (a loaded `NativeModel`) runs: graphs, buffers, cache, startup, product paths."""
+def runtime_report(model: Any, served: Sequence[ServedCost] = ()) -> dict[str, Any]:
+    """What `model` (a loaded `NativeModel`) runs: graphs, buffers, cache, startup, product paths, and
+    `served` (helios/engine/served_probe.py: each graph's served rounds, when probed)."""
     manifest = model.manifests[0]
     contract = model.contract
     page_tokens = contract.cache.page_tokens
@@ -69,6 +74,9 @@ def runtime_report(model: Any) -> dict[str, Any]:
         # the round costs measured at load (`LoadOptions.measure_costs`; empty when not measured)
         "round_costs": [{"graph": c.graph, "operation": c.operation_name, "lanes": c.lanes, "width": c.width,
                          "seconds": c.seconds} for c in costs.entries] if (costs := model.executor.round_costs()) else [],
+        # served rounds' wall time, host work included (`--served-rounds`; empty when not probed)
+        "served_round_costs": [{"graph": c.graph, "operation": c.operation_name, "lanes": c.lanes, "width": c.width,
+                                "rounds": c.rounds, "seconds": c.seconds} for c in served],
     }
 
 
@@ -108,11 +116,22 @@ def format_runtime_report(report: dict[str, Any]) -> str:
         lines.append("")
         lines += _table([("matrix product", "path", "triton us", "torch us")] + [
             (d["shape"], d["path"], _us(d["triton_us"]), _us(d["torch_us"])) for d in report["linear_decisions"]])
-    if report.get("round_costs"):
+    if report.get("round_costs") or report.get("served_round_costs"):
+        # the load-time table, and beside it each graph's served rounds when they were probed
+        served = {c["graph"]: c for c in report.get("served_round_costs", ())}
+        table = {c["graph"]: c for c in report.get("round_costs", ())}
+        header = ("round cost", "operation", "lanes", "width", "ms") + (("served ms", "served rounds") if served else ())
+        rows = []
+        for c in sorted([*table.values(), *(c for g, c in served.items() if g not in table)],
+                        key=lambda c: (c["operation"], c["width"], c["lanes"])):
+            measured = f"{table[c['graph']]['seconds'] * 1e3:.3f}" if c["graph"] in table else "-"
+            row = (c["graph"], c["operation"], str(c["lanes"]), str(c["width"]), measured)
+            if served:
+                s = served.get(c["graph"])
+                row += (f"{s['seconds'] * 1e3:.3f}", str(s["rounds"])) if s else ("-", "0")
+            rows.append(row)
         lines.append("")
-        lines += _table([("round cost", "operation", "lanes", "width", "ms")] + [
-            (c["graph"], c["operation"], str(c["lanes"]), str(c["width"]), f"{c['seconds'] * 1e3:.3f}")
-            for c in sorted(report["round_costs"], key=lambda c: (c["operation"], c["width"], c["lanes"]))])
+        lines += _table([header] + rows)
     return "\n".join(lines)
 
 

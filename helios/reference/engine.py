@@ -21,13 +21,14 @@ round still runs one lane alone.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from helios.contract import PreparedContract, StartupOptions
 from helios.core.source import CoreSource
 from helios.engine.catalog import GraphCatalog
 from helios.engine.feature_slots import FeatureSlots
-from helios.engine.program_choice import AcceptanceEstimate, ProgramChoice
+from helios.engine.program_choice import AcceptanceEstimate, CopiedChoice, ProgramChoice, ProposalSources, ServedCosts
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for
@@ -65,7 +66,7 @@ class ReferenceEngine:
     def __init__(self, serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
                  prepared: PreparedContract, executor: ReferenceExecutor, *,
                  speculative_width: int | None = None, history_drafting: bool = False,
-                 adaptive_speculation: bool = False) -> None:
+                 adaptive_speculation: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.serving = serving
         self.manifest = manifest
         self.contract = prepared  # the PreparedContract
@@ -113,10 +114,15 @@ class ReferenceEngine:
                           and g.speculative.verify_tokens == speculative_width), key=lambda g: g.batch_capacity)
             self.speculative = self.graphs[chosen.name]
             self._speculative_graph = chosen
+        # Served rounds' wall time of every graph (helios/engine/program_choice.py, ServedCosts), as
+        # the batching scheduler keeps it: a round from its forming to its validated completion.
+        self.catalog = GraphCatalog.from_graphs(prepared.graphs)
+        self.served = ServedCosts()
+        self._clock = clock
         # Adaptive choice (helios/engine/program_choice.py): each round of a decoding request runs
         # DECODE or the one-lane SPECULATIVE graph of the width of the highest expected rate, from the
-        # executor's measured round costs and the request's observed acceptance; `speculative_width`
-        # is the fallback while costs are unknown.
+        # executor's measured round costs, refreshed by the served rounds' wall time, and the request's
+        # observed acceptance; `speculative_width` is the fallback while costs are unknown.
         self.choice: ProgramChoice | None = None
         self.pooled = AcceptanceEstimate()  # acceptance pooled over every completed speculative round
         self._one_lane = {}  # W -> the one-lane SPECULATIVE graph contract of that width
@@ -127,7 +133,7 @@ class ReferenceEngine:
             one_lane = [min((g for g in prepared.graphs if g.operation == C.OPERATION_DECODE),
                             key=lambda g: (g.batch_capacity, g.packed_token_capacity)).name,
                         *(g.name for g in self._one_lane.values())]
-            self.choice = ProgramChoice(GraphCatalog.from_graphs(prepared.graphs), executor.round_costs(one_lane))
+            self.choice = ProgramChoice(self.catalog, executor.round_costs(one_lane), served=self.served)
         # a grammar-constrained request speculates over its copied proposals only, under their
         # per-position grammar masks: with history drafting, where every program drawing proposals that
         # a round may run takes them (a round of one that does not decodes the request plainly)
@@ -135,8 +141,11 @@ class ReferenceEngine:
         self._grammar_masks = history_drafting and bool(programs) and all(
             _takes_masks(g) for g in programs if g.speculative.draft_tokens > 0)
         # History drafting: the speculative rounds also carry proposals copied from the request's tokens
-        # (load-time selection checked the graphs take them: PreparedContract.select)
+        # (load-time selection checked the graphs take them: PreparedContract.select); an unconstrained
+        # request takes its copied run or its learned draft's proposals as the batching scheduler does
+        # (CopiedChoice)
         self.history_drafting = history_drafting
+        self.copied_choice = CopiedChoice()
         if history_drafting:
             prepared.select(StartupOptions(speculative_width=speculative_width or 1, history_drafting=True))
     # ------------------------------------------------------------------------------------------ load
@@ -168,8 +177,13 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------------------------------ rounds
 
-    def run_round(self, graph_name: str, lanes: Sequence[LaneInput]) -> Sequence[Completion]:
-        """One round of `lanes` in `graph_name` on the executor, its rows validated."""
+    def run_round(self, graph_name: str, lanes: Sequence[LaneInput], *,
+                  started: float | None = None) -> Sequence[Completion]:
+        """One round of `lanes` in `graph_name` on the executor, its rows validated; its wall time from
+        `started` (the clock when the round was formed; default now) to its validation is a served
+        round of the graph (`served`)."""
+        if started is None:
+            started = self._clock()
         # The transport numbers every submission, one that fails before the program runs included, so
         # the next rounds' completions still answer the sequence they were numbered with.
         self._sequence += 1
@@ -177,9 +191,14 @@ class ReferenceEngine:
         if graph is None:
             raise EngineLoadError(f"graph {graph_name!r} is not loaded (loaded: {sorted(self.graphs)})")
         plan = single_round(graph_name, graph.operation, lanes, sequence=self._sequence)
-        self.executor.submit(plan)
-        rows = self.executor.collect(plan)
-        self.validate_round(graph_name, plan.lanes, rows)
+        try:
+            self.executor.submit(plan)
+            rows = self.executor.collect(plan)
+            self.validate_round(graph_name, plan.lanes, rows)
+        except BaseException:
+            self.served.failed(self._clock())  # a failed round is not a cost observation
+            raise
+        self.served.completed(graph_name, started, self._clock())
         return rows
 
     def validate_round(self, graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[Completion]) -> None:
@@ -238,15 +257,17 @@ class ReferenceEngine:
         width's while costs or acceptance are unknown)."""
         if self.choice is None:
             return self._speculative_graph
-        # acceptance unknown, or costs unknown or stale: the configured width
-        chosen = None if self.choice.explores(self.pooled) else self.choice.choose(
-            [acceptance.mean(self.pooled.mean(0.5))], [room])
+        # the batching scheduler's decision (ProgramChoice.decide); None: acceptance unknown, or costs
+        # unknown or stale, so the configured width runs
+        chosen = self.choice.decide(self.pooled, [acceptance], [room])
         if chosen is None:
             self.speculative_counts["fallback_choices"] += 1
             return self._speculative_graph
         if not chosen.speculative:
             self.speculative_counts["plain_choices"] += 1
-            self.pooled.decay()  # nothing is observed meanwhile: the pooled evidence ages
+            # a one-token stint (it chooses again after this token): nothing is observed meanwhile, the
+            # pooled evidence ages as the scheduler's does for each token of a stint
+            self.pooled.decay(self.choice.plain_decay(1))
             return None
         return self._one_lane[chosen.width]
 
@@ -336,6 +357,7 @@ class ReferenceEngine:
         history = list(prompt)  # the prompt, then every emitted token (history drafting's source)
         index = HistoryIndex() if self.history_drafting else None
         acceptance = AcceptanceEstimate()  # the request's completed speculative rounds (adaptive choice)
+        sources = ProposalSources()  # its copied proposals' acceptance and its learned draft's (history drafting)
         init = self._by_operation[C.OPERATION_INITIALIZATION][0]
         self.run_round(init.name, [lane(0, (), 0, False)])
         consumed, emitted = 0, 0
@@ -371,6 +393,7 @@ class ReferenceEngine:
                 pending = row.sampled_id
         while pending is not None:
             yield pending
+            formed = self._clock()  # the next round is formed from here (served wall time)
             history.append(pending)
             emitted += 1
             if (pending in eos and not request.ignore_eos) or emitted >= request.max_tokens:
@@ -388,6 +411,9 @@ class ReferenceEngine:
                 spec = program.speculative
                 limit = min(limit, spec.lane_token_limit)
                 copied = index.propose(history, min(limit - 1, spec.draft_tokens)) if index is not None else ()
+                if copied and not constrained and not self.copied_choice.copies(sources):
+                    copied = ()  # its learned draft has done better than its copies: the draft proposes
+                    self.copied_choice.skipped()
                 if constrained:  # the copied run its grammar allows, each row under its position's mask
                     assert grammar is not None  # the caller advanced it with every yielded id
                     copied, masks = constrained_proposal(grammar, copied, eos)
@@ -395,7 +421,8 @@ class ReferenceEngine:
                     if not copied or not _takes_masks(program):  # nothing to verify: decode plainly
                         program = None
             if program is not None:
-                (row,) = self.run_round(program.name, [lane(consumed, (pending,), 0, True, limit, copied, masks)])
+                (row,) = self.run_round(program.name, [lane(consumed, (pending,), 0, True, limit, copied, masks)],
+                                        started=formed)
                 counts = self.speculative_counts
                 counts["rounds"] += 1
                 counts["offered"] += row.offer - 1
@@ -413,6 +440,10 @@ class ReferenceEngine:
                 offered, accepted_copied = copied_outcome(copied, row.offer, row.accepted_drafts)
                 counts["copied_offered"] += offered
                 counts["copied_accepted"] += accepted_copied
+                if self.history_drafting:
+                    self.copied_choice.observe(sources, offered, accepted_copied, row.offer - 1 - offered,
+                                               row.accepted_drafts - accepted_copied
+                                               if accepted_copied == offered else 0)
                 consumed += row.emitted  # the pending token and the accepted proposals
                 *accepted, pending = row.tokens()
                 for token in accepted:  # stops and the output limit hold inside an accepted run
@@ -423,7 +454,7 @@ class ReferenceEngine:
                         return
                 continue
             graph = self.graph_for(C.OPERATION_DECODE, tokens=1)
-            (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)])
+            (row,) = self.run_round(graph.name, [lane(consumed, (pending,), 0, True)], started=formed)
             consumed += 1
             pending = row.sampled_id
 

@@ -180,6 +180,23 @@ class CompletionRows(ColumnRows):
     def __len__(self) -> int:
         return len(self._columns["status"])
 
+    def emitted_ids(self) -> list[tuple[int, ...]]:
+        """Each row's `Completion.tokens()` (the ids it emits, in order), without building rows."""
+        emitted = self.values("emitted")
+        if self._ids is None or self._ids.shape[1] == 0:
+            return [(sampled,) if count else () for sampled, count in zip(self.values("sampled_id"), emitted,
+                                                                          strict=True)]
+        return [tuple(ids[:count]) for ids, count in zip(self._ids.tolist(), emitted, strict=True)]
+
+
+def speculative_columns(rows: Sequence[Completion]) -> tuple[list[int], list[int], list[int], list[tuple[int, ...]]]:
+    """A SPECULATIVE round's offers, accepted drafts, emitted counts and emitted ids per row
+    (`Completion.tokens()`), read from the columns of `CompletionRows` without building rows."""
+    if isinstance(rows, CompletionRows):
+        return rows.values("offer"), rows.values("accepted_drafts"), rows.values("emitted"), rows.emitted_ids()
+    return ([r.offer for r in rows], [r.accepted_drafts for r in rows], [r.emitted for r in rows],
+            [r.tokens() for r in rows])
+
 
 def _echoes(graph_name: str, lane: LaneInput, row: Completion, sequence: int, frame: int | None) -> str:
     """Check what every row echoes (status, submission sequence, frame, slot generation); returns the
@@ -282,6 +299,9 @@ def validate_round(graph_name: str, lanes: Sequence[LaneInput], rows: Sequence[C
             valid = _round_valid(lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame)
         if valid:
             return  # the hot path: every row as expected, no message built
+    elif offers is None and isinstance(rows, CompletionRows) and _speculative_columns_valid(
+            lanes, rows, transport_sequence(sequence), sampled_tokens, page_tokens, frame, speculative):
+        return  # a SPECULATIVE round's hot path: every rule of `validate_speculative` as array comparisons
     seen: set[int] = set()
     for i, (lane, row) in enumerate(zip(lanes, rows, strict=True)):
         if lane.slot in seen:
@@ -338,6 +358,38 @@ def _columns_valid(lanes: Sequence[LaneInput], rows: CompletionRows, written: in
     if frame is not None:
         ok &= c("frame_index") == frame
     return bool(ok.all()) and len(np.unique(slots)) == n
+
+
+def _speculative_columns_valid(lanes: Sequence[LaneInput], rows: CompletionRows, written: int, sampled_tokens: int,
+                               page_tokens: int, frame: int | None, speculative: SpeculativeRound) -> bool:
+    """Every rule of `validate_speculative` for every lane, the distinct slots and the offers' sum
+    within P, as array comparisons over the rows' columns; False sends the round through the per-lane
+    checks, which name the first violation."""
+    n = len(lanes)
+    if not n:
+        return True
+    lane = LaneColumns.of(lanes)
+    ceiling = lane.scalar(contract_pb2.VALUE_SOURCE_SPECULATIVE_PREFIX_LIMIT)
+    c = rows.column
+    offer, accepted, emitted, endpoint = c("offer"), c("accepted_drafts"), c("emitted"), c("consumed_endpoint")
+    ok = ((c("status") == 0) & (c("submission_sequence") == written)
+          & (c("generation") == lane.scalar(contract_pb2.VALUE_SOURCE_GENERATION))
+          & (offer >= 1) & (offer <= ceiling) & (accepted >= 0) & (accepted < offer) & (emitted == accepted + 1)
+          & (endpoint <= lane.page_counts * page_tokens)
+          & (endpoint == lane.scalar(contract_pb2.VALUE_SOURCE_CONSUMED_TOKEN_ENDPOINT) + emitted)
+          & (c("draft_cursor") == np.maximum(endpoint - speculative.lag_tokens, 0)) & (c("model_reserved") == -1))
+    if speculative.exact:
+        ok &= offer == ceiling
+    if frame is not None:
+        ok &= c("frame_index") == frame
+    ids = rows._ids
+    if ids is None or ids.shape[1] == 0:  # each row emits its sampled_id alone
+        sampled = c("sampled_id")
+        ok &= (emitted == 0) | ((sampled >= 0) & (sampled < sampled_tokens))
+    else:  # the first `emitted` ids of each row
+        emits = np.arange(ids.shape[1])[None, :] < emitted[:, None]
+        ok &= (~emits | ((ids >= 0) & (ids < sampled_tokens))).all(axis=1)
+    return bool(ok.all()) and len(np.unique(lane.slots)) == n and int(offer.sum()) <= speculative.packed_tokens
 
 
 # Completion fields in the order of `Completion`'s attributes.

@@ -83,6 +83,24 @@ class RoundCosts:
 
 
 @dataclass(frozen=True, slots=True)
+class ServedCost:
+    """One graph's served rounds: how many the runtime completed and their moving average wall time
+    (what a round cost the serving loop, host work and overlap included; helios/engine/program_choice.py,
+    `ServedCosts`)."""
+
+    graph: str  # graph handle name
+    operation: int  # contract_pb2.Operation
+    lanes: int  # B: the graph's batch capacity
+    width: int  # W: target rows a lane (SPECULATIVE), 1 for every other operation
+    rounds: int  # served rounds observed
+    seconds: float  # their moving average wall time
+
+    @property
+    def operation_name(self) -> str:
+        return C.Operation.Name(self.operation).removeprefix("OPERATION_").lower()
+
+
+@dataclass(frozen=True, slots=True)
 class MeasuredGraph:
     """What `time_rounds` needs of a graph: its name and the geometry the table records."""
 
@@ -123,4 +141,5 @@ def time_rounds(graphs: Iterable[MeasuredGraph], run: Callable[[str], None], *, 
     return RoundCosts(tuple(entries), measured_at=time.monotonic(), repeats=repeats)
 
 
-__all__ = ["MEASURED_OPERATIONS", "MeasuredGraph", "RoundCost", "RoundCosts", "measured_graphs", "time_rounds"]
+__all__ = ["MEASURED_OPERATIONS", "MeasuredGraph", "RoundCost", "RoundCosts", "ServedCost", "measured_graphs",
+           "time_rounds"]

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from helios.errors import HeliosError
 from helios.runtime.clock import ObservationClock
-from helios.runtime.costs import RoundCost
+from helios.runtime.costs import RoundCost, ServedCost
 from helios.runtime.events import TERMINAL, Event, Rejected
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
@@ -121,6 +121,7 @@ class RuntimeMetrics:
     plain_choices: int = 0  # adaptive choice: cohorts ready to speculate that decoded plainly instead
     fallback_choices: int = 0  # adaptive choice: rounds at the fallback width (costs unknown or stale)
     round_costs: tuple[RoundCost, ...] = ()  # the measured round costs the adaptive choice reads
+    served_round_costs: tuple[ServedCost, ...] = ()  # served rounds' wall time per graph (moving average)
     snapshots_published: int = 0  # immutable checkpoints (complete pages) and continuation snapshots published
     snapshots_evicted: int = 0  # checkpoints evicted from the cache and snapshots given up under page pressure
     snapshots_restored: int = 0  # continuation snapshots restored into private pages

@@ -434,6 +434,17 @@ class ResolvedBinding:
         elif source == V.VALUE_SOURCE_GRAMMAR_MASK:
             self._write_masks(view, rows, lanes)
             return
+        elif source == V.VALUE_SOURCE_CANDIDATE_IDS or source == V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS:
+            # lanes without copied proposals (or without per-position masks) take what `_row` gives them,
+            # padding (or every bit set), in one assignment; the others row by row
+            ids = source == V.VALUE_SOURCE_CANDIDATE_IDS
+            own = [i for i, lane in enumerate(lanes) if (lane.copied if ids else lane.candidate_masks is not None)]
+            if len(own) < count:
+                view[np.delete(rows, own) if own else rows] = np.asarray(self.padding if ids else -1,
+                                                                         dtype=np.int64).astype(self.dtype)
+            for i in own:
+                view[int(rows[i])] = self._row(lanes[i]).reshape(self.row_shape)
+            return
         else:  # the vector sources: one row per lane
             for row, lane in zip(rows.tolist(), lanes, strict=True):
                 view[row] = self._row(lane).reshape(self.row_shape)

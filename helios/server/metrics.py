@@ -120,6 +120,18 @@ class HeliosCollector(Collector):
         for cost in sorted(m.round_costs, key=lambda c: (c.operation, c.width, c.lanes)):
             costs.add_metric([cost.operation_name, str(cost.lanes), str(cost.width)], cost.seconds)
         yield costs
+        served = GaugeMetricFamily("helios_served_round_cost_seconds", "Wall time of one served round of a graph, "
+                                   "host work and lost overlap included: the moving average over its served rounds "
+                                   "(the adaptive choice's cost once a graph has 3).",
+                                   labels=["graph", "operation", "lanes", "width"])
+        rounds = CounterMetricFamily("helios_served_rounds", "Served rounds whose wall time was observed, by graph.",
+                                     labels=["graph", "operation", "lanes", "width"])
+        for cost in sorted(m.served_round_costs, key=lambda c: (c.operation, c.width, c.lanes, c.graph)):
+            labels = [cost.graph, cost.operation_name, str(cost.lanes), str(cost.width)]
+            served.add_metric(labels, cost.seconds)
+            rounds.add_metric(labels, cost.rounds)
+        yield served
+        yield rounds
         # prefix reuse
         yield counter("helios_prefix_lookups", "Prefix-cache lookups at admission.", m.prefix_lookups)
         yield counter(

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from helios.cli import main
+from helios.production.inspection import format_runtime_report
 
 if not torch.cuda.is_available():  # the cost phase runs the plans: interpreted kernels (see tests/production/conftest.py)
     os.environ["TRITON_INTERPRET"] = "1"
@@ -33,7 +34,7 @@ def test_json_geometry_of_the_loaded_core(sealed, capsys):
     core, public = sealed
     capsys.readouterr()
     assert main(["inspect", str(core), "--runtime", "--accept", "acme/tests", "--trust", public, "--device", "cpu",
-                 "--max-concurrency", "1", "--pages", "12", "--json"]) == 0
+                 "--max-concurrency", "1", "--pages", "12", "--served-rounds", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["device"] == "cpu" and report["ranks"] == 1
     # load-time selection to one request drops the batch-2 decode graph
@@ -50,6 +51,17 @@ def test_json_geometry_of_the_loaded_core(sealed, capsys):
     # speculation would choose from
     assert [(c["operation"], c["lanes"], c["width"]) for c in report["round_costs"]] == [("decode", 1, 1)]
     assert all(c["seconds"] > 0 for c in report["round_costs"]) and "costs" in [p["phase"] for p in report["startup"]]
+    # --served-rounds: the same graphs served through the batching scheduler, host work included
+    served = report["served_round_costs"]
+    assert [(c["graph"], c["operation"], c["lanes"], c["width"]) for c in served] == [
+        (c["graph"], c["operation"], c["lanes"], c["width"]) for c in report["round_costs"]]
+    assert all(c["rounds"] >= 2 and c["seconds"] > 0 for c in served), served  # a second frame may add one
+    # as text: each graph's served rounds beside its measured cost
+    text = format_runtime_report(report)
+    header = next(line for line in text.splitlines() if line.startswith("round cost"))
+    assert header.split() == ["round", "cost", "operation", "lanes", "width", "ms", "served", "ms", "served", "rounds"]
+    rows = [row for line in text.splitlines() if line.startswith("decode_b") and len(row := line.split()) == 7]
+    assert [(row[0], int(row[-1])) for row in rows] == [("decode_b1", served[0]["rounds"])]
 
 
 def test_text_geometry_and_refusals(sealed, capsys):
@@ -60,6 +72,10 @@ def test_text_geometry_and_refusals(sealed, capsys):
     text = capsys.readouterr().out
     assert "8 pages x 4 tokens = 32 tokens" in text
     assert "decode" in text and "prefill" in text and "startup" in text and "round cost" in text
+    assert "served ms" not in text  # not probed without --served-rounds
+    assert main(["inspect", str(core), "--runtime", "--accept", "acme/tests", "--trust", public, "--device", "cpu",
+                 "--served-rounds", "-1"]) == 2
+    assert "--served-rounds must be at least 0" in capsys.readouterr().err
     assert main(["inspect", str(core), "--runtime"]) == 2
     assert "needs --accept" in capsys.readouterr().err
     assert main(["inspect", str(core), "--runtime", "--accept", "someone/else", "--trust", public,

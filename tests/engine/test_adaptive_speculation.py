@@ -78,7 +78,7 @@ def _batching(executor, engine):
     runtime = BatchingRuntime.for_executor(executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16),
                                            pages=48, speculative_width=4, adaptive_speculation=True)
     if isinstance(executor, ForgedCosts):
-        runtime.scheduler.choice.observe = lambda graph, seconds: None
+        runtime.scheduler.served.observe = lambda graph, seconds: None
     return runtime
 
 
@@ -113,6 +113,17 @@ def test_batching_adaptive_choice_gives_the_plain_greedy_tokens_and_its_metrics_
     assert all(m.accepted_by_position[k] <= m.accepted_by_position.get(k - 1, m.accepted_drafts) for k in positions)
     text = _scrape(rt)
     assert 'helios_round_cost_seconds{lanes="4",operation="speculative",width="4"}' in text
+    # every completed round's wall time was observed, by graph (the served costs the choice refreshes from)
+    served = {c.graph: c for c in m.served_round_costs}
+    assert sum(c.rounds for c in served.values()) == sum(m.graph_launches.values())
+    assert all(c.seconds > 0 and c.rounds >= 1 for c in served.values())
+    variants = {g.name: g for g in engine.contract.graphs}
+    assert all(c.lanes == variants[c.graph].batch_capacity for c in served.values())
+    for c in served.values():
+        labels = f'graph="{c.graph}",lanes="{c.lanes}",operation="{c.operation_name}",width="{c.width}"'
+        assert f"helios_served_round_cost_seconds{{{labels}}}" in text
+        assert f"helios_served_rounds_total{{{labels}}} {float(c.rounds)}" in text
+    assert "request" not in "".join(line for line in text.splitlines() if line.startswith("helios_served_"))
     if m.speculative_rounds:
         assert 'helios_speculative_position_offered_total{position="1"}' in text
         assert "helios_speculative_width_rounds_total{width=" in text
@@ -197,6 +208,11 @@ def test_the_sequential_reference_runtime_chooses_adaptively(core, workload):
     assert sum(m.speculative_rounds_by_width.values()) == m.speculative_rounds
     assert sum(m.offered_by_position.values()) == m.offered_drafts
     assert 'helios_round_cost_seconds{lanes="1",operation="decode",width="1"}' in _scrape(runtime)
+    # its served rounds' wall time, by graph: every decoding round (the prefill ones too)
+    served = {c.graph: c for c in m.served_round_costs}
+    assert {c.lanes for c in served.values()} == {1} and all(c.seconds > 0 for c in served.values())
+    assert sum(c.rounds for c in served.values() if c.operation == C.OPERATION_SPECULATIVE) == m.speculative_rounds
+    assert 'helios_served_round_cost_seconds{graph="' in _scrape(runtime)
     # every request opted out: no round speculates, none is even chosen
     runtime = load_runtime(core, RuntimeOptions(AdmissionLimits(max_active=2, queue_capacity=8),
                                                 adaptive_speculation=True))
@@ -229,3 +245,93 @@ def test_a_lane_kept_on_plain_decoding_doubles_its_stint_up_to_the_cap(core):
     assert [tokens for tokens, _ in serve_all(rt, _prepared([request]))] == [expected]
     assert stints[:3] == [8, 16, 32] and len(stints) <= 4, stints
     assert scheduling.PLAIN_TOKENS == 8 and max(stints) <= scheduling.PLAIN_TOKENS_MAX
+
+
+class SteppedClock:
+    """A clock the test moves: each SPECULATIVE round the executor collects takes 8 s, every other 1 s."""
+
+    def __init__(self, executor) -> None:
+        self.now = 100.0
+        collect = executor.collect
+
+        def timed(plan):
+            self.now += 8.0 if plan.operation == C.OPERATION_SPECULATIVE else 1.0
+            return collect(plan)
+
+        executor.collect = timed
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_sequential_engine_refreshes_its_costs_from_served_rounds(core, workload):
+    """The reference engine keeps the batching scheduler's served costs (ServedCosts): its table ranks
+    speculation first (every width 0.5 ms against 1 ms for DECODE), but its served speculative rounds
+    take 8 s of wall time; after OBSERVED_ROUNDS of them plain decoding wins, with the plain tokens."""
+    from helios.engine.program_choice import OBSERVED_ROUNDS, ProgramChoice
+
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    clock = SteppedClock(engine.executor)
+    engine = ReferenceEngine(engine.serving, engine.manifest, engine.contract, engine.executor, speculative_width=4,
+                             adaptive_speculation=True, clock=clock)
+    engine.choice = ProgramChoice(engine.catalog, _forged(engine, lambda w: 0.5), served=engine.served)
+    operations = []
+    run_round = engine.run_round
+
+    def spy(graph, lanes, **timing):
+        operations.append(engine.graphs[graph].operation)
+        return run_round(graph, lanes, **timing)
+
+    engine.run_round = spy
+    assert [list(engine.generate(r)) for r in requests] == expected
+    served = {c.graph: c for c in engine.served.entries(engine.catalog)}
+    assert {c.seconds for c in served.values() if c.operation == C.OPERATION_SPECULATIVE} == {8.0}
+    assert all(c.seconds == 1.0 for c in served.values() if c.operation != C.OPERATION_SPECULATIVE)
+    # the table's choice until the served rounds of each width said otherwise (the first round explores)
+    first_plain = operations.index(C.OPERATION_DECODE)
+    assert OBSERVED_ROUNDS <= operations[:first_plain].count(C.OPERATION_SPECULATIVE) <= 2 * OBSERVED_ROUNDS + 1
+    assert engine.speculative_counts["plain_choices"] > 0
+    # then plain decoding, but for a round exploring again once the pooled evidence has aged
+    assert operations[first_plain:].count(C.OPERATION_DECODE) > 20
+    assert operations[first_plain:].count(C.OPERATION_SPECULATIVE) <= 1
+
+
+def test_the_sequential_engine_chooses_copies_or_its_draft_as_the_batching_scheduler_does(core):
+    """History drafting in the reference engine: the same CopiedChoice as the batching scheduler's
+    (copies tried first, then whichever source its requests' rounds accepted more), greedy tokens
+    still plain decoding's. The prompts repeat a phrase, so copied runs are found; the perturbed draft
+    predicts the target better than those copies do, so copies lose and are skipped."""
+    requests = [GenerationRequest((40 + i, 41, 42, 43, 44) * 2 + (40 + i, 41), max_tokens=20, sampling=GREEDY,
+                                  ignore_eos=True) for i in range(3)]
+    plain = ReferenceEngine.load(core, pages=48)
+    expected = [list(plain.generate(r)) for r in requests]
+    engine = ReferenceEngine.load(core, pages=48, speculative_width=4, history_drafting=True)
+    skipped = []
+    skip = engine.copied_choice.skipped
+    engine.copied_choice.skipped = lambda: (skipped.append(1), skip())
+    assert [list(engine.generate(r)) for r in requests] == expected
+    choice = engine.copied_choice
+    assert choice.pooled_copied.evidence > 0 and choice.pooled_learned.evidence > 0
+    assert engine.speculative_counts["copied_offered"] > 0 and skipped
+    assert choice.pooled_copied.mean(0.5) < choice.pooled_learned.mean(0.5)
+
+
+def test_the_served_probe_serves_every_decode_and_speculative_graph(core):
+    """`helios inspect --runtime --served-rounds N` (helios/engine/served_probe.py) over the reference
+    executor: every DECODE graph at each lane capacity and every SPECULATIVE graph at each capacity
+    and width served at least N rounds through the batching scheduler, and the executor is left
+    idle (a plain request served afterwards gives the plain greedy tokens)."""
+    from helios.engine.served_probe import probe_served_costs
+
+    engine = ReferenceEngine.load(core, pages=48)
+    served = probe_served_costs(engine.executor, engine.contract, pages=48, rounds=2)
+    expected = sorted((g.name, g.batch_capacity, g.speculative.verify_tokens if g.speculative is not None else 1)
+                      for g in engine.contract.graphs
+                      if g.operation in (C.OPERATION_DECODE, C.OPERATION_SPECULATIVE))
+    assert sorted((c.graph, c.lanes, c.width) for c in served) == expected
+    assert all(c.rounds >= 2 and c.seconds > 0 for c in served)
+    request = GenerationRequest((5, 17, 99, 3), max_tokens=6, sampling=GREEDY, ignore_eos=True)
+    rt = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=1), pages=48)
+    assert [tokens for tokens, _ in serve_all(rt, _prepared([request]))] == [
+        list(ReferenceEngine.load(core, pages=48).generate(request))]

@@ -50,8 +50,8 @@ def _sequential(core, frontend, *, speculative: bool):
     rounds = []
     run_round = engine.run_round
 
-    def recorded(graph, lanes):
-        rows = run_round(graph, lanes)
+    def recorded(graph, lanes, **timing):
+        rows = run_round(graph, lanes, **timing)
         rounds.append((lanes, rows))
         return rows
 

@@ -348,8 +348,8 @@ def test_the_scheduler_reports_each_served_rounds_wall_time_and_the_choice_follo
                              sampled_tokens=300, speculative_width=4, adaptive_speculation=True)
     s = Scheduler(config, cat, PageCache(160, 4, "test"), costs=costs, clock=clock)
     observed = []
-    observe = s.choice.observe
-    s.choice.observe = lambda graph, seconds: (observed.append((graph, seconds)), observe(graph, seconds))
+    observe = s.served.observe
+    s.served.observe = lambda graph, seconds: (observed.append((graph, seconds)), observe(graph, seconds))
     s.add(SchedulerRequest("a", GenerationRequest((1, 2, 3), max_tokens=120)))
     rng = random.Random(3)
     clock.now += 50.0  # an idle worker before the first round: not part of its cost

@@ -127,6 +127,19 @@ def test_candidate_grammar_masks_rows():
         _write(_binding(V.VALUE_SOURCE_CANDIDATE_GRAMMAR_MASKS, V.INDEXING_SUBMISSION_ROW, 3, (1, 2)), lanes)
 
 
+def test_candidate_ids_rows():
+    """CANDIDATE_IDS [D] by submission row: each lane's copied proposals (plus the offset), padded; a
+    lane without any and the rows past the lanes hold padding; too many proposals refused."""
+    from dataclasses import replace
+
+    lanes = [LANES[1], replace(LANES[1], slot=3, copied=(42, 43)), replace(LANES[1], slot=5)]
+    out = _write(_binding(V.VALUE_SOURCE_CANDIDATE_IDS, V.INDEXING_SUBMISSION_ROW, 4, (3,), offset=1, padding=-5),
+                 lanes)
+    assert out.tolist() == [[-5, -5, -5], [43, 44, -5], [-5, -5, -5], [-5, -5, -5]]
+    with pytest.raises(LaneOverflow, match="copied proposals"):
+        _write(_binding(V.VALUE_SOURCE_CANDIDATE_IDS, V.INDEXING_SUBMISSION_ROW, 4, (1,)), lanes)
+
+
 def test_image_context_indices_follow_each_prompt_rows_position():
     from dataclasses import replace
 

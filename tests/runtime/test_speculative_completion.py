@@ -67,3 +67,43 @@ def test_offers_past_p_and_inexact_lengths_fail():
     exact = c.SpeculativeRound(packed_tokens=8, exact=True)
     with pytest.raises(c.OfferInvalid, match="must be the lane's length 4"):
         _validate(lanes[:1], [_row(lanes[0], 3, 0)], exact)
+
+
+def test_the_columns_path_passes_and_fails_exactly_the_rows_the_per_lane_checks_do():
+    """A production executor's rows are columns (`CompletionRows`): their SPECULATIVE rounds are checked
+    by array comparisons first, and any violation goes through the per-lane checks, which name it.
+    Over random rounds with one random field disturbed, both forms pass or fail alike, with the same
+    error."""
+    import random
+
+    rng = random.Random(11)
+    fields = ("offer", "accepted_drafts", "emitted", "consumed_endpoint", "draft_cursor", "generation", "status",
+              "submission_sequence", "frame_index", "model_reserved", "sampled_ids")
+    outcomes = set()
+    for trial in range(400):
+        count = rng.randint(1, 4)
+        lanes = [_lane(slot, rng.randint(1, 4), consumed=rng.randint(0, 12)) for slot in rng.sample(range(8), count)]
+        rows = [_row(lane, lane.speculative_limit, rng.randrange(lane.speculative_limit)) for lane in lanes]
+        if trial % 4:  # disturb one field of one row (some disturbances leave it valid)
+            i, name = rng.randrange(count), rng.choice(fields)
+            if name == "sampled_ids":
+                ids = list(rows[i].sampled_ids)
+                ids[rng.randrange(4)] = rng.choice([-2, 100, 150, 5])
+                change = {name: tuple(ids)}
+            else:
+                change = {name: getattr(rows[i], name) + rng.choice([-2, -1, 1, 2])}
+            rows[i] = dataclasses.replace(rows[i], **change)
+        if trial % 7 == 0 and count > 1:  # a slot twice
+            lanes[1] = dataclasses.replace(lanes[1], slot=lanes[0].slot)
+        check = c.SpeculativeRound(packed_tokens=rng.randint(count, 4 * count), exact=bool(trial % 2),
+                                   lag_tokens=rng.choice([0, 0, 1]))
+        results = []
+        for form in (rows, c.CompletionRows.of(rows)):
+            try:
+                _validate(lanes, form, check)
+                results.append(None)
+            except c.CompletionInvalid as error:
+                results.append((type(error), str(error)))
+        assert results[0] == results[1], (trial, results)
+        outcomes.add(results[0] is None)
+    assert outcomes == {True, False}  # both valid and invalid rounds were drawn
