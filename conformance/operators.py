@@ -203,6 +203,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     for cohort in cases.cohorts:
         yield "latent_attention", cohort.name, cohort, _latent_attention
     yield "head_matmul", "heads", first, _head_matmul
+    for cohort in cases.cohorts:
         yield "engram_gather", cohort.name, cohort, _engram_gather
     yield "fill", "f32", first, _fill
 

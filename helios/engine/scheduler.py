@@ -74,7 +74,13 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig
 from helios.engine.outcomes import RoundOutcomes
 from helios.engine.page_cache import PageCache, PageTableUploads
-from helios.engine.program_choice import PLAIN_TOKENS, AcceptanceEstimate, CopiedChoice, ProgramChoice, ServedCosts
+from helios.engine.program_choice import (
+    PLAIN_TOKENS,
+    AcceptanceEstimate,
+    CopiedChoice,
+    ProgramChoice,
+    ServedCosts,
+)
 from helios.engine.residency import (
     DuplicateRequest,
     QueueFull,

@@ -28,7 +28,13 @@ from helios.contract import PreparedContract, StartupOptions
 from helios.core.source import CoreSource
 from helios.engine.catalog import GraphCatalog
 from helios.engine.feature_slots import FeatureSlots
-from helios.engine.program_choice import AcceptanceEstimate, CopiedChoice, ProgramChoice, ProposalSources, ServedCosts
+from helios.engine.program_choice import (
+    AcceptanceEstimate,
+    CopiedChoice,
+    ProgramChoice,
+    ProposalSources,
+    ServedCosts,
+)
 from helios.errors import HeliosError
 from helios.proto import contract_pb2, manifest_pb2
 from helios.reference.cache import PageAllocator, pages_for

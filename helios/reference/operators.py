@@ -17,7 +17,17 @@ import numpy as np
 
 from helios.program.rope import rope_frequencies
 from helios.program.types import BF16, DTYPES_BY_NAME, F16, F32, F64, I32, I64, U8, U32
-from helios.reference import collectives, engram, latent, recurrent, sampling, scores, snapshots, speculative, vision
+from helios.reference import (
+    collectives,
+    engram,
+    latent,
+    recurrent,
+    sampling,
+    scores,
+    snapshots,
+    speculative,
+    vision,
+)
 from helios.reference.pages import InvalidCacheSlot, cache_slots, lane_history  # noqa: F401 (re-exported)
 
 F = np.float32
