@@ -299,7 +299,7 @@ def test_chain_key_ignores_the_parent(conform_core, clean_workloads, monkeypatch
     from helios.engine.page_cache import PageCache
 
     chain_key = PageCache.chain_key
-    monkeypatch.setattr(PageCache, "chain_key", lambda self, parent, tokens: chain_key(self, b"", tokens))
+    monkeypatch.setattr(PageCache, "chain_key", lambda self, parent, tokens, content=b"": chain_key(self, b"", tokens, content))
     report = run(conform_core, ("trace", "e2e"), SHIFTED_PREFIX)
     assert report.level("trace").divergences == (), report.table()
     found = only_divergence(report, "e2e")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from helios.engine.config import SchedulerRequest
 from helios.reference.engine import ReferenceEngine
@@ -21,6 +22,8 @@ PROMPTS = {"a": (5, 9, 17, 3, 44, 12, 7, 7, 9, 30, 2), "b": (61, 62, 63, 61, 62)
 MAX_TOKENS = 4
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="an fp32 CPU test (interpreted kernels, device=\"cpu\"); "
+                    "a GPU process defines compiled kernels, and conformance checks the operator on a GPU")
 def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_use(engram_core):
     from helios.production.engram import engram_gatherers
     from helios.production.loading import load_native_model, runtime_for
@@ -84,6 +87,8 @@ def test_production_serves_the_reference_tokens_and_never_overwrites_a_frame_in_
     assert np.array_equal(executor.buffers["engram.staging"].numpy(), staging)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="an fp32 CPU test (interpreted kernels, device=\"cpu\"); "
+                    "a GPU process defines compiled kernels, and conformance checks the operator on a GPU")
 def test_production_ranks_each_stage_their_own_frames_and_generate_the_one_rank_tokens(engram_core,
                                                                                     tiny_checkpoint, tmp_path):
     """--tp 2 through production ranks (a spawned peer process): each rank's executor stages the plan's
