@@ -4,9 +4,12 @@ through the production runtime (image preparation, the encoding PREFILL round, t
 chunks). Prints one JSON object.
 
     python bench/vision.py --checkpoint DIR [--device cuda] [--repeats 20]   # a GPU measurement
+    python bench/vision.py --shape clip-l-448                                # the same, random weights
     python bench/vision.py --smoke                                           # CPU, the tests' tiny LLaVA
 
-The checkpoint is a Hugging Face `llava` directory, prepared here (bf16 on a GPU, fp32 on a CPU,
+`--shape clip-l-448` writes a random checkpoint instead: a CLIP ViT-L/14 tower at 448x448 (1,024
+patches, 24 layers of width 1024) and its projector over a 28-layer Llama-family text model of the
+Qwen3-0.6B widths (the tests' small vocabulary). The checkpoint is a Hugging Face `llava` directory, prepared here (bf16 on a GPU, fp32 on a CPU,
 16-token pages, prefill capacities 256 and 1024). Each TTFT send carries another image (a new
 digest), so no request reuses another's image pages. `--smoke` checks the path, not the speed
 (Triton interpreted on a CPU).
@@ -26,6 +29,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+# --shape: (CLIP vision config fields, Llama text config fields) over the tests' tiny LLaVA's.
+SHAPES = {
+    "clip-l-448": (dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                        image_size=448, patch_size=14, projection_dim=768),
+                   dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                        num_key_value_heads=8, head_dim=64, max_position_embeddings=4096)),
+}
 
 
 def _png_url(size: int, seed: int) -> str:
@@ -135,11 +147,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a Hugging Face llava checkpoint directory")
     parser.add_argument("--smoke", action="store_true", help="CPU, the tests' tiny LLaVA")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="a random checkpoint of this shape instead of --checkpoint")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    if not args.smoke and not args.checkpoint:
-        parser.error("give --checkpoint DIR or --smoke")
+    if not args.smoke and not args.checkpoint and not args.shape:
+        parser.error("give --checkpoint DIR, --shape or --smoke")
     import os
 
     import torch
@@ -158,15 +171,24 @@ def main() -> int:
                                          context_tokens=96)
             repeats = min(args.repeats, 2)
         else:
-            directory = Path(args.checkpoint)
+            if args.shape:
+                from tests.fixtures.checkpoints import make_llava_checkpoint
+
+                vision_shape, text_shape = SHAPES[args.shape]
+                began = time.perf_counter()
+                directory = make_llava_checkpoint(Path(scratch) / args.shape, vision_shape=vision_shape,
+                                                  text_shape=text_shape)
+                print(f"{args.shape}: random checkpoint written in {time.perf_counter() - began:.1f}s", file=sys.stderr)
+            else:
+                directory = Path(args.checkpoint)
             options = PreparationOptions(dtype="bf16" if device.startswith("cuda") else "fp32", page_tokens=16,
                                          batch_capacities=(1, 2, 4), prefill_capacities=(256, 1024))
             repeats = args.repeats
         core = prepare_checkpoint(directory, options)
         result = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
-                  "dtype": options.dtype,
-                  **encoder_seconds(directory, device, options.dtype, repeats),
-                  **ttft_seconds(core, device, repeats)}
+                  "dtype": options.dtype, **encoder_seconds(directory, device, options.dtype, repeats)}
+        print(json.dumps(result), file=sys.stderr, flush=True)  # the encoder's figures, should the TTFT part fail
+        result.update(ttft_seconds(core, device, repeats))
     print(json.dumps(result))
     return 0
 

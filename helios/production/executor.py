@@ -150,7 +150,10 @@ class NativeExecutor:
             device_buffer = self.buffers[name]
             self.staging[name] = (torch.empty(device_buffer.shape, dtype=device_buffer.dtype, pin_memory=pinned)
                                   if separate else device_buffer)
-        self.host_view: dict[str, np.ndarray] = {n: t.numpy() for n, t in self.staging.items()}
+        # (a BF16 destination as its bit patterns: packing writes bf16 values as uint16, NUMPY_DTYPES)
+        self.host_view: dict[str, np.ndarray] = {
+            n: t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+            for n, t in self.staging.items()}
         # frame -> completion field -> host read-back of the round submitted in that frame (pinned on a
         # GPU; one frame on a CPU reads the completion buffers themselves, since rounds run at submit).
         self.frame_readback: list[dict[int, torch.Tensor]] = [
