@@ -20,10 +20,16 @@ from helios.engine.worker import BatchingRuntime
 from helios.ignition.prepare import prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.interface import PreparedRequest
-from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest
-from tests.engine.test_batching_runtime import serve
-from tests.recurrent.helpers import GREEDY, OPTIONS, PROMPT, PROMPTS, C
+from tests.recurrent.helpers import (
+    GREEDY,
+    OPTIONS,
+    PROMPT,
+    PROMPTS,
+    C,
+    assert_batched_mixed_rounds_give_transformers_tokens,
+    batching,
+)
 
 FAMILY = "deepseek_v3"
 
@@ -36,12 +42,6 @@ def checkpoint(tiny_checkpoint):
 @pytest.fixture(scope="module")
 def core(checkpoint):
     return prepare_checkpoint(checkpoint, OPTIONS)
-
-
-def batching(core, *, pages: int, max_active: int = 4) -> BatchingRuntime:
-    engine = ReferenceEngine.load(core, pages=pages)
-    return BatchingRuntime.for_executor(engine.executor, engine.contract,
-                                        AdmissionLimits(max_active=max_active, queue_capacity=16), pages=pages)
 
 
 def _parity(engine: ReferenceEngine, model, prompt: tuple[int, ...] = PROMPT) -> list[int]:
@@ -103,22 +103,7 @@ def test_one_q_product_biases_plain_rotary_pairs_and_yarn_match_transformers(tmp
 
 
 def test_batched_requests_in_mixed_rounds_give_transformers_tokens(core, hf_model):
-    from tests.fixtures.hf_oracle import hf_greedy
-
-    runtime = batching(core, pages=64)
-    operations = []
-    submit = runtime.executor.submit
-
-    def recorded(plan):
-        operations.append(plan.operation)
-        submit(plan)
-
-    runtime.executor.submit = recorded
-    requests = [GenerationRequest(p, max_tokens=12, sampling=GREEDY, ignore_eos=True) for p in PROMPTS]
-    results = serve(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
-    for prompt, result in zip(PROMPTS, results, strict=True):
-        assert result.tokens == hf_greedy(hf_model(FAMILY), list(prompt), 12), prompt
-    assert C.OPERATION_MIXED in operations and C.OPERATION_DECODE in operations
+    assert_batched_mixed_rounds_give_transformers_tokens(core, hf_model(FAMILY))
 
 
 def sequential(runtime: BatchingRuntime, requests: list[PreparedRequest]) -> list:

@@ -65,3 +65,37 @@ def drive(runtime, requests: dict[str, GenerationRequest], preempt_at: dict[str,
             elif len(tokens[request_id]) == preempt_at.get(request_id):
                 scheduler.preempt(request_id)
     return tokens, checked
+
+
+def batching(core, *, pages: int, max_active: int = 4):
+    """The batching scheduler over the reference executor of `core`, with `pages` pages."""
+    from helios.engine.worker import BatchingRuntime
+    from helios.reference.engine import ReferenceEngine
+    from helios.runtime.limits import AdmissionLimits
+
+    engine = ReferenceEngine.load(core, pages=pages)
+    return BatchingRuntime.for_executor(engine.executor, engine.contract,
+                                        AdmissionLimits(max_active=max_active, queue_capacity=16), pages=pages)
+
+
+def assert_batched_mixed_rounds_give_transformers_tokens(core, model) -> None:
+    """`PROMPTS` served together by the batching scheduler over the reference executor (MIXED and
+    DECODE rounds among them) give transformers' greedy tokens (`model`: the HF oracle's model)."""
+    from helios.runtime.interface import PreparedRequest
+    from tests.engine.test_batching_runtime import serve
+    from tests.fixtures.hf_oracle import hf_greedy
+
+    runtime = batching(core, pages=64)
+    operations = []
+    submit = runtime.executor.submit
+
+    def recorded(plan):
+        operations.append(plan.operation)
+        submit(plan)
+
+    runtime.executor.submit = recorded
+    requests = [GenerationRequest(p, max_tokens=12, sampling=GREEDY, ignore_eos=True) for p in PROMPTS]
+    results = serve(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
+    for prompt, result in zip(PROMPTS, results, strict=True):
+        assert result.tokens == hf_greedy(model, list(prompt), 12), prompt
+    assert C.OPERATION_MIXED in operations and C.OPERATION_DECODE in operations

@@ -13,14 +13,21 @@ import random
 import numpy as np
 import pytest
 
-from helios.engine.worker import BatchingRuntime
 from helios.ignition.prepare import prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.interface import PreparedRequest
-from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest, SamplingParams
 from tests.engine.test_batching_runtime import serve
-from tests.recurrent.helpers import GREEDY, OPTIONS, PROMPT, PROMPTS, C, drive, state_planes
+from tests.recurrent.helpers import (
+    GREEDY,
+    OPTIONS,
+    PROMPT,
+    C,
+    assert_batched_mixed_rounds_give_transformers_tokens,
+    batching,
+    drive,
+    state_planes,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +38,6 @@ def checkpoint(tiny_checkpoint):
 @pytest.fixture(scope="module")
 def core(checkpoint):
     return prepare_checkpoint(checkpoint, OPTIONS)
-
-
-def batching(core, *, pages: int, max_active: int = 4) -> BatchingRuntime:
-    engine = ReferenceEngine.load(core, pages=pages)
-    return BatchingRuntime.for_executor(engine.executor, engine.contract,
-                                        AdmissionLimits(max_active=max_active, queue_capacity=16), pages=pages)
 
 
 def test_the_core_declares_a_recurrent_region_and_state_rows_per_request(core):
@@ -70,22 +71,7 @@ def test_logits_and_greedy_tokens_match_transformers(core, checkpoint, hf_model)
 
 
 def test_batched_requests_in_mixed_rounds_give_transformers_tokens(core, hf_model):
-    from tests.fixtures.hf_oracle import hf_greedy
-
-    runtime = batching(core, pages=64)
-    operations = []
-    submit = runtime.executor.submit
-
-    def recorded(plan):
-        operations.append(plan.operation)
-        submit(plan)
-
-    runtime.executor.submit = recorded
-    requests = [GenerationRequest(p, max_tokens=12, sampling=GREEDY, ignore_eos=True) for p in PROMPTS]
-    results = serve(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])
-    for prompt, result in zip(PROMPTS, results, strict=True):
-        assert result.tokens == hf_greedy(hf_model("lfm2"), list(prompt), 12), prompt
-    assert C.OPERATION_MIXED in operations and C.OPERATION_DECODE in operations
+    assert_batched_mixed_rounds_give_transformers_tokens(core, hf_model("lfm2"))
 
 
 @pytest.mark.parametrize("seed", [1, 2])
