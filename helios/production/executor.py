@@ -32,12 +32,20 @@ and every upload is a real copy (whole buffer, one row, or a slice of a page-tab
 
 Host tier. With `host_pages`, every cache plane has a host tensor of `host_pages` pages (pinned on a
 GPU, plain on a CPU; `torch.empty`: never read before an offload wrote it). A plan's `page_copies`
-(helios/engine/host_tier.py decides them) are enqueued first, in order, on the serving stream: an
-offload copies a device page (or a continuation row) into its host page, a readmission a host page
-into a device page, each asynchronous on a GPU and ordered by the stream before the round's uploads
-and graph. They are enqueued as runs of consecutive pages, one copy per run and plane, in batches
-that keep the order the copies need (`helios.runtime.rounds.copy_batches`): a readmitted 8k-token
-prefix is a few copies per plane, not one per page.
+(helios/engine/host_tier.py decides them) are enqueued first on the serving stream: an offload
+copies a device page (or a continuation row) into its host page, a readmission a host page into a
+device page, each asynchronous on a GPU and ordered by the stream before the round's uploads and
+graph. Device pages are scattered (free-list order), so the copies go through a device staging of K
+pages per plane allocated at load (`copy_staging_pages`: all planes together at most
+COPY_STAGING_BYTES and the tier's size), in chunks of at most K copies that keep what applying them
+one by one gives (`helios.runtime.rounds.copy_chunks`). Per chunk and plane: an `index_select` of
+the offloaded pages into the staging and one copy per run of consecutive host pages of each
+readmission into it (the gather), then one copy per run of consecutive host pages out of it into the
+host tensor and an `index_copy_` of the readmitted pages into the plane (the scatter). The host tier
+hands out consecutive host pages to pages offloaded together, so a readmitted 8k-token prefix is a
+few chunks of a few large copies per plane, not one copy per page. The chunk's device page ids are
+uploaded from one of COPY_INDEX_SLOTS host slots (pinned on a GPU), rewritten only once the upload
+out of it has run (an event): a CPU run copies them (with `separate_staging`) or uses them in place.
 """
 
 from __future__ import annotations
@@ -57,14 +65,26 @@ from helios.runtime.completion import CompletionRows, read_completion, transport
 from helios.runtime.costs import RoundCosts
 from helios.runtime.engram import EngramGatherer, gatherers_for
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
-from helios.runtime.rounds import PageTableUpdate, RoundPlan, copy_batches, copy_runs, full_rows, single_round
+from helios.runtime.rounds import PageCopy, PageTableUpdate, RoundPlan, copy_chunks, full_rows, host_runs, single_round
 from helios.runtime.scores import read_prompt_scores
 
 V, M = contract_pb2, manifest_pb2
 # The completion fields only a SCORED_PREFILL round writes: read back after such a round alone.
 _SCORE_FIELDS = frozenset({M.COMPLETION_FIELD_PROMPT_SCORES, M.COMPLETION_FIELD_PROMPT_SCORE_IDS})
 
-__all__ = ["REQUEST_KEYS", "ExecutorGraph", "FrameBusy", "FrameOrderViolated", "NativeExecutor"]
+__all__ = ["COPY_STAGING_BYTES", "REQUEST_KEYS", "ExecutorGraph", "FrameBusy", "FrameOrderViolated", "NativeExecutor",
+           "copy_staging_pages"]
+
+COPY_STAGING_BYTES = 256 * 2**20  # the bound of the host-tier copies' device staging, all planes together
+COPY_INDEX_SLOTS = 8  # host index slots of the host-tier copies: chunks whose upload may be pending at once
+
+
+def copy_staging_pages(host_pages: int, page_bytes: int) -> int:
+    """Pages of the host-tier copies' device staging (every plane): at most COPY_STAGING_BYTES and
+    the tier's own size, at least one page; 0 without a host tier."""
+    if not host_pages:
+        return 0
+    return max(1, min(host_pages, COPY_STAGING_BYTES // max(page_bytes, 1)))
 
 
 class FrameBusy(HeliosError):
@@ -129,7 +149,8 @@ class NativeExecutor:
                  completion: Mapping[int, str], *, frames: int = 1, device: torch.device,
                  capture: GraphCapture | None, separate_staging: bool = False,
                  cache_buffers: Sequence[str] = (), host_pages: int = 0,
-                 continuation_buffers: Mapping[str, str] | None = None) -> None:
+                 continuation_buffers: Mapping[str, str] | None = None,
+                 staging_pages: int | None = None) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -173,6 +194,27 @@ class NativeExecutor:
             name: torch.empty((host_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
                               pin_memory=pinned)
             for name in self.cache_buffers} if host_pages else {}
+        # The host-tier copies' device side (`_copy_pages`), allocated here: serving allocates nothing.
+        # K pages of staging per plane (copy_staging_pages, or `staging_pages`), and COPY_INDEX_SLOTS
+        # slots of K device page ids, each uploaded from its own host slot (pinned on a GPU) and fenced.
+        self.staging_pages = (0 if not self.host else staging_pages if staging_pages is not None
+                              else copy_staging_pages(host_pages, self.page_bytes))
+        if self.host and self.staging_pages < 1:
+            raise ValueError(f"host-tier copies need at least one staging page, got {self.staging_pages}")
+        self.copy_staging: dict[str, torch.Tensor] = {  # cache plane -> [K, ...one page...], device
+            name: torch.empty((self.staging_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
+                              device=device)
+            for name in self.host}
+        slots = COPY_INDEX_SLOTS if self.host else 0
+        self._copy_index = torch.empty((slots, self.staging_pages), dtype=torch.int64, device=device)  # device
+        self._copy_index_host = (torch.empty((slots, self.staging_pages), dtype=torch.int64,
+                                             pin_memory=pinned and bool(slots))
+                                 if separate else self._copy_index)  # [slots, K] int64, host
+        self._copy_index_values = self._copy_index_host.numpy()
+        # after the upload out of each host slot (GPU): the slot may be rewritten once it completed
+        self._copy_index_fences = [torch.cuda.Event() for _ in range(slots)] if pinned else []
+        self._copy_index_next = 0  # the host slot the next chunk writes
+        self.copied_bytes = 0  # bytes the host-tier copies moved, both ways, every plane
         self.submissions_while_outstanding = 0  # rounds submitted while another was still outstanding
         # Page-table destinations written only through physical request rows, with one page offset and
         # padding whichever graph binds them: the plan's updates are applied to each. A destination
@@ -447,21 +489,63 @@ class NativeExecutor:
         return sum(self.buffers[name][0].nbytes for name in self.cache_buffers)
 
     def _copy_pages(self, plan: RoundPlan, gpu: bool) -> None:
-        """The plan's host-tier copies, in order, on the serving stream (asynchronous on a GPU)."""
+        """The plan's host-tier copies on the serving stream (asynchronous on a GPU), chunk by chunk
+        (`copy_chunks`: each gathers every source before it writes any destination)."""
         if not self.host:
             raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
-        # Runs of consecutive pages at once (an 8k-token prefix is hundreds of pages of every plane):
-        # batches keep the order the copies need (copy_batches), offloads before readmissions.
-        for offloads, readmits in copy_batches(plan.page_copies):
-            for run in copy_runs(offloads):
-                for name in self.cache_buffers:
-                    source = self.continuation_buffers[name] if run.continuation else name  # a row: a page record
-                    self.host[name][run.host_page:run.host_page + run.count].copy_(
-                        self.buffers[source][run.page:run.page + run.count], non_blocking=gpu)
-            for run in copy_runs(readmits):
-                for name in self.cache_buffers:
-                    self.buffers[name][run.page:run.page + run.count].copy_(
-                        self.host[name][run.host_page:run.host_page + run.count], non_blocking=gpu)
+        for chunk in copy_chunks(plan.page_copies, self.staging_pages):
+            self._copy_chunk(chunk, gpu)
+        self.copied_bytes += len(plan.page_copies) * self.page_bytes
+
+    def _copy_chunk(self, chunk: Sequence[PageCopy], gpu: bool) -> None:
+        """One chunk of at most K copies through the device staging, plane by plane:
+
+            staging rows   [0, p)            [p, o)                  [o, n)
+                           offloaded pages   offloaded continuations readmissions, each by host page
+            gather         index_select      index_select            host -> staging, a copy per host run
+            scatter        staging -> host, a copy per host run      index_copy_ into the plane
+
+        so an offload or readmission of scattered device pages costs a few launches per plane, not
+        one copy per page."""
+        offloads = sorted((c for c in chunk if not c.readmit), key=lambda c: (c.continuation, c.host_page))
+        readmits = sorted((c for c in chunk if c.readmit), key=lambda c: c.host_page)
+        p = sum(not c.continuation for c in offloads)
+        o, n = len(offloads), len(chunk)
+        index = self._upload_copy_index([c.page for c in offloads] + [c.page for c in readmits], gpu)
+        out_runs, in_runs = host_runs(offloads), host_runs(readmits)
+        for name in self.cache_buffers:
+            staging, plane, host = self.copy_staging[name], self.buffers[name], self.host[name]
+            if p:
+                torch.index_select(plane, 0, index[:p], out=staging[:p])
+            if o > p:  # a row of the continuation plane is one page record
+                torch.index_select(self.buffers[self.continuation_buffers[name]], 0, index[p:o], out=staging[p:o])
+            for first, host_page, count in in_runs:
+                staging[o + first:o + first + count].copy_(host[host_page:host_page + count], non_blocking=gpu)
+            for first, host_page, count in out_runs:
+                host[host_page:host_page + count].copy_(staging[first:first + count], non_blocking=gpu)
+            if n > o:
+                plane.index_copy_(0, index[o:n], staging[o:n])
+
+    def _upload_copy_index(self, pages: Sequence[int], gpu: bool) -> torch.Tensor:
+        """`pages` as a device int64 tensor, through the next host index slot.
+
+        NOTE: a host slot is rewritten only once the upload out of it has run (its fence): on a GPU
+        the copy is asynchronous and may still be pending from an earlier chunk or round. The ring
+        of COPY_INDEX_SLOTS slots makes that wait rare (a round of more chunks waits for the stream to
+        reach the chunk that many before). The device slot needs no fence: its readers precede the
+        next upload into it on the stream."""
+        slot = self._copy_index_next
+        self._copy_index_next = (slot + 1) % len(self._copy_index_values)
+        if self._copy_index_fences:
+            self._copy_index_fences[slot].synchronize()
+        count = len(pages)
+        self._copy_index_values[slot, :count] = pages
+        device = self._copy_index[slot, :count]
+        if self._copy_index_host is not self._copy_index:
+            device.copy_(self._copy_index_host[slot, :count], non_blocking=gpu)
+            if self._copy_index_fences:
+                self._copy_index_fences[slot].record(torch.cuda.current_stream(self.device))
+        return device
 
     def _execute(self, graph: ExecutorGraph, frame: int, sequence: int) -> None:
         # NOTE: the transport owns frame index and submission sequence; programs never write them.

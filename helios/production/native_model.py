@@ -17,7 +17,8 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            measures the transient memory the plans need;
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
-           transient need; never more pages than max_concurrency full contexts;
+           transient need and the host-tier copies' device staging (sized from the tier, at most
+           256 MiB); never more pages than max_concurrency full contexts;
   graphs   re-bind the plans to the final cache planes and capture one CUDA graph per selected
            (operation, capacity) variant (on a CPU the plans stay eager);
   costs    with `measure_costs` (adaptive speculation): time each DECODE and SPECULATIVE graph's
@@ -25,8 +26,8 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            run on a CPU, over the idle zeroed transport, persistent state and completion records
            restored afterwards as capture restores them; the executor's `round_costs()`;
   host_tier  build the executor over the buffers, with the host tier of evicted checkpoints
-           (`host_cache_gib`, pinned on a GPU); it holds two execution frames when the transport
-           declares two (executor.py).
+           (`host_cache_gib`, pinned on a GPU) and the device staging its copies go through; it
+           holds two execution frames when the transport declares two (executor.py).
 The phases are timed by `helios.runtime.startup.PhaseClock` and exported on /metrics as
 `helios_startup_seconds{phase}`; `NativeModel.device_counters()` answers the graphs captured and
 kernels compiled in this process (`helios_graphs_captured_total`, `helios_kernels_compiled_total`).
@@ -51,7 +52,7 @@ from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, manifest_buffers
 from helios.production.capture import GraphCapture, captured_graphs
 from helios.production.engram import engram_gatherers
-from helios.production.executor import ExecutorGraph, NativeExecutor
+from helios.production.executor import ExecutorGraph, NativeExecutor, copy_staging_pages
 from helios.production.gpu_paths import GpuPaths
 from helios.production.kernel_compile import compile_plans, compiled_kernels
 from helios.production.lowering import lower_program
@@ -223,7 +224,10 @@ class NativeModel:
             policy.measure_pending()  # Triton or torch for each product shape, its kernels now compiled
             del placeholder, warm
         with phase("cache"):
-            pages = _pages(contract, manifest, slots, options, device, transient)
+            page_bytes = manifest_page_bytes(manifest)
+            host = host_pages(options.host_cache_gib, page_bytes)
+            staging = copy_staging_pages(host, page_bytes) * page_bytes  # allocated by the executor below
+            pages = _pages(contract, manifest, slots, options, device, transient + staging)
             if options.group is not None:  # every rank's cache holds the same page ids: the smallest
                 pages = options.group.minimum(pages)
             buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
@@ -250,7 +254,6 @@ class NativeModel:
         # two frames: a round may be submitted before the last completes
         cache_buffers = [b.name for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE]
         with phase("host_tier"):
-            host = host_pages(options.host_cache_gib, manifest_page_bytes(manifest))
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
                                       cache_buffers=cache_buffers, host_pages=host,

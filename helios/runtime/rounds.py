@@ -51,63 +51,54 @@ class PageCopy(NamedTuple):
     continuation: bool = False  # the source is continuation row `page` (readmit False)
 
 
-class CopyRun(NamedTuple):
-    """`count` copies of one kind between consecutive pages (or rows) and consecutive host pages."""
+def copy_chunks(copies: Sequence[PageCopy], limit: int) -> list[list[PageCopy]]:
+    """A plan's copies as consecutive chunks of at most `limit` (>= 1) copies, in which no copy reads
+    or writes what an earlier copy of its chunk writes: an executor may then read every source of a
+    chunk before writing any destination (a gather into staging, then a scatter), chunk after chunk,
+    and get what applying the copies one by one in plan order gives. A copy may write what an earlier
+    one of its chunk reads: the read comes first. So a readmitted prefix is one chunk per `limit`
+    copies, although each readmission takes a device page whose checkpoint it offloads first and the
+    next offload reuses the host page the last readmission read:
 
-    page: int
-    host_page: int
-    count: int
-    continuation: bool
+        offload  d1 -> h9    readmit  h1 -> d1    offload  d2 -> h1    readmit  h2 -> d2   ...
 
-
-def copy_batches(copies: Sequence[PageCopy]) -> list[tuple[list[PageCopy], list[PageCopy]]]:
-    """A plan's copies as batches of (offloads, readmissions): applying every batch in order, its
-    offloads first and then its readmissions, each kind in any order, equals applying the copies one
-    by one in plan order. A copy joins the open batch unless the order it keeps with one already
-    there would be lost: an offload reading a page a readmission of the batch writes, or writing a
-    host page a readmission of the batch reads or another offload writes; a readmission writing a
-    page another readmission writes. (A readmission after an offload that reads its page or writes
-    its host page keeps its order: offloads go first.) Batches let an executor copy runs of pages at
-    once (`copy_runs`) instead of one page of one plane at a time."""
-    batches: list[tuple[list[PageCopy], list[PageCopy]]] = []
-    offloads: list[PageCopy] = []
-    readmits: list[PageCopy] = []
-    written_pages: set[int] = set()  # device pages the batch's readmissions write
-    read_hosts: set[int] = set()  # host pages they read
-    written_hosts: set[int] = set()  # host pages the batch's offloads write
+    (a device page is written by a readmission, read by an offload; a host page is written by an
+    offload, read by a readmission; a continuation row is only read.)"""
+    if limit < 1:
+        raise ValueError(f"a chunk holds at least one copy, got {limit}")
+    chunks: list[list[PageCopy]] = []
+    chunk: list[PageCopy] = []
+    written_pages: set[int] = set()  # device pages the chunk's readmissions write
+    written_hosts: set[int] = set()  # host pages the chunk's offloads write
     for copy in copies:
         if copy.readmit:
-            conflict = copy.page in written_pages
+            conflict = copy.host_page in written_hosts or copy.page in written_pages
         else:
-            conflict = ((not copy.continuation and copy.page in written_pages) or copy.host_page in read_hosts
-                        or copy.host_page in written_hosts)
-        if conflict:
-            batches.append((offloads, readmits))
-            offloads, readmits = [], []
-            written_pages, read_hosts, written_hosts = set(), set(), set()
+            conflict = (copy.host_page in written_hosts
+                        or (not copy.continuation and copy.page in written_pages))
+        if conflict or len(chunk) == limit:
+            chunks.append(chunk)
+            chunk, written_pages, written_hosts = [], set(), set()
+        chunk.append(copy)
         if copy.readmit:
-            readmits.append(copy)
             written_pages.add(copy.page)
-            read_hosts.add(copy.host_page)
         else:
-            offloads.append(copy)
             written_hosts.add(copy.host_page)
-    if offloads or readmits:
-        batches.append((offloads, readmits))
-    return batches
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
-def copy_runs(copies: Sequence[PageCopy]) -> list[CopyRun]:
-    """Copies of one kind of one batch (`copy_batches`: independent of each other) as runs of
-    consecutive pages to consecutive host pages, continuation rows apart."""
-    runs: list[CopyRun] = []
-    for copy in sorted(copies, key=lambda c: (c.continuation, c.page)):
-        last = runs[-1] if runs else None
-        if (last is not None and last.continuation == copy.continuation and copy.page == last.page + last.count
-                and copy.host_page == last.host_page + last.count):
-            runs[-1] = last._replace(count=last.count + 1)
+def host_runs(copies: Sequence[PageCopy]) -> list[tuple[int, int, int]]:
+    """(first, host_page, count) for each run of `copies` (in staging order) whose host pages are
+    consecutive: copies [first, first + count) touch host pages [host_page, host_page + count)."""
+    runs: list[tuple[int, int, int]] = []
+    for index, copy in enumerate(copies):
+        if runs and copy.host_page == runs[-1][1] + runs[-1][2]:
+            first, host_page, count = runs[-1]
+            runs[-1] = (first, host_page, count + 1)
         else:
-            runs.append(CopyRun(copy.page, copy.host_page, 1, copy.continuation))
+            runs.append((index, copy.host_page, 1))
     return runs
 
 
@@ -164,4 +155,4 @@ def single_round(graph: str, operation: int, lanes: Sequence[LaneInput], *, sequ
                                            for lane in lanes), outstanding=1)
 
 
-__all__ = ["Executor", "PageCopy", "PageTableUpdate", "RoundPlan", "full_rows", "single_round"]
+__all__ = ["Executor", "PageCopy", "PageTableUpdate", "RoundPlan", "copy_chunks", "full_rows", "host_runs", "single_round"]

@@ -148,15 +148,16 @@ def test_the_host_cache_option():
         host_bytes(-1)
 
 
-def test_copy_batches_and_runs_apply_as_the_copies_one_by_one():
+def test_copy_chunks_gathered_then_scattered_apply_as_the_copies_one_by_one():
     """Random copy sequences (offloads of pages and continuation rows, readmissions, host pages reused)
-    applied as batches of runs (what the production executor enqueues) equal applying them in order."""
+    applied chunk by chunk, every source of a chunk read before any destination is written (what the
+    production executor does through its staging), equal applying them in order."""
     import numpy as np
 
-    from helios.runtime.rounds import copy_batches, copy_runs
+    from helios.runtime.rounds import copy_chunks
 
     rng = random.Random(5)
-    for _ in range(200):
+    for _ in range(300):
         pages, rows, hosts = 8, 3, 6
         copies = []
         for _ in range(rng.randrange(1, 14)):
@@ -166,30 +167,33 @@ def test_copy_batches_and_runs_apply_as_the_copies_one_by_one():
             else:
                 copies.append(PageCopy(kind == 1, rng.randrange(pages), rng.randrange(hosts)))
         start = np.arange(pages + rows + hosts, dtype=np.int64) * 10
-        one_by_one, batched = start.copy(), start.copy()
+        one_by_one, chunked = start.copy(), start.copy()
         device, row, host = slice(0, pages), slice(pages, pages + rows), slice(pages + rows, None)
-        for c in copies:
-            source = (one_by_one[row] if c.continuation else one_by_one[device])
+
+        def source(array, c):
+            return array[host][c.host_page] if c.readmit else (array[row] if c.continuation else array[device])[c.page]
+
+        def write(array, c, value):
             if c.readmit:
-                one_by_one[device][c.page] = one_by_one[host][c.host_page]
+                array[device][c.page] = value
             else:
-                one_by_one[host][c.host_page] = source[c.page]
-        runs = 0
-        for offloads, readmits in copy_batches(copies):
-            for run in copy_runs(offloads):
-                source = batched[row] if run.continuation else batched[device]
-                batched[host][run.host_page:run.host_page + run.count] = source[run.page:run.page + run.count].copy()
-                runs += 1
-            for run in copy_runs(readmits):
-                batched[device][run.page:run.page + run.count] = batched[host][run.host_page:run.host_page + run.count].copy()
-                runs += 1
-        assert batched.tolist() == one_by_one.tolist(), copies
-        assert runs <= len(copies)
-    # consecutive pages to consecutive host pages, interleaved as a readmitted prefix's copies are
-    # (each readmission evicts, and offloads, the page it takes): two runs
-    interleaved = [c for i in range(100) for c in (PageCopy(False, 200 + i, 300 + i), PageCopy(True, 200 + i, i))]
-    (batch,) = copy_batches(interleaved)
-    assert [len(copy_runs(kind)) for kind in batch] == [1, 1]
+                array[host][c.host_page] = value
+
+        for c in copies:
+            write(one_by_one, c, source(one_by_one, c))
+        limit = rng.randrange(1, 6)
+        chunks = copy_chunks(copies, limit)
+        for chunk in chunks:
+            gathered = [source(chunked, c) for c in chunk]
+            for c, value in zip(chunk, gathered, strict=True):
+                write(chunked, c, value)
+        assert chunked.tolist() == one_by_one.tolist(), copies
+        assert [c for chunk in chunks for c in chunk] == copies and all(0 < len(c) <= limit for c in chunks)
+    # a readmitted prefix: each readmission's device page offloaded first, each offload reusing the
+    # host page the readmission before it read: chunks as full as the limit allows
+    interleaved = [c for i in range(100) for c in (PageCopy(False, 200 + i, 299 if i == 0 else i - 1),
+                                                   PageCopy(True, 200 + i, i))]
+    assert [len(chunk) for chunk in copy_chunks(interleaved, 64)] == [64, 64, 64, 8]
 
 
 def test_a_lookup_readmits_without_evicting_pages_its_own_chain_matches_later():
