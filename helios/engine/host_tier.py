@@ -17,10 +17,16 @@ Bounded. The tier holds at most `pages` entries; storing into a full tier evicts
 stored entry first (a hit takes its entry out) (`evictions`), so it never grows past its option. Copies are ordered: a
 host page freed by a readmission and reused by a later offload is read (readmission) before it is
 written (offload), since both are applied in the order decided, on one stream.
+
+Contiguity. Which host page an entry gets decides how many copies an executor enqueues: production
+copies runs of consecutive host pages at once (helios/production/executor.py), and pages offloaded
+together are readmitted together (a prefix's chain). So a store takes the lowest free page, else the
+lowest never used: one round's offloads fill ascending runs, and pages freed apart join up again.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -44,7 +50,7 @@ class HostTier:
             raise ValueError(f"a host tier holds >= 0 pages, got {pages}")
         self.pages = pages
         self._entries: OrderedDict[bytes, int] = OrderedDict()  # key -> host page; least recent first
-        self._free: list[int] = []  # host pages returned (reused first)
+        self._free: list[int] = []  # a heap: host pages returned (reused first, lowest first)
         self._fresh = 0  # host pages [0, _fresh) handed out at least once: no free list of `pages` entries
         self.offloaded = 0
         self.readmitted = 0
@@ -65,9 +71,9 @@ class HostTier:
             return None
         held = self._entries.pop(key, None)
         if held is not None:  # the same prefix offloaded again: its newest copy replaces the old one
-            self._free.append(held)
+            heapq.heappush(self._free, held)
         if self._free:
-            page = self._free.pop()
+            page = heapq.heappop(self._free)
         elif self._fresh < self.pages:
             page, self._fresh = self._fresh, self._fresh + 1
         elif self._entries:
@@ -88,7 +94,7 @@ class HostTier:
         return page
 
     def free(self, page: int) -> None:
-        self._free.append(page)
+        heapq.heappush(self._free, page)
 
     def untake(self, key: bytes, page: int) -> None:
         """Undo `take(key)` before anything copied out of `page` (the readmission found no device page):
@@ -100,7 +106,7 @@ class HostTier:
         """Forget `key` (the device published the same prefix again: that page is the checkpoint)."""
         page = self._entries.pop(key, None)
         if page is not None:
-            self._free.append(page)
+            heapq.heappush(self._free, page)
 
     def gauges(self) -> HostGauges:
         return HostGauges(capacity=self.pages, in_use=len(self._entries), offloaded=self.offloaded,

@@ -196,6 +196,16 @@ def test_copy_chunks_gathered_then_scattered_apply_as_the_copies_one_by_one():
     assert [len(chunk) for chunk in copy_chunks(interleaved, 64)] == [64, 64, 64, 8]
 
 
+def test_host_pages_are_handed_out_lowest_first_so_pages_stored_together_are_consecutive():
+    tier = HostTier(8)
+    assert [tier.store(bytes([i])) for i in range(6)] == list(range(6))
+    for key in (4, 1, 2, 5):  # readmitted apart, in any order
+        tier.free(tier.take(bytes([key])))
+    assert [tier.store(bytes([10 + i])) for i in range(5)] == [1, 2, 4, 5, 6]  # the free ones, then a fresh one
+    tier.discard(bytes([3]))
+    assert tier.store(b"x") == 3
+
+
 def test_a_lookup_readmits_without_evicting_pages_its_own_chain_matches_later():
     """A prefix whose first pages are in the host tier and whose later ones are still cached on the
     device (least recently released, so first in line for eviction): the readmissions evict other
