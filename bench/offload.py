@@ -16,6 +16,10 @@ evicts the first's checkpoints: with the host tier they are offloaded and the re
 (all but the page holding its last token, which is computed), without it the re-send recomputes the
 whole prompt.
 
+It also prints what the host-tier copies cost where they happen: each round that readmitted pages,
+timed from its submission to its collection (its copies, both ways, and its graph), against the
+bytes its copies moved (offloads and readmissions, every cache plane): a bandwidth for the round.
+
 Nothing lost or wrong, exactly: every request finishes with its `max_tokens` tokens and no request
 fails; with the host tier, the first prompt sent a third time (its pages now on the device: a device
 cache hit at the same reuse boundary, the same prefill graphs) gives the host-hit re-send's tokens,
@@ -72,9 +76,36 @@ def _send(runtime, request_id: str, prompt: tuple[int, ...]) -> tuple[float, lis
     return asyncio.run(main())
 
 
+class CopyTimer:
+    """Wraps the executor the engine drives: for each round that readmits pages, (bytes its host-tier
+    copies moved, seconds from its submission to its collection)."""
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+        self.frames = executor.frames
+        self.rounds: list[tuple[int, float]] = []
+        self._submitted: dict[int, float] = {}  # plan sequence -> when its submission began
+
+    def __getattr__(self, name: str):
+        return getattr(self.executor, name)
+
+    def submit(self, plan) -> None:
+        if any(copy.readmit for copy in plan.page_copies):
+            self._submitted[plan.sequence] = time.perf_counter()
+        self.executor.submit(plan)
+
+    def collect(self, plan):
+        rows = self.executor.collect(plan)
+        began = self._submitted.pop(plan.sequence, None)
+        if began is not None:
+            self.rounds.append((len(plan.page_copies) * self.executor.page_bytes, time.perf_counter() - began))
+        return rows
+
+
 def measure(core, *, prompt_tokens: int, device: str, host_cache_gib: float | None, pages: int, repeats: int):
     """Per repeat: (cold TTFT, re-send TTFT, cold tokens, re-send tokens, re-send's reused tokens, the
-    third send's tokens or None without a host tier); and the runtime's metrics."""
+    third send's tokens or None without a host tier); the runtime's metrics; the readmitting rounds
+    (`CopyTimer.rounds`)."""
     import random
 
     from helios.production import load_runtime
@@ -83,8 +114,14 @@ def measure(core, *, prompt_tokens: int, device: str, host_cache_gib: float | No
 
     rng = random.Random(0)
     vocabulary = core.contract.model.vocabulary.sampled_tokens
+    timers: list[CopyTimer] = []
+
+    def timed(executor, _pages):
+        timers.append(CopyTimer(executor))
+        return timers[-1]
+
     runtime = load_runtime(core, RuntimeOptions(AdmissionLimits(max_active=1, queue_capacity=2), device=device,
-                                                pages=pages, host_cache_gib=host_cache_gib))
+                                                pages=pages, host_cache_gib=host_cache_gib, wrap_executor=timed))
     rows = []
     runtime.start()
     try:
@@ -96,7 +133,7 @@ def measure(core, *, prompt_tokens: int, device: str, host_cache_gib: float | No
             again, tokens, reused = _send(runtime, f"again-{repeat}", first)
             third = _send(runtime, f"device-hit-{repeat}", first)[1] if runtime.metrics().host_bytes_capacity else None
             rows.append((cold, again, cold_tokens, tokens, reused, third))
-        return rows, runtime.metrics()
+        return rows, runtime.metrics(), timers[0].rounds
     finally:
         runtime.shutdown()
 
@@ -148,8 +185,8 @@ def main() -> int:
         for label, gib in (("host tier", args.host_cache_gib), ("recompute", 0.0)):
             results[label] = measure(core, prompt_tokens=prompt_tokens, device=device, host_cache_gib=gib,
                                      pages=pages, repeats=repeats)
-    hit_rows, m = results["host tier"]
-    recompute_rows, r = results["recompute"]
+    hit_rows, m, readmitting = results["host tier"]
+    recompute_rows, r, _ = results["recompute"]
     hit = statistics.median(row[1] for row in hit_rows)
     recompute = statistics.median(row[1] for row in recompute_rows)
     cold = statistics.median(row[0] for row in hit_rows + recompute_rows)
@@ -162,6 +199,12 @@ def main() -> int:
     print(f"host tier: offloaded {m.host_offloaded_pages} pages ({m.host_offloaded_bytes} B), readmitted "
           f"{m.host_readmitted_pages} pages ({m.host_readmitted_bytes} B), in use {m.host_bytes_in_use} of "
           f"{m.host_bytes_capacity} B, evictions {m.host_evictions}")
+    if readmitting:
+        moved = statistics.median(b for b, _ in readmitting)
+        seconds = statistics.median(t for _, t in readmitting)
+        print(f"readmitting rounds ({len(readmitting)}, medians): {moved / 2**20:.1f} MiB copied (offloads and "
+              f"readmissions) in a round of {seconds * 1e3:.1f} ms (copies and graph, submit to collect): "
+              f"{moved / seconds / 1e9:.2f} GB/s")
     readmitted = m.host_readmitted_pages > 0 and all(row[4] > 0 for row in hit_rows)
     recomputed = all(row[4] == 0 for row in recompute_rows) and r.host_readmitted_pages == 0
     exact_hit = all(row[3] == row[5] for row in hit_rows)  # host hit = device hit at the same boundary
