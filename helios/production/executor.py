@@ -65,7 +65,15 @@ from helios.runtime.completion import CompletionRows, read_completion, transport
 from helios.runtime.costs import RoundCosts
 from helios.runtime.engram import EngramGatherer, gatherers_for
 from helios.runtime.packing import GraphPacking, LaneColumns, LaneInput, LaneOverflow, ResolvedBinding
-from helios.runtime.rounds import PageCopy, PageTableUpdate, RoundPlan, copy_chunks, full_rows, host_runs, single_round
+from helios.runtime.rounds import (
+    PageCopy,
+    PageTableUpdate,
+    RoundPlan,
+    copy_chunks,
+    full_rows,
+    host_runs,
+    single_round,
+)
 from helios.runtime.scores import read_prompt_scores
 
 V, M = contract_pb2, manifest_pb2

@@ -157,8 +157,19 @@ def test_copy_chunks_gathered_then_scattered_apply_as_the_copies_one_by_one():
     from helios.runtime.rounds import copy_chunks
 
     rng = random.Random(5)
+    pages, rows, hosts = 8, 3, 6
+    device, row, host = slice(0, pages), slice(pages, pages + rows), slice(pages + rows, None)
+
+    def source(array, c):
+        return array[host][c.host_page] if c.readmit else (array[row] if c.continuation else array[device])[c.page]
+
+    def write(array, c, value):
+        if c.readmit:
+            array[device][c.page] = value
+        else:
+            array[host][c.host_page] = value
+
     for _ in range(300):
-        pages, rows, hosts = 8, 3, 6
         copies = []
         for _ in range(rng.randrange(1, 14)):
             kind = rng.randrange(3)
@@ -168,17 +179,6 @@ def test_copy_chunks_gathered_then_scattered_apply_as_the_copies_one_by_one():
                 copies.append(PageCopy(kind == 1, rng.randrange(pages), rng.randrange(hosts)))
         start = np.arange(pages + rows + hosts, dtype=np.int64) * 10
         one_by_one, chunked = start.copy(), start.copy()
-        device, row, host = slice(0, pages), slice(pages, pages + rows), slice(pages + rows, None)
-
-        def source(array, c):
-            return array[host][c.host_page] if c.readmit else (array[row] if c.continuation else array[device])[c.page]
-
-        def write(array, c, value):
-            if c.readmit:
-                array[device][c.page] = value
-            else:
-                array[host][c.host_page] = value
-
         for c in copies:
             write(one_by_one, c, source(one_by_one, c))
         limit = rng.randrange(1, 6)

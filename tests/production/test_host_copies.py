@@ -29,7 +29,7 @@ def executor(staging_pages: int | None, *, separate: bool = False) -> NativeExec
     ex = NativeExecutor({}, buffers, {}, device=torch.device("cpu"), capture=None, separate_staging=separate,
                         cache_buffers=tuple(SHAPES), host_pages=HOSTS,
                         continuation_buffers={name: f"{name}.rows" for name in SHAPES}, staging_pages=staging_pages)
-    for name, host in ex.host.items():  # the tier's pages hold something before any offload
+    for host in ex.host.values():  # the tier's pages hold something before any offload
         host.copy_(torch.randn(host.shape, generator=generator).to(host.dtype))
     return ex
 
@@ -70,7 +70,7 @@ def check(ex: NativeExecutor, copies) -> None:
 @pytest.mark.parametrize("separate", [False, True])
 def test_random_copies_through_small_staging_equal_the_copies_one_by_one(separate):
     rng = random.Random(7)
-    for trial in range(150):
+    for _ in range(150):
         ex = executor(rng.choice((1, 2, 3, 5, HOSTS)), separate=separate)
         copies = []
         for _ in range(rng.randrange(1, 20)):
