@@ -163,7 +163,7 @@ def test_gpu_blocks_fill_an_h200_with_the_measured_tiles(rows, n, k):
     assert -(-n // blocks.block_n) >= 256  # about two programs per SM of 132 at N >= 1024
     assert blocks.block_k >= 128 and blocks.block_m >= rows
     assert k % blocks.block_k == 0  # no masked K steps where a power of two divides K
-    # the tiles bench/kernels.py measured fastest on an H200 (BENCHMARKS.md, issue #6 tile sweep)
+    # the tiles bench/kernel_tiles.py measured fastest on an H200 (BENCHMARKS.md, issue #6 tile sweep)
     expected = {1: (2, 2048 if k % 2048 == 0 else 1024, 2), 4: (4, 1024, 4), 16: (2, 512, 4)}[rows]
     assert (blocks.block_n, blocks.block_k, blocks.num_warps) == expected
     assert choose_blocks(rows, n, k, cuda=True, gated=True) == blocks
@@ -178,7 +178,7 @@ def test_gpu_tensor_core_tiles_from_two_rows_of_16_bit_operands(rows, gated, n, 
     if not blocks.mma:
         assert blocks == choose_blocks(rows, n, k, cuda=True)
         return
-    # the tiles bench/kernels.py measured fastest on an H200 (BENCHMARKS.md, issue #16 tile sweep)
+    # the tiles bench/kernel_tiles.py measured fastest on an H200 (BENCHMARKS.md, issue #16 tile sweep)
     block_n, block_k, stages = (64, 128, 4) if gated else (32, 256, 4)
     assert (blocks.block_m, blocks.block_n, blocks.num_stages, blocks.num_warps) == (16, block_n, stages, 4)
     assert blocks.block_k == block_k or k % block_k and (k % blocks.block_k == 0 or k % 16)

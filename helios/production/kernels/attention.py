@@ -162,7 +162,7 @@ class AttentionTile:
 
 def choose_tile(rows: int, group: int, *, cuda: bool) -> AttentionTile:
     """The tile of an attention launch over `rows` packed query rows of `group` query heads per kv
-    head. Measured on an H200 (`bench/kernels.py`, BENCHMARKS.md issue #6 tile sweep; 2 query heads
+    head. Measured on an H200 (`bench/kernel_tiles.py`, BENCHMARKS.md issue #6 tile sweep; 2 query heads
     a kv head, 128-wide heads): with 64 rows or more, two warps a program read the cache 7-17%
     faster than four (0.88 of the copy bandwidth at 256 rows of 512 tokens, 0.95 at 1,024 tokens);
     tensor-core products beat CUDA-core ones everywhere, padding included; with few rows (split

@@ -77,7 +77,7 @@ def choose_blocks(rows: int, columns: int, k: int, *, cuda: bool, gated: bool = 
     """Tile for `rows` x `columns` outputs (over all groups) reducing over `k`; `tensor_cores`: the
     operands are 16-bit of one dtype (`tensor_core_operands`), so the MMA kernel may take them.
 
-    GPU: one rule from the tiles `bench/kernels.py` timed on an H200 inside a CUDA graph with L2
+    GPU: one rule from the tiles `bench/kernel_tiles.py` timed on an H200 inside a CUDA graph with L2
     flushed (BENCHMARKS.md: issue #6's tile sweep for the CUDA-core tiles, issue #16's for the
     tensor-core ones). One row runs on CUDA cores: two columns a program and K in 2,048-wide steps
     where 2,048 divides K (else 1,024) on two warps. From `MMA_ROWS` rows, 16-bit operands run on

@@ -1,7 +1,7 @@
 """Tile sweeps of the decode kernels on a GPU: the skinny products and paged attention.
 
-    python3 bench/kernels.py                      # both sweeps, Qwen3-0.6B shapes
-    python3 bench/kernels.py --sweep attention --budget 120
+    python3 bench/kernel_tiles.py                      # both sweeps, Qwen3-0.6B shapes
+    python3 bench/kernel_tiles.py --sweep attention --budget 120
 
 Each candidate tile is timed the way a decode step runs it (`product_choice.GraphTimer`: several calls
 captured in one CUDA graph, L2 flushed before each, the flush's own time subtracted). For every case
