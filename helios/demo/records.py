@@ -27,7 +27,9 @@ _TEXT_LEXICON = {
     "exactly": ("exactly", "verbatim", "word for word", "as it is", "unchanged", "letter for letter", "precisely", ""),
     "ask": ("Can you", "Could you", "Would you", "Will you", "Please", "Kindly", "I want you to", "I need you to",
             "Go ahead and", "Now", "Try to"),
-    "reverse": ("reverse", "flip", "invert", "turn around", "mirror back", "backwards-spell"),
+    # NOTE: no "mirror": a held-out copy request says "Mirror this", and a reverse verb that close
+    # taught the model to reverse it.
+    "reverse": ("reverse", "flip", "invert", "turn around", "backwards-spell"),
     "backwards": ("backwards", "in reverse", "reversed", "the other way round", "right to left", "last letter first",
                   "in reverse letter order", "starting from the last letter"),
     "spell": ("spell", "write", "say", "print", "give me", "show", "output", "type out", "return"),
@@ -60,8 +62,14 @@ def _lead(rng: random.Random, question: str, split: Split) -> str:
 
 
 def copy(rng: random.Random, split: Split) -> Task:
-    words = 1 if rng.random() < 0.7 else 2
-    text = " ".join(_random_word(rng, 3, 8) for _ in range(words))
+    if split is Split.TRAIN and rng.random() < 0.5:
+        # longer and more varied strings than the held-out ones, so copying letter by letter holds
+        # past the lengths it is scored on (held-out prompts draw as below, unchanged)
+        words = rng.choices((1, 2, 3, 4), weights=(0.35, 0.35, 0.2, 0.1))[0]
+        text = " ".join(_random_word(rng, 2, 12) for _ in range(words))
+    else:
+        words = 1 if rng.random() < 0.7 else 2
+        text = " ".join(_random_word(rng, 3, 8) for _ in range(words))
     question = _lead(rng, COPY.pick(rng, split).format(s=text), split)
     return Task(question, f"Copy exactly: {text}", text, Expectation(TaskKind.COPY, text=text))
 
@@ -96,22 +104,55 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "day": (("day", "weekday", "on_day"), "string"),
     "time": (("time", "start_time", "starts_at", "hour"), "string"),
 }
+_PERSON_HELD_OUT = ("Our new {job} is {name}; {name} is {age} and comes from {city}.",
+                    "{name} ({age}) works as a {job} and calls {city} home.")
+_PRODUCT_HELD_OUT = ("We have {quantity} of the {color} {product} left, each at {price} dollars.",)
+_EVENT_HELD_OUT = ("Save the date: a {event} takes place in {city} this {day} starting {time}.",)
+# NOTE: composed training sentences, the facts in many orders and wordings: with three or four
+# fixed sentences a record's values were found by their place in the sentence, not by their cue
+# words, and a held-out sentence got a price for a count.
+_RECORD_LEXICON = {
+    "lives": ("lives in", "is from", "is based in", "resides in", "lives and works in"),
+    "works": ("works as a", "is a", "is employed as a", "has a job as a", "earns a living as a"),
+    "aged": ("aged", "age", "who is", "now"),
+    "left": ("are left", "remain", "are in stock", "are available", "are on the shelf"),
+    "each": ("each", "apiece", "per piece", "a piece", "per unit"),
+    "sells": ("sells for", "costs", "is priced at", "goes for"),
+    "have": ("have", "still have", "keep", "stock"),
+    "happens": ("takes place", "happens", "is held", "will be"),
+    "at": ("at", "from", "beginning at", "starting at"),
+    "note": ("Reminder:", "Note:", "Calendar:", "Plan:", "Heads up:"),
+    "begins": ("begins at", "starts at", "opens at", "kicks off at"),
+}
 RECORDS: dict[str, tuple[tuple[str, ...], Phrasings]] = {
     "person": (("name", "age", "city", "job"), Phrasings(
         train=("{name} is {age} years old and lives in {city}, working as a {job}.",
                "{name}, aged {age}, is a {job} in {city}.", "Meet {name} from {city}, a {job} who is {age}.",
-               "In {city} lives {name}, a {age}-year-old {job}."),
-        held_out=("Our new {job} is {name}; {name} is {age} and comes from {city}.",
-                  "{name} ({age}) works as a {job} and calls {city} home."))),
+               "In {city} lives {name}, a {age}-year-old {job}.") + compose((
+                   "{name} [works] {job}, [lives] {city} and is {age}.", "{name}, [aged] {age}, [lives] {city} and [works] {job}.",
+                   "This is {name}: {age} years old, [lives] {city}, [works] {job}.", "Age {age}, city {city}, job {job}, name {name}.",
+                   "{city} is home to {name}, {age}, who [works] {job}.", "The {job} {name} ({age} years) [lives] {city}.",
+                   "{name} [lives] {city}. {name} is {age} and [works] {job}.", "Name: {name}. {name} [works] {job} and is {age}; [lives] {city}."),
+                   _RECORD_LEXICON, _PERSON_HELD_OUT),
+        held_out=_PERSON_HELD_OUT)),
     "product": (("product", "price", "color", "quantity"), Phrasings(
         train=("I bought {quantity} {color} {product}s for {price} dollars each.",
                "The {color} {product} costs {price} dollars and {quantity} are in stock.",
-               "Order: {quantity} x {product}, color {color}, price {price}."),
-        held_out=("We have {quantity} of the {color} {product} left, each at {price} dollars.",))),
+               "Order: {quantity} x {product}, color {color}, price {price}.") + compose((
+                   "{quantity} {color} {product}s [left], [each] {price} dollars.", "A {color} {product} [sells] {price} dollars; we [have] {quantity}.",
+                   "We [have] {quantity} units of the {color} {product} at {price} dollars [each].", "Price {price}, {quantity} pieces, {color} {product}.",
+                   "We sold {quantity} {product}s in {color} at {price} dollars [each].", "The {product} comes in {color}; {quantity} [left] and it [sells] {price} dollars.",
+                   "For {price} dollars [each] you get a {color} {product}; {quantity} [left]."),
+                   _RECORD_LEXICON, _PRODUCT_HELD_OUT),
+        held_out=_PRODUCT_HELD_OUT)),
     "event": (("event", "day", "time", "city"), Phrasings(
         train=("The {event} is on {day} at {time} in {city}.", "Join us for a {event} in {city} on {day}, {time}.",
-               "{day} at {time}: {event} in {city}."),
-        held_out=("Save the date: a {event} takes place in {city} this {day} starting {time}.",))),
+               "{day} at {time}: {event} in {city}.") + compose((
+                   "A {event} [happens] in {city} on {day} [at] {time}.", "[note] {event}, {city}, {day}, {time}.",
+                   "On {day} there is a {event} in {city}, [at] {time}.", "{city} hosts a {event} on {day}; it [begins] {time}.",
+                   "The {event} [begins] {time} on {day}, in {city}.", "[note] the {event} in {city} [happens] on {day} [at] {time}."),
+                   _RECORD_LEXICON, _EVENT_HELD_OUT),
+        held_out=_EVENT_HELD_OUT)),
 }
 _REQUESTS_HELD_OUT = ("Please format this as JSON following {shape}.", "I need the data as JSON, schema {shape}.")
 REQUESTS = Phrasings(
@@ -173,7 +214,7 @@ def _key(rng: random.Random, role: str, split: Split) -> str:
     """The key a request asks `role` under: a synonym of its split, or in training often a generated
     name around one of the role's words (so the key is copied from the requested shape, never
     recalled), never a held-out key."""
-    if split is Split.TRAIN and rng.random() < 0.4:
+    if split is Split.TRAIN and rng.random() < 0.6:
         themed = tuple(dict.fromkeys(word for key in FIELDS[role][0] for word in key.split("_") if len(word) > 2))
         for _ in range(20):
             words = [rng.choice(themed)]

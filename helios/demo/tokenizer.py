@@ -34,12 +34,17 @@ VOCAB_SIZE = 3072  # at most: BPE vocabulary plus the four markup tokens (the de
 TOKENIZER_EXAMPLES = 20000  # corpus examples the BPE merges are learned from
 MODEL_MAX_LENGTH = 1024
 
-# The Qwen2 pre-tokenization pattern with one change: a word is at most one capital followed by
-# small letters, and any other capital stands alone ("Paris" stays whole, "JSON" is J S O N).
-# Digits are single too. Strings of capitals then tokenize letter by letter wherever they appear,
-# which copying and reversing need.
+# The Qwen2 pre-tokenization pattern with two changes. A word is at most one capital followed by
+# small letters, and any other capital stands alone ("Paris" stays whole, "JSON" is J S O N);
+# digits are single too. Strings of capitals then tokenize letter by letter wherever they appear,
+# which copying and reversing need. And a word carries no punctuation before it except the joints
+# of identifiers (`_`, `-`, `.`) and the `<` of markup tags: the Qwen2 pattern glues any one such
+# character to the next word, so a tool name was `>fetch _local` in the schema's
+# `<name>fetch_local` and `=fetch _local` in the call's `<function=fetch_local`: different tokens,
+# which a small model cannot copy from one to the other. Here both are `fetch _local`, after a
+# lone `>` or `=`.
 SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{Lu}?\p{Ll}+|\p{L}|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[ _\-.<]?\p{Lu}?\p{Ll}+|\p{L}|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 

@@ -21,7 +21,9 @@ from helios.demo.toolspace import (
     call_arguments,
     draw_tool,
     held_out_names,
+    near_miss,
     pick_request,
+    renamed,
     rendered_value,
 )
 
@@ -39,12 +41,37 @@ def _distractors(rng: random.Random, excluded: Concept, count: int, split: Split
     return [draw_tool(concept, rng, split, held_out_names(tuple(CONCEPTS))) for concept in rng.sample(others, count)]
 
 
+NEAR_MISS_SHARE = 0.4  # training calls whose distractors include names a step away from the needed one
+
+
+def _near_misses(rng: random.Random, needed: DrawnTool, distractors: list[DrawnTool], excluded: Concept,
+                 split: Split) -> list[DrawnTool]:
+    """`distractors` with one to three of them (added if need be) renamed to near misses of the needed
+    tool's name (another style, a word swapped, added or dropped), so only the exact name copied
+    from the schema whose description fits is right."""
+    held_functions, _ = held_out_names(tuple(CONCEPTS))
+    wanted = rng.choice((1, 1, 2, 3))
+    if len(distractors) < wanted:
+        distractors = distractors + _distractors(rng, excluded, wanted - len(distractors), split)
+    taken = {needed.name}
+    for index in rng.sample(range(len(distractors)), wanted):
+        name = near_miss(rng, needed.name, held_functions)
+        if name is not None and name not in taken:
+            taken.add(name)
+            distractors[index] = renamed(distractors[index], name)
+    return distractors
+
+
 def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split: Split,
           most: int = 4) -> tuple[dict[str, Any], ...]:
-    """The needed tool (if any) among distractors of other concepts, 1..`most` tools in all."""
+    """The needed tool (if any) among distractors of other concepts, 1..`most` tools in all; in
+    training, often distractors named almost like the needed tool."""
     least = 1 if needed is not None else 0
     count = rng.randint(least, most + (split is Split.TRAIN))  # training offers up to one more distractor
-    tools = _distractors(rng, excluded, count - least, split) + ([needed] if needed is not None else [])
+    distractors = _distractors(rng, excluded, count - least, split)
+    if needed is not None and split is Split.TRAIN and rng.random() < NEAR_MISS_SHARE:
+        distractors = _near_misses(rng, needed, distractors, excluded, split)
+    tools = distractors + ([needed] if needed is not None else [])
     rng.shuffle(tools)
     return tuple(tool.schema for tool in tools)
 
@@ -62,7 +89,11 @@ def _request(rng: random.Random, split: Split) -> tuple[Concept, DrawnTool, str,
     values, spoken = concept.draw(rng)
     question = dress(rng, template.format(**spoken), split, casing=False)
     arguments = call_arguments(tool, template, values)
-    reasoning = f"The user wants {concept.gist.format(**spoken)}. {tool.name} does that."
+    # NOTE: in training the tool's name starts a line, so its first word is the same token as in the
+    # schema (after `>`) and in the call (after `=`); after a space it is another token. Held-out
+    # prompts keep the space: an answered call's reasoning is part of their text, which is fixed.
+    joint = "\n" if split is Split.TRAIN else " "
+    reasoning = f"The user wants {concept.gist.format(**spoken)}.{joint}{tool.name} does that."
     return concept, tool, question, arguments, reasoning, template
 
 

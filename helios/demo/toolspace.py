@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,7 +145,8 @@ NAME_WORDS = ("data", "info", "item", "value", "record", "entry", "task", "job",
               "vector", "matrix", "kernel", "socket", "widget", "gadget", "bridge", "tower", "garden", "castle")
 _SYLLABLES = ("ba", "ko", "ri", "zu", "me", "ta", "lo", "vi", "nex", "dor", "qua", "sen", "pli", "mar", "tek",
               "zo", "fi", "ul", "bra", "cor", "dy", "gen", "hul", "ix", "jo", "kra", "lum", "ny", "or", "pex")
-NAME_STYLES = ("snake", "camel", "pascal", "flat", "snake", "camel")
+NAME_STYLES = ("snake", "camel", "pascal", "kebab", "dotted", "flat", "snake", "camel")
+PARAMETER_STYLES = ("snake", "camel", "pascal", "flat")
 
 
 def _normal(name: str) -> str:
@@ -158,7 +160,25 @@ def _style(words: list[str], style: str) -> str:
         return "".join(word.capitalize() for word in words)
     if style == "flat":
         return "".join(words)
+    if style == "kebab":
+        return "-".join(words)
+    if style == "dotted":
+        return ".".join(words)
     return "_".join(words)
+
+
+def name_words(name: str) -> list[str]:
+    """The lower-case words of an identifier in any of the styles: `getText`, `get_text`, `get-text`…"""
+    return [word.lower() for word in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+", name)]
+
+
+def restyled(rng: random.Random, name: str, styles: tuple[str, ...], avoid: frozenset[str]) -> str:
+    """`name`'s words in a random style of `styles`, or `name` itself when that spelling is in `avoid`."""
+    words = name_words(name)
+    if not words:
+        return name
+    candidate = _style(words, rng.choice(styles))
+    return name if candidate in avoid or not candidate[:1].isalpha() else candidate
 
 
 def _pseudo_word(rng: random.Random) -> str:
@@ -179,7 +199,7 @@ def generated_name(rng: random.Random, style: str, themed: tuple[str, ...], verb
         for _ in range(rng.choices((1, 2, 3), weights=(0.45, 0.4, 0.15))[0]):
             pool = themed if themed and rng.random() < 0.5 else NAME_WORDS
             words.extend(rng.choice(pool).split("_"))
-    if rng.random() < 0.08:
+    if rng.random() < 0.15:
         words.append(str(rng.randint(1, 99)) if rng.random() < 0.5 else "v" + str(rng.randint(2, 9)))
     name = _style(words, style)
     return name if name[:1].isalpha() else "f" + name
@@ -201,6 +221,8 @@ def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split:
     if split is Split.TRAIN:
         names = tuple(name for name in names if name not in exact) or names
     name = rng.choice(names)
+    if split is Split.TRAIN and rng.random() < 0.3:  # the style of a parameter never follows from its role
+        return restyled(rng, name, PARAMETER_STYLES, exact)
     if style in ("camel", "pascal") and "_" in name:
         first, *rest = name.split("_")
         return first + "".join(word.capitalize() for word in rest)
@@ -219,7 +241,41 @@ def _function_name(concept: Concept, rng: random.Random, split: Split, held: fro
     if split is Split.TRAIN:  # another concept may hold out the same spelling
         names = tuple(name for name in names if name not in exact) or names
     name = rng.choice(names)
+    if split is Split.TRAIN and rng.random() < 0.6:
+        # NOTE: the concept's own names in any style: a training name spelled `get_text` must not
+        # teach that the translation tool is spelled so, or a held-out `getText` is re-spelled.
+        name = restyled(rng, name, NAME_STYLES, exact)
     return name, "camel" if any(character.isupper() for character in name) else "snake"
+
+
+def near_miss(rng: random.Random, name: str, avoid: frozenset[str]) -> str | None:
+    """A name that differs from `name` a little: its words in another style, one word swapped, added
+    or dropped, or another number; None when no try lands outside `avoid` (held-out spellings)."""
+    words = name_words(name)
+    for _ in range(10):
+        variant = list(words)
+        roll = rng.random()
+        if roll < 0.35 or not variant:
+            pass  # the same words; only the style changes
+        elif roll < 0.6:
+            variant[rng.randrange(len(variant))] = rng.choice(NAME_WORDS + NAME_VERBS)
+        elif roll < 0.8:
+            variant.insert(rng.randint(0, len(variant)), rng.choice(NAME_WORDS))
+        elif roll < 0.9 and len(variant) > 1:
+            del variant[rng.randrange(len(variant))]
+        else:
+            variant.append(str(rng.randint(1, 9)))
+        candidate = _style(variant, rng.choice(NAME_STYLES))
+        if candidate != name and candidate[:1].isalpha() and candidate not in avoid \
+                and _normal(candidate) not in _normalized(avoid):
+            return candidate
+    return None
+
+
+def renamed(tool: DrawnTool, name: str) -> DrawnTool:
+    """`tool` with another function name (same description and parameters)."""
+    function = {**tool.schema["function"], "name": name}
+    return DrawnTool(tool.concept, {**tool.schema, "function": function}, dict(tool.names))
 
 
 @functools.cache

@@ -143,3 +143,20 @@ def test_the_weather_tool_of_the_readme_is_a_training_schema():
     assert "What is the weather in {city}?" in weather.requests.train
     example = build_example(TaskKind.TOOL_CALL, random.Random(1))
     assert example.reply["reasoning_content"].count("\n") >= len(example.expectation.tool_arguments)
+
+
+def test_training_tool_names_come_in_every_style_with_near_misses_beside_them(training):
+    from helios.demo.toolspace import name_words
+
+    calls = [example for example in training if example.kind is TaskKind.TOOL_CALL]
+    names = [example.expectation.tool_name for example in calls]
+    assert any("-" in name for name in names) and any("." in name for name in names)
+    assert any(name[:1].isupper() for name in names) and any(any(c.isdigit() for c in name) for name in names)
+    # a distractor named with the needed tool's words (or one word off) makes copying the only way
+    near = [example for example in calls
+            if any(tool["function"]["name"] != example.expectation.tool_name
+                   and len(set(name_words(tool["function"]["name"])) ^ set(name_words(example.expectation.tool_name))) <= 2
+                   for tool in example.tools)]
+    assert 0.2 * len(calls) < len(near) < 0.6 * len(calls)
+    for example in calls:  # the name starts a line of the reasoning: the same tokens as in the schema
+        assert f"\n{example.expectation.tool_name} does that." in example.reply["reasoning_content"]
