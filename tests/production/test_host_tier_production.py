@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from helios.ignition.prepare import prepare_checkpoint
 from helios.proto import manifest_pb2
@@ -23,6 +24,8 @@ def core(tiny_checkpoint):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="an fp32 CPU test (interpreted kernels, device=\"cpu\"); on a GPU "
+                    "tests/production/test_gpu_snapshots.py checks the host tier's readmissions in bf16")
 def test_production_readmits_resent_prefixes_from_the_host_tier(core):
     from conformance.audit import audit_trace
     from conformance.trace import TraceList, header_for, recorder_for
