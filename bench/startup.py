@@ -1,6 +1,6 @@
 """Seconds from process start to the first token, by phase, with empty and with warm kernel caches.
 
-    python bench/startup.py [--shape qwen3-0.6b] [--linear auto|triton|torch] [--json out.json]
+    python bench/startup.py [--shape qwen3-0.6b] [--linear auto|triton|torch] [--host-cache-gib G] [--json out.json]
 
 The parent writes a random bf16 checkpoint of the shape (bench/decode.py's), prepares and seals it
 into a signed core (`helios prepare`'s code path; not timed as startup), then starts a fresh Python
@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PROMPT = (5, 17, 99, 200, 33, 1, 2, 3)
 
 
-def child(core_path: str, trust: str, accept: str, device: str, started: float, linear: str) -> dict:
+def child(core_path: str, trust: str, accept: str, device: str, started: float, linear: str,
+          host_cache_gib: float | None) -> dict:
     marks = {}
     import torch  # noqa: F401
 
@@ -56,7 +57,7 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float, 
     core = open_core(core_path, trusted_keys=trust, accept=accept)
     marks["open_core"] = time.perf_counter() - t
     t = time.perf_counter()
-    model = NativeModel.load(core, LoadOptions(device=device, linear=linear))
+    model = NativeModel.load(core, LoadOptions(device=device, linear=linear, host_cache_gib=host_cache_gib))
     marks["load"] = time.perf_counter() - t
     marks["phases"] = {p.name: p.seconds for p in model.startup}
     marks["compiles"] = dict(compiles)
@@ -87,11 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--linear", default="auto", choices=("auto", "triton", "torch"),
                         help="small matrix products: timed per shape (auto), Triton or torch (LoadOptions.linear)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--host-cache-gib", type=float, default=None,
+                        help="the host tier's size (default: the runtime's, a quarter of available memory up to "
+                             "4 GiB; 0: none), to see what its pinned allocation adds to startup")
     parser.add_argument("--child", nargs=4, metavar=("CORE", "TRUST", "ACCEPT", "STARTED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         core_path, trust, accept, started = args.child
-        print(json.dumps(child(core_path, trust, accept, args.device, float(started), args.linear)))
+        print(json.dumps(child(core_path, trust, accept, args.device, float(started), args.linear,
+                               args.host_cache_gib)))
         return 0
 
     from decode import make_checkpoint
@@ -115,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     for label in ("empty kernel cache", "warm kernel cache"):
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
         started = time.time()
-        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--linear", args.linear,
+        tier = [] if args.host_cache_gib is None else ["--host-cache-gib", repr(args.host_cache_gib)]
+        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--linear", args.linear, *tier,
                               "--child", str(core_path),
                               str(key) + ".pub", "bench/models", repr(started)],
                              env=env, capture_output=True, text=True, check=False)
