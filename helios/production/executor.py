@@ -158,7 +158,7 @@ class NativeExecutor:
                  capture: GraphCapture | None, separate_staging: bool = False,
                  cache_buffers: Sequence[str] = (), host_pages: int = 0,
                  continuation_buffers: Mapping[str, str] | None = None,
-                 staging_pages: int | None = None, host_tensors: Mapping[str, torch.Tensor] | None = None) -> None:
+                 staging_pages: int | None = None) -> None:
         if frames not in (1, 2):
             raise ValueError(f"an executor holds 1 or 2 frames, got {frames}")
         self.graphs = dict(graphs)
@@ -198,8 +198,7 @@ class NativeExecutor:
         self.cache_buffers = tuple(cache_buffers)
         self.continuation_buffers = dict(continuation_buffers or {})  # cache plane -> its continuation plane
         self.host_pages = host_pages
-        # the host tier: cache plane -> [host_pages, ...one page...] (`host_tensors`: the caller allocated them)
-        self.host: dict[str, torch.Tensor] = dict(host_tensors) if host_tensors else {
+        self.host: dict[str, torch.Tensor] = {  # the host tier: cache plane -> [host_pages, ...one page...]
             name: torch.empty((host_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
                               pin_memory=pinned)
             for name in self.cache_buffers} if host_pages else {}

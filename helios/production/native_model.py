@@ -15,9 +15,7 @@ Startup phases, each timed and reported in `NativeModel.startup`:
   kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
            the plans launch, many at once (kernel_compile.py), then run each plan once, which
            measures the transient memory the plans need;
-  cache    wait for the host tier's tensors (allocated on a thread since verify: pinned page locking
-           overlaps the weights, tuning and kernels phases, and ends before capture), then
-           size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
+  cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need and the host-tier copies' device staging (sized from the tier, at most
            256 MiB); never more pages than max_concurrency full contexts;
@@ -42,7 +40,6 @@ manifest's buffers with cache planes at their physical page count.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,10 +190,6 @@ class NativeModel:
             programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
             tuning = _tuning(core, serving, manifest, programs)
             slots = selection.max_concurrency
-        # The host tier's pinned memory (GiBs: seconds of page locking) is allocated on a thread while
-        # weights load and kernels compile; the cache phase joins it, before capture (HostTierAllocation).
-        tier = HostTierAllocation.start(manifest, host_pages(options.host_cache_gib, manifest_page_bytes(manifest)),
-                                        pinned=device.type == "cuda")
         with phase("weights"):
             weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
                                                                *(p.programs[options.rank if options.rank < len(p.programs) else 0]
@@ -232,7 +225,7 @@ class NativeModel:
             del placeholder, warm
         with phase("cache"):
             page_bytes = manifest_page_bytes(manifest)
-            host, host_tensors = tier.pages, tier.join()
+            host = host_pages(options.host_cache_gib, page_bytes)
             staging = copy_staging_pages(host, page_bytes) * page_bytes  # allocated by the executor below
             pages = _pages(contract, manifest, slots, options, device, transient + staging)
             if options.group is not None:  # every rank's cache holds the same page ids: the smallest
@@ -263,7 +256,7 @@ class NativeModel:
         with phase("host_tier"):
             executor = NativeExecutor(graphs, buffers, completion, frames=min(max(manifest.transport.frames, 1), 2),
                                       device=device, capture=capture, separate_staging=paths is not None,
-                                      cache_buffers=cache_buffers, host_pages=host, host_tensors=host_tensors,
+                                      cache_buffers=cache_buffers, host_pages=host,
                                       continuation_buffers=continuation_planes(serving))
         if serving.model.engram_tables:
             with phase("engram"):  # the tables stay in host memory; the device holds two staging frames each
@@ -347,45 +340,6 @@ def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.
            policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None, group=None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
                          linear_policy=policy, gpu_paths=gpu_paths, group=group)
-
-
-class HostTierAllocation:
-    """The host tier's tensors (one per cache plane, `pages` pages each, pinned on a GPU), allocated
-    on a thread of their own from the start of loading: locking GiBs of host pages takes seconds,
-    which then overlap the weights, tuning and kernels phases. `join()` waits and answers them (or
-    raises what the thread raised); loading joins before capture, so no page locking runs while a
-    CUDA graph is captured."""
-
-    def __init__(self, pages: int, planes: dict[str, tuple[tuple[int, ...], torch.dtype]], pinned: bool) -> None:
-        self.pages = pages
-        self._planes, self._pinned = planes, pinned
-        self._tensors: dict[str, torch.Tensor] = {}
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._allocate, name="helios-host-tier", daemon=True)
-
-    @classmethod
-    def start(cls, manifest: manifest_pb2.ExecutionManifest, pages: int, *, pinned: bool) -> HostTierAllocation:
-        from helios.production.buffers import torch_dtype
-
-        planes = {b.name: ((pages, *(int(e) for e in b.shape[1:])), torch_dtype(b.dtype, b.name))
-                  for b in manifest.buffers if b.role == M.BUFFER_ROLE_CACHE} if pages else {}
-        allocation = cls(pages, planes, pinned)
-        allocation._thread.start()
-        return allocation
-
-    def _allocate(self) -> None:
-        try:
-            for name, (shape, dtype) in self._planes.items():
-                self._tensors[name] = torch.empty(shape, dtype=dtype, pin_memory=self._pinned)
-        except BaseException as error:  # noqa: BLE001 - raised again by join() on the loading thread
-            self._error = error
-
-    def join(self) -> dict[str, torch.Tensor]:
-        self._thread.join()
-        if self._error is not None:
-            raise StartupFailed(f"the host tier ({self.pages} pages) could not be allocated: {self._error}") \
-                from self._error
-        return self._tensors
 
 
 def manifest_page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:
