@@ -61,6 +61,19 @@ def run(runtime: BatchingRuntime, requests: list[GenerationRequest]) -> list[lis
     return [r.tokens for r in serve(runtime, [PreparedRequest(f"r{i}", r, observe_tokens=True) for i, r in enumerate(requests)])]
 
 
+def random_copies(rng: random.Random, count: int, *, pages: int, rows: int, hosts: int) -> list[PageCopy]:
+    """`count` host-tier copies drawn at random: offloads of device pages or continuation rows and
+    readmissions, over `pages` device pages, `rows` continuation rows and `hosts` host pages."""
+    copies = []
+    for _ in range(count):
+        kind = rng.randrange(3)
+        if kind == 2:
+            copies.append(PageCopy(False, rng.randrange(rows), rng.randrange(hosts), continuation=True))
+        else:
+            copies.append(PageCopy(kind == 1, rng.randrange(pages), rng.randrange(hosts)))
+    return copies
+
+
 def test_resent_long_prompts_hit_the_host_tier_with_the_tokens_of_recomputation(core):
     requests = resent_long_prompts(11)
     without = host_runtime(core, 0)
@@ -170,13 +183,7 @@ def test_copy_chunks_gathered_then_scattered_apply_as_the_copies_one_by_one():
             array[host][c.host_page] = value
 
     for _ in range(300):
-        copies = []
-        for _ in range(rng.randrange(1, 14)):
-            kind = rng.randrange(3)
-            if kind == 2:
-                copies.append(PageCopy(False, rng.randrange(rows), rng.randrange(hosts), continuation=True))
-            else:
-                copies.append(PageCopy(kind == 1, rng.randrange(pages), rng.randrange(hosts)))
+        copies = random_copies(rng, rng.randrange(1, 14), pages=pages, rows=rows, hosts=hosts)
         start = np.arange(pages + rows + hosts, dtype=np.int64) * 10
         one_by_one, chunked = start.copy(), start.copy()
         for c in copies:

@@ -14,6 +14,7 @@ import torch
 
 from helios.production.executor import COPY_STAGING_BYTES, NativeExecutor, copy_staging_pages
 from helios.runtime.rounds import PageCopy, RoundPlan
+from tests.engine.test_host_tier import random_copies
 
 PAGES, ROWS, HOSTS = 12, 3, 10
 # two planes of different page shapes and dtypes, each with its continuation plane
@@ -72,14 +73,7 @@ def test_random_copies_through_small_staging_equal_the_copies_one_by_one(separat
     rng = random.Random(7)
     for _ in range(150):
         ex = executor(rng.choice((1, 2, 3, 5, HOSTS)), separate=separate)
-        copies = []
-        for _ in range(rng.randrange(1, 20)):
-            kind = rng.randrange(3)
-            if kind == 2:
-                copies.append(PageCopy(False, rng.randrange(ROWS), rng.randrange(HOSTS), continuation=True))
-            else:
-                copies.append(PageCopy(kind == 1, rng.randrange(PAGES), rng.randrange(HOSTS)))
-        check(ex, copies)
+        check(ex, random_copies(rng, rng.randrange(1, 20), pages=PAGES, rows=ROWS, hosts=HOSTS))
 
 
 def test_a_readmitted_prefix_over_scattered_pages_goes_in_chunks_of_the_staging():
