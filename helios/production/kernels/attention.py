@@ -1,17 +1,36 @@
 """Paged attention (device side): causal, grouped-query, per-lane query lengths, optional sliding window
-and soft-cap, flash-style online softmax, split along the context for long histories.
+and soft-cap, flash-style online softmax. Two kernels compute the same operator (docs/operators.md).
 
-One program owns one packed query row, one kv head (all `group = heads / kv_heads` query heads that
-read it, padded to 16 rows for `tl.dot`) and one context split:
+The per-row kernel (`_attention_kernel`, decode-sized graphs): one program owns one packed query row,
+one kv head (all `group = heads / kv_heads` query heads that read it, padded to 16 rows for `tl.dot`)
+and one context split:
 
     keys of row t (lane l, position p):  j in [first, p],  first = 0 or max(0, p - W + 1)
     split s of S covers j in [first + s * chunk, first + (s + 1) * chunk) ∩ [first, p]
 
 With S = 1 the program normalizes and stores its output row directly. With S > 1 it stores its
 unnormalized partial (running max m, sum l, accumulator) and `_combine_kernel` merges the splits:
-out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s. Prefill, decode and mixed submissions are the same
-rule; decode at small batch uses S > 1 so that a long context still spreads over the GPU.
-Padding rows (token_lane < 0) give zeros.
+out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s. Decode at small batch uses S > 1 so that a long
+context still spreads over the GPU.
+
+The tiled kernel (`_tiled_attention_kernel`, graphs of many rows: prefill chunks): every row of a
+prefill chunk reads the same history, so one program owns a tile of BLOCK_M consecutive packed rows
+and one kv head, and loads each key block once for all BLOCK_M * group query rows of the tile:
+
+    packed rows   [ tile 0: rows 0..M-1 | tile 1: rows M..2M-1 | ... ]     grid (tiles, kv_heads)
+    query row i of a program = (row tile*M + i // GROUP_BLOCK, head kv_head*group + i % GROUP_BLOCK)
+    keys walked   j in [min over the tile's rows of first, max over them of p]
+    per row i     keys outside [first_i, p_i] are masked to -inf (causal, window)
+
+A tile is *single-lane* when its live rows (token_lane >= 0) all belong to one lane, or it has none.
+Packing (helios/runtime/packing.py) lays a lane's rows consecutively, so in a prefill round every
+tile but those at a lane boundary is single-lane. The tiled kernel computes the single-lane tiles
+only; the rows of every other tile (lane boundaries, MIXED rounds' decode rows next to a prefill
+chunk) go to the per-row kernel, launched with TILE_ROWS = BLOCK_M, whose programs skip the rows of
+single-lane tiles (both kernels decide with `_single_lane_tile`, so each row is stored by exactly
+one of them). This is correct for any lanes and positions (nothing assumes sorted positions), and a
+mixed tile costs what it cost before, in parallel, instead of serializing its lanes in one program.
+Tiled launches use one context split (S = 1). Padding rows (token_lane < 0) give zeros in both.
 """
 
 from __future__ import annotations
@@ -24,12 +43,24 @@ import triton.language as tl
 
 
 @triton.jit
+def _single_lane_tile(lane_ptr, tile, rows, BLOCK_M: tl.constexpr):
+    """Whether the live rows (token_lane >= 0) of packed-row tile `tile` all belong to one lane (or
+    none is live): such a tile is the tiled kernel's, every other row the per-row kernel's."""
+    r = tile.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    lane = tl.load(lane_ptr + r, mask=r < rows, other=-1)
+    live = lane >= 0
+    lowest = tl.min(tl.where(live, lane, 2147483647), axis=0)
+    highest = tl.max(tl.where(live, lane, -1), axis=0)
+    return (highest < 0) | (lowest == highest)
+
+
+@triton.jit
 def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_ptr, out_ptr,
                       part_acc_ptr, part_m_ptr, part_l_ptr,
-                      heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
+                      rows, heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
                       head_dim, DIM_BLOCK: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                      LOW_PRECISION_PV: tl.constexpr, USE_DOT: tl.constexpr):
+                      LOW_PRECISION_PV: tl.constexpr, USE_DOT: tl.constexpr, TILE_ROWS: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -38,9 +69,14 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
     d_mask = d < head_dim
     n = tl.arange(0, BLOCK_N)
     head = kv_head * group + g
-    head_mask = g < group
     lane = tl.load(lane_ptr + row)
     position = tl.load(positions_ptr + row)
+    stored_heads = group
+    if TILE_ROWS > 0:  # beside the tiled kernel: the rows of single-lane tiles are its (S = 1 here)
+        theirs = _single_lane_tile(lane_ptr, row // TILE_ROWS, rows, TILE_ROWS)
+        lane = tl.where(theirs, -1, lane)  # no keys, no store
+        stored_heads = tl.where(theirs, 0, group)
+    head_mask = g < stored_heads
     first = 0
     if HAS_WINDOW:
         first = tl.maximum(position - window + 1, 0)
@@ -95,6 +131,75 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
         tl.store(part_m_ptr + part, m_i, mask=head_mask)
         tl.store(part_l_ptr + part, l_i, mask=head_mask)
         tl.store(part_acc_ptr + part[:, None] * DIM_BLOCK + d[None, :], acc, mask=head_mask[:, None])
+
+
+@triton.jit
+def _tiled_attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_ptr, out_ptr,
+                            rows, heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
+                            head_dim, DIM_BLOCK: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                            LOW_PRECISION_PV: tl.constexpr):
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    if _single_lane_tile(lane_ptr, tile, rows, BLOCK_M):
+        i = tl.arange(0, BLOCK_M * GROUP_BLOCK)  # query rows: BLOCK_M packed rows x GROUP_BLOCK heads
+        row = tile.to(tl.int64) * BLOCK_M + i // GROUP_BLOCK
+        g = i % GROUP_BLOCK
+        head = kv_head * group + g
+        in_rows = row < rows
+        d = tl.arange(0, DIM_BLOCK)
+        d_mask = d < head_dim
+        n = tl.arange(0, BLOCK_N)
+        lane = tl.load(lane_ptr + row, mask=in_rows, other=-1)
+        position = tl.load(positions_ptr + row, mask=in_rows, other=0)
+        live = lane >= 0
+        first = tl.zeros_like(position)
+        if HAS_WINDOW:
+            first = tl.maximum(position - window + 1, 0)
+        last = tl.where(live, position + 1, 0)  # exclusive end; no keys for padding rows
+        hi = tl.max(last, axis=0)
+        lo = tl.minimum(tl.min(tl.where(live, first, 2147483647), axis=0), hi)
+        safe_lane = tl.maximum(tl.max(lane, axis=0), 0).to(tl.int64)  # the tile's one lane
+        q_mask = (in_rows & (g < group))[:, None] & d_mask[None, :]
+        q_offsets = row[:, None] * heads * head_dim + head[:, None] * head_dim + d[None, :]
+        q = tl.load(q_ptr + q_offsets, mask=q_mask, other=0.0)
+        width = kv_heads * head_dim
+        m_i = tl.full((BLOCK_M * GROUP_BLOCK,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M * GROUP_BLOCK,), tl.float32)
+        acc = tl.zeros((BLOCK_M * GROUP_BLOCK, DIM_BLOCK), tl.float32)
+        for start in range(lo, hi, BLOCK_N):
+            j = start + n
+            valid = j < hi
+            page = tl.load(page_table_ptr + safe_lane * max_pages + j // page_tokens, mask=valid,
+                           other=0).to(tl.int64)
+            slot = page * page_tokens + j % page_tokens
+            offsets = slot[:, None] * width + kv_head * head_dim + d[None, :]
+            kv_mask = valid[:, None] & d_mask[None, :]
+            k = tl.load(k_ptr + offsets, mask=kv_mask, other=0.0)
+            if LOW_PRECISION_PV:
+                s = tl.dot(q, tl.trans(k)) * scale
+            else:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            if HAS_SOFTCAP:
+                s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
+            keep = (j[None, :] >= first[:, None]) & (j[None, :] < last[:, None])
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            # NOTE: a query row may have no key in this block yet (causal, window, padding): its max
+            # stays -inf, and subtracting 0 instead keeps e^(s - m) at 0 rather than NaN.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_use)
+            p = tl.exp(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_ptr + offsets, mask=kv_mask, other=0.0)
+            if LOW_PRECISION_PV:
+                pv = tl.dot(p.to(v.dtype), v)
+            else:
+                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(out_ptr + q_offsets, out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
 @triton.jit
@@ -173,13 +278,64 @@ def choose_tile(rows: int, group: int, *, cuda: bool) -> AttentionTile:
     return AttentionTile()
 
 
+@dataclass(frozen=True, slots=True)
+class QueryTile:
+    """How the tiled kernel walks a round: `block_m` consecutive packed rows a program (times the
+    group's query heads, padded to a power of two: the rows of its `tl.dot`), `block_n` keys a
+    program iteration, warps and pipeline stages."""
+
+    block_m: int = 16
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int | None = None  # None: Triton's default
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"QueryTile.{name} must be a power of two >= 16 (tl.dot), got {value}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"QueryTile.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.num_stages is not None and not 1 <= self.num_stages <= 6:
+            raise ValueError(f"QueryTile.num_stages must be in 1..6, got {self.num_stages}")
+
+
+# The graph row capacity from which attention runs tiled over query rows (`choose_query_tile`).
+TILED_ROWS_CUDA = 128
+TILED_ROWS_CPU = 16
+
+
+def choose_query_tile(rows: int, group: int, *, cuda: bool) -> QueryTile | None:
+    """The tiled kernel's tile for a graph of `rows` packed rows, or None: the per-row kernel alone.
+
+    Rule: a graph of at least TILED_ROWS_CUDA rows (PREFILL and MIXED chunks, the largest DECODE
+    batches) runs tiled on a GPU. Below it a round is decode-sized: too few rows share a lane for
+    tiles to save reads, and the per-row kernel's context splits keep the GPU busy. A DECODE graph at
+    or above it pays one extra launch whose programs find every tile mixed and return; its rows run
+    in the per-row kernel as before (its splits are 1 at such row counts anyway). On a GPU the tile
+    aims at 128 query rows a program (`block_m` * group), as flash attention's forward does; not yet
+    timed here. On the CPU interpreter, where each program iteration costs about 5 ms, fewer larger
+    programs are faster, so graphs of TILED_ROWS_CPU rows or more take it with wide tiles."""
+    group_block = triton.next_power_of_2(group)
+    if cuda:
+        if rows < TILED_ROWS_CUDA:
+            return None
+        block_m = max(16, 128 // group_block)
+        return QueryTile(block_m=block_m, block_n=64, num_warps=8 if block_m * group_block >= 128 else 4)
+    if rows < TILED_ROWS_CPU:
+        return None
+    return QueryTile(block_m=max(16, min(64, triton.next_power_of_2(rows)) // group_block), block_n=64)
+
+
 def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, token_lane: torch.Tensor,
                     positions: torch.Tensor, page_table: torch.Tensor, out: torch.Tensor, *, scale: float,
                     sliding_window: int | None = None, softcap: float | None = None, splits: int = 1,
                     scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                    tile: AttentionTile | None = None) -> None:
+                    tile: AttentionTile | None = None, query_tile: QueryTile | None = None) -> None:
     """Attention of each packed row of `q` over its lane's cached history (docs/operators.md).
-    `tile` (default: 64 keys, four warps, tensor cores) sets how a program walks the context."""
+    `tile` (default: 64 keys, four warps, tensor cores) sets how the per-row kernel walks the context;
+    with `query_tile` the tiled kernel computes the single-lane tiles of `query_tile.block_m` rows and
+    the per-row kernel (one split) the rows of the others."""
     tile = tile or AttentionTile()
     rows = q.shape[0]
     _, page_tokens, kv_heads, head_dim = key_cache.shape
@@ -187,17 +343,29 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
     group = heads // kv_heads
     if splits > 1 and scratch is None:
         raise ValueError("paged_attention with splits > 1 needs its static scratch (split_scratch)")
+    if splits > 1 and query_tile is not None:
+        raise ValueError("paged_attention with a query_tile runs one context split, got splits > 1")
     acc, m, l_s = scratch if scratch is not None else (out, out, out)
+    common = (heads, kv_heads, group, page_tokens, page_table.shape[1], float(scale),
+              int(sliding_window or 0), float(softcap or 1.0), head_dim)
     _attention_kernel[(rows, kv_heads, splits)](
-        q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s,
-        heads, kv_heads, group, page_tokens, page_table.shape[1], float(scale),
-        int(sliding_window or 0), float(softcap or 1.0),
-        head_dim, DIM_BLOCK=dim_block(head_dim),
+        q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s, rows, *common,
+        DIM_BLOCK=dim_block(head_dim),
         GROUP_BLOCK=max(16 if tile.dot else 1, triton.next_power_of_2(group)), BLOCK_N=tile.block_n,
         SPLITS=splits, HAS_WINDOW=sliding_window is not None, HAS_SOFTCAP=softcap is not None,
         LOW_PRECISION_PV=key_cache.dtype != torch.float32, USE_DOT=tile.dot,
+        TILE_ROWS=0 if query_tile is None else query_tile.block_m,
         num_warps=tile.num_warps, **({} if tile.num_stages is None else {"num_stages": tile.num_stages}),
     )
+    if query_tile is not None:
+        stages = {} if query_tile.num_stages is None else {"num_stages": query_tile.num_stages}
+        _tiled_attention_kernel[(triton.cdiv(rows, query_tile.block_m), kv_heads)](
+            q, key_cache, value_cache, token_lane, positions, page_table, out, rows, *common,
+            DIM_BLOCK=dim_block(head_dim), GROUP_BLOCK=triton.next_power_of_2(group),
+            BLOCK_M=query_tile.block_m, BLOCK_N=query_tile.block_n, HAS_WINDOW=sliding_window is not None,
+            HAS_SOFTCAP=softcap is not None, LOW_PRECISION_PV=key_cache.dtype != torch.float32,
+            num_warps=query_tile.num_warps, **stages,
+        )
     if splits > 1:
         _combine_kernel[(rows, heads)](out, acc, m, l_s, heads, head_dim, DIM_BLOCK=dim_block(head_dim),
                                        SPLITS=splits)

@@ -8,7 +8,9 @@ and `paged_cache_write` in `rotary.py`, the speculative operators in `speculativ
 `prompt_scores` (torch reductions and a sort) in `scores.py`, `page_snapshot` and `page_restore` in
 `snapshots.py`, `short_convolution` and `state_row_copy` in `recurrent.py`, `activation` and `bidirectional_attention` in `vision.py`,
 `latent_attention` and `head_matmul` in `latent.py`, `engram_gather` in `engram.py`. `lower_add_rms_norm` is the one fusion of neighbours lowered
-here: the norm of a sum, in one kernel that stores the sum too.
+here: the norm of a sum, in one kernel that stores the sum too. `paged_attention` picks its kernel by
+the graph's row capacity (`attention.choose_query_tile`): tiled over query rows for graphs of many
+rows (prefill and MIXED chunks), one program per row and context split for decode-sized graphs.
 
 Tiles are the device's, except in the GPU-paths mode (`Context.gpu_paths`, helios/production/gpu_paths.py):
 norms take `rows_per_program` rows a program, attention splits the context (`attention_splits`, the
@@ -106,9 +108,13 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     rows = q.shape[0]
     splits = 1
     paths = c.gpu_paths
+    cuda = c.device.type == "cuda"
+    # by the graph's row capacity: many rows run tiled over query rows, decode-sized graphs per row
+    # (attention.choose_query_tile); the GPU-paths mode keeps the per-row splits it forces
+    query_tile = None if paths is not None else attention.choose_query_tile(rows, heads // kv_heads, cuda=cuda)
     if paths is not None:  # the split and combine at every context length
         splits = paths.attention_splits
-    elif c.device.type == "cuda":
+    elif cuda and query_tile is None:
         splits = attention.choose_splits(rows, kv_heads, table.shape[1] * page_tokens)
     scratch = None
     if splits > 1:
@@ -117,12 +123,12 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     scale = float(op.attributes["scale"])
     window = op.attributes.get("sliding_window")
     softcap = op.attributes.get("softcap")
-    tile = attention.choose_tile(rows, heads // kv_heads, cuda=c.device.type == "cuda")
+    tile = attention.choose_tile(rows, heads // kv_heads, cuda=cuda)
     if paths is not None:
         tile = attention.AttentionTile(block_n=paths.attention_keys, num_warps=tile.num_warps)
     return lambda: attention.paged_attention(q, key_cache, value_cache, lanes, positions, table, out, scale=scale,
                                              sliding_window=window, softcap=softcap, splits=splits,
-                                             scratch=scratch, tile=tile)
+                                             scratch=scratch, tile=tile, query_tile=query_tile)
 
 
 def _last_row_gather(c: Context, op: ValidatedOperator):

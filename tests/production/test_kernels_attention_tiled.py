@@ -1,0 +1,133 @@
+"""Paged attention tiled over a lane's query rows (`query_tile`) against the reference operator, on
+fresh random cohorts: long prefill lanes, ragged lanes whose boundaries fall inside tiles, MIXED-like
+rounds (decode rows next to a prefill chunk), padding, windows, soft-caps, grouped-query heads, a
+non-power-of-two head width and chunks that start and end mid-page."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from helios.production.kernels import attention
+from helios.reference import operators as ref
+from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor, values
+
+TOLERANCE = 3e-2 if DTYPE != torch.float32 else 2e-5
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
+def _case(rng, *, history, queries, padding, group, head_dim=32, kv_heads=2, page_tokens=8, shuffle=False):
+    max_pages = -(-max(h + n for h, n in zip(history, queries)) // page_tokens) + 1
+    c = cohort(rng, lanes=len(history), history=history, queries=queries, padding=padding,
+               page_tokens=page_tokens, max_pages=max_pages)
+    token_lane, positions = c.token_lane, c.positions
+    if shuffle:  # nothing in the kernels assumes packing's order
+        order = rng.permutation(len(token_lane))
+        token_lane, positions = token_lane[order], positions[order]
+    shape = (c.pages, page_tokens, kv_heads, head_dim)
+    key_cache, value_cache = values(rng.standard_normal(shape)), values(rng.standard_normal(shape))
+    q = values(rng.standard_normal((len(token_lane), kv_heads * group * head_dim)))
+    return dict(q=q, key_cache=key_cache, value_cache=value_cache, token_lane=token_lane, positions=positions,
+                page_table=c.page_table), head_dim ** -0.5
+
+
+def _run(case, scale, *, window=None, softcap=None, query_tile, fill=0.0):
+    out = torch.full(case["q"].shape, fill, dtype=DTYPE, device=DEVICE)
+    attention.paged_attention(*(tensor(case[k]) for k in ("q", "key_cache", "value_cache", "token_lane",
+                                                          "positions", "page_table")),
+                              out, scale=scale, sliding_window=window, softcap=softcap, query_tile=query_tile,
+                              tile=attention.AttentionTile(block_n=16))
+    return out
+
+
+def _check(case, scale, *, window=None, softcap=None, query_tile):
+    out = _run(case, scale, window=window, softcap=softcap, query_tile=query_tile, fill=float("nan"))
+    expected = ref.paged_attention(case["q"], case["key_cache"], case["value_cache"], case["token_lane"],
+                                   case["positions"], case["page_table"], scale=scale, sliding_window=window,
+                                   softcap=softcap)
+    close(out, expected, atol=TOLERANCE, rtol=TOLERANCE)  # NaN-filled first: every row was stored
+    assert not numpy(out)[case["token_lane"] < 0].any()
+
+
+TILE = attention.QueryTile(block_m=16, block_n=16)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_one_long_prefill_lane(rng, group):
+    # 70 rows from position 13: starts mid-page, five tiles, the last one part padding
+    case, scale = _case(rng, history=[13], queries=[70], padding=6, group=group)
+    _check(case, scale, query_tile=TILE)
+
+
+@pytest.mark.parametrize("window,softcap", [(None, None), (11, None), (None, 25.0), (20, 15.0)])
+def test_ragged_lanes_with_tiles_across_lane_boundaries(rng, window, softcap):
+    # lane boundaries at rows 20 and 57: tiles [16, 32) and [48, 64) hold two lanes each
+    case, scale = _case(rng, history=[0, 21, 50], queries=[20, 37, 5], padding=5, group=2)
+    _check(case, scale, window=window, softcap=softcap, query_tile=TILE)
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_mixed_round_decode_rows_next_to_a_prefill_chunk(rng, group):
+    # three decode rows (one row each, long histories) then a prefill chunk of 40 rows
+    case, scale = _case(rng, history=[30, 7, 64, 12], queries=[1, 1, 1, 40], padding=4, group=group)
+    _check(case, scale, window=9, query_tile=TILE)
+    _check(case, scale, softcap=30.0, query_tile=attention.QueryTile(block_m=32, block_n=32))
+
+
+def test_non_power_of_two_head_width_and_group(rng):
+    case, scale = _case(rng, history=[5, 33], queries=[27, 19], padding=2, group=3, head_dim=24, kv_heads=1)
+    _check(case, scale, window=16, softcap=20.0, query_tile=TILE)
+
+
+def test_rows_in_any_order(rng):
+    # lanes interleaved and positions unsorted: most tiles are mixed, a few may be single-lane
+    case, scale = _case(rng, history=[3, 18], queries=[30, 20], padding=3, group=2, shuffle=True)
+    _check(case, scale, window=7, query_tile=TILE)
+
+
+def test_each_row_is_stored_by_exactly_one_kernel(rng, monkeypatch):
+    # rows 0..19 lane 0, 20..56 lane 1, 57..61 lane 2, 62..66 padding; tiles of 16 rows:
+    # single-lane [0, 16), [32, 48), [64, 67); mixed [16, 32), [48, 64)
+    case, scale = _case(rng, history=[0, 21, 50], queries=[20, 37, 5], padding=5, group=2)
+    expected = ref.paged_attention(case["q"], case["key_cache"], case["value_cache"], case["token_lane"],
+                                   case["positions"], case["page_table"], scale=scale)
+    tiled_rows = np.r_[0:16, 32:48, 64:67]
+    per_row_rows = np.r_[16:32, 48:64]
+
+    class Skipped:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    with monkeypatch.context() as m:
+        m.setattr(attention, "_attention_kernel", Skipped())
+        tiled = numpy(_run(case, scale, query_tile=TILE, fill=float("nan")))
+    np.testing.assert_allclose(tiled[tiled_rows], expected[tiled_rows], atol=TOLERANCE, rtol=TOLERANCE)
+    assert np.isnan(tiled[per_row_rows]).all()
+    with monkeypatch.context() as m:
+        m.setattr(attention, "_tiled_attention_kernel", Skipped())
+        per_row = numpy(_run(case, scale, query_tile=TILE, fill=float("nan")))
+    np.testing.assert_allclose(per_row[per_row_rows], expected[per_row_rows], atol=TOLERANCE, rtol=TOLERANCE)
+    assert np.isnan(per_row[tiled_rows]).all()
+
+
+def test_query_tile_rule_and_validation():
+    assert attention.choose_query_tile(64, 2, cuda=True) is None
+    big = attention.choose_query_tile(256, 2, cuda=True)
+    assert big is not None and big.block_m * 2 == 128
+    assert attention.choose_query_tile(256, 16, cuda=True).block_m == 16
+    assert attention.choose_query_tile(8, 1, cuda=False) is None
+    assert attention.choose_query_tile(16, 1, cuda=False) is not None
+    with pytest.raises(ValueError, match="block_m"):
+        attention.QueryTile(block_m=8)
+    with pytest.raises(ValueError, match="one context split"):
+        q = torch.zeros((16, 32))
+        cache = torch.zeros((1, 8, 1, 32))
+        attention.paged_attention(q, cache, cache, torch.zeros(16, dtype=torch.int32),
+                                  torch.zeros(16, dtype=torch.int32), torch.zeros((1, 1), dtype=torch.int32),
+                                  q, scale=1.0, splits=2, scratch=attention.split_scratch(16, 1, 32, 2, "cpu"),
+                                  query_tile=TILE)
