@@ -22,7 +22,7 @@ def rng() -> np.random.Generator:
 
 
 def _case(rng, *, history, queries, padding, group, head_dim=32, kv_heads=2, page_tokens=8, shuffle=False):
-    max_pages = -(-max(h + n for h, n in zip(history, queries)) // page_tokens) + 1
+    max_pages = -(-max(h + n for h, n in zip(history, queries, strict=True)) // page_tokens) + 1
     c = cohort(rng, lanes=len(history), history=history, queries=queries, padding=padding,
                page_tokens=page_tokens, max_pages=max_pages)
     token_lane, positions = c.token_lane, c.positions
