@@ -31,12 +31,49 @@ _EXPRESSIONS = {
     "divide": ("{a} / {b}", "{a}/{b}", "{a} ÷ {b}", "{a} divided by {b}", "{a} over {b}", "the quotient of {a} and {b}",
                "{a} divided into {b} equal parts", "{a} / by {b}"),
 }
-_FRAMES = ("[ask] [expr][end]", "[expr][end]", "[ask] [expr][end] [tail]")
+# Each operation's words in a larger lexicon, each with the operand order it implies ("remove {b}
+# from {a}" is a - b, "{b} lots of {a}" is a × b, "{a} shared among {b}" is a ÷ b): the operation
+# is read from the words, whichever synonym or order the request uses.
+_MORE_EXPRESSIONS = {
+    "add": ("the total of {a} and {b}", "{a} and {b} in total", "{a} together with {b}", "{a} combined with {b}",
+            "{a} and {b} combined", "{a} increased by {b}", "{b} more than {a}", "{a} added to {b}",
+            "{a} and {b} altogether", "{a} plus another {b}", "the sum total of {a} and {b}", "{a} with {b} more",
+            "{a} and {b} put together", "the combined total of {a} and {b}"),
+    "subtract": ("{a} take away {b}", "{b} less than {a}", "{a} decreased by {b}", "{a} reduced by {b}",
+                 "{a} lowered by {b}", "{a} with {b} removed", "{a} after removing {b}", "{a} after taking off {b}",
+                 "what remains of {a} after {b}", "{a} cut by {b}", "the gap from {b} up to {a}"),
+    "multiply": ("{b} lots of {a}", "{b} groups of {a}", "{a} repeated {b} times", "{b} batches of {a}",
+                 "{a} taken {b} times", "{a} scaled by {b}", "{b} sets of {a}", "{a}, {b} times over",
+                 "{a} multiplied with {b}", "{b} rows of {a}"),
+    "divide": ("{a} split {b} ways", "{a} shared among {b}", "{a} shared between {b}", "{a} split evenly among {b}",
+               "{a} cut into {b} equal pieces", "{a} divided evenly by {b}", "{a} split into groups of {b}",
+               "each share of {a} split among {b}", "{a} per {b}", "{a} in {b} equal shares", "{a} by {b} evenly"),
+}
+_COMMANDS = {
+    "add": ("add {a} and {b}", "add {a} to {b}", "sum {a} and {b}", "total {a} and {b}", "combine {a} and {b}",
+            "put {a} and {b} together", "increase {a} by {b}", "tally up {a} and {b}", "count {a} and {b} together",
+            "add up {a} and {b}", "raise {a} by {b}", "find the sum of {a} and {b}"),
+    "subtract": ("subtract {b} from {a}", "take {b} from {a}", "remove {b} from {a}", "deduct {b} from {a}",
+                 "reduce {a} by {b}", "decrease {a} by {b}", "knock {b} off {a}", "take away {b} from {a}",
+                 "lower {a} by {b}", "drop {b} from {a}", "cut {b} from {a}", "take {b} off {a}"),
+    "multiply": ("multiply {a} by {b}", "multiply {a} and {b}", "times {a} by {b}", "scale {a} by {b}",
+                 "take {a} {b} times", "repeat {a} {b} times and add it all up", "find the product of {a} and {b}",
+                 "multiply together {a} and {b}"),
+    "divide": ("divide {a} by {b}", "split {a} into {b} parts", "share {a} among {b}", "share {a} equally between {b}",
+               "split {a} {b} ways", "cut {a} into {b} equal pieces", "distribute {a} over {b}",
+               "divide {a} into {b} groups", "break {a} into {b} equal parts", "deal {a} out to {b} people"),
+}
+_PLEASE = ("please", "can you", "could you", "would you", "I need you to", "go ahead and", "help me",
+           "I want to", "now", "quickly")
+_FRAMES = ("[ask] [expr][end]", "[expr][end]", "[ask] [expr][end] [tail]", "[cmd][end]", "[please] [cmd][end]",
+           "[cmd] and tell me the result[end]", "What do I get if I [cmd]?", "If you [cmd], what is the result?",
+           "[cmd]. [tail]", "How much is it when you [cmd]?")
 _TAIL = ("Thanks.", "I need it now.", "Show your work.", "Just the number.", "Be quick.", "It's for homework.")
 
 
 def _arithmetic(operation: str, extra: tuple[str, ...], held_out: tuple[str, ...]) -> Phrasings:
-    lexicon = {"ask": _ASK, "end": _END, "expr": _EXPRESSIONS[operation], "tail": _TAIL}
+    lexicon = {"ask": _ASK, "end": _END, "expr": _EXPRESSIONS[operation] + _MORE_EXPRESSIONS[operation],
+               "tail": _TAIL, "cmd": _COMMANDS[operation], "please": _PLEASE}
     return Phrasings(train=tuple(dict.fromkeys(extra + compose(_FRAMES, lexicon, held_out))), held_out=held_out)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
 from helios.demo.phrasing import PREFIXES, Phrasings, compose, dress
-from helios.demo.toolspace import split_options
+from helios.demo.toolspace import NAME_AFFIXES, split_options
 from helios.demo.vocabulary import CITIES, LETTERS, NAMES
 
 _COPY_HELD_OUT = ("Could you parrot this back: {s}", "Type {s} exactly as given.", "Mirror this: {s}")
@@ -218,10 +218,12 @@ def _key(rng: random.Random, role: str, split: Split) -> str:
         themed = tuple(dict.fromkeys(word for key in FIELDS[role][0] for word in key.split("_") if len(word) > 2))
         for _ in range(20):
             words = [rng.choice(themed)]
+            # NOTE: prefixes and suffixes come from the key words and the shared name affixes
+            # (`on_day`, `item_qty`), so no spelling of a requested key is more likely than another.
             if rng.random() < 0.5:
-                words.insert(0, rng.choice(KEY_PREFIXES))
+                words.insert(0, rng.choice(KEY_PREFIXES if rng.random() < 0.5 else NAME_AFFIXES))
             if rng.random() < 0.4:
-                words.append(rng.choice(KEY_SUFFIXES))
+                words.append(rng.choice(KEY_SUFFIXES if rng.random() < 0.5 else NAME_AFFIXES))
             key = rng.choice((_snake, _camel))(words)
             if key.replace("_", "").lower() not in _HELD_OUT_KEYS:
                 return key

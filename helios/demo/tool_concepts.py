@@ -6,9 +6,11 @@ and the answer that cites it. `helios.demo.toolspace` draws schemas from it.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 from helios.demo.phrasing import Phrasings, spell
+from helios.demo.tool_requests import INTENTS, requests
 from helios.demo.tools import convert_amount
 from helios.demo.toolspace import Concept, Parameter, Spoken, Values
 from helios.demo.vocabulary import CITIES, CURRENCY_PER_USD, NAMES, WEATHER_CONDITIONS
@@ -220,7 +222,7 @@ def _city_parameter(role: str, names: tuple[str, ...], descriptions: tuple[str, 
     return Parameter(role, names, "string", descriptions)
 
 
-CONCEPTS: tuple[Concept, ...] = (
+_WRITTEN: tuple[Concept, ...] = (
     Concept(
         "weather", ("get", "fetch", "lookup", "check", "query", "current", ""),
         ("weather", "forecast", "current_weather", "weather_report", "conditions"),
@@ -445,4 +447,16 @@ CONCEPTS: tuple[Concept, ...] = (
         "the distance from {origin} to {destination}", _distance_draw, _distance_answer),
 )
 
+
+
+def _with_composed_requests(concept: Concept) -> Concept:
+    """`concept` with its written training requests and those composed from its intent (indirect
+    requests, needs, third-person asks, extra clauses); the held-out requests stay as written."""
+    written = concept.requests
+    composed = requests(INTENTS[concept.key], written.held_out)
+    return replace(concept, requests=Phrasings(train=tuple(dict.fromkeys(written.train + composed)),
+                                               held_out=written.held_out))
+
+
+CONCEPTS: tuple[Concept, ...] = tuple(_with_composed_requests(concept) for concept in _WRITTEN)
 CONCEPTS_BY_KEY: dict[str, Concept] = {concept.key: concept for concept in CONCEPTS}

@@ -13,12 +13,15 @@ import random
 from typing import Any
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
-from helios.demo.phrasing import dress
+from helios.demo.phrasing import dress, spell
 from helios.demo.tool_concepts import CONCEPTS
 from helios.demo.toolspace import (
     Concept,
     DrawnTool,
+    Spoken,
+    Values,
     call_arguments,
+    decoy_name,
     draw_tool,
     held_out_names,
     near_miss,
@@ -62,6 +65,27 @@ def _near_misses(rng: random.Random, needed: DrawnTool, distractors: list[DrawnT
     return distractors
 
 
+DECOY_SHARE = 0.3  # training offers where distractors are named with words of the needed concept
+
+
+def _decoys(rng: random.Random, needed: DrawnTool, distractors: list[DrawnTool], excluded: Concept,
+            split: Split) -> list[DrawnTool]:
+    """`distractors` with one or two of them (added if need be) renamed with words of the needed
+    concept (a reminder request beside a `setAlert` that is the timer), so the tool to call is the
+    one whose description fits the request, not the one whose name echoes it."""
+    held_functions, _ = held_out_names(tuple(CONCEPTS))
+    wanted = rng.choice((1, 1, 2))
+    if len(distractors) < wanted:
+        distractors = distractors + _distractors(rng, excluded, wanted - len(distractors), split)
+    taken = {needed.name} | {tool.name for tool in distractors}
+    for index in rng.sample(range(len(distractors)), wanted):
+        name = decoy_name(rng, needed.concept, held_functions)
+        if name is not None and name not in taken:
+            taken.add(name)
+            distractors[index] = renamed(distractors[index], name)
+    return distractors
+
+
 def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split: Split,
           most: int = 4) -> tuple[dict[str, Any], ...]:
     """The needed tool (if any) among distractors of other concepts, 1..`most` tools in all; in
@@ -71,6 +95,8 @@ def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split
     distractors = _distractors(rng, excluded, count - least, split)
     if needed is not None and split is Split.TRAIN and rng.random() < NEAR_MISS_SHARE:
         distractors = _near_misses(rng, needed, distractors, excluded, split)
+    elif needed is not None and split is Split.TRAIN and rng.random() < DECOY_SHARE / (1 - NEAR_MISS_SHARE):
+        distractors = _decoys(rng, needed, distractors, excluded, split)
     tools = distractors + ([needed] if needed is not None else [])
     rng.shuffle(tools)
     return tuple(tool.schema for tool in tools)
@@ -82,11 +108,30 @@ def random_tools(rng: random.Random, split: Split, most: int = 3) -> tuple[dict[
     return tuple(draw_tool(concept, rng, split, held_out_names(tuple(CONCEPTS))).schema for concept in concepts)
 
 
+_LIST_JOINS = ((", ", " and "), (", ", ", and "), (", ", " & "), (" and ", " and "), (", ", " plus "), (", ", ", "))
+
+
+def spoken_forms(rng: random.Random, values: Values, spoken: Spoken) -> Spoken:
+    """`spoken` with argument values said in other surface forms: whole numbers up to 99 sometimes
+    in words, lists joined in another way ("a, b, and c", "a & b", "a and b and c")."""
+    varied = dict(spoken)
+    for role, value in values.items():
+        if isinstance(value, int) and not isinstance(value, bool) and spoken.get(role) == str(value) \
+                and 0 <= value <= 99 and rng.random() < 0.25:
+            varied[role] = spell(value)
+        elif isinstance(value, list) and len(value) > 1 and rng.random() < 0.5:
+            comma, last = rng.choice(_LIST_JOINS)
+            varied[role] = comma.join(value[:-1]) + last + value[-1]
+    return varied
+
+
 def _request(rng: random.Random, split: Split) -> tuple[Concept, DrawnTool, str, dict[str, Any], str, str]:
     concept = rng.choice(CONCEPTS)
     tool = draw_tool(concept, rng, split, held_out_names(tuple(CONCEPTS)))
     template = pick_request(tool, rng, split)
     values, spoken = concept.draw(rng)
+    if split is Split.TRAIN:
+        spoken = spoken_forms(rng, values, spoken)
     question = dress(rng, template.format(**spoken), split, casing=False)
     arguments = call_arguments(tool, template, values)
     # NOTE: in training the tool's name starts a line, so its first word is the same token as in the

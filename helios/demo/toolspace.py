@@ -145,6 +145,11 @@ NAME_WORDS = ("data", "info", "item", "value", "record", "entry", "task", "job",
               "vector", "matrix", "kernel", "socket", "widget", "gadget", "bridge", "tower", "garden", "castle")
 _SYLLABLES = ("ba", "ko", "ri", "zu", "me", "ta", "lo", "vi", "nex", "dor", "qua", "sen", "pli", "mar", "tek",
               "zo", "fi", "ul", "bra", "cor", "dy", "gen", "hul", "ix", "jo", "kra", "lum", "ny", "or", "pex")
+# Short words that generated parameter names and JSON keys take before or after their stem
+# (`on_day`, `itemQty`, `max_count`, `getWords`), so no affix of a schema's name can be predicted.
+NAME_AFFIXES = ("on", "at", "in", "for", "by", "of", "to", "from", "per", "with", "is", "has", "max", "min", "new",
+                "qty", "num", "no", "amt", "cnt", "id", "ref", "val", "raw", "src", "dst", "req", "opt", "my",
+                "the", "get", "set", "use", "list", "count", "total", "item", "user", "arg", "param", "input")
 NAME_STYLES = ("snake", "camel", "pascal", "kebab", "dotted", "flat", "snake", "camel")
 PARAMETER_STYLES = ("snake", "camel", "pascal", "flat")
 
@@ -205,6 +210,28 @@ def generated_name(rng: random.Random, style: str, themed: tuple[str, ...], verb
     return name if name[:1].isalpha() else "f" + name
 
 
+def affixed(rng: random.Random, words: list[str], share: float = 0.4) -> list[str]:
+    """`words` with, at probability `share`, one word of NAME_AFFIXES put before or after them."""
+    if rng.random() >= share:
+        return words
+    affix = rng.choice(NAME_AFFIXES)
+    return [affix, *words] if rng.random() < 0.6 else [*words, affix]
+
+
+def decoy_name(rng: random.Random, concept: Concept, avoid: frozenset[str]) -> str | None:
+    """A generated function name made of `concept`'s own verbs and noun words (`setAlert` for a
+    reminder), for a tool of another concept: a name that shares words with the request while the
+    description says otherwise. None when no try lands outside `avoid` (held-out spellings)."""
+    words = _concept_words(concept)
+    verbs = tuple(verb for verb in concept.verbs if verb) or NAME_VERBS
+    for _ in range(10):
+        parts = ([rng.choice(verbs)] if rng.random() < 0.7 else []) + rng.sample(words, min(len(words), rng.randint(1, 2)))
+        candidate = _style([word for part in parts for word in part.split("_")], rng.choice(NAME_STYLES))
+        if candidate[:1].isalpha() and candidate not in avoid and _normal(candidate) not in _normalized(avoid):
+            return candidate
+    return None
+
+
 def _concept_words(concept: Concept) -> tuple[str, ...]:
     return tuple(dict.fromkeys(word for noun in concept.nouns for word in noun.split("_")))
 
@@ -215,7 +242,8 @@ def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split:
         themed = tuple(dict.fromkeys(word for name in parameter.names for word in name.split("_")))
         for _ in range(20):
             name = generated_name(rng, style, themed, verbs=False)
-            if _normal(name) not in held:
+            name = _style(affixed(rng, name_words(name)), style) or name
+            if name[:1].isalpha() and _normal(name) not in held:
                 return name
     names = split_options(parameter.names, split)
     if split is Split.TRAIN:

@@ -4,6 +4,7 @@ held-out names and phrasings kept out of training, composed phrasings that cover
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -160,3 +161,54 @@ def test_training_tool_names_come_in_every_style_with_near_misses_beside_them(tr
     assert 0.2 * len(calls) < len(near) < 0.6 * len(calls)
     for example in calls:  # the name starts a line of the reasoning: the same tokens as in the schema
         assert f"\n{example.expectation.tool_name} does that." in example.reply["reasoning_content"]
+
+
+def _operation_forms(pool):
+    return {re.sub(r"[\s?.!,:=]+", " ", template.lower()).strip() for template in pool.train}
+
+
+def test_each_operation_has_a_lexicon_of_its_own_with_the_operand_order_it_implies():
+    pools = {"add": arithmetic.ADDITION, "subtract": arithmetic.SUBTRACTION,
+             "multiply": arithmetic.MULTIPLICATION, "divide": arithmetic.DIVISION}
+    forms = {operation: _operation_forms(pool) for operation, pool in pools.items()}
+    for operation, commands in arithmetic._COMMANDS.items():
+        assert len(commands) >= 8 and len(arithmetic._MORE_EXPRESSIONS[operation]) >= 10
+        others = set().union(*(forms[other] for other in forms if other != operation))
+        assert not forms[operation] & others, operation  # no wording is read as two operations
+    # a synonym says which operand comes first: "remove {b} from {a}" is a - b, so {b} is written first
+    assert any(text.startswith("remove {b} from {a}") for text in forms["subtract"])
+    assert any(text.startswith("the total of {a} and {b}") for text in forms["add"])
+    assert any("{a} shared among {b}" in text for text in forms["divide"])
+    for template in arithmetic.SUBTRACTION.train:
+        if template.index("{b}") < template.index("{a}"):
+            assert re.search(r"\{b\} (\w+ )?(from|off|less than|up to)", template), template
+
+
+def test_identity_questions_come_in_many_forms_and_never_as_small_talk():
+    who = conversation.IDENTITY["who"][0].train
+    lowered = [template.lower() for template in who]
+    assert any("exactly" in text for text in lowered) and any("really" in text for text in lowered)
+    assert any(re.search(r"tell me who you are|know what you are", text) for text in lowered)
+    assert any("what kind of program are you" in text for text in lowered)
+    talk = {text.lower().strip(" ?.!:)") for phrasings, *_ in conversation.SMALL_TALK.values() for text in phrasings.train}
+    identity = {text.lower().strip(" ?.!:)") for phrasings, *_ in conversation.IDENTITY.values() for text in phrasings.train}
+    assert not talk & identity
+
+
+# Digests of the held-out and validation prompts as rendered (prompt + completion): the evaluation
+# stays byte-identical whatever the training generator adds.
+HELD_OUT_DIGESTS = {1: "48e771642ebe47cc5ddea3b75c049779fddce9359d2166d8025affcab386f2c3",
+                    2: "f492804ab79efe1dcf5bce511f3bbebb6f56a9f9865c49c666c5f02ddf66e5ef"}
+
+
+def test_held_out_prompts_are_byte_identical():
+    import hashlib
+
+    from helios.demo.corpus import render_pair
+
+    for seed, digest in HELD_OUT_DIGESTS.items():
+        state = hashlib.sha256()
+        for example in held_out_examples(seed, HELD_OUT_COUNT):
+            pair = render_pair(example)
+            state.update((pair.prompt + pair.completion).encode())
+        assert state.hexdigest() == digest, seed
