@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 from helios.demo.kinds import Expectation, Split, Task, TaskKind
@@ -47,22 +48,29 @@ def _distractors(rng: random.Random, excluded: Concept, count: int, split: Split
 NEAR_MISS_SHARE = 0.4  # training calls whose distractors include names a step away from the needed one
 
 
+def _renamed(rng: random.Random, needed: DrawnTool, distractors: list[DrawnTool], excluded: Concept,
+             split: Split, wanted: int, name: Callable[[], str | None]) -> list[DrawnTool]:
+    """`distractors` with `wanted` of them (added if need be) renamed by `name()`: a name already in
+    the offer (or None) leaves its distractor as it was, so the offer's names stay distinct."""
+    if len(distractors) < wanted:
+        distractors = distractors + _distractors(rng, excluded, wanted - len(distractors), split)
+    taken = {needed.name} | {tool.name for tool in distractors}
+    for index in rng.sample(range(len(distractors)), wanted):
+        new = name()
+        if new is not None and new not in taken:
+            taken.add(new)
+            distractors[index] = renamed(distractors[index], new)
+    return distractors
+
+
 def _near_misses(rng: random.Random, needed: DrawnTool, distractors: list[DrawnTool], excluded: Concept,
                  split: Split) -> list[DrawnTool]:
     """`distractors` with one to three of them (added if need be) renamed to near misses of the needed
     tool's name (another style, a word swapped, added or dropped), so only the exact name copied
     from the schema whose description fits is right."""
     held_functions, _ = held_out_names(tuple(CONCEPTS))
-    wanted = rng.choice((1, 1, 2, 3))
-    if len(distractors) < wanted:
-        distractors = distractors + _distractors(rng, excluded, wanted - len(distractors), split)
-    taken = {needed.name}
-    for index in rng.sample(range(len(distractors)), wanted):
-        name = near_miss(rng, needed.name, held_functions)
-        if name is not None and name not in taken:
-            taken.add(name)
-            distractors[index] = renamed(distractors[index], name)
-    return distractors
+    return _renamed(rng, needed, distractors, excluded, split, rng.choice((1, 1, 2, 3)),
+                    lambda: near_miss(rng, needed.name, held_functions))
 
 
 DECOY_SHARE = 0.3  # training offers where distractors are named with words of the needed concept
@@ -74,16 +82,8 @@ def _decoys(rng: random.Random, needed: DrawnTool, distractors: list[DrawnTool],
     concept (a reminder request beside a `setAlert` that is the timer), so the tool to call is the
     one whose description fits the request, not the one whose name echoes it."""
     held_functions, _ = held_out_names(tuple(CONCEPTS))
-    wanted = rng.choice((1, 1, 2))
-    if len(distractors) < wanted:
-        distractors = distractors + _distractors(rng, excluded, wanted - len(distractors), split)
-    taken = {needed.name} | {tool.name for tool in distractors}
-    for index in rng.sample(range(len(distractors)), wanted):
-        name = decoy_name(rng, needed.concept, held_functions)
-        if name is not None and name not in taken:
-            taken.add(name)
-            distractors[index] = renamed(distractors[index], name)
-    return distractors
+    return _renamed(rng, needed, distractors, excluded, split, rng.choice((1, 1, 2)),
+                    lambda: decoy_name(rng, needed.concept, held_functions))
 
 
 def offer(rng: random.Random, needed: DrawnTool | None, excluded: Concept, split: Split,
