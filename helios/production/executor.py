@@ -222,7 +222,6 @@ class NativeExecutor:
         # after the upload out of each host slot (GPU): the slot may be rewritten once it completed
         self._copy_index_fences = [torch.cuda.Event() for _ in range(slots)] if pinned else []
         self._copy_index_next = 0  # the host slot the next chunk writes
-        self.copied_bytes = 0  # bytes the host-tier copies moved, both ways, every plane
         self.submissions_while_outstanding = 0  # rounds submitted while another was still outstanding
         # Page-table destinations written only through physical request rows, with one page offset and
         # padding whichever graph binds them: the plan's updates are applied to each. A destination
@@ -503,7 +502,6 @@ class NativeExecutor:
             raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
         for chunk in copy_chunks(plan.page_copies, self.staging_pages):
             self._copy_chunk(chunk, gpu)
-        self.copied_bytes += len(plan.page_copies) * self.page_bytes
 
     def _copy_chunk(self, chunk: Sequence[PageCopy], gpu: bool) -> None:
         """One chunk of at most K copies through the device staging, plane by plane:
