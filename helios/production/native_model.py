@@ -339,7 +339,8 @@ def _weight_declarations(program: program_pb2.Program) -> Iterator[WeightDeclara
 def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.device,
            policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None, group=None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
-                         linear_policy=policy, gpu_paths=gpu_paths, group=group)
+                         linear_policy=policy, gpu_paths=gpu_paths, group=group,
+                         lanes=item.handle.batch_capacity or None)
 
 
 def manifest_page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:

@@ -36,12 +36,12 @@ def _case(rng, *, history, queries, padding, group, head_dim=32, kv_heads=2, pag
                 page_table=c.page_table), head_dim ** -0.5
 
 
-def _run(case, scale, *, window=None, softcap=None, query_tile, fill=0.0):
+def _run(case, scale, *, window=None, softcap=None, query_tile, fill=0.0, one_lane=False):
     out = torch.full(case["q"].shape, fill, dtype=DTYPE, device=DEVICE)
     attention.paged_attention(*(tensor(case[k]) for k in ("q", "key_cache", "value_cache", "token_lane",
                                                           "positions", "page_table")),
                               out, scale=scale, sliding_window=window, softcap=softcap, query_tile=query_tile,
-                              tile=attention.AttentionTile(block_n=16))
+                              tile=attention.AttentionTile(block_n=16), one_lane=one_lane)
     return out
 
 
@@ -113,6 +113,27 @@ def test_each_row_is_stored_by_exactly_one_kernel(rng, monkeypatch):
         per_row = numpy(_run(case, scale, query_tile=TILE, fill=float("nan")))
     np.testing.assert_allclose(per_row[per_row_rows], expected[per_row_rows], atol=TOLERANCE, rtol=TOLERANCE)
     assert np.isnan(per_row[tiled_rows]).all()
+
+
+class _Refused:
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise AssertionError("the per-row kernel was launched for a graph of one lane")
+        return launch
+
+
+@pytest.mark.parametrize(("history", "queries", "softcap"), [([13], [70], None), ([0], [64], 12.0), ([40], [3], None)])
+def test_a_graph_of_one_lane_runs_the_tiled_kernel_alone(rng, monkeypatch, history, queries, softcap):
+    # whole key blocks seen by every row of a tile run unmasked (later tiles of the first case), the
+    # causal diagonal masked; padding rows stored as zeros either way
+    case, scale = _case(rng, history=history, queries=queries, padding=6, group=2)
+    expected = ref.paged_attention(case["q"], case["key_cache"], case["value_cache"], case["token_lane"],
+                                   case["positions"], case["page_table"], scale=scale, softcap=softcap)
+    with monkeypatch.context() as m:
+        m.setattr(attention, "_attention_kernel", _Refused())
+        out = numpy(_run(case, scale, softcap=softcap, query_tile=TILE, fill=float("nan"), one_lane=True))
+    np.testing.assert_allclose(out, expected, atol=TOLERANCE, rtol=TOLERANCE)
+    assert not out[case["token_lane"] < 0].any()
 
 
 def test_query_tile_rule_and_validation():

@@ -41,6 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.production.kernels.launch import dependent, wait_for_prior
+
 
 @triton.jit
 def _single_lane_tile(lane_ptr, tile, rows, BLOCK_M: tl.constexpr):
@@ -60,7 +62,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
                       rows, heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
                       head_dim, DIM_BLOCK: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                      LOW_PRECISION_PV: tl.constexpr, USE_DOT: tl.constexpr, TILE_ROWS: tl.constexpr):
+                      LOW_PRECISION_PV: tl.constexpr, USE_DOT: tl.constexpr, TILE_ROWS: tl.constexpr,
+                      PDL: tl.constexpr):
+    wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -134,12 +138,64 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
 
 
 @triton.jit
+def _tiled_block(q, k_ptr, v_ptr, page_table_ptr, safe_lane, start, hi, first, last, m_i, l_i, acc, kv_head,
+                 width, page_tokens, max_pages, scale_log2, softcap, head_dim, n, d, d_mask,
+                 MASKED: tl.constexpr, HAS_SOFTCAP: tl.constexpr, LOW_PRECISION_PV: tl.constexpr):
+    """One block of BLOCK_N keys from `start` folded into the tile's running (m_i, l_i, acc), in base 2:
+    scores times log2(e), so exp2 of their differences is exp of the natural ones. MASKED: the block
+    holds keys some query row must not see (causal end, window start, the context's end)."""
+    j = start + n
+    if MASKED:
+        valid = j < hi
+        page = tl.load(page_table_ptr + safe_lane * max_pages + j // page_tokens, mask=valid, other=0).to(tl.int64)
+        kv_mask = valid[:, None] & d_mask[None, :]
+    else:
+        page = tl.load(page_table_ptr + safe_lane * max_pages + j // page_tokens).to(tl.int64)
+        kv_mask = d_mask[None, :]
+    slot = page * page_tokens + j % page_tokens
+    offsets = slot[:, None] * width + kv_head * head_dim + d[None, :]
+    k = tl.load(k_ptr + offsets, mask=kv_mask, other=0.0)
+    if LOW_PRECISION_PV:
+        s = tl.dot(q, tl.trans(k))
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if HAS_SOFTCAP:
+        s = s * (scale_log2 / 1.4426950408889634)
+        s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0)) * 1.4426950408889634
+    else:
+        s = s * scale_log2
+    if MASKED:
+        keep = (j[None, :] >= first[:, None]) & (j[None, :] < last[:, None])
+        s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    if MASKED:
+        # NOTE: a query row may have no key in this block yet (causal, window, padding): its max
+        # stays -inf, and subtracting 0 instead keeps 2^(s - m) at 0 rather than NaN.
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    v = tl.load(v_ptr + offsets, mask=kv_mask, other=0.0)
+    if LOW_PRECISION_PV:
+        pv = tl.dot(p.to(v.dtype), v)
+    else:
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+    acc = acc * alpha[:, None] + pv
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _tiled_attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_ptr, out_ptr,
                             rows, heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
                             head_dim, DIM_BLOCK: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
                             BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                            LOW_PRECISION_PV: tl.constexpr):
-    tile = tl.program_id(0)
+                            LOW_PRECISION_PV: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
+    # the last tiles see the longest histories: programs take them first, so the short ones fill the
+    # GPU's tail instead of the long ones running alone at the end
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
     if _single_lane_tile(lane_ptr, tile, rows, BLOCK_M):
         i = tl.arange(0, BLOCK_M * GROUP_BLOCK)  # query rows: BLOCK_M packed rows x GROUP_BLOCK heads
@@ -159,52 +215,38 @@ def _tiled_attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_t
         last = tl.where(live, position + 1, 0)  # exclusive end; no keys for padding rows
         hi = tl.max(last, axis=0)
         lo = tl.minimum(tl.min(tl.where(live, first, 2147483647), axis=0), hi)
+        # keys [lo, full_hi) are visible to every live row: whole blocks of them run without masks
+        # (padding rows see them too and are stored as zeros); a window makes every block masked
+        full_hi = lo
+        if not HAS_WINDOW:
+            seen_by_all = tl.minimum(tl.min(tl.where(live, last, 2147483647), axis=0), hi)  # hi: none live
+            full_hi = lo + (tl.maximum(seen_by_all - lo, 0) // BLOCK_N) * BLOCK_N
         safe_lane = tl.maximum(tl.max(lane, axis=0), 0).to(tl.int64)  # the tile's one lane
         q_mask = (in_rows & (g < group))[:, None] & d_mask[None, :]
         q_offsets = row[:, None] * heads * head_dim + head[:, None] * head_dim + d[None, :]
         q = tl.load(q_ptr + q_offsets, mask=q_mask, other=0.0)
         width = kv_heads * head_dim
+        scale_log2 = scale * 1.4426950408889634
         m_i = tl.full((BLOCK_M * GROUP_BLOCK,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M * GROUP_BLOCK,), tl.float32)
         acc = tl.zeros((BLOCK_M * GROUP_BLOCK, DIM_BLOCK), tl.float32)
-        for start in range(lo, hi, BLOCK_N):
-            j = start + n
-            valid = j < hi
-            page = tl.load(page_table_ptr + safe_lane * max_pages + j // page_tokens, mask=valid,
-                           other=0).to(tl.int64)
-            slot = page * page_tokens + j % page_tokens
-            offsets = slot[:, None] * width + kv_head * head_dim + d[None, :]
-            kv_mask = valid[:, None] & d_mask[None, :]
-            k = tl.load(k_ptr + offsets, mask=kv_mask, other=0.0)
-            if LOW_PRECISION_PV:
-                s = tl.dot(q, tl.trans(k)) * scale
-            else:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
-            if HAS_SOFTCAP:
-                s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
-            keep = (j[None, :] >= first[:, None]) & (j[None, :] < last[:, None])
-            s = tl.where(keep, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            # NOTE: a query row may have no key in this block yet (causal, window, padding): its max
-            # stays -inf, and subtracting 0 instead keeps e^(s - m) at 0 rather than NaN.
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_use)
-            p = tl.exp(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_ptr + offsets, mask=kv_mask, other=0.0)
-            if LOW_PRECISION_PV:
-                pv = tl.dot(p.to(v.dtype), v)
-            else:
-                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
+        for start in range(lo, full_hi, BLOCK_N):
+            m_i, l_i, acc = _tiled_block(q, k_ptr, v_ptr, page_table_ptr, safe_lane, start, hi, first, last, m_i,
+                                         l_i, acc, kv_head, width, page_tokens, max_pages, scale_log2, softcap,
+                                         head_dim, n, d, d_mask, False, HAS_SOFTCAP, LOW_PRECISION_PV)
+        for start in range(full_hi, hi, BLOCK_N):
+            m_i, l_i, acc = _tiled_block(q, k_ptr, v_ptr, page_table_ptr, safe_lane, start, hi, first, last, m_i,
+                                         l_i, acc, kv_head, width, page_tokens, max_pages, scale_log2, softcap,
+                                         head_dim, n, d, d_mask, True, HAS_SOFTCAP, LOW_PRECISION_PV)
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(live[:, None], out, 0.0)
         tl.store(out_ptr + q_offsets, out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
 @triton.jit
 def _combine_kernel(out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, heads, head_dim,
-                    DIM_BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+                    DIM_BLOCK: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     s = tl.arange(0, SPLITS)
@@ -331,11 +373,14 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
                     positions: torch.Tensor, page_table: torch.Tensor, out: torch.Tensor, *, scale: float,
                     sliding_window: int | None = None, softcap: float | None = None, splits: int = 1,
                     scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                    tile: AttentionTile | None = None, query_tile: QueryTile | None = None) -> None:
+                    tile: AttentionTile | None = None, query_tile: QueryTile | None = None,
+                    one_lane: bool = False) -> None:
     """Attention of each packed row of `q` over its lane's cached history (docs/operators.md).
     `tile` (default: 64 keys, four warps, tensor cores) sets how the per-row kernel walks the context;
     with `query_tile` the tiled kernel computes the single-lane tiles of `query_tile.block_m` rows and
-    the per-row kernel (one split) the rows of the others."""
+    the per-row kernel (one split) the rows of the others. `one_lane` (with `query_tile`): the caller
+    guarantees every live row carries the same `token_lane` (a graph of one request), so every tile is
+    single-lane and the per-row kernel, which would find no row of its own, is not launched."""
     tile = tile or AttentionTile()
     rows = q.shape[0]
     _, page_tokens, kv_heads, head_dim = key_cache.shape
@@ -348,15 +393,17 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
     acc, m, l_s = scratch if scratch is not None else (out, out, out)
     common = (heads, kv_heads, group, page_tokens, page_table.shape[1], float(scale),
               int(sliding_window or 0), float(softcap or 1.0), head_dim)
-    _attention_kernel[(rows, kv_heads, splits)](
-        q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s, rows, *common,
-        DIM_BLOCK=dim_block(head_dim),
-        GROUP_BLOCK=max(16 if tile.dot else 1, triton.next_power_of_2(group)), BLOCK_N=tile.block_n,
-        SPLITS=splits, HAS_WINDOW=sliding_window is not None, HAS_SOFTCAP=softcap is not None,
-        LOW_PRECISION_PV=key_cache.dtype != torch.float32, USE_DOT=tile.dot,
-        TILE_ROWS=0 if query_tile is None else query_tile.block_m,
-        num_warps=tile.num_warps, **({} if tile.num_stages is None else {"num_stages": tile.num_stages}),
-    )
+    if not (one_lane and query_tile is not None):
+        _attention_kernel[(rows, kv_heads, splits)](
+            q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s, rows, *common,
+            DIM_BLOCK=dim_block(head_dim),
+            GROUP_BLOCK=max(16 if tile.dot else 1, triton.next_power_of_2(group)), BLOCK_N=tile.block_n,
+            SPLITS=splits, HAS_WINDOW=sliding_window is not None, HAS_SOFTCAP=softcap is not None,
+            LOW_PRECISION_PV=key_cache.dtype != torch.float32, USE_DOT=tile.dot,
+            TILE_ROWS=0 if query_tile is None else query_tile.block_m,
+            num_warps=tile.num_warps, **({} if tile.num_stages is None else {"num_stages": tile.num_stages}),
+            **dependent(q),
+        )
     if query_tile is not None:
         stages = {} if query_tile.num_stages is None else {"num_stages": query_tile.num_stages}
         _tiled_attention_kernel[(triton.cdiv(rows, query_tile.block_m), kv_heads)](
@@ -364,8 +411,8 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
             DIM_BLOCK=dim_block(head_dim), GROUP_BLOCK=triton.next_power_of_2(group),
             BLOCK_M=query_tile.block_m, BLOCK_N=query_tile.block_n, HAS_WINDOW=sliding_window is not None,
             HAS_SOFTCAP=softcap is not None, LOW_PRECISION_PV=key_cache.dtype != torch.float32,
-            num_warps=query_tile.num_warps, **stages,
+            num_warps=query_tile.num_warps, **stages, **dependent(q),
         )
     if splits > 1:
         _combine_kernel[(rows, heads)](out, acc, m, l_s, heads, head_dim, DIM_BLOCK=dim_block(head_dim),
-                                       SPLITS=splits)
+                                       SPLITS=splits, **dependent(out))

@@ -38,6 +38,7 @@ class Context:
     decls: Mapping[str, program_pb2.TensorDecl]  # the program's tensor declarations by name
     gpu_paths: GpuPaths | None = None  # the GPU's branches forced at small tiles (gpu_paths.py); None: off
     group: Any = None  # the rank's RankGroup (production/ranks/group.py) the collectives call; None: one rank
+    lanes: int | None = None  # the graph's batch capacity B (its rows belong to at most B requests); None: unknown
 
     def t(self, name: str) -> torch.Tensor:
         return self.tensors[name]

@@ -126,9 +126,11 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     tile = attention.choose_tile(rows, heads // kv_heads, cuda=cuda)
     if paths is not None:
         tile = attention.AttentionTile(block_n=paths.attention_keys, num_warps=tile.num_warps)
+    # a graph of one request (PREFILL) has no tile of several lanes: its rows are the tiled kernel's alone
+    one_lane = c.lanes == 1
     return lambda: attention.paged_attention(q, key_cache, value_cache, lanes, positions, table, out, scale=scale,
                                              sliding_window=window, softcap=softcap, splits=splits,
-                                             scratch=scratch, tile=tile, query_tile=query_tile)
+                                             scratch=scratch, tile=tile, query_tile=query_tile, one_lane=one_lane)
 
 
 def _last_row_gather(c: Context, op: ValidatedOperator):
