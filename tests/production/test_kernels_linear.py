@@ -329,7 +329,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
                 signature[f"tiles{g}"] = "i32"
         return build(linear._linear_kernel, signature, {
             "GROUPS": groups, "HAS_BIAS": bias, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
-            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32"},
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
+            "PDL": 1},
             blocks.num_warps, k, blocks.num_stages)
 
     def gated(blocks: Blocks, k: int) -> dict[str, int]:
@@ -338,7 +339,8 @@ def sm90_report() -> dict[str, dict[str, int]]:
                      "stride_out": "i32", "n_extent": "i32"}
         return build(linear._gated_kernel, signature, {
             "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
-            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32"},
+            "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
+            "PDL": 1},
             blocks.num_warps, k, blocks.num_stages)
 
     return {

@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.production.kernels.launch import dependent, wait_for_prior
+
 ACTIVATION_CODES = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "quick_gelu": 3}
 
 
@@ -30,7 +32,8 @@ def activate(g, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _gated_kernel(gate_ptr, up_ptr, out_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
+def _gated_kernel(gate_ptr, up_ptr, out_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     g = tl.load(gate_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -42,11 +45,13 @@ def gated_activation(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, *,
                      block: int = 1024) -> None:
     """out = activation(gate) * up, elementwise over contiguous tensors of one shape."""
     n = gate.numel()
-    _gated_kernel[(triton.cdiv(n, block),)](gate, up, out, n, ACTIVATION=ACTIVATION_CODES[activation], BLOCK=block)
+    _gated_kernel[(triton.cdiv(n, block),)](gate, up, out, n, ACTIVATION=ACTIVATION_CODES[activation], BLOCK=block,
+                                              **dependent(gate))
 
 
 @triton.jit
-def _plain_kernel(x_ptr, out_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
+def _plain_kernel(x_ptr, out_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     g = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -56,4 +61,5 @@ def _plain_kernel(x_ptr, out_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constex
 def plain_activation(x: torch.Tensor, out: torch.Tensor, *, activation: str, block: int = 1024) -> None:
     """out = activation(x), elementwise over contiguous tensors of one shape."""
     n = x.numel()
-    _plain_kernel[(triton.cdiv(n, block),)](x, out, n, ACTIVATION=ACTIVATION_CODES[activation], BLOCK=block)
+    _plain_kernel[(triton.cdiv(n, block),)](x, out, n, ACTIVATION=ACTIVATION_CODES[activation], BLOCK=block,
+                                             **dependent(x))

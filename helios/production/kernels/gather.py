@@ -10,9 +10,13 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.production.kernels.launch import dependent, wait_for_prior
+
 
 @triton.jit
-def _embedding_kernel(ids_ptr, table_ptr, out_ptr, vocab, width, row_offset, BLOCK: tl.constexpr):
+def _embedding_kernel(ids_ptr, table_ptr, out_ptr, vocab, width, row_offset, BLOCK: tl.constexpr,
+                      PDL: tl.constexpr):
+    wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
     token = tl.load(ids_ptr + row).to(tl.int64) - row_offset
     valid = (token >= 0) & (token < vocab)
@@ -30,11 +34,13 @@ def embedding(ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor, *, row_
     """out[t] = table[ids[t] - row_offset], a zero row outside [0, V) (a rank's vocabulary slice)."""
     vocab, width = table.shape
     _embedding_kernel[(ids.shape[0],)](ids, table, out, vocab, width, row_offset,
-                                       BLOCK=min(block, triton.next_power_of_2(width)))
+                                       BLOCK=min(block, triton.next_power_of_2(width)), **dependent(out))
 
 
 @triton.jit
-def _last_row_kernel(x_ptr, lane_ptr, out_ptr, rows, width, ROWS_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
+def _last_row_kernel(x_ptr, lane_ptr, out_ptr, rows, width, ROWS_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr):
+    wait_for_prior(PDL)
     lane = tl.program_id(0)
     last = tl.zeros((), dtype=tl.int32) - 1
     for start in range(0, rows, ROWS_BLOCK):
@@ -60,11 +66,12 @@ def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor
     lanes = out.shape[0]
     _last_row_kernel[(lanes,)](x, token_lane, out, rows, width,
                                ROWS_BLOCK=min(rows_block, triton.next_power_of_2(max(rows, 1))),
-                               BLOCK=min(block, triton.next_power_of_2(max(width, 1))))
+                               BLOCK=min(block, triton.next_power_of_2(max(width, 1))), **dependent(out))
 
 
 @triton.jit
-def _scatter_kernel(x_ptr, index_ptr, out_ptr, rows, width, BLOCK: tl.constexpr):
+def _scatter_kernel(x_ptr, index_ptr, out_ptr, rows, width, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(index_ptr + row).to(tl.int64)
     valid = (target >= 0) & (target < rows)
@@ -83,4 +90,5 @@ def scatter(out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, *, block: i
     width = out.numel() // rows if rows else 0
     if index.shape[0]:
         _scatter_kernel[(index.shape[0],)](x, index, out, rows, width,
-                                           BLOCK=min(block, triton.next_power_of_2(max(width, 1))))
+                                           BLOCK=min(block, triton.next_power_of_2(max(width, 1))),
+                                           **dependent(out))

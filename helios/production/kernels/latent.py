@@ -112,4 +112,5 @@ def latent_attention(q_latent: torch.Tensor, q_rope: torch.Tensor, latent_cache:
         SPLITS=splits, LOW_PRECISION_PV=latent_cache.dtype != torch.float32,
     )
     if splits > 1:
-        _combine_kernel[(rows, heads)](out, acc, m, l_s, heads, latent, DIM_BLOCK=dim_block(latent), SPLITS=splits)
+        _combine_kernel[(rows, heads)](out, acc, m, l_s, heads, latent, DIM_BLOCK=dim_block(latent), SPLITS=splits,
+                                       PDL=0)

@@ -33,6 +33,7 @@ import triton.language as tl
 
 from helios.errors import HeliosError
 from helios.production.kernels.activation import ACTIVATION_CODES, activate
+from helios.production.kernels.launch import dependent, wait_for_prior
 
 MAX_ROWS = 16  # the most rows (M) these kernels take; larger products stay on torch
 MAX_GROUPS = 3
@@ -211,7 +212,8 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
                    w2, sw2, b2, o2, so2, n2,
                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
-                   PRECISION: tl.constexpr):
+                   PRECISION: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     pid = tl.program_id(0)
     if pid < tiles0:
         _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid,
@@ -233,7 +235,8 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
 def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, out_ptr, stride_out, n_extent,
                   HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
-                  PRECISION: tl.constexpr):
+                  PRECISION: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     pid = tl.program_id(0)
     g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
                                  HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
@@ -314,7 +317,7 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
         packed += [w, w.stride(0), b, outs[i], outs[i].stride(0), columns[i]]
         if g < 2:
             packed.append(tiles[i] if g < groups else 0)
-    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]))
+    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]), **dependent(x))
     launch = _linear_kernel[(sum(tiles),)]
     return lambda: launch(*packed, **meta)
 
@@ -345,7 +348,7 @@ def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
               up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
               out, out.stride(0), n)
     meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
-                **_tile_meta(blocks, k, x, gate_weight))
+                **_tile_meta(blocks, k, x, gate_weight), **dependent(x))
     launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
     return lambda: launch(*packed, **meta)
 

@@ -12,11 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.production.kernels.launch import dependent, wait_for_prior
+
 
 @triton.jit
 def _norm_kernel(x_ptr, residual_ptr, sum_ptr, weight_ptr, bias_ptr, out_ptr, n_cols, eps, weight_offset,
                  n_rows, HAS_RESIDUAL: tl.constexpr, LAYER: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                 ROWS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.arange(0, BLOCK)[None, :]
     mask = (cols < n_cols) & (rows < n_rows)
@@ -63,5 +66,5 @@ def norm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, *, eps: float
         x, residual if has_residual else x, sum_out if has_residual else out, weight,
         bias if bias is not None else weight, out, width, float(eps), float(weight_offset),
         rows, HAS_RESIDUAL=has_residual, LAYER=layer, HAS_BIAS=bias is not None, ROWS=per_program, BLOCK=block,
-        num_warps=4 if block <= 1024 else 8,
+        num_warps=4 if block <= 1024 else 8, **dependent(x),
     )

@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.production.kernels.launch import dependent, wait_for_prior
+
 
 @triton.jit
 def _rotate_rows(x_ptr, norm_weight_ptr, out_ptr, cache_ptr, values_ptr, value_cache_ptr, positions_ptr,
@@ -89,7 +91,9 @@ def _rotary_cache_kernel(x_ptr, positions_ptr, inv_freq_ptr, norm_weight_ptr, ou
                          n_rows, heads, head_dim, rotary_dim, attention_factor, eps, weight_offset, page_tokens,
                          max_pages, NORM: tl.constexpr, ROTATE: tl.constexpr, WRITE_OUT: tl.constexpr,
                          WRITE_CACHE: tl.constexpr, WRITE_VALUES: tl.constexpr,
-                         ROWS: tl.constexpr, HEADS_BLOCK: tl.constexpr, DIM_BLOCK: tl.constexpr):
+                         ROWS: tl.constexpr, HEADS_BLOCK: tl.constexpr, DIM_BLOCK: tl.constexpr,
+                         PDL: tl.constexpr):
+    wait_for_prior(PDL)
     _rotate_rows(x_ptr, norm_weight_ptr, out_ptr, cache_ptr, values_ptr, value_cache_ptr, positions_ptr,
                  inv_freq_ptr, lane_ptr, page_table_ptr, tl.program_id(0).to(tl.int64) * ROWS, n_rows, heads,
                  head_dim, rotary_dim, attention_factor, eps, weight_offset, page_tokens, max_pages, NORM, ROTATE,
@@ -103,7 +107,8 @@ def _rotary_pair_kernel(q_ptr, q_norm_ptr, q_out_ptr, k_ptr, k_norm_ptr, k_out_p
                         k_eps, k_weight_offset, page_tokens, max_pages, Q_NORM: tl.constexpr,
                         K_NORM: tl.constexpr, K_WRITE_OUT: tl.constexpr, K_WRITE_CACHE: tl.constexpr,
                         K_WRITE_VALUES: tl.constexpr, ROWS: tl.constexpr, Q_HEADS_BLOCK: tl.constexpr,
-                        K_HEADS_BLOCK: tl.constexpr, DIM_BLOCK: tl.constexpr):
+                        K_HEADS_BLOCK: tl.constexpr, DIM_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     # axis 1 picks the tensor: 0 rotates q rows into q_out, 1 does k's part (cache planes included)
     first_row = tl.program_id(0).to(tl.int64) * ROWS
     if tl.program_id(1) == 0:
@@ -179,6 +184,7 @@ def rotary_cache(x: torch.Tensor, positions: torch.Tensor, *, head_dim: int,
         float(norm.weight_offset if norm else 0.0), page_tokens, max_pages,
         NORM=norm is not None, ROTATE=rotate, WRITE_OUT=out is not None, WRITE_CACHE=write_cache,
         WRITE_VALUES=write_values, ROWS=per_program, HEADS_BLOCK=heads_block, DIM_BLOCK=dim_block,
+        **dependent(x),
     )
 
 
@@ -210,5 +216,5 @@ def rotary_pair(q: torch.Tensor, q_out: torch.Tensor, k: torch.Tensor, positions
         Q_NORM=q_norm is not None, K_NORM=k_norm is not None, K_WRITE_OUT=k_out is not None,
         K_WRITE_CACHE=write_cache, K_WRITE_VALUES=write_values, ROWS=per_program,
         Q_HEADS_BLOCK=triton.next_power_of_2(q_heads), K_HEADS_BLOCK=triton.next_power_of_2(k_heads),
-        DIM_BLOCK=dim_block,
+        DIM_BLOCK=dim_block, **dependent(q),
     )

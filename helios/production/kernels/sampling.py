@@ -29,6 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.production.kernels.launch import dependent, wait_for_prior
+
 WEIGHT_SCALE = float(2**24)
 
 
@@ -45,7 +47,8 @@ class RankFilters:
 
 @triton.jit
 def _filter_kernel(logits_ptr, params_ptr, hist_ptr, mask_ptr, z_ptr, block_max_ptr, block_id_ptr,
-                   vocab, hist_width, mask_words, blocks, BLOCK: tl.constexpr):
+                   vocab, hist_width, mask_words, blocks, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     # program (row, block): penalties and the grammar mask over one block of ids, and the block's
     # maximum and lowest id of it
     row = tl.program_id(0).to(tl.int64)
@@ -74,7 +77,9 @@ def _filter_kernel(logits_ptr, params_ptr, hist_ptr, mask_ptr, z_ptr, block_max_
 
 @triton.jit
 def _weights_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, block_id_ptr, greedy_ptr, block_sum_ptr,
-                    vocab, blocks, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, RANK_STAGE: tl.constexpr):
+                    vocab, blocks, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, RANK_STAGE: tl.constexpr,
+                    PDL: tl.constexpr):
+    wait_for_prior(PDL)
     # program (row, block): the row's maximum and greedy id from the block maxima, then temperature,
     # e = exp(z - max) (exactly 1 at the maximum) and the fixed-point weights over one block; without
     # the rank stage the weights are the kept weights, so the block's sum is stored here and z and e,
@@ -107,7 +112,8 @@ def _weights_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, block_id_ptr
 
 
 @triton.jit
-def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexpr):
+def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     ids = block * BLOCK + tl.arange(0, BLOCK)
@@ -117,7 +123,8 @@ def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexp
 
 @triton.jit
 def _draw_kernel(kept_ptr, block_sum_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab,
-                 blocks, draw_index, BLOCK: tl.constexpr, BLOCKS: tl.constexpr):
+                 blocks, draw_index, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     # program (row): the Philox word, the target, the block whose cumulative weight crosses it, then
     # the first id within that block whose cumulative kept weight exceeds the target
     row = tl.program_id(0).to(tl.int64)
@@ -149,7 +156,8 @@ def _draw_kernel(kept_ptr, block_sum_ptr, params_ptr, seed_ptr, positions_ptr, g
 
 
 @triton.jit
-def _argmax_kernel(logits_ptr, out_ptr, vocab, BLOCK: tl.constexpr):
+def _argmax_kernel(logits_ptr, out_ptr, vocab, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
     best = tl.full((), float("-inf"), tl.float32)
     best_id = tl.zeros((), tl.int32)
@@ -169,7 +177,7 @@ def _argmax_kernel(logits_ptr, out_ptr, vocab, BLOCK: tl.constexpr):
 def argmax(logits: torch.Tensor, out: torch.Tensor, *, block: int = 4096) -> None:
     """out[b] = the lowest index of row b's maximum (NaN never wins)."""
     rows, vocab = logits.shape
-    _argmax_kernel[(rows,)](logits, out, vocab, BLOCK=min(block, triton.next_power_of_2(vocab)))
+    _argmax_kernel[(rows,)](logits, out, vocab, BLOCK=min(block, triton.next_power_of_2(vocab)), **dependent(out))
 
 
 class Sampler:
@@ -214,23 +222,25 @@ class Sampler:
         rows, vocab = self.rows, self.vocab
         grid = (rows, self.blocks)
         _filter_kernel[grid](logits, parameters, histogram, grammar_mask, self.z, self.block_max, self.block_id,
-                             vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block)
+                             vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block,
+                             **dependent(logits))
         if rank_stage is None:
             rank_stage = self.rank_filters.enabled
         _weights_kernel[grid](parameters, self.z, self.e, self.weights, self.block_max, self.block_id, self.greedy,
                               self.block_sum, vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2,
-                              RANK_STAGE=rank_stage)
+                              RANK_STAGE=rank_stage, **dependent(logits))
         if not rank_stage:
             return self.weights
         kept = self._rank_stage(parameters)
-        _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block)
+        _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block, **dependent(kept))
         return kept
 
     def draw(self, kept: torch.Tensor, parameters: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor,
              out: torch.Tensor, *, draw_index: int = 0) -> None:
         """Stage 3 over `kept` (what `kept_weights` returned): each row's token, the greedy id at temperature <= 0."""
         _draw_kernel[(self.rows,)](kept, self.block_sum, parameters, seed, positions, self.greedy, out, self.vocab,
-                                   self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2)
+                                   self.blocks, int(draw_index), BLOCK=self.block, BLOCKS=self.blocks_pow2,
+                                   **dependent(kept))
 
     def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
         """Top-k, top-p and min-p in rank order; the kept weights in id order."""
