@@ -14,7 +14,9 @@ Ratios printed, all measured in this run on this GPU:
   - roofline: (weight bytes + live cache bytes read per step) / copy bandwidth, where the copy
     bandwidth is a device-to-device copy of 2 GiB (bytes read + written over its time);
   - HF: `generate` with a static cache and torch.compile at batch 1 (`--hf`), per-token time from
-    the difference of a long and a one-token generation.
+    the difference of a long and a one-token generation;
+  - llama.cpp (`--llamacpp BIN_DIR --llamacpp-model MODEL.gguf ...`, one GGUF a shape, bench/peer.py):
+    its decode rate at each batch after a `--context`-token prompt a sequence, run after Helios's.
 """
 
 from __future__ import annotations
@@ -272,7 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="small matrix products: timed choice per shape (auto), or always Triton / torch")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--workdir", type=Path, help="checkpoint directory root (default: a temporary one)")
+    parser.add_argument("--llamacpp", type=Path, metavar="BIN_DIR",
+                        help="also run llama.cpp's llama-batched-bench from this directory (bench/peer.py)")
+    parser.add_argument("--llamacpp-model", type=Path, nargs="+", default=[], metavar="GGUF",
+                        help="with --llamacpp: an F16 GGUF of each --shapes shape, in the same order")
     args = parser.parse_args(argv)
+    if args.llamacpp is not None and len(args.llamacpp_model) != len(args.shapes):
+        parser.error("--llamacpp needs one --llamacpp-model GGUF for each of --shapes")
 
     import torch
 
@@ -330,6 +338,19 @@ def main(argv: list[str] | None = None) -> int:
             entry["speedup_vs_hf"] = hf / ours
             print(f"  HF static cache + torch.compile, batch 1: {1e3 * hf:.3f} ms/token; Helios is {hf / ours:.2f}x",
                   flush=True)
+        if args.llamacpp is not None:
+            from bench.peer import PeerFailed, batched_bench, ratio_line
+
+            try:
+                peer = batched_bench(args.llamacpp, args.llamacpp_model[args.shapes.index(shape)],
+                                     prompt=args.context, generated=128, batches=args.batches)
+            except PeerFailed as error:
+                print(f"  llama.cpp: {error}", flush=True)
+            else:
+                entry["llamacpp_tokens_per_second"] = {b: peer[b].decode_tokens_per_second for b in args.batches}
+                for row in rows:
+                    print("  " + ratio_line(f"decode, batch {row['batch']}", row["tokens_per_second"],
+                                            peer[row["batch"]].decode_tokens_per_second), flush=True)
         results["shapes"][shape] = entry
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
