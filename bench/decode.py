@@ -298,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{shape}: checkpoint written in {time.perf_counter() - t0:.1f}s")
         rows, startups = [], {}
         for batch in args.batches:
-            # NOTE: one core per batch: the recipe sizes logits and sampling by the core's slot count,
-            # so a batch-1 graph of a 256-slot core would sample 256 rows.
+            # NOTE: one core per batch, its slots the batch: the graph then runs the slot-row tail (a
+            # graph of fewer lanes than slots gathers its submission rows first: docs/ignition.md).
             options = PreparationOptions(dtype="bf16", page_tokens=16, batch_capacities=(batch,),
                                          prefill_capacities=(64,), context_tokens=args.context_tokens)
             core = prepare_checkpoint(directory, options)

@@ -389,7 +389,8 @@ def prepare_checkpoint(directory: str | Path, options: PreparationOptions) -> Pr
                     cfg, tuple(histories), program_dtype, shard=shard if ranks > 1 else None, engram=injection),
                 # a vision core: every text program reads its rows' image features; PREFILL programs
                 # first encode the submission's image (docs/vision.md)
-                image_store_rows=store_rows, encoder=tower if operation == C.OPERATION_PREFILL else None)
+                image_store_rows=store_rows, encoder=tower if operation == C.OPERATION_PREFILL else None,
+                batch=batch)
             programs.append(program)
             weights.update(rank_weights)
         if engram_table is not None:  # every text graph reads the table's staging frames

@@ -135,14 +135,26 @@ def test_programs_are_the_same_operators_at_every_capacity(tiny_checkpoint, pend
         ("page_snapshot", "page_restore") * 4 + ("copy", "fill", "fill", "copy", "fill", "fill", "fill")}
     scored = {g.name for g in prepared.contract.model.graphs if g.operation == C.OPERATION_SCORED_PREFILL}
     text = [name for name in programs if name not in initialization | scored | restoration]
-    sequences = {tuple(op.op for op in programs[name].operators) for name in text}
+    lanes = {handle.name: handle.batch_capacity for handle in prepared.manifest.graphs}
+    slots = max(SMALL.batch_capacities)
+    sequences = {tuple(op.op for op in programs[name].operators) for name in text if lanes[name] == slots}
     assert len(sequences) == 1
     (sequence,) = sequences
+    # a graph of fewer lanes than slots (decode_b1, every prefill) runs the head and the sampler over
+    # its submission rows: the same operators, plus six gathers (hidden row, seed, position, parameters,
+    # histogram, grammar mask), the sampled slots' fill and the scatter back to them
+    fewer = {tuple(op.op for op in programs[name].operators) for name in text if lanes[name] < slots}
+    assert len(fewer) == 1
+    (submission,) = fewer
+    extra = list(submission)
+    for op in sequence:
+        extra.remove(op)
+    assert sorted(extra) == ["fill", "gather", "gather", "gather", "gather", "gather", "gather", "scatter"]
     # a scored prefill is the same program plus the scores of every row: a norm, the logits, prompt_scores
     for name in scored:
         ops = [op.op for op in programs[name].operators]
         extra = list(ops)
-        for op in sequence:
+        for op in submission:
             extra.remove(op)
         assert sorted(extra) == ["logits", "prompt_scores", "rms_norm"] and programs[name].operator_set_version == 4
     head = ("embedding",) if pending_token == "host" else ("gather", "where", "embedding")
@@ -225,6 +237,26 @@ def test_invalid_options_name_the_flag(options, flag):
 def test_context_beyond_the_model_is_refused(tiny_checkpoint):
     with pytest.raises(InvalidPreparationOptions, match="max_position_embeddings"):
         prepare_checkpoint(tiny_checkpoint("qwen2"), PreparationOptions(context_tokens=100000))
+
+
+def test_graphs_of_fewer_lanes_than_slots_sample_their_submission_rows_only(tiny_checkpoint):
+    options = dataclasses.replace(SMALL, batch_capacities=(1, 2, 4))
+    prepared = prepare_checkpoint(tiny_checkpoint("qwen3"), options)
+    graphs = {g.name: g for g in prepared.contract.model.graphs}
+    for name, rows in (("decode_b1", 1), ("decode_b2", 2), ("prefill_p8", 1), ("decode_b4", 4), ("mixed_b4_p11", 4)):
+        program = program_pb2.Program.FromString(prepared.read(f"program/{name}/rank0"))
+        decls = {d.name: d for d in program.tensors}
+        logits = next(op for op in program.operators if op.op == "logits" and "scored." not in op.outputs[0])
+        sample = next(op for op in program.operators if op.op == "sample")
+        assert list(decls[logits.outputs[0]].shape)[0] == rows, name
+        assert list(decls[sample.outputs[0]].shape) == [rows], name
+        slots = [b for b in graphs[name].value_bindings if b.destination.startswith("submission_slots")]
+        if rows < 4:  # the lanes' slots, in submission order, -1 on padding rows
+            assert [(b.source, b.indexing, b.padding) for b in slots] == [
+                (C.VALUE_SOURCE_SLOT, C.INDEXING_SUBMISSION_ROW, -1)], name
+            assert decls["submission_slots"].shape == [rows]
+        else:
+            assert slots == [], name
 
 
 def test_yarn_parameters_reach_the_rotary_operator(tiny_checkpoint, tmp_path):

@@ -46,8 +46,11 @@ def _logits_of(runtime, plan) -> dict[str, np.ndarray]:
     if name is None:  # INITIALIZATION, RESTORATION: no logits
         return {}
     logits = launch_plan.scratch[name]
-    return {request_id: logits[lane.slot].cpu().numpy().copy()
-            for request_id, lane in zip(plan.request_ids, plan.lanes, strict=True) if lane.samples}
+    # rows are slots in a graph of one lane a slot, else submission rows (docs/ignition.md)
+    slots = max(graph.batch_capacity for graph in runtime.executor.graphs.values())
+    return {request_id: logits[lane.slot if logits.shape[0] == slots else index].cpu().numpy().copy()
+            for index, (request_id, lane) in enumerate(zip(plan.request_ids, plan.lanes, strict=True))
+            if lane.samples}
 
 
 @pytest.mark.slow

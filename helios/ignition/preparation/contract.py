@@ -287,6 +287,18 @@ def sampling_inputs(decl: Declarations, geometry: TextGeometry, b: ProgramBuilde
     )
 
 
+# ---------------------------------------------------------------------------------------------- submission rows
+
+
+def submission_slots(decl: Declarations, b: ProgramBuilder, batch: int) -> tuple[str, C.ValueBinding]:
+    """[B] i32: the physical slot of each submission row (lane order), -1 on padding rows, and its
+    binding: what a graph of B < S lanes gathers its lanes' per-slot rows with (the head and the
+    sampler then run over B rows, not S)."""
+    buffer = decl.buffer(f"submission_slots_b{batch}", M.BUFFER_ROLE_TRANSPORT, M.DTYPE_I32, (batch,))
+    return (b.transport("submission_slots", buffer, "i32", (batch,)),
+            _binding(buffer, C.VALUE_SOURCE_SLOT, C.INDEXING_SUBMISSION_ROW, padding=-1))
+
+
 # ---------------------------------------------------------------------------------------------- state transfer
 
 # Completion record fields and their [rows] shapes; S rows are physical request slots.

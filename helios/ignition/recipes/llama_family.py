@@ -38,6 +38,7 @@ from helios.ignition.preparation.contract import (
     prompt_score_inputs,
     sampling_inputs,
     state_transfer,
+    submission_slots,
     write_prompt_scores,
 )
 from helios.ignition.preparation.engram import EngramInjection
@@ -550,8 +551,13 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
                  pending_token: str = "device", draft: Decoder | None = None, completion_width: int = 1,
                  shard: RankShard | None = None, scores: tuple[int, int] | None = None,
                  decoder: Decoder | None = None, image_store_rows: int | None = None,
-                 encoder: VisionTower | None = None):
+                 encoder: VisionTower | None = None, batch: int | None = None):
     """One PREFILL/DECODE/MIXED program (they differ only in P) and its value bindings.
+
+    `batch` is the graph's batch capacity B. A graph of fewer lanes than request slots (B < S: every
+    PREFILL graph, the smaller DECODE ones) runs the output head and the sampler over its B submission
+    rows only, each gathered from its slot's row (`submission_slots`), and scatters the sampled ids
+    back to their slots; a graph of B = S lanes (or B not given) runs them over the S slot rows.
 
     With `scores` = (R, K), the SCORED_PREFILL program of the same P: it also scores every packed
     row (`prompt_scores` of the row's logits at its SCORED_PREFILL_TARGETS target, and its top K)
@@ -610,17 +616,32 @@ def text_program(cfg: LlamaFamilyConfig, geometry: TextGeometry, decl: Declarati
         write_prompt_scores(b, every_row, targets.targets, rows=scores[0], top=scores[1])
         score_bindings = targets.bindings
     last = b.last_row_gather(x, text.token_lane, lanes=geometry.slots, name="last_hidden")
-    logits = target.head(b, w, last, geometry, tag="")
     last_position = b.last_row_gather(text.positions, text.token_lane, lanes=geometry.slots, name="last_position")
     endpoint = b.last_row_gather(text.next_positions, text.token_lane, lanes=geometry.slots, name="endpoint")
-    sampled = sampling.sample(b, logits, last_position)
+    submission_bindings: tuple = ()
+    if batch is None or batch >= geometry.slots:
+        logits = target.head(b, w, last, geometry, tag="")
+        sampled = sampling.sample(b, logits, last_position)
+    else:
+        lanes, binding = submission_slots(decl, b, batch)
+        submission_bindings = (binding,)
+        logits = target.head(b, w, b.gather(last, lanes, name="lane_hidden"), geometry, tag="")
+        drawn = b.sample(logits, b.gather(sampling.seed, lanes, name="lane_seed"),
+                         b.gather(last_position, lanes, name="lane_last_position"),
+                         b.gather(sampling.parameters, lanes, name="lane_sampling_parameters"),
+                         b.gather(sampling.histogram, lanes, name="lane_prompt_histogram"),
+                         b.gather(sampling.grammar_mask, lanes, name="lane_grammar_mask"), name="lane_sampled")
+        # slots outside the submission keep 0 here; the pending-token commit and the completion
+        # record read only the round's slots
+        sampled = b.fill(0, shape=(geometry.slots,), dtype="i32", name="sampled")
+        b.scatter(drawn, lanes, into=sampled)
     if device is not None:
         device.commit(b, sampled, admission.sampling_decision, in_round=endpoint)
     state_transfer(decl, geometry, b, generation=admission.generation, emitted=admission.sampling_decision,
                    sampled=sampled, consumed_endpoint=endpoint, width=completion_width)
     program = b.build(decl.buffers)
     bindings = (text.bindings + admission.bindings + sampling.bindings + (device.bindings if device else ())
-                + score_bindings + target.state_bindings + image_bindings)
+                + score_bindings + target.state_bindings + image_bindings + submission_bindings)
     return program, bindings, sorted({d.resource for d in program.tensors
                                       if d.role == program_pb2.TENSOR_ROLE_WEIGHT})
 

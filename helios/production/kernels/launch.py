@@ -12,10 +12,11 @@ ordered.
 dependents launched when the kernel completes; `2` wait first, then let the next kernel launch at
 once (its programs become resident as this one's retire and wait in turn). Devices before compute
 capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
-(bench/decode.py, Qwen3-0.6B shape, 512-token histories, 243 launches a step): batch 1 1.266 ms a
-step off, 1.216 with mode 1, 1.095 with mode 2; batch 8 1.548, 1.495, 1.484 (BENCHMARKS.md).
+(bench/decode.py, its 28-layer hidden-1024 shape, 512-token histories, 243 launches a step):
+batch 1 1.266 ms a step off, 1.216 with mode 1, 1.095 with mode 2; batch 8 1.548, 1.495, 1.484
+(BENCHMARKS.md).
 NOTE: off by default until the whole GPU suite (tests/production, tests/conformance) has passed
-under mode 2; the one GPU run of it so far was cut short (BENCHMARKS.md says how).
+under mode 2; the only GPU runs of it so far were cut short (BENCHMARKS.md says how).
 """
 
 from __future__ import annotations
