@@ -66,6 +66,16 @@ def test_embedding_and_last_row_gather(rng):
     np.testing.assert_array_equal(gathered_positions.cpu().numpy(), ref.last_row_gather(positions, lanes, lanes=5))
 
 
+@pytest.mark.parametrize(("shape", "dtype"), [((9,), np.int64), ((9, 7), np.float32), ((9, 3, 40), np.int32)])
+def test_gather_rows_with_indices_outside_the_rows(rng, shape, dtype):
+    x = (rng.standard_normal(shape) * 1000).astype(dtype)
+    index = np.array([3, -1, 8, 0, 9, 3, 12], np.int32)  # a repeat, a padding row, two past the end
+    source = torch.from_numpy(x).to(DEVICE)  # its own dtype on every device
+    out = torch.full((len(index), *shape[1:]), 7, dtype=source.dtype, device=DEVICE)
+    gather.gather_rows(source, tensor(index), out, block=16)
+    np.testing.assert_array_equal(numpy(out), ref.gather(x, index))
+
+
 def _same(fused: torch.Tensor, unfused: torch.Tensor) -> None:
     """Fused and unfused launches round alike: bit for bit in the interpreter; on a GPU (bf16) their
     FP32 sums of squares may add in another order, moving a rounding by one step."""

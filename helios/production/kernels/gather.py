@@ -70,25 +70,43 @@ def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor
 
 
 @triton.jit
-def _scatter_kernel(x_ptr, index_ptr, out_ptr, rows, width, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _indexed_rows_kernel(x_ptr, index_ptr, out_ptr, rows, width, SCATTER: tl.constexpr, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr):
+    # program t: gather out[t] = x[index[t]] (a zero row for an index outside x's rows), or scatter
+    # out[index[t]] = x[t] (nothing for an index outside out's rows); `rows` is the indexed side's
     wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
-    target = tl.load(index_ptr + row).to(tl.int64)
-    valid = (target >= 0) & (target < rows)
-    safe = tl.where(valid, target, 0)
-    writable = tl.where(valid, width, 0)  # the row's writable extent: none for an index outside out
+    indexed = tl.load(index_ptr + row).to(tl.int64)
+    valid = (indexed >= 0) & (indexed < rows)
+    safe = tl.where(valid, indexed, 0)
+    extent = tl.where(valid, width, 0)  # the indexed row's extent: none for an index outside its tensor
     for start in range(0, width, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        values = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0)
-        tl.store(out_ptr + safe * width + cols, values, mask=cols < writable)
+        if SCATTER:
+            values = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0)
+            tl.store(out_ptr + safe * width + cols, values, mask=cols < extent)
+        else:
+            values = tl.load(x_ptr + safe * width + cols, mask=cols < extent, other=0)
+            tl.store(out_ptr + row * width + cols, values, mask=cols < width)
+
+
+def _indexed_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor, indexed: torch.Tensor, *, scatter: bool,
+                  block: int) -> None:
+    rows = indexed.shape[0]
+    width = indexed.numel() // rows if rows else 0
+    if index.shape[0]:
+        _indexed_rows_kernel[(index.shape[0],)](x, index, out, rows, width, SCATTER=scatter,
+                                                BLOCK=min(block, triton.next_power_of_2(max(width, 1))),
+                                                **dependent(out))
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor, *, block: int = 1024) -> None:
+    """out[t] = x[index[t]] along the first axis, a zero row where index[t] is outside [0, R): one
+    launch of one program a picked row (any dtype; contiguous x and out)."""
+    _indexed_rows(x, index, out, x, scatter=False, block=block)
 
 
 def scatter(out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, *, block: int = 1024) -> None:
     """out[index[t]] = x[t] along the first axis, in place; rows whose index is outside [0, R) are
     skipped (in-range indices of one call are distinct, so programs never race)."""
-    rows = out.shape[0]
-    width = out.numel() // rows if rows else 0
-    if index.shape[0]:
-        _scatter_kernel[(index.shape[0],)](x, index, out, rows, width,
-                                           BLOCK=min(block, triton.next_power_of_2(max(width, 1))),
-                                           **dependent(out))
+    _indexed_rows(x, index, out, out, scatter=True, block=block)

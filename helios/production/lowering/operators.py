@@ -164,6 +164,11 @@ def _copy(c: Context, op: ValidatedOperator):
 
 def _gather(c: Context, op: ValidatedOperator):
     x, index, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
+    if c.device.type == "cuda" or c.gpu_paths is not None:
+        # one launch (the torch form below is five); on the CPU interpreter each of its programs costs
+        # milliseconds, so a CPU runs the torch form
+        block = _copy_block(c)
+        return lambda: gather.gather_rows(x, index, out, **block)
     rows = x.shape[0]
     # [N, 1, ...]: one validity flag per picked row, broadcast over the row's elements
     shape = (index.shape[0],) + (1,) * (x.dim() - 1)
