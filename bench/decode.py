@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peer  # noqa: E402
+
 SHAPES = {
     # name: (config class, config arguments)
     "qwen3-0.6b": ("Qwen3Config", dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
@@ -274,13 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="small matrix products: timed choice per shape (auto), or always Triton / torch")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--workdir", type=Path, help="checkpoint directory root (default: a temporary one)")
-    parser.add_argument("--llamacpp", type=Path, metavar="BIN_DIR",
-                        help="also run llama.cpp's llama-batched-bench from this directory (bench/peer.py)")
-    parser.add_argument("--llamacpp-model", type=Path, nargs="+", default=[], metavar="GGUF",
-                        help="with --llamacpp: an F16 GGUF of each --shapes shape, in the same order")
+    peer.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.llamacpp is not None and len(args.llamacpp_model) != len(args.shapes):
-        parser.error("--llamacpp needs one --llamacpp-model GGUF for each of --shapes")
+    peer.check_arguments(parser, args)
 
     import torch
 
@@ -338,19 +336,12 @@ def main(argv: list[str] | None = None) -> int:
             entry["speedup_vs_hf"] = hf / ours
             print(f"  HF static cache + torch.compile, batch 1: {1e3 * hf:.3f} ms/token; Helios is {hf / ours:.2f}x",
                   flush=True)
-        if args.llamacpp is not None:
-            from bench.peer import PeerFailed, batched_bench, ratio_line
-
-            try:
-                peer = batched_bench(args.llamacpp, args.llamacpp_model[args.shapes.index(shape)],
-                                     prompt=args.context, generated=128, batches=args.batches)
-            except PeerFailed as error:
-                print(f"  llama.cpp: {error}", flush=True)
-            else:
-                entry["llamacpp_tokens_per_second"] = {b: peer[b].decode_tokens_per_second for b in args.batches}
-                for row in rows:
-                    print("  " + ratio_line(f"decode, batch {row['batch']}", row["tokens_per_second"],
-                                            peer[row["batch"]].decode_tokens_per_second), flush=True)
+        rates = peer.run_for_shape(args, shape, prompt=args.context, generated=128)
+        if rates is not None:
+            entry["llamacpp_tokens_per_second"] = {b: rates[b].decode_tokens_per_second for b in args.batches}
+            for row in rows:
+                print("  " + peer.ratio_line(f"decode, batch {row['batch']}", row["tokens_per_second"],
+                                             rates[row["batch"]].decode_tokens_per_second), flush=True)
         results["shapes"][shape] = entry
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -75,6 +75,33 @@ def batched_bench(bin_dir: Path, model: Path, *, prompt: int, generated: int, ba
     return rows
 
 
+def add_arguments(parser) -> None:
+    """The benches' `--llamacpp BIN_DIR` and `--llamacpp-model GGUF ...` options."""
+    parser.add_argument("--llamacpp", type=Path, metavar="BIN_DIR",
+                        help="also run llama.cpp's llama-batched-bench from this directory (bench/peer.py)")
+    parser.add_argument("--llamacpp-model", type=Path, nargs="+", default=[], metavar="GGUF",
+                        help="with --llamacpp: an F16 GGUF of each --shapes shape, in the same order")
+
+
+def check_arguments(parser, args) -> None:
+    """One GGUF a shape when the peer runs (a parser error otherwise)."""
+    if args.llamacpp is not None and len(args.llamacpp_model) != len(args.shapes):
+        parser.error("--llamacpp needs one --llamacpp-model GGUF for each of --shapes")
+
+
+def run_for_shape(args, shape: str, *, prompt: int, generated: int) -> dict[int, PeerRates] | None:
+    """The peer's rates for `shape` at the bench's batches, or None (not asked for, or it failed:
+    printed)."""
+    if args.llamacpp is None:
+        return None
+    try:
+        return batched_bench(args.llamacpp, args.llamacpp_model[args.shapes.index(shape)], prompt=prompt,
+                             generated=generated, batches=args.batches)
+    except PeerFailed as error:
+        print(f"  llama.cpp: {error}", flush=True)
+        return None
+
+
 def ratio_line(what: str, ours: float, peer: float) -> str:
     """'what: Helios X tok/s, llama.cpp Y tok/s -> Z.ZZx'."""
     return f"{what}: Helios {ours:,.0f} tok/s, llama.cpp {peer:,.0f} tok/s -> {ours / peer:.2f}x"

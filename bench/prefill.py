@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peer  # noqa: E402
 from bench.decode import SHAPES, make_checkpoint, profile  # noqa: E402
 
 PAGE_TOKENS = 16
@@ -128,13 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--workdir", type=Path, help="checkpoint directory root (default: a temporary one)")
-    parser.add_argument("--llamacpp", type=Path, metavar="BIN_DIR",
-                        help="also run llama.cpp's llama-batched-bench from this directory (bench/peer.py)")
-    parser.add_argument("--llamacpp-model", type=Path, nargs="+", default=[], metavar="GGUF",
-                        help="with --llamacpp: an F16 GGUF of each --shapes shape, in the same order")
+    peer.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.llamacpp is not None and len(args.llamacpp_model) != len(args.shapes):
-        parser.error("--llamacpp needs one --llamacpp-model GGUF for each of --shapes")
+    peer.check_arguments(parser, args)
     if args.prompt_tokens < 1 or args.repeats < 1 or min(args.batches) < 1:
         parser.error("--prompt-tokens, --repeats and every batch must be at least 1")
 
@@ -182,19 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             del model, core
             if cuda:
                 torch.cuda.empty_cache()
-        if args.llamacpp is not None:
-            from bench.peer import PeerFailed, batched_bench, ratio_line
-
-            try:
-                peer = batched_bench(args.llamacpp, args.llamacpp_model[args.shapes.index(shape)],
-                                     prompt=args.prompt_tokens, generated=1, batches=args.batches)
-            except PeerFailed as error:
-                print(f"  llama.cpp: {error}", flush=True)
-            else:
-                for result in entries:
-                    result["llamacpp_tokens_per_second"] = peer[result["batch"]].prefill_tokens_per_second
-                    print("  " + ratio_line(f"prefill, {result['batch']} prompts", result["tokens_per_second"],
-                                            result["llamacpp_tokens_per_second"]), flush=True)
+        rates = peer.run_for_shape(args, shape, prompt=args.prompt_tokens, generated=1)
+        for result in entries if rates is not None else ():
+            result["llamacpp_tokens_per_second"] = rates[result["batch"]].prefill_tokens_per_second
+            print("  " + peer.ratio_line(f"prefill, {result['batch']} prompts", result["tokens_per_second"],
+                                         result["llamacpp_tokens_per_second"]), flush=True)
         results["shapes"][shape] = entries
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
