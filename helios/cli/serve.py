@@ -62,7 +62,7 @@ def register(subparsers) -> None:
     parser.add_argument("--host-cache-gib", type=float, metavar="GIB",
                         help="with --runtime production: host memory (GiB; pinned on a GPU) holding evicted prefix "
                              "cache pages, readmitted on a hit; 0 disables it (default: a quarter of the memory "
-                             "available at startup, at most 4 GiB)")  # fmt: skip
+                             "available at startup, at most 4 GiB and at most twice the device cache)")  # fmt: skip
     parser.add_argument("--speculative-width", metavar="W|auto",
                         help="on a core prepared with --draft: W decodes with its speculative programs of width W; "
                              "auto (the default) chooses, each round, plain decoding or the width of the highest "

@@ -230,6 +230,9 @@ class NativeModel:
             pages = _pages(contract, manifest, slots, options, device, transient + staging)
             if options.group is not None:  # every rank's cache holds the same page ids: the smallest
                 pages = options.group.minimum(pages)
+            # the default tier is also bounded by the device cache it backs; its staging can only
+            # shrink, so the cache sized above still fits
+            host = min(host, host_pages(options.host_cache_gib, page_bytes, device_pages=pages))
             buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
             plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)

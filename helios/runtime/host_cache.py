@@ -1,9 +1,12 @@
 """The host tier's size (host side, no torch): how many evicted checkpoint pages host memory holds.
 
-    pages = host_pages(gib, page_bytes)          # `--host-cache-gib GIB` (None: sized from free memory)
+    pages = host_pages(gib, page_bytes, device_pages=n)  # `--host-cache-gib GIB` (None: the default)
 
 `--host-cache-gib` bounds the host tier in bytes; 0 disables it. Without the option the tier takes a
-quarter of the host memory available at load (`MemAvailable`), at most `DEFAULT_CAP_GIB`. A page is
+quarter of the host memory available at load (`MemAvailable`), at most `DEFAULT_CAP_GIB`, and at
+most `DEFAULT_DEVICE_RATIO` times the device cache's pages (as SGLang's hierarchical cache sizes its
+host pool from the device pool: a small device cache gets a small tier, whose pinned allocation
+would otherwise cost seconds of startup for pages it cannot fill). A page is
 `page_bytes`: one page of every cache plane of every rank, as the executor holds it. The tier holds
 `floor(bytes / page_bytes)` pages and never more: the engine's `HostTier` (helios/engine/host_tier.py)
 is built with that count and evicts before it would grow past it.
@@ -18,6 +21,7 @@ from helios.errors import HeliosError
 GIB = 1 << 30
 DEFAULT_CAP_GIB = 4.0  # the default tier takes at most this much host memory
 DEFAULT_SHARE = 0.25  # ... and at most this share of the memory available at load
+DEFAULT_DEVICE_RATIO = 2  # ... and at most this many times the device cache's pages
 
 
 class InvalidHostCache(HeliosError):
@@ -50,12 +54,17 @@ def host_bytes(gib: float | None, *, available: int | None = None) -> int:
     return int(gib * GIB)
 
 
-def host_pages(gib: float | None, page_bytes: int, *, available: int | None = None) -> int:
-    """Pages of `page_bytes` the tier holds within `host_bytes(gib)` (0: no tier)."""
+def host_pages(gib: float | None, page_bytes: int, *, device_pages: int | None = None,
+               available: int | None = None) -> int:
+    """Pages of `page_bytes` the tier holds within `host_bytes(gib)` (0: no tier); the default size
+    (`gib` None) also within `DEFAULT_DEVICE_RATIO` times `device_pages` when they are known."""
     if page_bytes < 1:
         return 0
-    return host_bytes(gib, available=available) // page_bytes
+    pages = host_bytes(gib, available=available) // page_bytes
+    if gib is None and device_pages is not None:
+        pages = min(pages, DEFAULT_DEVICE_RATIO * device_pages)
+    return pages
 
 
-__all__ = ["DEFAULT_CAP_GIB", "DEFAULT_SHARE", "GIB", "InvalidHostCache", "available_host_bytes", "host_bytes",
+__all__ = ["DEFAULT_CAP_GIB", "DEFAULT_DEVICE_RATIO", "DEFAULT_SHARE", "GIB", "InvalidHostCache", "available_host_bytes", "host_bytes",
            "host_pages"]

@@ -157,6 +157,10 @@ def test_the_host_cache_option():
     assert host_pages(0, 4096) == 0 and host_pages(1, GIB // 4) == 4
     assert host_bytes(None, available=64 * GIB) == 4 * GIB  # capped
     assert host_bytes(None, available=4 * GIB) == GIB  # a quarter of what is available
+    # the default tier is at most twice the device cache it backs; an explicit size is taken as given
+    assert host_pages(None, 1024, device_pages=100, available=64 * GIB) == 2 * 100
+    assert host_pages(None, GIB // 4, device_pages=100, available=64 * GIB) == 16  # the 4 GiB cap is smaller
+    assert host_pages(1, 1024, device_pages=100) == GIB // 1024
     with pytest.raises(InvalidHostCache, match="--host-cache-gib"):
         host_bytes(-1)
 
