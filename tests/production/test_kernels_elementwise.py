@@ -76,6 +76,19 @@ def test_gather_rows_with_indices_outside_the_rows(rng, shape, dtype):
     np.testing.assert_array_equal(numpy(out), ref.gather(x, index))
 
 
+def test_gather_group_picks_every_tensor_by_one_index(rng):
+    xs = [rng.standard_normal((6, 5)).astype(np.float32), rng.integers(0, 2**40, size=6).astype(np.int64),
+          rng.integers(-9, 9, size=(6, 3, 70)).astype(np.int32)]
+    index = np.array([5, 0, -1, 6, 2], np.int32)
+    sources = [torch.from_numpy(x).to(DEVICE) for x in xs]
+    outs = [torch.full((len(index), *x.shape[1:]), 3, dtype=t.dtype, device=DEVICE) for x, t in zip(xs, sources, strict=True)]
+    gather.gather_group(sources, tensor(index), outs, block=32)
+    for x, out in zip(xs, outs, strict=True):
+        np.testing.assert_array_equal(numpy(out), ref.gather(x, index))
+    with pytest.raises(ValueError, match="1..6 tensors"):
+        gather.gather_group(sources * 3, tensor(index), outs * 3)
+
+
 def _same(fused: torch.Tensor, unfused: torch.Tensor) -> None:
     """Fused and unfused launches round alike: bit for bit in the interpreter; on a GPU (bf16) their
     FP32 sums of squares may add in another order, moving a rounding by one step."""

@@ -189,5 +189,57 @@ def test_a_qwen3_decode_layer_launches_one_prologue_kernel_instead_of_five(cores
     for launch in prologue:
         assert sorted(operators[i].op for i in launch.operators) == sorted(
             ["head_rms_norm", "head_rms_norm", "rotary", "rotary", "paged_cache_write", "paged_cache_write"])
-    # unfused: 6 prologue launches a layer and every add apart from its rms_norm
-    assert len(unfused.launches) - len(plan.launches) == 5 * layers + plan.kernels.count("add+rms_norm")
+    # unfused: 6 prologue launches a layer, every add apart from its rms_norm, and each gather of the
+    # sampler's inputs apart (a graph of fewer lanes than slots gathers five by its submission slots)
+    gathered = [int(kernel.rsplit("*", 1)[1]) - 1 for kernel in plan.kernels if kernel.startswith("gather*")]
+    assert gathered == [4]
+    assert len(unfused.launches) - len(plan.launches) == 5 * layers + plan.kernels.count("add+rms_norm") + 4
+
+
+# ------------------------------------------------------------------------------ gathers by one index
+
+def _gathers(rng):
+    """Three gathers by one index (the sampler's inputs of a lane: any dtypes and widths), then one
+    reading an earlier gather's output and one by another index, which the group must leave alone."""
+    b = ProgramBuilder("gathers")
+    values: dict[str, np.ndarray] = {}
+
+    def state(name: str, value: np.ndarray, dtype: str) -> str:
+        values[name] = np.ascontiguousarray(value)
+        return b.state(name, buffer=name, dtype=dtype, shape=list(value.shape))
+
+    params = state("params", rng.standard_normal((5, 7)).astype(np.float32), "f32")
+    seeds = state("seeds", rng.integers(0, 2**62, size=5).astype(np.int64), "i64")
+    masks = state("masks", rng.integers(-2**31, 2**31 - 1, size=(5, 2, 3)).astype(np.int32), "i32")
+    index = state("index", np.array([3, -1, 4, 9], np.int32), "i32")  # padding and past the end
+    other = state("other", np.array([0, 0, 2, 1], np.int32), "i32")
+    picked = [b.gather(params, index, name="lane_params"), b.gather(seeds, index, name="lane_seeds"),
+              b.gather(masks, index, name="lane_masks")]
+    picked.append(b.gather(picked[0], index, name="twice"))  # reads the group's output
+    picked.append(b.gather(params, other, name="by_other"))
+    for name in picked:
+        shape = [4, *{"lane_params": [7], "lane_seeds": [], "lane_masks": [2, 3], "twice": [7],
+                      "by_other": [7]}[name]]
+        dtype = {"lane_seeds": ("i64", np.int64), "lane_masks": ("i32", np.int32)}.get(name, ("f32", np.float32))
+        b.copy(name, into=state(f"{name}_out", np.full(shape, 7, dtype[1]), dtype[0]))
+    program = b.build()
+    return program, validate_program(program), values
+
+
+@pytest.mark.parametrize("gpu_paths", [False, True])
+def test_gathers_by_one_index_are_one_launch(rng, gpu_paths):
+    from helios.production.gpu_paths import GpuPaths
+
+    program, operators, values = _gathers(rng)
+    buffers = {name: torch.from_numpy(value.copy()).to(DEVICE) for name, value in values.items()}
+    plans = {}
+    for fuse in (True, False):
+        copies = {name: t.clone() for name, t in buffers.items()}
+        plans[fuse] = lower_program(program, operators, weights={}, buffers=copies, arena=ScratchArena(DEVICE),
+                                    device=DEVICE, fuse=fuse, gpu_paths=GpuPaths() if gpu_paths else None)
+        plans[fuse].run()
+        expected = execute(program, {name: value.copy() for name, value in values.items()}, operators)
+        for name, t in copies.items():
+            np.testing.assert_array_equal(t.cpu().numpy(), expected[name], err_msg=name)
+    assert plans[True].kernels[:3] == ("gather*3", "gather", "gather")
+    assert plans[False].kernels == tuple(op.op for op in operators)

@@ -70,24 +70,81 @@ def last_row_gather(x: torch.Tensor, token_lane: torch.Tensor, out: torch.Tensor
 
 
 @triton.jit
+def _gather_row(x_ptr, index_ptr, out_ptr, rows, width, row, BLOCK: tl.constexpr):
+    """out[row] = x[index[row]], a zero row for an index outside x's `rows`."""
+    source = tl.load(index_ptr + row).to(tl.int64)
+    valid = (source >= 0) & (source < rows)
+    safe = tl.where(valid, source, 0)
+    readable = tl.where(valid, width, 0)  # the picked row's extent: none for an index outside x
+    for start in range(0, width, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        values = tl.load(x_ptr + safe * width + cols, mask=cols < readable, other=0)
+        tl.store(out_ptr + row * width + cols, values, mask=cols < width)
+
+
+@triton.jit
+def _gather_group_kernel(index_ptr, x0, o0, r0, w0, x1, o1, r1, w1, x2, o2, r2, w2, x3, o3, r3, w3,
+                         x4, o4, r4, w4, x5, o5, r5, w5, GROUPS: tl.constexpr, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr):
+    # program (row, g): row `row` of gather g; every gather of the group picks by the same index
+    wait_for_prior(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    if g == 0:
+        _gather_row(x0, index_ptr, o0, r0, w0, row, BLOCK)
+    if GROUPS > 1 and g == 1:
+        _gather_row(x1, index_ptr, o1, r1, w1, row, BLOCK)
+    if GROUPS > 2 and g == 2:
+        _gather_row(x2, index_ptr, o2, r2, w2, row, BLOCK)
+    if GROUPS > 3 and g == 3:
+        _gather_row(x3, index_ptr, o3, r3, w3, row, BLOCK)
+    if GROUPS > 4 and g == 4:
+        _gather_row(x4, index_ptr, o4, r4, w4, row, BLOCK)
+    if GROUPS > 5 and g == 5:
+        _gather_row(x5, index_ptr, o5, r5, w5, row, BLOCK)
+
+
+MAX_GATHERS = 6  # gathers one `gather_group` launch takes
+
+
+def gather_group(xs: list[torch.Tensor], index: torch.Tensor, outs: list[torch.Tensor], *, block: int = 1024) -> None:
+    """outs[g][t] = xs[g][index[t]] for every g, one launch: `gather_rows` of several tensors (any
+    dtypes and widths) picked by one index."""
+    if not 1 <= len(xs) <= MAX_GATHERS or len(outs) != len(xs):
+        raise ValueError(f"gather_group takes 1..{MAX_GATHERS} tensors and as many outputs, got {len(xs)}, "
+                         f"{len(outs)}")
+    packed: list[object] = []
+    widths = []
+    for g in range(MAX_GATHERS):
+        x, out = (xs[g], outs[g]) if g < len(xs) else (xs[0], outs[0])
+        rows = x.shape[0]
+        width = x.numel() // rows if rows else 0
+        widths.append(width)
+        packed += [x, out, rows, width]
+    if index.shape[0]:
+        _gather_group_kernel[(index.shape[0], len(xs))](
+            index, *packed, GROUPS=len(xs), BLOCK=min(block, triton.next_power_of_2(max(max(widths), 1))),
+            **dependent(outs[0]))
+
+
+@triton.jit
 def _indexed_rows_kernel(x_ptr, index_ptr, out_ptr, rows, width, SCATTER: tl.constexpr, BLOCK: tl.constexpr,
                          PDL: tl.constexpr):
     # program t: gather out[t] = x[index[t]] (a zero row for an index outside x's rows), or scatter
     # out[index[t]] = x[t] (nothing for an index outside out's rows); `rows` is the indexed side's
     wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
-    indexed = tl.load(index_ptr + row).to(tl.int64)
-    valid = (indexed >= 0) & (indexed < rows)
-    safe = tl.where(valid, indexed, 0)
-    extent = tl.where(valid, width, 0)  # the indexed row's extent: none for an index outside its tensor
-    for start in range(0, width, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        if SCATTER:
+    if SCATTER:
+        target = tl.load(index_ptr + row).to(tl.int64)
+        valid = (target >= 0) & (target < rows)
+        safe = tl.where(valid, target, 0)
+        writable = tl.where(valid, width, 0)  # the row's writable extent: none for an index outside out
+        for start in range(0, width, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
             values = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0)
-            tl.store(out_ptr + safe * width + cols, values, mask=cols < extent)
-        else:
-            values = tl.load(x_ptr + safe * width + cols, mask=cols < extent, other=0)
-            tl.store(out_ptr + row * width + cols, values, mask=cols < width)
+            tl.store(out_ptr + safe * width + cols, values, mask=cols < writable)
+    else:
+        _gather_row(x_ptr, index_ptr, out_ptr, rows, width, row, BLOCK)
 
 
 def _indexed_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor, indexed: torch.Tensor, *, scatter: bool,

@@ -20,6 +20,8 @@ meaning:
                                                         =>  one multi-output GEMV (q/k/v)
     matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
                                                         =>  one GEMV storing act(g) * u into h
+    gather(a, i) -> a' ; gather(b, i) -> b' [; ...]    =>  one launch picking every tensor's rows
+                                                             (up to six; none reads another's output)
 
 The modules of this package, along the seams of the walk:
 
@@ -47,7 +49,12 @@ from helios.production.buffers import ScratchArena, torch_dtype
 from helios.production.gpu_paths import GpuPaths
 from helios.production.lowering import linear, rotary
 from helios.production.lowering.context import Context, LoweringError, rank_filters
-from helios.production.lowering.operators import LOWERINGS, lower_add_rms_norm
+from helios.production.lowering.operators import (
+    LOWERINGS,
+    gather_group_size,
+    lower_add_rms_norm,
+    lower_gather_group,
+)
 from helios.production.lowering.product_choice import LinearPolicy, default_policy, policy_for
 from helios.production.plan import Launch, LaunchPlan
 from helios.program.registry import OPERATORS
@@ -78,7 +85,8 @@ def _fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, readers:
     if op.op == "add" and nxt.op == "rms_norm" and nxt.inputs[0] == op.outputs[0] \
             and op.outputs[0] not in nxt.outputs:
         return "add+rms_norm"
-    return None
+    gathers = gather_group_size(operators, i)
+    return f"gather*{gathers}" if gathers >= 2 else None
 
 
 def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOperator], *,
@@ -168,6 +176,10 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             group = (op, operators[i + 1])
             bind_outputs(group, set())
             run = lower_add_rms_norm(context, *group)
+        elif fused is not None and fused.startswith("gather*"):
+            group = tuple(operators[i:i + int(fused.rsplit("*", 1)[1])])
+            bind_outputs(group, set())
+            run = lower_gather_group(context, group)
         elif fused is not None and rotary.is_rotary_fusion(fused):
             sides, covered = rotary.rotary_group(operators, i, fused, deferred)
             group = tuple(o for side in sides for o in side.operators)

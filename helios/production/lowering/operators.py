@@ -20,7 +20,7 @@ program, the gathers and the activation copy `copy_block` elements a program ite
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -178,6 +178,39 @@ def _gather(c: Context, op: ValidatedOperator):
         valid = (index >= 0) & (index < rows)
         picked = x.index_select(0, torch.where(valid, index, 0))
         torch.where(valid.reshape(shape), picked, zero, out=out)
+    return run
+
+
+def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
+    """How many consecutive gathers from operators[i] pick by the same index, none reading another's
+    output (at most `gather.MAX_GATHERS`): one launch takes them all (0 or 1: no group)."""
+    first = operators[i]
+    if first.op != "gather":
+        return 0
+    index, written = first.inputs[1], {first.outputs[0]}
+    n = 1
+    while n < gather.MAX_GATHERS and i + n < len(operators):
+        op = operators[i + n]
+        if op.op != "gather" or op.inputs[1] != index or op.inputs[0] in written or op.outputs[0] in written \
+                or op.outputs[0] == index:
+            break
+        written.add(op.outputs[0])
+        n += 1
+    return n
+
+
+def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
+    """Consecutive gathers by one index: one launch on a GPU (`gather.gather_group`), each gather's
+    torch form on a CPU."""
+    if c.device.type == "cuda" or c.gpu_paths is not None:
+        xs, outs = [c.t(op.inputs[0]) for op in ops], [c.t(op.outputs[0]) for op in ops]
+        index, block = c.t(ops[0].inputs[1]), _copy_block(c)
+        return lambda: gather.gather_group(xs, index, outs, **block)
+    runs = [_gather(c, op) for op in ops]
+
+    def run() -> None:
+        for each in runs:
+            each()
     return run
 
 
