@@ -217,6 +217,11 @@ def _gathers(rng):
               b.gather(masks, index, name="lane_masks")]
     picked.append(b.gather(picked[0], index, name="twice"))  # reads the group's output
     picked.append(b.gather(params, other, name="by_other"))
+    # a gather writing what the one before it read (same index) is not in its group
+    small = state("small", rng.integers(0, 100, size=4).astype(np.int64), "i64")
+    from_small = b.gather(small, index, name="from_small")
+    b.gather(seeds, index, into=small)
+    b.copy(from_small, into=state("from_small_out", np.zeros(4, np.int64), "i64"))
     for name in picked:
         shape = [4, *{"lane_params": [7], "lane_seeds": [], "lane_masks": [2, 3], "twice": [7],
                       "by_other": [7]}[name]]
@@ -241,5 +246,5 @@ def test_gathers_by_one_index_are_one_launch(rng, gpu_paths):
         expected = execute(program, {name: value.copy() for name, value in values.items()}, operators)
         for name, t in copies.items():
             np.testing.assert_array_equal(t.cpu().numpy(), expected[name], err_msg=name)
-    assert plans[True].kernels[:3] == ("gather*3", "gather", "gather")
+    assert plans[True].kernels[:6] == ("gather*3", "gather", "gather", "gather", "gather", "copy")
     assert plans[False].kernels == tuple(op.op for op in operators)

@@ -182,19 +182,22 @@ def _gather(c: Context, op: ValidatedOperator):
 
 
 def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
-    """How many consecutive gathers from operators[i] pick by the same index, none reading another's
-    output (at most `gather.MAX_GATHERS`): one launch takes them all (0 or 1: no group)."""
+    """How many consecutive gathers from operators[i] pick by the same index, none reading or
+    overwriting what another reads or writes (at most `gather.MAX_GATHERS`): one launch takes them all,
+    its gathers running at once (0 or 1: no group)."""
     first = operators[i]
-    if first.op != "gather":
+    if first.op != "gather" or first.outputs[0] in first.inputs:
         return 0
-    index, written = first.inputs[1], {first.outputs[0]}
+    index = first.inputs[1]
+    read, written = set(first.inputs), {first.outputs[0]}
     n = 1
     while n < gather.MAX_GATHERS and i + n < len(operators):
         op = operators[i + n]
-        if op.op != "gather" or op.inputs[1] != index or op.inputs[0] in written or op.outputs[0] in written \
-                or op.outputs[0] == index:
+        x, out = op.inputs[0], op.outputs[0]
+        if op.op != "gather" or op.inputs[1] != index or x in written or out in written or out in read or out == x:
             break
-        written.add(op.outputs[0])
+        read.add(x)
+        written.add(out)
         n += 1
     return n
 
