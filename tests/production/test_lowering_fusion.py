@@ -221,6 +221,8 @@ def _gathers(rng):
     small = state("small", rng.integers(0, 100, size=4).astype(np.int64), "i64")
     from_small = b.gather(small, index, name="from_small")
     b.gather(seeds, index, into=small)
+    filled = b.fill(3, shape=(2,), dtype="i32", name="filled")  # an operator without inputs ends a group
+    b.copy(filled, into=state("filled_out", np.zeros(2, np.int32), "i32"))
     b.copy(from_small, into=state("from_small_out", np.zeros(4, np.int64), "i64"))
     for name in picked:
         shape = [4, *{"lane_params": [7], "lane_seeds": [], "lane_masks": [2, 3], "twice": [7],
@@ -246,5 +248,5 @@ def test_gathers_by_one_index_are_one_launch(rng, gpu_paths):
         expected = execute(program, {name: value.copy() for name, value in values.items()}, operators)
         for name, t in copies.items():
             np.testing.assert_array_equal(t.cpu().numpy(), expected[name], err_msg=name)
-    assert plans[True].kernels[:6] == ("gather*3", "gather", "gather", "gather", "gather", "copy")
+    assert plans[True].kernels[:7] == ("gather*3", "gather", "gather", "gather", "gather", "fill", "copy")
     assert plans[False].kernels == tuple(op.op for op in operators)

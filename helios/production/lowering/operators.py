@@ -193,8 +193,10 @@ def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
     n = 1
     while n < gather.MAX_GATHERS and i + n < len(operators):
         op = operators[i + n]
+        if op.op != "gather" or op.inputs[1] != index:
+            break
         x, out = op.inputs[0], op.outputs[0]
-        if op.op != "gather" or op.inputs[1] != index or x in written or out in written or out in read or out == x:
+        if x in written or out in written or out in read or out == x:
             break
         read.add(x)
         written.add(out)
