@@ -28,13 +28,15 @@ import torch
 import triton
 import triton.language as tl
 
+from helios.errors import HeliosError
+
 PDL_ENV = "HELIOS_PDL"
 MODES = (0, 1, 2)
 DEFAULT_MODE = 0
 
 
-class InvalidLaunchMode(ValueError):
-    """HELIOS_PDL names no mode."""
+class InvalidLaunchMode(HeliosError):
+    """HELIOS_PDL names no mode (raised at the first launch on a Hopper device: load fails in one line)."""
 
 
 def configured_mode() -> int:
