@@ -67,12 +67,12 @@ def test_embedding_and_last_row_gather(rng):
 
 
 @pytest.mark.parametrize(("shape", "dtype"), [((9,), np.int64), ((9, 7), np.float32), ((9, 3, 40), np.int32)])
-def test_gather_rows_with_indices_outside_the_rows(rng, shape, dtype):
+def test_a_gather_with_indices_outside_the_rows(rng, shape, dtype):
     x = (rng.standard_normal(shape) * 1000).astype(dtype)
     index = np.array([3, -1, 8, 0, 9, 3, 12], np.int32)  # a repeat, a padding row, two past the end
     source = torch.from_numpy(x).to(DEVICE)  # its own dtype on every device
     out = torch.full((len(index), *shape[1:]), 7, dtype=source.dtype, device=DEVICE)
-    gather.gather_rows(source, tensor(index), out, block=16)
+    gather.gather_group([source], tensor(index), [out], block=16)
     np.testing.assert_array_equal(numpy(out), ref.gather(x, index))
 
 

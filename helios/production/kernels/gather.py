@@ -108,8 +108,9 @@ MAX_GATHERS = 6  # gathers one `gather_group` launch takes
 
 
 def gather_group(xs: list[torch.Tensor], index: torch.Tensor, outs: list[torch.Tensor], *, block: int = 1024) -> None:
-    """outs[g][t] = xs[g][index[t]] for every g, one launch: `gather_rows` of several tensors (any
-    dtypes and widths) picked by one index."""
+    """outs[g][t] = xs[g][index[t]] along the first axis for every g, a zero row where index[t] is
+    outside xs[g]'s rows: one launch of one program a picked row and tensor (any dtypes and widths;
+    contiguous tensors), for one gather or several by one index."""
     if not 1 <= len(xs) <= MAX_GATHERS or len(outs) != len(xs):
         raise ValueError(f"gather_group takes 1..{MAX_GATHERS} tensors and as many outputs, got {len(xs)}, "
                          f"{len(outs)}")
@@ -128,42 +129,25 @@ def gather_group(xs: list[torch.Tensor], index: torch.Tensor, outs: list[torch.T
 
 
 @triton.jit
-def _indexed_rows_kernel(x_ptr, index_ptr, out_ptr, rows, width, SCATTER: tl.constexpr, BLOCK: tl.constexpr,
-                         PDL: tl.constexpr):
-    # program t: gather out[t] = x[index[t]] (a zero row for an index outside x's rows), or scatter
-    # out[index[t]] = x[t] (nothing for an index outside out's rows); `rows` is the indexed side's
+def _scatter_kernel(x_ptr, index_ptr, out_ptr, rows, width, BLOCK: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
-    if SCATTER:
-        target = tl.load(index_ptr + row).to(tl.int64)
-        valid = (target >= 0) & (target < rows)
-        safe = tl.where(valid, target, 0)
-        writable = tl.where(valid, width, 0)  # the row's writable extent: none for an index outside out
-        for start in range(0, width, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            values = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0)
-            tl.store(out_ptr + safe * width + cols, values, mask=cols < writable)
-    else:
-        _gather_row(x_ptr, index_ptr, out_ptr, rows, width, row, BLOCK)
-
-
-def _indexed_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor, indexed: torch.Tensor, *, scatter: bool,
-                  block: int) -> None:
-    rows = indexed.shape[0]
-    width = indexed.numel() // rows if rows else 0
-    if index.shape[0]:
-        _indexed_rows_kernel[(index.shape[0],)](x, index, out, rows, width, SCATTER=scatter,
-                                                BLOCK=min(block, triton.next_power_of_2(max(width, 1))),
-                                                **dependent(out))
-
-
-def gather_rows(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor, *, block: int = 1024) -> None:
-    """out[t] = x[index[t]] along the first axis, a zero row where index[t] is outside [0, R): one
-    launch of one program a picked row (any dtype; contiguous x and out)."""
-    _indexed_rows(x, index, out, x, scatter=False, block=block)
+    target = tl.load(index_ptr + row).to(tl.int64)
+    valid = (target >= 0) & (target < rows)
+    safe = tl.where(valid, target, 0)
+    writable = tl.where(valid, width, 0)  # the row's writable extent: none for an index outside out
+    for start in range(0, width, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        values = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0)
+        tl.store(out_ptr + safe * width + cols, values, mask=cols < writable)
 
 
 def scatter(out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, *, block: int = 1024) -> None:
     """out[index[t]] = x[t] along the first axis, in place; rows whose index is outside [0, R) are
     skipped (in-range indices of one call are distinct, so programs never race)."""
-    _indexed_rows(x, index, out, out, scatter=True, block=block)
+    rows = out.shape[0]
+    width = out.numel() // rows if rows else 0
+    if index.shape[0]:
+        _scatter_kernel[(index.shape[0],)](x, index, out, rows, width,
+                                           BLOCK=min(block, triton.next_power_of_2(max(width, 1))),
+                                           **dependent(out))

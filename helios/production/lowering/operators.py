@@ -163,12 +163,12 @@ def _copy(c: Context, op: ValidatedOperator):
 
 
 def _gather(c: Context, op: ValidatedOperator):
+    return lower_gather_group(c, (op,))
+
+
+def _torch_gather(c: Context, op: ValidatedOperator):
+    """One gather's torch form (five small calls)."""
     x, index, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
-    if c.device.type == "cuda" or c.gpu_paths is not None:
-        # one launch (the torch form below is five); on the CPU interpreter each of its programs costs
-        # milliseconds, so a CPU runs the torch form
-        block = _copy_block(c)
-        return lambda: gather.gather_rows(x, index, out, **block)
     rows = x.shape[0]
     # [N, 1, ...]: one validity flag per picked row, broadcast over the row's elements
     shape = (index.shape[0],) + (1,) * (x.dim() - 1)
@@ -205,13 +205,14 @@ def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
 
 
 def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
-    """Consecutive gathers by one index: one launch on a GPU (`gather.gather_group`), each gather's
-    torch form on a CPU."""
+    """Gathers by one index (one, or a group of `gather_group_size`): one launch on a GPU
+    (`gather.gather_group`; the torch form is five a gather), each gather's torch form on a CPU, where
+    each program of the interpreted kernel would cost milliseconds."""
     if c.device.type == "cuda" or c.gpu_paths is not None:
         xs, outs = [c.t(op.inputs[0]) for op in ops], [c.t(op.outputs[0]) for op in ops]
         index, block = c.t(ops[0].inputs[1]), _copy_block(c)
         return lambda: gather.gather_group(xs, index, outs, **block)
-    runs = [_gather(c, op) for op in ops]
+    runs = [_torch_gather(c, op) for op in ops]
 
     def run() -> None:
         for each in runs:
