@@ -62,7 +62,7 @@ from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
 from helios.proto import contract_pb2, manifest_pb2, program_pb2
 from helios.runtime.costs import RoundCosts, measured_graphs, time_rounds
-from helios.runtime.host_cache import host_pages
+from helios.runtime.host_cache import host_pages, within_device
 from helios.runtime.packing import (
     GraphPacking,
     LaneInput,
@@ -232,7 +232,7 @@ class NativeModel:
                 pages = options.group.minimum(pages)
             # the default tier is also bounded by the device cache it backs; its staging can only
             # shrink, so the cache sized above still fits
-            host = min(host, host_pages(options.host_cache_gib, page_bytes, device_pages=pages))
+            host = within_device(host, options.host_cache_gib, pages)
             buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
             plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)

@@ -1,6 +1,7 @@
 """The host tier's size (host side, no torch): how many evicted checkpoint pages host memory holds.
 
-    pages = host_pages(gib, page_bytes, device_pages=n)  # `--host-cache-gib GIB` (None: the default)
+    pages = host_pages(gib, page_bytes)                  # `--host-cache-gib GIB` (None: the default)
+    pages = within_device(pages, gib, device_pages)      # the default, once the device cache is sized
 
 `--host-cache-gib` bounds the host tier in bytes; 0 disables it. Without the option the tier takes a
 quarter of the host memory available at load (`MemAvailable`), at most `DEFAULT_CAP_GIB`, and at
@@ -54,17 +55,18 @@ def host_bytes(gib: float | None, *, available: int | None = None) -> int:
     return int(gib * GIB)
 
 
-def host_pages(gib: float | None, page_bytes: int, *, device_pages: int | None = None,
-               available: int | None = None) -> int:
-    """Pages of `page_bytes` the tier holds within `host_bytes(gib)` (0: no tier); the default size
-    (`gib` None) also within `DEFAULT_DEVICE_RATIO` times `device_pages` when they are known."""
+def host_pages(gib: float | None, page_bytes: int, *, available: int | None = None) -> int:
+    """Pages of `page_bytes` the tier holds within `host_bytes(gib)` (0: no tier)."""
     if page_bytes < 1:
         return 0
-    pages = host_bytes(gib, available=available) // page_bytes
-    if gib is None and device_pages is not None:
-        pages = min(pages, DEFAULT_DEVICE_RATIO * device_pages)
-    return pages
+    return host_bytes(gib, available=available) // page_bytes
 
 
-__all__ = ["DEFAULT_CAP_GIB", "DEFAULT_DEVICE_RATIO", "DEFAULT_SHARE", "GIB", "InvalidHostCache", "available_host_bytes", "host_bytes",
-           "host_pages"]
+def within_device(pages: int, gib: float | None, device_pages: int) -> int:
+    """`host_pages`' answer, the default size (`gib` None) bounded by `DEFAULT_DEVICE_RATIO` times the
+    device cache's `device_pages`; an explicit size is taken as given."""
+    return min(pages, DEFAULT_DEVICE_RATIO * device_pages) if gib is None else pages
+
+
+__all__ = ["DEFAULT_CAP_GIB", "DEFAULT_DEVICE_RATIO", "DEFAULT_SHARE", "GIB", "InvalidHostCache",
+           "available_host_bytes", "host_bytes", "host_pages", "within_device"]

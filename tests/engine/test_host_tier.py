@@ -17,7 +17,7 @@ from helios.engine.worker import BatchingRuntime
 from helios.ignition.prepare import prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
 from helios.reference.executor import ReferenceExecutor
-from helios.runtime.host_cache import GIB, InvalidHostCache, host_bytes, host_pages
+from helios.runtime.host_cache import GIB, InvalidHostCache, host_bytes, host_pages, within_device
 from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.request import GenerationRequest, SamplingParams
@@ -158,9 +158,9 @@ def test_the_host_cache_option():
     assert host_bytes(None, available=64 * GIB) == 4 * GIB  # capped
     assert host_bytes(None, available=4 * GIB) == GIB  # a quarter of what is available
     # the default tier is at most twice the device cache it backs; an explicit size is taken as given
-    assert host_pages(None, 1024, device_pages=100, available=64 * GIB) == 2 * 100
-    assert host_pages(None, GIB // 4, device_pages=100, available=64 * GIB) == 16  # the 4 GiB cap is smaller
-    assert host_pages(1, 1024, device_pages=100) == GIB // 1024
+    assert within_device(host_pages(None, 1024, available=64 * GIB), None, 100) == 2 * 100
+    assert within_device(host_pages(None, GIB // 4, available=64 * GIB), None, 100) == 16  # the 4 GiB cap
+    assert within_device(host_pages(1, 1024), 1, 100) == GIB // 1024
     with pytest.raises(InvalidHostCache, match="--host-cache-gib"):
         host_bytes(-1)
 
