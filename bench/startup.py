@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--host-cache-gib", type=float, default=None,
                         help="the host tier's size (default: the runtime's, a quarter of available memory up to "
-                             "4 GiB; 0: none), to see what its pinned allocation adds to startup")
+                             "4 GiB and twice the device cache; 0: none), to see what its pinned allocation adds "
+                             "to startup")
     parser.add_argument("--child", nargs=4, metavar=("CORE", "TRUST", "ACCEPT", "STARTED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

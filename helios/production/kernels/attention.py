@@ -355,8 +355,8 @@ def choose_query_tile(rows: int, group: int, *, cuda: bool) -> QueryTile | None:
     tiles to save reads, and the per-row kernel's context splits keep the GPU busy. A DECODE graph at
     or above it pays one extra launch whose programs find every tile mixed and return; its rows run
     in the per-row kernel as before (its splits are 1 at such row counts anyway). On a GPU the tile
-    aims at 128 query rows a program (`block_m` * group), as flash attention's forward does; not yet
-    timed here. On the CPU interpreter, where each program iteration costs about 5 ms, fewer larger
+    aims at 128 query rows a program (`block_m` * group), as flash attention's forward does; on an
+    H100 at 2,048 rows it was within 1% of the best of 36 tiles swept (BENCHMARKS.md). On the CPU interpreter, where each program iteration costs about 5 ms, fewer larger
     programs are faster, so graphs of TILED_ROWS_CPU rows or more take it with wide tiles."""
     group_block = triton.next_power_of_2(group)
     if cuda:
