@@ -72,7 +72,7 @@ def test_a_restore_one_token_short_is_caught_in_the_restored_page(conform_core, 
             valid, page, row = snapshots._lanes(cache, continuation, page_table, lane_slot, endpoint, rows)
             payload = continuation.index_select(0, row.long()).clone()
             last = torch.remainder(endpoint - 1, cache.shape[1]).long()
-            lanes = torch.arange(payload.shape[0])
+            lanes = torch.arange(payload.shape[0], device=payload.device)
             payload[lanes, last] = cache.index_select(0, page.long())[lanes, last]
             gather.scatter(cache, payload, torch.where(valid, page, -1))
         return run_it

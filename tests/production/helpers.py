@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
+import pytest
 import torch
 
 from helios.ignition.prepare import PreparationOptions
@@ -20,6 +21,11 @@ GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if GPU else "cpu")
 # bf16 on the GPU; fp32 on CPU, where the interpreter's bf16 arithmetic is broken.
 DTYPE = torch.bfloat16 if GPU else torch.float32
+# An fp32 CPU test: the production runtime on device="cpu" (interpreted kernels) token for token
+# against the fp32 reference. A process on a GPU machine compiles the kernels (they cannot be
+# interpreted there) and serves bf16: the test_gpu_*.py modules cover the device.
+CPU_FP32 = pytest.mark.skipif(GPU, reason="an fp32 CPU test (interpreted kernels, device=\"cpu\"); on a GPU "
+                              "the kernels are compiled, and the test_gpu_*.py modules cover the device")
 # Tolerance of a result stored in DTYPE against the FP32 reference.
 ATOL, RTOL = (2e-2, 2e-2) if GPU else (2e-5, 2e-5)
 

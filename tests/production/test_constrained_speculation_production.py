@@ -12,9 +12,10 @@ from helios.runtime.events import Finished
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.options import RuntimeOptions
 from tests.engine.constrained_cases import constrained_core, document, prepared, preparer, tool_checkpoint
+from tests.production.helpers import CPU_FP32
 from tests.runtime.streams import serve_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, CPU_FP32]
 
 
 def test_a_constrained_request_speculates_losslessly_in_production(tiny_checkpoint, tiny_draft, tmp_path_factory):

@@ -167,23 +167,31 @@ def test_an_image_prompt_gives_transformers_logits_and_greedy_tokens():
     assert relative < 1e-4, relative
     assert tokens == generated and len(set(generated)) > 3
 
-    device = torch.device("cpu")
-    arena = ScratchArena(device)
-    resident = {**{llama_family.weight_resource(k): torch.from_numpy(v) for k, v in text_weights.items()},
-                **{k: torch.from_numpy(v) for k, v in vision_resources(tower, stored).items()}}
+    from tests.production.helpers import DEVICE
+
+    arena = ScratchArena(DEVICE)
+    resident = {**{llama_family.weight_resource(k): torch.from_numpy(v).to(DEVICE) for k, v in text_weights.items()},
+                **{k: torch.from_numpy(v).to(DEVICE) for k, v in vision_resources(tower, stored).items()}}
     plans: dict = {}
+    buffers: dict = {}  # one device tensor a buffer, shared by the programs (the cache planes among them)
 
     def production(program, values):
-        """Each program lowered once over the run's arrays (torch shares their memory), then run."""
+        """Each program lowered once over device copies of the run's arrays; the host's packing is
+        copied in before each run and every buffer back after it (on a CPU the copies are no-ops)."""
+        for k, v in values.items():
+            if k not in buffers:
+                buffers[k] = torch.from_numpy(v).to(DEVICE)
+            buffers[k].copy_(torch.from_numpy(v))
         if program.graph not in plans:
-            buffers = {k: torch.from_numpy(v) for k, v in values.items()}
             plans[program.graph] = lower_program(program, validate_program(program), weights=resident,
-                                                 buffers=buffers, arena=arena, device=device)
+                                                 buffers=buffers, arena=arena, device=DEVICE)
         plan = plans[program.graph]
         plan.run()
-        return {name: t.numpy().copy() for name, t in plan.scratch.items() if name == "logits"}
+        for k, v in values.items():
+            v[...] = buffers[k].cpu().numpy()
+        return {name: t.cpu().numpy().copy() for name, t in plan.scratch.items() if name == "logits"}
 
     first, tokens = run(production)
     relative = np.max(np.abs(first - expected)) / np.max(np.abs(expected))
-    assert relative < 1e-4, relative
+    assert relative < (1e-4 if DEVICE.type == "cpu" else 2e-3), relative  # a GPU's fp32 products may use TF32
     assert tokens == generated

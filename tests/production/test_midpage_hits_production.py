@@ -13,6 +13,7 @@ from helios.runtime.limits import AdmissionLimits
 from tests.engine.test_batching_runtime import OPTIONS
 from tests.engine.test_midpage_hits import GREEDY, SEEDED, conversation, one_at_a_time
 from tests.engine.test_snapshots import reference_runtime
+from tests.production.helpers import CPU_FP32
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +21,7 @@ def core(tiny_checkpoint):
     return prepare_checkpoint(tiny_checkpoint("qwen3"), OPTIONS)
 
 
+@CPU_FP32
 @pytest.mark.slow
 @pytest.mark.parametrize("sampling", [GREEDY, SEEDED], ids=["greedy", "seeded"])
 def test_production_restores_a_published_partial_page_bit_exactly(core, sampling):

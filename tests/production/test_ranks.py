@@ -27,12 +27,14 @@ from helios.runtime.limits import AdmissionLimits
 from helios.runtime.options import RankOptions, RuntimeOptions
 from helios.runtime.request import GenerationRequest, SamplingParams
 from tests.fixtures.checkpoints import FAMILIES
+from tests.production.helpers import CPU_FP32
 
 OPTIONS = PreparationOptions(dtype="fp32", page_tokens=4, batch_capacities=(1, 2), prefill_capacities=(8,),
                              context_tokens=48)
 PROMPT = (5, 17, 99, 3, 200, 41, 7, 8, 9, 10, 11)  # two prefill chunks of 8, pages of 4
 POISON = 250  # a prompt starting with this id: the rejecting peer refuses its rounds
 GREEDY = SamplingParams(temperature=0.0)
+pytestmark = CPU_FP32  # ranks of one process tree on the CPU; a GPU machine's process compiles the kernels
 
 
 def reject_poisoned(plan, rows) -> None:

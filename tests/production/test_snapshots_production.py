@@ -17,6 +17,7 @@ from helios.runtime.limits import AdmissionLimits
 from helios.runtime.packing import cache_planes
 from tests.engine.test_batching_runtime import OPTIONS
 from tests.engine.test_snapshots import drive, random_requests
+from tests.production.helpers import CPU_FP32
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,7 @@ def production_runtime(core, *, pages: int, max_active: int):
     return runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=max_active, queue_capacity=4)))
 
 
+@CPU_FP32
 @pytest.mark.slow
 def test_production_resumes_a_snapshotted_request_bit_exactly(core):
     requests, preempt_at = random_requests(random.Random(7), 2)

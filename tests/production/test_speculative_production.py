@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
 from helios.reference.engine import ReferenceEngine
@@ -17,6 +16,7 @@ from helios.runtime.interface import PreparedRequest
 from helios.runtime.limits import AdmissionLimits
 from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions
 from helios.runtime.request import GenerationRequest, SamplingParams
+from tests.production.helpers import CPU_FP32
 from tests.runtime.streams import serve_all
 
 pytestmark = pytest.mark.slow
@@ -32,8 +32,7 @@ def cores(tiny_checkpoint, tiny_draft):
     return {"rectangular": core(None), "confidence": core(6)}
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="fp32 token equality is a CPU test (interpreted kernels); "
-                    "on a GPU the conformance suite compares speculative cores under its tie rule")
+@CPU_FP32
 @pytest.mark.parametrize("shape", ["rectangular", "confidence"])
 def test_production_speculation_gives_the_plain_greedy_tokens(cores, shape):
     from helios.production.loading import load_native_model, runtime_for
@@ -62,6 +61,7 @@ def test_a_width_above_the_captured_ones_is_refused_in_one_line(cores):
         load_runtime(cores["rectangular"], options)
 
 
+@CPU_FP32
 def test_production_adaptive_choice_gives_the_plain_greedy_tokens(cores):
     """`--speculative-width auto`: the load times each DECODE and SPECULATIVE graph's round (one eager
     run each on a CPU), and the scheduler chooses each cohort's program from that table and the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from conformance.tuning import tuned_buffer_cases
 from helios.errors import HeliosError
@@ -100,6 +101,8 @@ def test_no_serving_graph_runs_before_its_producers(tuned, monkeypatch):
     run = LaunchPlan.run
 
     def instrumented_run(plan, **kwargs):
+        if DEVICE.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return run(plan, **kwargs)  # capture records the launches: nothing runs, nothing to read
         filled = all(np.array_equal(plan.tensors[name].cpu().numpy(), expected[buffer])
                      for name, buffer in tensors.get(plan.graph, {}).items())
         runs.append((plan.graph, filled))
@@ -114,7 +117,9 @@ def test_no_serving_graph_runs_before_its_producers(tuned, monkeypatch):
     driven.executor = native.executor
     assert _greedy(driven) == tokens
     assert runs[0] == (PRODUCER, True) and [g for g, _ in runs].count(PRODUCER) == 1
-    assert loaded > 1 and len(runs) > loaded  # serving plans ran at load (costs) and for the rounds
+    assert loaded > 1  # serving plans ran at load (kernels, costs; on a GPU the capture's warm-up)
+    if DEVICE.type == "cpu":  # on a GPU the rounds replay the captured graphs instead of running plans
+        assert len(runs) > loaded
     assert all(filled for _, filled in runs)
 
 

@@ -8,15 +8,14 @@ kernel that waits first keeps the stream's order transitively (its own completio
 predecessor's), so chains mixing such kernels with ordinary ones (torch operations, cuBLAS) stay
 ordered.
 
-`HELIOS_PDL` chooses the mode (read once a device): `0` (the default) off; `1` wait first, the
-dependents launched when the kernel completes; `2` wait first, then let the next kernel launch at
+`HELIOS_PDL` chooses the mode (read once a device): `0` off; `1` wait first, the dependents
+launched when the kernel completes; `2` (the default) wait first, then let the next kernel launch at
 once (its programs become resident as this one's retire and wait in turn). Devices before compute
 capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
 (bench/decode.py, its 28-layer hidden-1024 shape, 512-token histories, 243 launches a step):
-batch 1 1.266 ms a step off, 1.216 with mode 1, 1.095 with mode 2; batch 8 1.548, 1.495, 1.484
-(BENCHMARKS.md).
-NOTE: off by default until the whole GPU suite (tests/production, tests/conformance) has passed
-under mode 2; the only GPU runs of it so far were cut short (BENCHMARKS.md says how).
+batch 1 1.263 ms a step off, 1.083 with mode 2; batch 8 1.542 and 1.471; at batch 64 and 256 the
+step is product-bound and the modes agree within 1% (BENCHMARKS.md). The GPU suite
+(tests/production, tests/conformance) passes under mode 2 as under mode 0.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from helios.errors import HeliosError
 
 PDL_ENV = "HELIOS_PDL"
 MODES = (0, 1, 2)
-DEFAULT_MODE = 0
+DEFAULT_MODE = 2
 
 
 class InvalidLaunchMode(HeliosError):
