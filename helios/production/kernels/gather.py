@@ -82,7 +82,10 @@ def _gather_row(x_ptr, index_ptr, out_ptr, rows, width, row, BLOCK: tl.constexpr
         tl.store(out_ptr + row * width + cols, values, mask=cols < width)
 
 
-@triton.jit
+# NOTE: a gather's or scatter's row count may count cache pages, one in the placeholder buffers the
+# kernels phase runs plans over and many once the cache is sized: unspecialized (Triton would make a
+# 1 a constant), the kernel compiled ahead is the one serving launches.
+@triton.jit(do_not_specialize=["r0", "r1", "r2", "r3", "r4", "r5"])
 def _gather_group_kernel(index_ptr, x0, o0, r0, w0, x1, o1, r1, w1, x2, o2, r2, w2, x3, o3, r3, w3,
                          x4, o4, r4, w4, x5, o5, r5, w5, GROUPS: tl.constexpr, BLOCK: tl.constexpr,
                          PDL: tl.constexpr):
@@ -128,7 +131,7 @@ def gather_group(xs: list[torch.Tensor], index: torch.Tensor, outs: list[torch.T
             **dependent(outs[0]))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rows"])  # NOTE: the row count may count cache pages (see above)
 def _scatter_kernel(x_ptr, index_ptr, out_ptr, rows, width, BLOCK: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
     row = tl.program_id(0).to(tl.int64)
