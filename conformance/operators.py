@@ -11,9 +11,10 @@ padding rows), cross page boundaries and run attention with and without a slidin
 
 The first mismatching element of a case is its divergence: field `OUTPUT[index]`, lane = the row.
 
-The product fusions (`PRODUCT_FUSIONS`: q/k/v as one multi-output launch, gate/up with the activation)
-have cases too: production takes them where the Triton products are chosen (timed on a GPU), and
-runs them unfused on torch elsewhere. With `gpu_paths` (`helios conform --gpu-paths`) every case is
+The product fusions (`PRODUCT_FUSIONS`: q/k/v as one multi-output launch, gate/up with the activation,
+and either with the residual add and RMS norm in its prologue) have cases too: production takes them
+where the Triton products are chosen (timed on a GPU; the norm prologue on CUDA-core tiles, one row
+of 16-bit operands), and runs them unfused on torch elsewhere. With `gpu_paths` (`helios conform --gpu-paths`) every case is
 lowered in the GPU-paths mode (helios/production/gpu_paths.py: Triton products at small tiles, several
 programs of several rows, attention split along the context with the combine pass, blocked
 vocabulary scans), and attention also runs over a cohort whose contexts reach past one split
@@ -43,7 +44,8 @@ QK_PROLOGUE = "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2" 
 PLAIN_PROLOGUE = "rotary & rotary+paged_cache_write*2"  # without head norms
 FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOGUE)
 # taken only on the Triton products (a GPU's timed choice, or the GPU-paths mode); torch runs them unfused
-PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation")
+NORM_QKV, NORM_GATE_UP = "add+rms_norm+matmul*3", "rms_norm+gate_up+activation"  # the norm in the prologue
+PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation", NORM_QKV, NORM_GATE_UP)
 INTEGER = ("i32", "i64")
 # operators whose inputs do not take the case's dtype: run in the f32 pass only
 F32_ONLY = ("argmax", "sample", "fill", "token_probability", "speculative_allocate", "speculative_pack",
@@ -155,6 +157,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
         yield QK_PROLOGUE, cohort.name, cohort, _prologue(head_norms=True)
         yield PLAIN_PROLOGUE, cohort.name, cohort, _prologue(head_norms=False)
         yield "matmul*3", cohort.name, cohort, _qkv
+        yield NORM_QKV, cohort.name, cohort, _norm_qkv(None)
         for window in cases.windows:
             suffix = "full" if window is None else f"window{window}"
             yield "paged_attention", f"{cohort.name}/{suffix}", cohort, _attention(window, None)
@@ -170,9 +173,12 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
             yield "paged_attention", f"{split.name}/{suffix}", split, _attention(window, None)
         yield "paged_attention", f"{split.name}/softcap", split, _attention(None, cases.softcap)
         yield "latent_attention", split.name, split, _latent_attention
+    # one row, a batch-1 decode step's: the products' CUDA-core tile, where the norm joins them
+    yield NORM_QKV, "one_row", first, _norm_qkv(1)
     for activation in ("silu", "gelu_tanh", "gelu"):
         yield "gated_activation", activation, first, _gated(activation)
         yield "gate_up+activation", activation, first, _gate_up(activation)
+        yield NORM_GATE_UP, f"{activation}/one_row", first, _norm_gate_up(activation)
     yield "logits", "plain", first, _logits(None)
     yield "logits", "softcap", first, _logits(cases.softcap)
     yield "argmax", "rows", first, _argmax
@@ -394,6 +400,38 @@ def _gate_up(activation: str) -> Builder:
         gate = p.builder.matmul(x, p.input("w_gate", _normal(rng, g["ffn"], hidden, scale=scale)), name="gate")
         up = p.builder.matmul(x, p.input("w_up", _normal(rng, g["ffn"], hidden, scale=scale)), name="up")
         p.builder.gated_activation(gate, up, activation=activation, into=p.output("out", (rows, g["ffn"])))
+    return build
+
+
+def _norm_qkv(rows: int | None) -> Builder:
+    """add (the sum an output), rms_norm into scratch, and q/k/v matmuls with biases of the normalized
+    rows, copied out (`rows`: that many, else the cohort's): where the Triton products take the q/k/v
+    group on a CUDA-core tile, one launch with the add and the norm in its prologue."""
+    def build(p, rng, cohort, g, cases):
+        n, hidden = rows or len(_rows(cohort)[0]), g["hidden"]
+        total = p.output("total", (n, hidden))
+        p.builder.add(p.input("a", _normal(rng, n, hidden)), p.input("b", _normal(rng, n, hidden)), into=total)
+        normed = p.builder.rms_norm(total, p.input("w", _normal(rng, hidden)), eps=1e-5, name="normed")
+        widths = {"q": g["heads"] * g["head_dim"], "k": g["kv_heads"] * g["head_dim"],
+                  "v": g["kv_heads"] * g["head_dim"]}
+        products = [p.builder.matmul(normed, p.input(f"w{k}", _normal(rng, width, hidden)),
+                                     p.input(f"b{k}", _normal(rng, width)), name=k) for k, width in widths.items()]
+        for k, product in zip(widths, products, strict=True):
+            p.builder.copy(product, into=p.output(f"{k}_out", (n, widths[k])))
+    return build
+
+
+def _norm_gate_up(activation: str) -> Builder:
+    """rms_norm (weight offset 1, as Gemma stores its norms) of one row into scratch read by the gate
+    and up matmuls alone, then the activation: one gated launch with the norm in its prologue."""
+    def build(p, rng, cohort, g, cases):
+        hidden = g["hidden"]
+        normed = p.builder.rms_norm(p.input("x", _normal(rng, 1, hidden)), p.input("w", _normal(rng, hidden, scale=0.2)),
+                                    eps=1e-6, weight_offset=1.0, name="normed")
+        scale = 2.0 / math.sqrt(hidden)
+        gate = p.builder.matmul(normed, p.input("w_gate", _normal(rng, g["ffn"], hidden, scale=scale)), name="gate")
+        up = p.builder.matmul(normed, p.input("w_up", _normal(rng, g["ffn"], hidden, scale=scale)), name="up")
+        p.builder.gated_activation(gate, up, activation=activation, into=p.output("out", (1, g["ffn"])))
     return build
 
 

@@ -38,7 +38,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
@@ -92,8 +92,9 @@ def default_compile_threads() -> int:
     return max(1, min(32, cpus))
 
 
-def discover(plans: Iterable[LaunchPlan]) -> list[Specialization]:
-    """The distinct specializations that running `plans` would compile, in first-launch order.
+def discover(plans: Iterable[LaunchPlan], extra: Iterable[Callable[[], None]] = ()) -> list[Specialization]:
+    """The distinct specializations that running `plans` (and the `extra` runs: the product
+    candidates a deferred policy will time) would compile, in first-launch order.
 
     Runs each plan once with compilation intercepted: launches of kernels not yet compiled do not run.
     NOTE: Triton's hook is process-wide: no other thread may launch Triton kernels meanwhile (at
@@ -115,6 +116,8 @@ def discover(plans: Iterable[LaunchPlan]) -> list[Specialization]:
             plan.run()
             if plan.rank_filters is not None:  # a sampling plan's second form (captured too)
                 plan.run(rank_filters=False)
+        for run in extra:
+            run()
     finally:
         knobs.runtime.jit_cache_hook = previous
     return list(found.values())
@@ -186,16 +189,18 @@ def prefill_disk_cache(specializations: list[Specialization], device_index: int,
     return len(failures)
 
 
-def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: int | None = None) -> int:
-    """Compiles every Triton kernel specialization `plans` launch, concurrently; returns how many
-    were compiled (0 on a CPU, where Triton interprets). `threads` bounds both the prefill
-    processes and the compiling threads (default `default_compile_threads()`; 1: one by one)."""
+def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: int | None = None,
+                  extra: Iterable[Callable[[], None]] = ()) -> int:
+    """Compiles every Triton kernel specialization `plans` (and the `extra` runs) launch,
+    concurrently; returns how many were compiled (0 on a CPU, where Triton interprets). `threads`
+    bounds both the prefill processes and the compiling threads (default
+    `default_compile_threads()`; 1: one by one)."""
     if device.type != "cuda":
         return 0
     threads = default_compile_threads() if threads is None else threads
     with torch.cuda.device(device):
         start = time.perf_counter()
-        specializations = discover(plans)
+        specializations = discover(plans, extra)
         discovered = time.perf_counter()
         failed = prefill_disk_cache(specializations, torch.cuda.current_device(), threads)
         prefilled = time.perf_counter()

@@ -214,7 +214,7 @@ class NativeModel:
             # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
             # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
             if device.type == "cuda":  # the CPU interpreter has nothing to compile
-                compile_plans(warm.values(), device)
+                compile_plans(warm.values(), device, extra=policy.pending_runs())
                 for plan in warm.values():
                     plan.run()
             transient = 0

@@ -94,9 +94,10 @@ def test_small_blocks_tile_every_group_and_step_k():
 def test_the_gpu_paths_run_and_the_tokens_equal_the_reference(cores, monkeypatch):
     """The batching engine over the production executor in the mode: its greedy tokens equal the
     reference engine's, and the forced branches ran: Triton products (the q/k/v and gate/up fusions
-    among them) with several tiles per group, norms and rotaries over several programs of several
-    rows, every attention launch split with its combine pass, several vocabulary blocks a row, and
-    page-table uploads (whole rows and entry slices) copied out of staging of its own."""
+    among them, a one-row graph's with the norms in their prologue) with several tiles per group,
+    norms and rotaries over several programs of several rows, every attention launch split with its
+    combine pass, several vocabulary blocks a row, and page-table uploads (whole rows and entry
+    slices) copied out of staging of its own."""
     from helios.production.loading import runtime_for
     from helios.runtime.interface import PreparedRequest
     from helios.runtime.limits import AdmissionLimits
@@ -111,7 +112,9 @@ def test_the_gpu_paths_run_and_the_tokens_equal_the_reference(cores, monkeypatch
     model = NativeModel.load(core, LoadOptions(device="cpu", pages=PAGES, gpu_paths=paths))
     assert model.linear_decisions and {d.path for d in model.linear_decisions} == {"triton"}
     kernels = model.graphs["decode_b1"].plan.kernels
-    assert "matmul*3" in kernels and "gate_up+activation" in kernels and "matmul" in kernels
+    # a one-row graph: the layer's norms run in the prologue of the products reading them
+    assert "rms_norm+matmul*3" in kernels and "add+rms_norm+matmul*3" in kernels
+    assert "add+rms_norm+gate_up+activation" in kernels and "matmul" in kernels
     executor = model.executor
     assert executor.separate_staging
     assert all(executor.staging[name] is not executor.buffers[name] for name in executor.staging)
@@ -195,6 +198,11 @@ MUTATIONS = {
     "the q/k/v launch's third group at the second group's tile offset": (
         "linear", ("_linear_kernel",),
         "o2, so2, n2, pid - tiles0 - tiles1,", "o2, so2, n2, pid - tiles0,", "matmul*3/decode"),
+    "the norm prologue drops the norm weight's offset": (
+        "linear", ("_linear_kernel", "_gated_kernel"),
+        "scale = tl.load(nw_ptr + ks, mask=k_in, other=0.0).to(tl.float32) + w_offset",
+        "scale = tl.load(nw_ptr + ks, mask=k_in, other=0.0).to(tl.float32)",
+        "rms_norm+gate_up+activation/silu/one_row"),
 }
 
 
@@ -287,3 +295,29 @@ def test_the_operators_level_passes_in_the_mode():
     assert {name.split("/")[0] for name in names} == set(OPERATORS) | set(FUSIONS) | set(PRODUCT_FUSIONS)
     assert any(name.startswith("paged_attention/split_context/") for name in names)
     assert not level.divergences, level.divergences
+
+
+def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
+    """The conformance cases of the norm-prologue fusions reach the fused launch in the GPU-paths mode
+    (one row: the CUDA-core tile) and run unfused on torch by default."""
+    from conformance.operators import NORM_GATE_UP, NORM_QKV, OperatorCases, OperatorProgram, case_builders
+    from conformance.workload import load_operator_cases
+    from helios.production.buffers import ScratchArena
+    from helios.production.lowering import lower_program
+    from helios.program import validate_program
+    from helios.program.builder import ProgramBuilder
+
+    cases = OperatorCases.from_json(load_operator_cases())
+    chosen = [c for c in case_builders(cases, gpu_paths=True) if c[0] in (NORM_QKV, NORM_GATE_UP)
+              and c[1].endswith("one_row")]
+    assert {c[0] for c in chosen} == {NORM_QKV, NORM_GATE_UP}
+    for operator, _, cohort, build in chosen:
+        p = OperatorProgram("f32", ProgramBuilder("case"))
+        build(p, np.random.default_rng(0), cohort, cases.geometry, cases)
+        program = p.builder.build()
+        buffers = {k: torch.from_numpy(v.copy()) for k, v in p.values.items()}
+        kernels = {mode: lower_program(program, validate_program(program), weights={}, buffers=buffers,
+                                       arena=ScratchArena(torch.device("cpu")), device=torch.device("cpu"),
+                                       gpu_paths=GpuPaths() if mode else None).kernels for mode in (False, True)}
+        assert operator in kernels[True], (operator, kernels[True])
+        assert not any(k.startswith(("add+rms_norm+", "rms_norm+")) for k in kernels[False]), kernels[False]

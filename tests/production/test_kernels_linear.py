@@ -108,6 +108,88 @@ def test_gated_product_rounds_gate_and_up_where_the_unfused_matmuls_store_them(k
     assert np.abs(out.float().cpu().numpy() - expected).mean() < np.abs(rounded_away - expected).mean()
 
 
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize(("rows", "kind", "groups"), [(1, "fma", 1), (3, "fma", 3), (5, "mma", 2), (1, "host", 3)])
+def test_a_norm_prologue_product_equals_add_norm_then_matmuls(residual, rows, kind, groups):
+    """rms_norm(x [+ r]) @ W^T in one launch: the sum stored (once, by program 0), each group's
+    product of the normalized rows, the norm's weight offset applied."""
+    rng = np.random.default_rng()
+    widths = [N, 17, 33][:groups]
+    x, ws, _ = _operands(rng, rows, widths)
+    r = rng.standard_normal((rows, K), dtype=np.float32)
+    weight = rng.standard_normal(K, dtype=np.float32)
+    eps, offset = 1e-5, 0.5
+    total = torch.full((rows, K), float("nan"), dtype=DTYPE, device=DEVICE)
+    norm = linear.NormPrologue(tensor(weight), eps, offset, residual=tensor(r) if residual else None,
+                               sum_out=total if residual else None)
+    outs = [torch.full((rows, n), float("nan"), dtype=DTYPE, device=DEVICE) for n in widths]
+    linear.linear(tensor(x), [tensor(w) for w in ws], outs, norm=norm,
+                  blocks=None if kind == "host" else _small_blocks(rows, kind))
+    summed = values(ref.add(values(x), values(r))) if residual else values(x)
+    normalized = values(ref.rms_norm(summed, values(weight), eps=eps, weight_offset=offset))
+    if residual:
+        close(total, summed)
+    else:
+        assert bool(total.isnan().all())  # no sum without a residual
+    for g, out in enumerate(outs):
+        close(out, ref.matmul(normalized, values(ws[g]), None), **LOOSE)
+
+
+@pytest.mark.parametrize(("rows", "kind"), [(1, "fma"), (5, "mma")])
+def test_a_norm_prologue_gated_product_equals_add_norm_then_the_gated_activation(rows, kind):
+    rng = np.random.default_rng()
+    x, (wg, wu), _ = _operands(rng, rows, [N, N])
+    r = rng.standard_normal((rows, K), dtype=np.float32)
+    weight = rng.standard_normal(K, dtype=np.float32)
+    total = torch.empty((rows, K), dtype=DTYPE, device=DEVICE)
+    out = torch.full((rows, N), float("nan"), dtype=DTYPE, device=DEVICE)
+    linear.gated_linear(tensor(x), tensor(wg), tensor(wu), out, activation="silu", blocks=_small_blocks(rows, kind),
+                        norm=linear.NormPrologue(tensor(weight), 1e-6, residual=tensor(r), sum_out=total))
+    summed = values(ref.add(values(x), values(r)))
+    normalized = values(ref.rms_norm(summed, values(weight), eps=1e-6))
+    gate, up = ref.matmul(normalized, values(wg), None), ref.matmul(normalized, values(wu), None)
+    close(total, summed)
+    close(out, ref.gated_activation(values(gate), values(up), activation="silu"), **LOOSE)
+
+
+@pytest.mark.parametrize("kind", ["fma", "mma"])
+def test_a_norm_prologue_rounds_the_sum_and_the_normalized_rows_where_the_unfused_kernels_store_them(kind):
+    """fp16 (exact in the interpreter): the fused product equals add -> f16, rms_norm -> f16,
+    matmul -> f16, to the FP32 sums' last bits; skipping either rounding is further off."""
+    rng = np.random.default_rng()
+    rows = 2
+    x, (w,), _ = _operands(rng, rows, [N])
+    r = rng.standard_normal((rows, K), dtype=np.float32)
+    weight = rng.standard_normal(K, dtype=np.float32)
+    half = [torch.from_numpy(a).to(device=DEVICE, dtype=torch.float16) for a in (x, r, w, weight)]
+    total = torch.empty((rows, K), dtype=torch.float16, device=DEVICE)
+    out = torch.empty((rows, N), dtype=torch.float16, device=DEVICE)
+    linear.linear(half[0], [half[2]], [out], blocks=_small_blocks(rows, kind),
+                  norm=linear.NormPrologue(half[3], 1e-6, residual=half[1], sum_out=total))
+    xs, rs, ws, weights = (t.float().cpu().numpy() for t in half)
+    f16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    summed = f16(xs + rs)
+    normalized = f16(ref.rms_norm(summed, weights, eps=1e-6))
+    expected = f16(normalized @ ws.T)
+    np.testing.assert_array_equal(total.float().cpu().numpy(), summed)
+    np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=2e-3, atol=2e-3)
+    unrounded = ref.rms_norm(xs + rs, weights, eps=1e-6) @ ws.T
+    assert np.abs(out.float().cpu().numpy() - expected).mean() < np.abs(unrounded - expected).mean()
+
+
+def test_a_norm_prologue_refuses_operands_it_cannot_take():
+    x = torch.zeros((2, K), dtype=DTYPE, device=DEVICE)
+    w = torch.zeros((N, K), dtype=DTYPE, device=DEVICE)
+    out = torch.zeros((2, N), dtype=DTYPE, device=DEVICE)
+    with pytest.raises(LinearShapeError, match="norm weight"):
+        linear.linear(x, [w], [out], norm=linear.NormPrologue(torch.zeros(K + 1, device=DEVICE), 1e-6))
+    with pytest.raises(LinearShapeError, match="together"):
+        linear.linear(x, [w], [out], norm=linear.NormPrologue(torch.zeros(K, device=DEVICE), 1e-6, residual=x))
+    with pytest.raises(LinearShapeError, match="must not overwrite"):
+        linear.linear(x, [w], [out], norm=linear.NormPrologue(torch.zeros(K, device=DEVICE), 1e-6,
+                                                              residual=x.clone(), sum_out=x))
+
+
 @pytest.mark.parametrize("kind", ["fma", "mma"])
 def test_logits_columns_are_fp32_and_only_the_sampled_ids_are_written(kind):
     """16-bit weights, FP32 output without rounding; columns past `columns` are left as they were."""
@@ -320,27 +402,30 @@ def sm90_report() -> dict[str, dict[str, int]]:
                 "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
                 "local_bytes": int(re.search(r"LOCAL:(\d+)", usage).group(1))}
 
-    def matmuls(groups: int, blocks: Blocks, k: int, out: str, bias: bool = False) -> dict[str, int]:
+    # the norm prologue's operands (residual, sum, norm weight, eps, offset)
+    prologue = {"r_ptr": "*bf16", "s_ptr": "*bf16", "nw_ptr": "*bf16", "eps": "fp32", "w_offset": "fp32"}
+
+    def matmuls(groups: int, blocks: Blocks, k: int, out: str, bias: bool = False, norm: bool = False) -> dict:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32"}
         for g in range(3):
             signature |= {f"w{g}": "*bf16", f"sw{g}": "i32", f"b{g}": "*bf16", f"o{g}": f"*{out}",
                           f"so{g}": "i32", f"n{g}": "i32"}
             if g < 2:
                 signature[f"tiles{g}"] = "i32"
-        return build(linear._linear_kernel, signature, {
+        return build(linear._linear_kernel, signature | prologue, {
             "GROUPS": groups, "HAS_BIAS": bias, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
             "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
-            "PDL": 1},
+            "NORM": norm, "RESIDUAL": norm, "PDL": 1},
             blocks.num_warps, k, blocks.num_stages)
 
-    def gated(blocks: Blocks, k: int) -> dict[str, int]:
+    def gated(blocks: Blocks, k: int, norm: bool = False) -> dict[str, int]:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32", "wg": "*bf16",
                      "swg": "i32", "bg": "*bf16", "wu": "*bf16", "swu": "i32", "bu": "*bf16", "out_ptr": "*bf16",
                      "stride_out": "i32", "n_extent": "i32"}
-        return build(linear._gated_kernel, signature, {
+        return build(linear._gated_kernel, signature | prologue, {
             "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
             "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
-            "PDL": 1},
+            "NORM": norm, "RESIDUAL": norm, "PDL": 1},
             blocks.num_warps, k, blocks.num_stages)
 
     return {
@@ -355,6 +440,10 @@ def sm90_report() -> dict[str, dict[str, int]]:
         "qkv_mma_m4": matmuls(3, choose_blocks(4, 6144, 4096, cuda=True, tensor_cores=True), 4096, "bf16"),
         "down_mma_m16": matmuls(1, choose_blocks(16, 4096, 14336, cuda=True, tensor_cores=True), 14336, "bf16"),
         "gate_up_mma_m4": gated(choose_blocks(4, 14336, 4096, cuda=True, gated=True, tensor_cores=True), 4096),
+        # the residual add and RMS norm in the prologue (a batch-1 decode layer's two norms; the
+        # lowering takes the prologue on CUDA-core tiles only)
+        "qkv_norm": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16", norm=True),
+        "gate_up_norm": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024, norm=True),
     }
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helios.production.buffers import ScratchArena
+from helios.production.lowering import linear as linear_lowering
 from helios.production.lowering import lower_program
 from helios.production.lowering.product_choice import FixedPolicy
 from helios.production.native_model import LoadOptions, NativeModel
@@ -41,14 +42,25 @@ def test_greedy_tokens_on_the_triton_products_equal_the_reference_engine(cores, 
     request = GenerationRequest(PROMPT, max_tokens=4, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
     assert list(driven.generate(request)) == list(reference.generate(request))
     decode = native.graphs["decode_b1"].plan.kernels
-    assert decode.count("matmul*3") == decode.count("gate_up+activation") == _layers(_program(core, "decode_b1")[0])
+    layers = _layers(_program(core, "decode_b1")[0])
+    assert _ending(decode, "matmul*3") == _ending(decode, "gate_up+activation") == layers
+    # each layer's two norms run in the prologue of the products reading them
+    assert _starting(decode, linear_lowering.NORM_PREFIXES) == 2 * layers
     # every decided shape is reported, on the Triton path, untimed
     fusions = {d.shape.fusion for d in native.linear_decisions}
     assert {"matmul", "matmul*3", "gate_up+activation", "logits"} <= fusions
     assert all(d.path == "triton" and d.triton_us is None for d in native.linear_decisions)
 
 
-def test_fused_products_save_four_launches_a_layer(cores):
+def _ending(kernels, fusion: str) -> int:
+    return sum(1 for kernel in kernels if kernel.endswith(fusion))
+
+
+def _starting(kernels, prefixes) -> int:
+    return sum(1 for kernel in kernels if kernel.startswith(prefixes))
+
+
+def test_fused_products_save_six_launches_a_layer(cores):
     core = cores("qwen3")
     program, operators = _program(core, "decode_b1")
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
@@ -57,11 +69,16 @@ def test_fused_products_save_four_launches_a_layer(cores):
                                  arena=ScratchArena(DEVICE), device=DEVICE, linear_policy=FixedPolicy(path))
              for path in ("torch", "triton")}
     layers = _layers(program)
-    # q/k/v: three launches become one; gate, up and the activation: three become one
-    assert len(plans["torch"].launches) - len(plans["triton"].launches) == 4 * layers
-    assert "matmul*3" not in plans["torch"].kernels and "gate_up+activation" not in plans["torch"].kernels
-    fused = next(launch for launch in plans["triton"].launches if launch.kernel == "gate_up+activation")
-    assert [operators[i].op for i in fused.operators] == ["matmul", "matmul", "gated_activation"]
+    # q/k/v: three launches become one; gate, up and the activation: three become one; the layer's
+    # two norms (the first layer's without its residual add) join the products reading them
+    assert len(plans["torch"].launches) - len(plans["triton"].launches) == 6 * layers
+    assert _ending(plans["torch"].kernels, "matmul*3") == _ending(plans["torch"].kernels, "gate_up+activation") == 0
+    assert _starting(plans["torch"].kernels, linear_lowering.NORM_PREFIXES) == 0
+    fused = [launch for launch in plans["triton"].launches if launch.kernel.endswith("gate_up+activation")]
+    assert len(fused) == layers and all(launch.kernel == "add+rms_norm+gate_up+activation" for launch in fused)
+    assert [operators[i].op for i in fused[0].operators] == ["add", "rms_norm", "matmul", "matmul", "gated_activation"]
+    first = next(launch for launch in plans["triton"].launches if launch.kernel.endswith("matmul*3"))
+    assert first.kernel == "rms_norm+matmul*3"  # the embedding's rows: no residual yet
 
 
 # timing runs candidates over whatever the unrun plan's scratch holds: NaN products are expected
@@ -92,7 +109,7 @@ def test_a_deferred_measured_policy_times_every_product_after_the_warm_lowering(
     forget_measurements()
     policy = MeasuredPolicy(timer, key="deferred-lowering-test", deferred=True)
     warm = lower()
-    assert "matmul*3" in warm.kernels and "gate_up+activation" in warm.kernels and policy.decisions == ()
+    assert _ending(warm.kernels, "matmul*3") and _ending(warm.kernels, "gate_up+activation") and policy.decisions == ()
     policy.measure_pending()
     decisions = {d.shape.fusion: d for d in policy.decisions}
     assert set(decisions) == {"matmul", "matmul*3", "gate_up+activation", "logits"}
@@ -100,7 +117,7 @@ def test_a_deferred_measured_policy_times_every_product_after_the_warm_lowering(
     assert all(d.triton_us is not None and d.torch_us is not None for d in policy.decisions)
     final = lower()
     for fusion in ("matmul*3", "gate_up+activation"):
-        assert (fusion in final.kernels) == (decisions[fusion].path == "triton")
+        assert bool(_ending(final.kernels, fusion)) == (decisions[fusion].path == "triton")
     final.run()
     forget_measurements()
 

@@ -142,27 +142,81 @@ def small_blocks(rows: int, columns: Sequence[int], k: int) -> Blocks:
 # ------------------------------------------------------------------------------------------ kernels
 
 @triton.jit
+def _summed(x_ptr, r_ptr, offsets, mask, RESIDUAL: tl.constexpr):
+    """FP32 rows of x, or of x + r rounded to x's dtype (as the unfused `add` stores its sum)."""
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    if RESIDUAL:
+        x = (x.to(tl.float32) + tl.load(r_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+        x = x.to(x_ptr.dtype.element_ty)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _norm_denominator(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, STORE_SUM,
+                      RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """sqrt(mean(x^2) + eps) of each row of x (or of x + r, stored into s where STORE_SUM): the RMS
+    norm's denominator, computed by every program of a norm-prologue product over the whole row."""
+    rows = tl.arange(0, BLOCK_M)
+    row_offsets = rows[:, None].to(tl.int64) * stride_x
+    row_mask = rows[:, None] < m_rows
+    squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, k_extent, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        mask = row_mask & (ks[None, :] < k_extent)
+        x = _summed(x_ptr, r_ptr, row_offsets + ks[None, :], mask, RESIDUAL)
+        if RESIDUAL:
+            if STORE_SUM:
+                tl.store(s_ptr + row_offsets + ks[None, :], x.to(s_ptr.dtype.element_ty), mask=mask)
+        squares += tl.sum(x * x, axis=1)
+    return tl.sqrt(squares / k_extent + eps)
+
+
+@triton.jit
+def _normalized(x_ptr, r_ptr, nw_ptr, row_offsets, ks, row_mask, k_extent, denominator, w_offset,
+                RESIDUAL: tl.constexpr):
+    """One K step of a norm prologue's rows: rms_norm(x [+ r]) by weight nw (plus the offset), each
+    row over its denominator, rounded to x's dtype as the unfused norm stores it."""
+    k_in = ks < k_extent
+    x = _summed(x_ptr, r_ptr, row_offsets + ks[None, :], row_mask & k_in[None, :], RESIDUAL)
+    scale = tl.load(nw_ptr + ks, mask=k_in, other=0.0).to(tl.float32) + w_offset
+    return (x / denominator[:, None] * scale[None, :]).to(x_ptr.dtype.element_ty)
+
+
+@triton.jit
 def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
+             r_ptr, nw_ptr, denominator, w_offset,
              HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr):
+             BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
+             RESIDUAL: tl.constexpr):
     """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices.
 
     MMA: tensor cores over the transposed product (W tile @ x^T: the weight columns fill the MMA's
     wide side, the few rows its narrow one), operands in their own dtype, FP32 accumulation; else
-    CUDA-core FMAs on FP32 values."""
+    CUDA-core FMAs on FP32 values. NORM: the product's input is the RMS norm of x (of x + r with
+    RESIDUAL) by weight nw, each row over its `denominator`, rounded to x's dtype as the unfused
+    norm stores it."""
     rows = tl.arange(0, BLOCK_M)
     cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_extent
     # masked columns read row 0 (in bounds) and are never stored; no mask on the hot weight loads
     safe_cols = tl.where(col_mask, cols, 0).to(tl.int64)
-    x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_x
+    x_offsets = rows[:, None].to(tl.int64) * stride_x
+    x_rows = x_ptr + x_offsets
     w_rows = w_ptr + safe_cols[:, None] * stride_w
     row_mask = rows[:, None] < m_rows
     if MMA:
         transposed = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for k0 in range(0, k_extent, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
-            if EVEN_K:
+            if NORM:
+                k_in = ks < k_extent
+                x = _normalized(x_ptr, r_ptr, nw_ptr, x_offsets, ks, row_mask, k_extent, denominator, w_offset,
+                                RESIDUAL)
+                if EVEN_K:
+                    w = tl.load(w_rows + ks[None, :])
+                else:
+                    w = tl.load(w_rows + ks[None, :], mask=k_in[None, :], other=0.0)
+            elif EVEN_K:
                 x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0)
                 w = tl.load(w_rows + ks[None, :])
             else:
@@ -175,7 +229,15 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, k_extent, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
-            if EVEN_K:
+            if NORM:
+                k_in = ks < k_extent
+                x = _normalized(x_ptr, r_ptr, nw_ptr, x_offsets, ks, row_mask, k_extent, denominator, w_offset,
+                                RESIDUAL).to(tl.float32)
+                if EVEN_K:
+                    w = tl.load(w_rows + ks[None, :]).to(tl.float32)
+                else:
+                    w = tl.load(w_rows + ks[None, :], mask=k_in[None, :], other=0.0).to(tl.float32)
+            elif EVEN_K:
                 x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0).to(tl.float32)
                 w = tl.load(w_rows + ks[None, :]).to(tl.float32)
             else:
@@ -198,11 +260,26 @@ def _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M: tl.constex
 
 @triton.jit
 def _group(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, out_ptr, stride_out, n_extent, tile,
+           r_ptr, nw_ptr, denominator, w_offset,
            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr):
+           BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
+           RESIDUAL: tl.constexpr):
     acc, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
-                                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+                                   r_ptr, nw_ptr, denominator, w_offset,
+                                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
     _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M)
+
+
+@triton.jit
+def _prologue(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The norm prologue's row denominators (ones without NORM); program 0 stores the residual sum."""
+    if NORM:
+        denominator = _norm_denominator(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps,
+                                        tl.program_id(0) == 0, RESIDUAL, BLOCK_M, BLOCK_K)
+    else:
+        denominator = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)
+    return denominator
 
 
 @triton.jit
@@ -210,38 +287,47 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
                    w0, sw0, b0, o0, so0, n0, tiles0,
                    w1, sw1, b1, o1, so1, n1, tiles1,
                    w2, sw2, b2, o2, so2, n2,
+                   r_ptr, s_ptr, nw_ptr, eps, w_offset,
                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
-                   PRECISION: tl.constexpr, PDL: tl.constexpr):
+                   PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
     pid = tl.program_id(0)
+    d = _prologue(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, NORM, RESIDUAL, BLOCK_M, BLOCK_K)
     if pid < tiles0:
-        _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid,
-               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+        _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid, r_ptr, nw_ptr, d, w_offset,
+               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
     else:
         if GROUPS == 2:
             _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
-                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+                   r_ptr, nw_ptr, d, w_offset,
+                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
         if GROUPS == 3:
             if pid < tiles0 + tiles1:
                 _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+                       r_ptr, nw_ptr, d, w_offset,
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
             else:
                 _group(x_ptr, stride_x, m_rows, k_extent, w2, sw2, b2, o2, so2, n2, pid - tiles0 - tiles1,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+                       r_ptr, nw_ptr, d, w_offset,
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
 
 
 @triton.jit
 def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, out_ptr, stride_out, n_extent,
+                  r_ptr, s_ptr, nw_ptr, eps, w_offset,
                   HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
-                  PRECISION: tl.constexpr, PDL: tl.constexpr):
+                  PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
     pid = tl.program_id(0)
+    d = _prologue(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, NORM, RESIDUAL, BLOCK_M, BLOCK_K)
     g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
-                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+                                 r_ptr, nw_ptr, d, w_offset,
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
     u, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wu, swu, bu, pid, n_extent,
-                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION)
+                                 r_ptr, nw_ptr, d, w_offset,
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
     # the unfused matmuls store gate and up in the output dtype: round them there first
     g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
     u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
@@ -277,6 +363,43 @@ def _check(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torc
         raise LinearShapeError("one launch takes weights of one dtype and outputs of one dtype")
 
 
+@dataclass(frozen=True, slots=True)
+class NormPrologue:
+    """The product's input is `rms_norm(x [+ residual], weight)`, computed in the product's prologue
+    (the norm's output is never stored): each program reduces its rows' squares over the whole K
+    extent, then normalizes every K step it multiplies. With `residual`, `sum_out = x + residual`
+    (rounded to x's dtype) is stored by program 0, and the sum is what is normalized, as the unfused
+    add and norm compute it: the normalized values are rounded to x's dtype before the product,
+    as the unfused norm stores them. Only the order of the FP32 sum of squares differs."""
+
+    weight: torch.Tensor  # [K]
+    eps: float
+    weight_offset: float = 0.0  # the norm multiplies by weight + offset
+    residual: torch.Tensor | None = None  # [rows, K], x's layout
+    sum_out: torch.Tensor | None = None  # [rows, K], x's layout; given with `residual`
+
+    def arguments(self, x: torch.Tensor) -> list[object]:
+        """(residual, sum, weight, eps, offset) kernel arguments for input x, checked."""
+        k = x.shape[1]
+        if self.weight.dim() != 1 or self.weight.shape[0] != k:
+            raise LinearShapeError(f"norm weight is {tuple(self.weight.shape)}; x has K = {k}")
+        if (self.residual is None) != (self.sum_out is None):
+            raise LinearShapeError("a norm prologue takes a residual and its sum output together")
+        if self.residual is None:
+            return [x, x, self.weight, float(self.eps), float(self.weight_offset)]
+        for name, t in (("residual", self.residual), ("sum output", self.sum_out)):
+            if t.shape != x.shape or t.stride() != x.stride() or t.dtype != x.dtype:
+                raise LinearShapeError(f"norm {name} is {tuple(t.shape)} {t.dtype} strides {t.stride()}; it "
+                                       f"must lay out like x, {tuple(x.shape)} {x.dtype} strides {x.stride()}")
+        if self.sum_out.data_ptr() in (x.data_ptr(), self.residual.data_ptr()):
+            raise LinearShapeError("the norm's sum output must not overwrite x or the residual it is read from")
+        return [self.residual, self.sum_out, self.weight, float(self.eps), float(self.weight_offset)]
+
+
+def _norm_meta(norm: NormPrologue | None) -> dict[str, object]:
+    return dict(NORM=norm is not None, RESIDUAL=norm is not None and norm.residual is not None)
+
+
 def _tile_meta(blocks: Blocks, k: int, x: torch.Tensor, weight: torch.Tensor) -> dict[str, object]:
     """The launch's tile arguments; an MMA tile takes operands of one dtype (16-bit, or FP32 products
     at full precision: the interpreter's, and tests')."""
@@ -294,11 +417,12 @@ def _tile_meta(blocks: Blocks, k: int, x: torch.Tensor, weight: torch.Tensor) ->
 
 def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
                   biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
-                  blocks: Blocks | None = None) -> Callable[[], None]:
+                  blocks: Blocks | None = None, norm: NormPrologue | None = None) -> Callable[[], None]:
     """A bound launch of outs[g][:, :columns[g]] = x @ weights[g][:columns[g]]^T (+ biases[g]), up to
     three groups in one launch: operands checked and arguments packed once, here.
 
     `columns` defaults to each output's width (the logits lowering passes the sampled ids only).
+    `norm`: x is normalized in the launch's prologue first (`NormPrologue`).
     """
     groups = len(weights)
     if not 1 <= groups <= MAX_GROUPS:
@@ -317,22 +441,25 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
         packed += [w, w.stride(0), b, outs[i], outs[i].stride(0), columns[i]]
         if g < 2:
             packed.append(tiles[i] if g < groups else 0)
-    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]), **dependent(x))
+    packed += norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]
+    meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]),
+                **_norm_meta(norm), **dependent(x))
     launch = _linear_kernel[(sum(tiles),)]
     return lambda: launch(*packed, **meta)
 
 
 def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
            biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
-           blocks: Blocks | None = None) -> None:
+           blocks: Blocks | None = None, norm: NormPrologue | None = None) -> None:
     """Run `linear_launch(...)` once."""
-    linear_launch(x, weights, outs, biases=biases, columns=columns, blocks=blocks)()
+    linear_launch(x, weights, outs, biases=biases, columns=columns, blocks=blocks, norm=norm)()
 
 
 def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
                  activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
-                 blocks: Blocks | None = None) -> Callable[[], None]:
-    """A bound launch of out = act(round(x @ Wg^T + bg)) * round(x @ Wu^T + bu), rounding to out's dtype."""
+                 blocks: Blocks | None = None, norm: NormPrologue | None = None) -> Callable[[], None]:
+    """A bound launch of out = act(round(x @ Wg^T + bg)) * round(x @ Wu^T + bu), rounding to out's
+    dtype; `norm`: x is normalized in the launch's prologue first (`NormPrologue`)."""
     if activation not in ACTIVATION_CODES:
         raise LinearShapeError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATION_CODES)}")
     if (gate_bias is None) != (up_bias is None):
@@ -346,16 +473,16 @@ def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
     packed = (x, x.stride(0), rows, k,
               gate_weight, gate_weight.stride(0), gate_bias if gate_bias is not None else gate_weight,
               up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
-              out, out.stride(0), n)
+              out, out.stride(0), n, *(norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]))
     meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
-                **_tile_meta(blocks, k, x, gate_weight), **dependent(x))
+                **_tile_meta(blocks, k, x, gate_weight), **_norm_meta(norm), **dependent(x))
     launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
     return lambda: launch(*packed, **meta)
 
 
 def gated_linear(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
                  activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
-                 blocks: Blocks | None = None) -> None:
+                 blocks: Blocks | None = None, norm: NormPrologue | None = None) -> None:
     """Run `gated_launch(...)` once."""
     gated_launch(x, gate_weight, up_weight, out, activation=activation, gate_bias=gate_bias, up_bias=up_bias,
-                 blocks=blocks)()
+                 blocks=blocks, norm=norm)()

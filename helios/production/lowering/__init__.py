@@ -20,6 +20,11 @@ meaning:
                                                         =>  one multi-output GEMV (q/k/v)
     matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
                                                         =>  one GEMV storing act(g) * u into h
+    [add(a, b) -> s ;] rms_norm(s, w) -> n ; <a matmul, either group above, of n>
+                                                        =>  the norm (and the add, s stored) in the
+                                                             GEMV's prologue, n never stored (n read
+                                                             by those products alone; GEMVs on
+                                                             CUDA-core tiles of at most 8 rows)
     gather(a, i) -> a' ; gather(b, i) -> b' [; ...]    =>  one launch picking every tensor's rows
                                                              (up to six; none reads another's output)
 
@@ -164,11 +169,17 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
         if i in absorbed:  # a head norm that runs in the prologue of a later rotary launch
             i += 1
             continue
-        fused = _fusion(context, operators, i, readers, deferred) if fuse else None
+        fused = linear.norm_product_fusion(context, operators, i, readers) if fuse else None
+        if fused is None and fuse:
+            fused = _fusion(context, operators, i, readers, deferred)
         if fused is None and fuse:
             fused = linear.matmul_fusion(context, operators, i, readers)
         covered = None
-        if fused is not None and fused.startswith(("matmul*", linear.GATED)):
+        if fused is not None and fused.startswith(linear.NORM_PREFIXES):
+            group = tuple(operators[i:i + linear.norm_fusion_size(fused)])
+            bind_outputs(group, linear.norm_unstored(group, fused))
+            run = linear.lower_norm_fusion(context, group, fused)
+        elif fused is not None and fused.startswith(("matmul*", linear.GATED)):
             group = tuple(operators[i:i + linear.fusion_size(fused)])
             bind_outputs(group, linear.unstored(group, fused))
             run = linear.lower_fusion(context, group, fused)

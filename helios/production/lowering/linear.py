@@ -12,8 +12,18 @@ Triton for the fused shape):
                                             =>  one launch storing act(g) * u into h; g and u are
                                                 scratch read by the activation only, never stored
 
-Both keep the program's meaning: each group adds its own bias, and the gated kernel rounds g and u
-to their dtype before the activation, as the unfused matmuls store them. The logits product runs in
+    [add(a, b) -> s ;] rms_norm(s, w) -> n ; <a matmul or either group above, reading n>
+                                            =>  the same launch with the norm (and the add) in its
+                                                prologue (`kernels/linear.py` NormPrologue): s
+                                                stored by the launch, n never stored; taken where n
+                                                is read by those products alone and the product runs
+                                                on a CUDA-core tile of at most NORM_PROLOGUE_MAX_ROWS
+                                                rows (a batch-1 decode step's two norms a layer)
+
+Each keeps the program's meaning: each group adds its own bias, the gated kernel rounds g and u
+to their dtype before the activation, as the unfused matmuls store them, and the norm prologue
+rounds s and n where the unfused add and norm store them (only its FP32 sum of squares runs in
+another order). The logits product runs in
 FP32 (no rounding of 16-bit operands); on Triton it covers the sampled ids only, since the tail is
 filled with -inf after the product and the softcap anyway.
 """
@@ -63,10 +73,17 @@ def _dtypes(c: Context, x: str, w: str, out: str) -> str:
     return f"{name(x)}x{name(w)}->{name(out)}"
 
 
-def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> ProductShape | None:
+def _input(c: Context, op: ValidatedOperator, x: torch.Tensor | None) -> torch.Tensor:
+    """The rows a product multiplies: its input, or `x` standing for it (a norm prologue's input, of
+    the same shape and dtype as the normalized rows, which are never stored)."""
+    return _flat(c.t(op.inputs[0]) if x is None else x)
+
+
+def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str,
+                  x_rows: torch.Tensor | None = None) -> ProductShape | None:
     """The product shape of `ops` (matmuls of one input), or None where the Triton kernels cannot take it."""
     x = ops[0].inputs[0]
-    rows = _flat(c.t(x)).shape[0]
+    rows = _input(c, ops[0], x_rows).shape[0]
     if not 1 <= rows <= linear.MAX_ROWS:
         return None
     columns = tuple(int(c.t(op.inputs[1]).shape[0]) for op in ops)
@@ -75,19 +92,30 @@ def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> 
                         bias=len(ops[0].inputs) > 2)
 
 
+def _single_on_triton(c: Context, op: ValidatedOperator, x_rows: torch.Tensor | None = None) -> bool:
+    """Whether the policy runs one matmul's shape on Triton (False where the kernels cannot take it)."""
+    shape = _matmul_shape(c, (op,), "matmul", x_rows)
+    if shape is None:
+        return False
+    x, w = _input(c, op, x_rows), c.t(op.inputs[1])
+    bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
+    out_shape, out_dtype = tuple(int(e) for e in c.decls[op.outputs[0]].shape), c.dtype(op.outputs[0])
+    blocks = _blocks(c, shape.rows, shape.columns, shape.k)
+
+    def candidates():
+        o = torch.empty(out_shape, dtype=out_dtype, device=c.device)
+        return (_triton_matmuls(x, [w], [o], None if bias is None else [bias], blocks),
+                _torch_matmul(x, w, o, bias))
+    return c.linear.choose(shape, candidates) == "triton"
+
+
 def lower_matmul(c: Context, op: ValidatedOperator):
     x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
-    shape = _matmul_shape(c, (op,), "matmul")
-    if shape is not None:
-        blocks = _blocks(c, shape.rows, shape.columns, shape.k)
-
-        def candidates():
-            o = torch.empty_like(out)
-            return (_triton_matmuls(x, [w], [o], None if bias is None else [bias], blocks),
-                    _torch_matmul(x, w, o, bias))
-        if c.linear.choose(shape, candidates) == "triton":
-            return _triton_matmuls(x, [w], [out], None if bias is None else [bias], blocks)
+    if _single_on_triton(c, op):
+        shape = _matmul_shape(c, (op,), "matmul")
+        return _triton_matmuls(x, [w], [out], None if bias is None else [bias],
+                               _blocks(c, shape.rows, shape.columns, shape.k))
     return _torch_matmul(x, w, out, bias)
 
 
@@ -180,11 +208,15 @@ class _Group:
             raise ValueError(f"malformed matmul group: {len(self.weights)} weights, {len(self.outputs)} outputs")
 
 
-def _group(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> _Group:
+def _group(c: Context, ops: Sequence[ValidatedOperator], fusion: str, x_rows: torch.Tensor | None = None) -> _Group:
+    return _group_of(c, _input(c, ops[0], x_rows), ops, fusion)
+
+
+def _group_of(c: Context, x: torch.Tensor, ops: Sequence[ValidatedOperator], fusion: str) -> _Group:
+    """The group's operands over input rows `x` (its product input, or a norm prologue's input)."""
     products = _gate_up(ops) if fusion == GATED else tuple(ops)
     biases = tuple(c.t(op.inputs[2]) for op in products) if len(products[0].inputs) > 2 else None
     outputs = tuple((tuple(int(e) for e in c.decls[op.outputs[0]].shape), c.dtype(op.outputs[0])) for op in products)
-    x = _flat(c.t(products[0].inputs[0]))
     weights = tuple(c.t(op.inputs[1]) for op in products)
     columns = [int(w.shape[0]) for w in weights]
     return _Group(x, weights, biases, outputs, str(ops[2].attributes["activation"]) if fusion == GATED else None,
@@ -192,10 +224,10 @@ def _group(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> _Group:
                                     int(x.shape[1])))
 
 
-def _gated_run(group: _Group, out: torch.Tensor):
+def _gated_run(group: _Group, out: torch.Tensor, norm: linear.NormPrologue | None = None):
     gate_bias, up_bias = group.biases if group.biases is not None else (None, None)
     return linear.gated_launch(group.x, *group.weights, _flat(out), activation=group.activation,
-                               gate_bias=gate_bias, up_bias=up_bias, blocks=group.blocks)
+                               gate_bias=gate_bias, up_bias=up_bias, blocks=group.blocks, norm=norm)
 
 
 def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
@@ -277,16 +309,17 @@ def fusion_size(fusion: str) -> int:
 
 
 def matmul_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,
-                  readers: Mapping[str, list[int]]) -> str | None:
-    """The matmul fusion to take at operators[i]: structurally possible and Triton by the policy, or None."""
+                  readers: Mapping[str, list[int]], x_rows: torch.Tensor | None = None) -> str | None:
+    """The matmul fusion to take at operators[i]: structurally possible and Triton by the policy, or
+    None (`x_rows`: rows standing for the products' input, see `_input`)."""
     fused = _matmul_group(operators, i, c.decls, readers)
     if fused is None:
         return None
     ops = operators[i:i + fusion_size(fused)]
-    shape = _matmul_shape(c, ops[:2] if fused == GATED else ops, fused)
+    shape = _matmul_shape(c, ops[:2] if fused == GATED else ops, fused, x_rows)
     if shape is None:
         return None
-    group = _group(c, ops, fused)
+    group = _group(c, ops, fused, x_rows)
     return fused if c.linear.choose(shape, lambda: _fusion_candidates(group)) == "triton" else None
 
 
@@ -298,3 +331,89 @@ def unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:
 def lower_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
     """The launch of a fused group whose outputs (but `unstored`) are bound."""
     return _fused_gated(c, ops) if fusion == GATED else _fused_matmuls(c, ops)
+
+
+# ------------------------------------------------------------------------- the norm prologue
+
+NORM_PROLOGUE_MAX_ROWS = 8  # rows a norm-prologue product takes (it runs on CUDA-core tiles only)
+NORM_PREFIXES = ("add+rms_norm+", "rms_norm+")
+
+
+def norm_product_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,
+                        readers: Mapping[str, list[int]]) -> str | None:
+    """`[add(a, b) -> s ;] rms_norm(s, w) -> n ; <products of n>` as one launch, where the products
+    are a matmul, a "matmul*k" group or the gated group, on Triton by the policy, on a CUDA-core
+    tile; n is scratch read by those products alone and a, b, s, n share one dtype. The name is the
+    prefix and the product fusion ("add+rms_norm+matmul*3"), or None."""
+    op = operators[i]
+    if op.op == "add" and i + 1 < len(operators):
+        norm, start, prefix = operators[i + 1], i + 2, NORM_PREFIXES[0]
+        if norm.op != "rms_norm" or norm.inputs[0] != op.outputs[0] or op.outputs[0] in (*norm.outputs, *op.inputs):
+            return None
+        stored = [*op.inputs, op.outputs[0]]
+    elif op.op == "rms_norm":
+        norm, start, prefix = op, i + 1, NORM_PREFIXES[1]
+        stored = [op.inputs[0]]
+    else:
+        return None
+    n = norm.outputs[0]
+    if start >= len(operators) or operators[start].op != "matmul" or operators[start].inputs[0] != n \
+            or c.decls[n].role != P.TENSOR_ROLE_SCRATCH \
+            or len({c.decls[name].dtype for name in (*stored, n)}) != 1 \
+            or any(list(c.decls[name].shape) != list(c.decls[n].shape) for name in stored):
+        return None
+    x = _flat(c.t(stored[0]))  # the norm's input (or the add's first): the products' rows stand-in
+    product = matmul_fusion(c, operators, start, readers, x)
+    if product is None:
+        if _matmul_group(operators, start, c.decls, readers) is not None \
+                or not _single_on_triton(c, operators[start], x):
+            return None  # a group the policy keeps on torch, or one matmul on torch
+        product = "matmul"
+    size = 1 if product == "matmul" else fusion_size(product)
+    products = [start + j for j, o in enumerate(operators[start:start + size]) if o.op == "matmul"]
+    if sorted(readers.get(n, [])) != products:
+        return None
+    weight = c.t(operators[start].inputs[1])
+    columns = [int(c.t(operators[j].inputs[1]).shape[0]) for j in products]
+    blocks = _blocks(c, int(x.shape[0]), columns[:1] if product == GATED else columns, int(x.shape[1])) \
+        or linear.choose_blocks(int(x.shape[0]), columns[0] if product == GATED else sum(columns), int(x.shape[1]),
+                                cuda=x.is_cuda, gated=product == GATED,
+                                tensor_cores=linear.tensor_core_operands(x, weight))
+    if blocks.mma or x.shape[0] > NORM_PROLOGUE_MAX_ROWS:
+        return None
+    return prefix + product
+
+
+def norm_fusion_size(fusion: str) -> int:
+    """Operators a norm-prologue fusion covers."""
+    prefix = next(p for p in NORM_PREFIXES if fusion.startswith(p))
+    product = fusion.removeprefix(prefix)
+    return prefix.count("+") + (1 if product == "matmul" else fusion_size(product))
+
+
+def norm_unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:
+    """Outputs of a norm-prologue group that get no storage: the normalized rows (and gate and up)."""
+    first = 2 if fusion.startswith(NORM_PREFIXES[0]) else 1
+    return {ops[first - 1].outputs[0], *unstored(ops[first:], fusion.split("+", first)[first])}
+
+
+def lower_norm_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
+    """The launch of a norm-prologue group whose outputs (but `norm_unstored`) are bound."""
+    first = 2 if fusion.startswith(NORM_PREFIXES[0]) else 1
+    norm_op, products, product = ops[first - 1], ops[first:], fusion.split("+", first)[first]
+    weight = c.t(norm_op.inputs[1])
+    eps, offset = float(norm_op.attributes["eps"]), float(norm_op.attributes.get("weight_offset", 0.0))
+    if first == 2:
+        add = ops[0]
+        x = _flat(c.t(add.inputs[0]))
+        norm = linear.NormPrologue(weight, eps, offset, residual=_flat(c.t(add.inputs[1])),
+                                   sum_out=_flat(c.t(add.outputs[0])))
+    else:
+        x = _flat(c.t(norm_op.inputs[0]))
+        norm = linear.NormPrologue(weight, eps, offset)
+    if product == GATED:
+        group = _group_of(c, x, products, GATED)
+        return _gated_run(group, c.t(products[2].outputs[0]), norm)
+    group = _group_of(c, x, products, "matmul*")
+    return linear.linear_launch(group.x, group.weights, [_flat(c.t(op.outputs[0])) for op in products],
+                                biases=group.biases, blocks=group.blocks, norm=norm)

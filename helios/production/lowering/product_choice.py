@@ -110,6 +110,11 @@ class LinearPolicy:
     def measure_pending(self) -> None:
         """Decide the shapes a deferred policy answered provisionally (nothing for other policies)."""
 
+    def pending_runs(self) -> list[Run]:
+        """The runs `measure_pending` will time (none for other policies), built now, so that the
+        kernels phase compiles their kernels ahead with the plans'."""
+        return []
+
     @property
     def decisions(self) -> tuple[Decision, ...]:
         return tuple(self._table.values())
@@ -153,6 +158,14 @@ class MeasuredPolicy(LinearPolicy):
             self._pending.setdefault(shape, candidates)
             return "triton"
         return super().choose(shape, candidates)
+
+    def pending_runs(self) -> list[Run]:
+        runs: list[Run] = []
+        for shape, candidates in self._pending.items():
+            built = candidates()
+            self._pending[shape] = lambda built=built: built  # timed as discovered, not built again
+            runs += built
+        return runs
 
     def measure_pending(self) -> None:
         pending, self._pending = self._pending, {}
