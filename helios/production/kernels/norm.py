@@ -15,7 +15,10 @@ import triton.language as tl
 from helios.production.kernels.launch import dependent, wait_for_prior
 
 
-@triton.jit
+# NOTE: the row count unspecialized: a one-row graph whose norms run in its products' prologue
+# (lowering/linear.py) falls back to this kernel where a product is timed slower on Triton, and then
+# shares the specialization the kernels phase compiled for the graphs of several rows.
+@triton.jit(do_not_specialize=["n_rows"])
 def _norm_kernel(x_ptr, residual_ptr, sum_ptr, weight_ptr, bias_ptr, out_ptr, n_cols, eps, weight_offset,
                  n_rows, HAS_RESIDUAL: tl.constexpr, LAYER: tl.constexpr, HAS_BIAS: tl.constexpr,
                  ROWS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
