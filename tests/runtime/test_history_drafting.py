@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from helios.runtime.history_drafting import HistoryIndex
+from helios.runtime.history_drafting import ID_BITS, MAX_NGRAM, HistoryIndex
+
+ID_LIMIT = (1 << ID_BITS) - 2  # the largest id a key field holds
 
 
 def _brute(history: list[int], limit: int, max_ngram: int = 4, min_ngram: int = 1) -> tuple[int, ...]:
@@ -34,15 +36,28 @@ def test_the_longest_suffix_seen_before_gives_what_followed_it():
     assert HistoryIndex().propose([], 4) == ()
 
 
-def test_incremental_proposals_equal_a_search_over_the_whole_history():
-    rng = random.Random(7)
-    for _ in range(20):
-        index = HistoryIndex(max_ngram=3)
+@pytest.mark.parametrize(("min_ngram", "max_ngram"), [(1, 4), (1, 3), (2, 4), (1, 1), (4, 4)])
+def test_incremental_proposals_equal_a_search_over_the_whole_history(min_ngram, max_ngram):
+    """Tokens arrive one or several at a time, proposals are asked after some arrivals and not
+    others, ids include 0 and the largest a key field holds (a history's first n-grams reach before
+    it: their keys must match nothing later)."""
+    rng = random.Random(7 + 10 * min_ngram + max_ngram)
+    for _ in range(12):
+        index = HistoryIndex(min_ngram=min_ngram, max_ngram=max_ngram)
         history: list[int] = []
-        for _ in range(120):
-            history.append(rng.randrange(6))
-            limit = rng.randrange(0, 5)
-            assert index.propose(history, limit) == _brute(history, limit, max_ngram=3)
+        alphabet = [0, 1, 2, 3, 4, ID_LIMIT][:rng.randrange(2, 7)]
+        for _ in range(100):
+            history += [rng.choice(alphabet) for _ in range(rng.choice((1, 1, 2, 5)))]
+            if rng.random() < 0.7:
+                limit = rng.randrange(0, 5)
+                assert index.propose(history, limit) == _brute(history, limit, max_ngram, min_ngram), history
+
+
+def test_ids_outside_a_key_field_are_refused():
+    with pytest.raises(ValueError, match="outside an n-gram key"):
+        HistoryIndex().propose([3, ID_LIMIT + 1], 2)
+    with pytest.raises(ValueError, match="outside an n-gram key"):
+        HistoryIndex().propose([-1, 3, 4], 2)
 
 
 def test_another_history_starts_the_index_over():
@@ -54,3 +69,5 @@ def test_another_history_starts_the_index_over():
 def test_ngram_bounds_are_checked():
     with pytest.raises(ValueError, match="n-gram lengths"):
         HistoryIndex(max_ngram=1, min_ngram=2)
+    with pytest.raises(ValueError, match="n-gram lengths"):
+        HistoryIndex(max_ngram=MAX_NGRAM + 1)
