@@ -81,6 +81,29 @@ def test_fused_products_save_six_launches_a_layer(cores):
     assert first.kernel == "rms_norm+matmul*3"  # the embedding's rows: no residual yet
 
 
+def test_a_norm_prologue_timed_slower_leaves_the_norm_kernel_before_the_fused_products(cores):
+    """The policy's decision for a norm-prologue shape is honoured: "torch" (the norm kernel, then
+    the product launch) keeps the add+rms_norm kernel and the products' own fusions; the rounds agree."""
+    from helios.production.lowering.product_choice import NORM_FUSIONS, Decision, LinearPolicy
+
+    class NormsApart(LinearPolicy):
+        def _decide(self, shape, candidates):
+            fused, unfused = candidates()  # both candidates build over the lowering's operands
+            assert callable(fused) and callable(unfused)
+            return Decision(shape, "torch" if shape.fusion in NORM_FUSIONS else "triton")
+
+    core = cores("qwen3")
+    program, operators = _program(core, "decode_b1")
+    native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+    weights = _weights(native, program)
+    apart = lower_program(program, operators, weights=weights, buffers=native.executor.buffers,
+                          arena=ScratchArena(DEVICE), device=DEVICE, linear_policy=NormsApart())
+    layers = _layers(program)
+    assert _starting(apart.kernels, linear_lowering.NORM_PREFIXES) == 0
+    assert apart.kernels.count("matmul*3") == apart.kernels.count("gate_up+activation") == layers
+    assert apart.kernels.count("add+rms_norm") == 2 * layers - 1  # the first layer's norm has no add
+
+
 # timing runs candidates over whatever the unrun plan's scratch holds: NaN products are expected
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_a_deferred_measured_policy_times_every_product_after_the_warm_lowering(cores):
@@ -112,12 +135,17 @@ def test_a_deferred_measured_policy_times_every_product_after_the_warm_lowering(
     assert _ending(warm.kernels, "matmul*3") and _ending(warm.kernels, "gate_up+activation") and policy.decisions == ()
     policy.measure_pending()
     decisions = {d.shape.fusion: d for d in policy.decisions}
-    assert set(decisions) == {"matmul", "matmul*3", "gate_up+activation", "logits"}
+    # the products, and the layers' norms in the prologue of the products reading them (timed too)
+    assert set(decisions) == {"matmul", "matmul*3", "gate_up+activation", "logits", "rms_norm+matmul*3",
+                              "add+rms_norm+matmul*3", "add+rms_norm+gate_up+activation"}
     assert len(timed) == 2 * len(policy.decisions)
     assert all(d.triton_us is not None and d.torch_us is not None for d in policy.decisions)
     final = lower()
     for fusion in ("matmul*3", "gate_up+activation"):
         assert bool(_ending(final.kernels, fusion)) == (decisions[fusion].path == "triton")
+    for fusion in ("rms_norm+matmul*3", "add+rms_norm+matmul*3", "add+rms_norm+gate_up+activation"):
+        product = fusion.split("rms_norm+", 1)[1]
+        assert (fusion in final.kernels) == (decisions[fusion].path == decisions[product].path == "triton")
     final.run()
     forget_measurements()
 

@@ -24,7 +24,8 @@ meaning:
                                                         =>  the norm (and the add, s stored) in the
                                                              GEMV's prologue, n never stored (n read
                                                              by those products alone; GEMVs on
-                                                             CUDA-core tiles of at most 8 rows)
+                                                             CUDA-core tiles of at most 8 rows,
+                                                             the fused launch timed faster)
     gather(a, i) -> a' ; gather(b, i) -> b' [; ...]    =>  one launch picking every tensor's rows
                                                              (up to six; none reads another's output)
 

@@ -18,7 +18,9 @@ Triton for the fused shape):
                                                 stored by the launch, n never stored; taken where n
                                                 is read by those products alone and the product runs
                                                 on a CUDA-core tile of at most NORM_PROLOGUE_MAX_ROWS
-                                                rows (a batch-1 decode step's two norms a layer)
+                                                rows (a batch-1 decode step's two norms a layer), and
+                                                the policy times the fused launch faster than the
+                                                norm kernel then the product launch
 
 Each keeps the program's meaning: each group adds its own bias, the gated kernel rounds g and u
 to their dtype before the activation, as the unfused matmuls store them, and the norm prologue
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from helios.production.kernels import activation, linear
+from helios.production.kernels import norm as norm_kernel
 from helios.production.lowering.context import Context
 from helios.production.lowering.product_choice import ProductShape
 from helios.program.validate import ValidatedOperator
@@ -224,10 +227,8 @@ def _group_of(c: Context, x: torch.Tensor, ops: Sequence[ValidatedOperator], fus
                                     int(x.shape[1])))
 
 
-def _gated_run(group: _Group, out: torch.Tensor, norm: linear.NormPrologue | None = None):
-    gate_bias, up_bias = group.biases if group.biases is not None else (None, None)
-    return linear.gated_launch(group.x, *group.weights, _flat(out), activation=group.activation,
-                               gate_bias=gate_bias, up_bias=up_bias, blocks=group.blocks, norm=norm)
+def _gated_run(group: _Group, out: torch.Tensor):
+    return _product_launch(group, group.x, [out])
 
 
 def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
@@ -343,16 +344,17 @@ def norm_product_fusion(c: Context, operators: Sequence[ValidatedOperator], i: i
                         readers: Mapping[str, list[int]]) -> str | None:
     """`[add(a, b) -> s ;] rms_norm(s, w) -> n ; <products of n>` as one launch, where the products
     are a matmul, a "matmul*k" group or the gated group, on Triton by the policy, on a CUDA-core
-    tile; n is scratch read by those products alone and a, b, s, n share one dtype. The name is the
-    prefix and the product fusion ("add+rms_norm+matmul*3"), or None."""
+    tile, and the policy times the fused launch faster than the norm kernel followed by the same
+    product launch; n is scratch read by those products alone and a, b, s, n share one shape and
+    dtype. The name is the prefix and the product fusion ("add+rms_norm+matmul*3"), or None."""
     op = operators[i]
     if op.op == "add" and i + 1 < len(operators):
-        norm, start, prefix = operators[i + 1], i + 2, NORM_PREFIXES[0]
+        add, norm, start, prefix = op, operators[i + 1], i + 2, NORM_PREFIXES[0]
         if norm.op != "rms_norm" or norm.inputs[0] != op.outputs[0] or op.outputs[0] in (*norm.outputs, *op.inputs):
             return None
         stored = [*op.inputs, op.outputs[0]]
     elif op.op == "rms_norm":
-        norm, start, prefix = op, i + 1, NORM_PREFIXES[1]
+        add, norm, start, prefix = None, op, i + 1, NORM_PREFIXES[1]
         stored = [op.inputs[0]]
     else:
         return None
@@ -362,26 +364,82 @@ def norm_product_fusion(c: Context, operators: Sequence[ValidatedOperator], i: i
             or len({c.decls[name].dtype for name in (*stored, n)}) != 1 \
             or any(list(c.decls[name].shape) != list(c.decls[n].shape) for name in stored):
         return None
-    x = _flat(c.t(stored[0]))  # the norm's input (or the add's first): the products' rows stand-in
+    operands = _norm_operands(c, add, norm)
+    x = operands.x  # the products' rows stand-in while choosing: n's shape and dtype, never stored
     product = matmul_fusion(c, operators, start, readers, x)
     if product is None:
         if _matmul_group(operators, start, c.decls, readers) is not None \
                 or not _single_on_triton(c, operators[start], x):
             return None  # a group the policy keeps on torch, or one matmul on torch
         product = "matmul"
-    size = 1 if product == "matmul" else fusion_size(product)
-    products = [start + j for j, o in enumerate(operators[start:start + size]) if o.op == "matmul"]
-    if sorted(readers.get(n, [])) != products:
+    ops = operators[start:start + (1 if product == "matmul" else fusion_size(product))]
+    if sorted(readers.get(n, [])) != [start + j for j, o in enumerate(ops) if o.op == "matmul"]:
         return None
-    weight = c.t(operators[start].inputs[1])
-    columns = [int(c.t(operators[j].inputs[1]).shape[0]) for j in products]
-    blocks = _blocks(c, int(x.shape[0]), columns[:1] if product == GATED else columns, int(x.shape[1])) \
-        or linear.choose_blocks(int(x.shape[0]), columns[0] if product == GATED else sum(columns), int(x.shape[1]),
-                                cuda=x.is_cuda, gated=product == GATED,
-                                tensor_cores=linear.tensor_core_operands(x, weight))
-    if blocks.mma or x.shape[0] > NORM_PROLOGUE_MAX_ROWS:
+    group = _group_of(c, x, ops, GATED if product == GATED else "matmul*")
+    rows, k = int(x.shape[0]), int(x.shape[1])
+    columns = [int(w.shape[0]) for w in group.weights]
+    blocks = group.blocks or linear.choose_blocks(rows, columns[0] if product == GATED else sum(columns), k,
+                                                  cuda=x.is_cuda, gated=product == GATED,
+                                                  tensor_cores=linear.tensor_core_operands(x, group.weights[0]))
+    if blocks.mma or rows > NORM_PROLOGUE_MAX_ROWS:
+        return None
+    shape = _matmul_shape(c, ops[:2] if product == GATED else ops, prefix + product, x)
+    if shape is None or c.linear.choose(shape, lambda: _norm_candidates(group, operands)) != "triton":
         return None
     return prefix + product
+
+
+@dataclass(frozen=True, slots=True)
+class _NormOperands:
+    """What a norm prologue reads: the rows (the add's first input, or the norm's input), the add's
+    residual, the norm's weight and attributes."""
+
+    x: torch.Tensor  # [rows, K]
+    residual: torch.Tensor | None  # [rows, K]
+    weight: torch.Tensor
+    eps: float
+    offset: float
+
+    def prologue(self, sum_out: torch.Tensor | None) -> linear.NormPrologue:
+        return linear.NormPrologue(self.weight, self.eps, self.offset, residual=self.residual,
+                                   sum_out=sum_out if self.residual is not None else None)
+
+
+def _norm_operands(c: Context, add: ValidatedOperator | None, norm: ValidatedOperator) -> _NormOperands:
+    return _NormOperands(_flat(c.t(add.inputs[0] if add is not None else norm.inputs[0])),
+                         _flat(c.t(add.inputs[1])) if add is not None else None, c.t(norm.inputs[1]),
+                         float(norm.attributes["eps"]), float(norm.attributes.get("weight_offset", 0.0)))
+
+
+def _product_launch(group: _Group, x: torch.Tensor, outs: Sequence[torch.Tensor],
+                    norm: linear.NormPrologue | None = None):
+    """The group's Triton launch over rows `x` into `outs` (the gated group: the activation output)."""
+    outs = [_flat(o) for o in outs]
+    if group.activation is not None:
+        gate_bias, up_bias = group.biases if group.biases is not None else (None, None)
+        return linear.gated_launch(x, *group.weights, outs[0], activation=group.activation, gate_bias=gate_bias,
+                                   up_bias=up_bias, blocks=group.blocks, norm=norm)
+    return linear.linear_launch(x, group.weights, outs, biases=group.biases, blocks=group.blocks, norm=norm)
+
+
+def _norm_candidates(group: _Group, operands: _NormOperands):
+    """(the fused launch, the norm kernel then the product's own launch) over fresh outputs, for
+    timing a norm prologue: "triton" in its decision is the fused launch, "torch" the pair."""
+    def empty(like: torch.Tensor | tuple) -> torch.Tensor:
+        shape, dtype = (tuple(like.shape), like.dtype) if isinstance(like, torch.Tensor) else like
+        return torch.empty(shape, dtype=dtype, device=group.device)
+
+    outs = [empty(spec) for spec in (group.outputs[:1] if group.activation is not None else group.outputs)]
+    total, normed = empty(operands.x), empty(operands.x)
+    fused = _product_launch(group, operands.x, outs, operands.prologue(total))
+    product = _product_launch(group, normed, outs)
+    residual = operands.residual
+
+    def unfused() -> None:
+        norm_kernel.norm(operands.x, operands.weight, normed, eps=operands.eps, weight_offset=operands.offset,
+                         residual=residual, sum_out=total if residual is not None else None)
+        product()
+    return fused, unfused
 
 
 def norm_fusion_size(fusion: str) -> int:
@@ -400,20 +458,9 @@ def norm_unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:
 def lower_norm_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
     """The launch of a norm-prologue group whose outputs (but `norm_unstored`) are bound."""
     first = 2 if fusion.startswith(NORM_PREFIXES[0]) else 1
-    norm_op, products, product = ops[first - 1], ops[first:], fusion.split("+", first)[first]
-    weight = c.t(norm_op.inputs[1])
-    eps, offset = float(norm_op.attributes["eps"]), float(norm_op.attributes.get("weight_offset", 0.0))
-    if first == 2:
-        add = ops[0]
-        x = _flat(c.t(add.inputs[0]))
-        norm = linear.NormPrologue(weight, eps, offset, residual=_flat(c.t(add.inputs[1])),
-                                   sum_out=_flat(c.t(add.outputs[0])))
-    else:
-        x = _flat(c.t(norm_op.inputs[0]))
-        norm = linear.NormPrologue(weight, eps, offset)
-    if product == GATED:
-        group = _group_of(c, x, products, GATED)
-        return _gated_run(group, c.t(products[2].outputs[0]), norm)
-    group = _group_of(c, x, products, "matmul*")
-    return linear.linear_launch(group.x, group.weights, [_flat(c.t(op.outputs[0])) for op in products],
-                                biases=group.biases, blocks=group.blocks, norm=norm)
+    products, product = ops[first:], fusion.split("+", first)[first]
+    operands = _norm_operands(c, ops[0] if first == 2 else None, ops[first - 1])
+    group = _group_of(c, operands.x, products, GATED if product == GATED else "matmul*")
+    outs = [c.t(products[2].outputs[0])] if product == GATED else [c.t(op.outputs[0]) for op in products]
+    return _product_launch(group, operands.x, outs,
+                           operands.prologue(_flat(c.t(ops[0].outputs[0])) if first == 2 else None))

@@ -2,7 +2,9 @@
 
 The lowering asks a `LinearPolicy` once per distinct product shape it lowers (`ProductShape`: rows,
 output columns of each group, K, dtypes, biases, and the fusion: one matmul, several matmuls of one
-input, gate/up with the activation, or logits). It is a lowering decision of this runtime, and
+input, gate/up with the activation, or logits; or one of those products with the residual add and
+RMS norm before it in its prologue, where "triton" is the one fused launch and "torch" the norm
+kernel followed by the product's own Triton launch). It is a lowering decision of this runtime, and
 not the specification's startup tuning (the manifest's tuning producers filling TUNED buffers: the
 "tuning" phase of `NativeModel.load`). Policies:
 
@@ -36,7 +38,10 @@ from dataclasses import dataclass
 from helios.errors import HeliosError
 
 PATHS = ("triton", "torch")
-FUSIONS = ("matmul", "matmul*2", "matmul*3", "gate_up+activation", "logits")
+PRODUCTS = ("matmul", "matmul*2", "matmul*3", "gate_up+activation")
+# the products with the residual add and RMS norm (or the norm alone) in their prologue
+NORM_FUSIONS = tuple(prefix + product for prefix in ("add+rms_norm+", "rms_norm+") for product in PRODUCTS)
+FUSIONS = (*PRODUCTS, "logits", *NORM_FUSIONS)
 Run = Callable[[], None]
 Candidates = Callable[[], tuple[Run, Run]]  # builds (triton run, torch run) over scratch operands
 
