@@ -55,8 +55,8 @@ def runtime_report(model: Any, served: Sequence[ServedCost] = ()) -> dict[str, A
                 "per_frame": b.per_frame} for b in manifest.buffers]
     graphs = [{"name": g.name, "operation": _operation_name(g.operation), "batch_capacity": g.batch_capacity,
                "packed_token_capacity": g.packed_token_capacity} for g in manifest.graphs]
-    decisions = [{"shape": d.shape.describe(), "path": d.path, "triton_us": d.triton_us, "torch_us": d.torch_us}
-                 for d in model.linear_decisions]
+    decisions = [{"shape": d.shape.describe(), "path": d.path, "label": d.label, "triton_us": d.triton_us,
+                  "torch_us": d.torch_us} for d in model.linear_decisions]
     return {
         "device": str(model.device),
         "ranks": manifest.ranks,
@@ -114,8 +114,11 @@ def format_runtime_report(report: dict[str, Any]) -> str:
         for b in report["buffers"]])
     if report["linear_decisions"]:
         lines.append("")
-        lines += _table([("matrix product", "path", "triton us", "torch us")] + [
-            (d["shape"], d["path"], _us(d["triton_us"]), _us(d["torch_us"])) for d in report["linear_decisions"]])
+        # a norm prologue's row: "fused" (the triton column) or "apart" (the torch column: the norm kernel,
+        # then the product's Triton launch)
+        lines += _table([("matrix product", "path", "triton / fused us", "torch / apart us")] + [
+            (d["shape"], d["label"], _us(d["triton_us"]), _us(d["torch_us"]))
+            for d in report["linear_decisions"]])
     if report.get("round_costs") or report.get("served_round_costs"):
         # the load-time table, and beside it each graph's served rounds when they were probed
         served = {c["graph"]: c for c in report.get("served_round_costs", ())}

@@ -313,6 +313,14 @@ def test_measured_policy_takes_the_faster_path_and_times_a_shape_once_per_proces
     forget_measurements()
 
 
+def test_a_norm_prologue_decision_names_its_paths_fused_and_apart():
+    norm_shape = ProductShape(1, (8, 4, 4), 16, "bfloat16xbfloat16->bfloat16", "add+rms_norm+matmul*3")
+    apart = Decision(norm_shape, "torch", 7.9, 7.6)
+    assert apart.labels == ("fused", "apart") and apart.label == "apart"
+    assert apart.describe().endswith(": apart (fused 7.90 us, apart 7.60 us)")
+    assert Decision(SHAPE, "triton", 1.0, 2.0).describe().endswith(": triton (triton 1.00 us, torch 2.00 us)")
+
+
 def test_malformed_shapes_and_decisions_are_refused():
     with pytest.raises(ProductChoiceError, match="unknown fusion"):
         ProductShape(1, (8,), 8, "f", "conv")

@@ -90,10 +90,22 @@ class Decision:
                 raise ProductChoiceError(f"decision for {self.shape.describe()}: timing {value} "
                                          "is not a duration")
 
+    @property
+    def labels(self) -> tuple[str, str]:
+        """What the two paths are for this shape: ("triton", "torch"), or for a norm prologue
+        ("fused", "apart": the norm kernel, then the product's Triton launch)."""
+        return ("fused", "apart") if self.shape.fusion in NORM_FUSIONS else PATHS
+
+    @property
+    def label(self) -> str:
+        """The chosen path as `labels` names it."""
+        return self.labels[PATHS.index(self.path)]
+
     def describe(self) -> str:
         def us(value: float | None) -> str:
             return "-" if value is None else f"{value:.2f} us"
-        return f"{self.shape.describe()}: {self.path} (triton {us(self.triton_us)}, torch {us(self.torch_us)})"
+        first, second = self.labels
+        return f"{self.shape.describe()}: {self.label} ({first} {us(self.triton_us)}, {second} {us(self.torch_us)})"
 
 
 class LinearPolicy:
