@@ -17,6 +17,12 @@ run one by one, the first eager pass of every plan compiled each specialization 
             specialization: the same kernel, under the same cache key, that the launch would have
             compiled, read from the disk cache where the prefill (or an earlier start) put it.
 
+A set of specializations compiled once is recorded in Triton's cache directory (`RECORDS_DIR`, an
+empty file named by the set's digest: kernel sources, cache keys, Triton version, device
+architecture): a later start that discovers the same set skips the forked prefill, since the disk
+cache already holds every kernel and the in-process compile reads them (forking a large process
+only to load them twice cost every warm start, and every load of the GPU test suite).
+
 The caller then runs each plan once as before (the kernels phase of `NativeModel.load`): every
 launch finds its kernel compiled, and one that did not would compile there, so the kernels are
 exactly those of the sequential path and nothing compiles after startup that did not before. The
@@ -33,6 +39,7 @@ CPU (Triton's interpreter) nothing compiles: `compile_plans` does nothing there.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -42,6 +49,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
+from pathlib import Path
 
 import torch
 
@@ -189,6 +197,50 @@ def prefill_disk_cache(specializations: list[Specialization], device_index: int,
     return len(failures)
 
 
+RECORDS_DIR = "helios-prefilled"  # in Triton's cache directory: one empty file a specialization set
+
+
+def specialization_digest(specializations: Iterable[Specialization], platform: str) -> str:
+    """A digest of a set of specializations (each kernel's source hash and cache key) on `platform`
+    (the Triton version and the device's architecture): equal sets, in any order, digest alike."""
+    digest = hashlib.sha256(platform.encode())
+    for entry in sorted(f"{getattr(item.function, 'cache_key', '')}:{item.key}" for item in specializations):
+        digest.update(entry.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def prefill_record(digest: str) -> Path | None:
+    """Where a compile of the specialization set `digest` is recorded: Triton's cache directory
+    (None when it has none), so emptying that cache forgets the records with the kernels."""
+    from triton import knobs
+
+    directory = getattr(getattr(knobs, "cache", None), "dir", None)  # NOTE: None in a Triton without it
+    return Path(directory) / RECORDS_DIR / digest if directory else None
+
+
+def prefill_unless_recorded(specializations: list[Specialization], device_index: int, processes: int,
+                            record: Path | None) -> int | None:
+    """`prefill_disk_cache` unless `record` says this very set was compiled before (the disk cache
+    then holds every kernel: the in-process compile reads them, and forking workers would only load
+    them twice); returns the prefill's failures, None where it was skipped. A record that lies (the
+    cache emptied by hand, another cache manager) costs time, never correctness: the in-process
+    compile compiles whatever it does not find."""
+    if record is not None and record.exists():
+        return None
+    return prefill_disk_cache(specializations, device_index, processes)
+
+
+def record_compiled(record: Path | None) -> None:
+    """Note that the set `record` names is compiled into the disk cache (best effort)."""
+    if record is None:
+        return
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.touch()
+    except OSError as error:  # a read-only cache: the next start prefills again
+        _log.info("kernel prefill record not written (%s)", error)
+
+
 def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: int | None = None,
                   extra: Iterable[Callable[[], None]] = ()) -> int:
     """Compiles every Triton kernel specialization `plans` (and the `extra` runs) launch,
@@ -202,12 +254,20 @@ def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: in
         start = time.perf_counter()
         specializations = discover(plans, extra)
         discovered = time.perf_counter()
-        failed = prefill_disk_cache(specializations, torch.cuda.current_device(), threads)
+        index = torch.cuda.current_device()
+        import triton
+
+        capability = torch.cuda.get_device_capability(index)
+        record = prefill_record(specialization_digest(specializations, f"triton {triton.__version__} sm {capability}"))
+        failed = prefill_unless_recorded(specializations, index, threads, record)
         prefilled = time.perf_counter()
         compile_specializations(specializations, threads)
         compiled = time.perf_counter()
-    _log.info("%d kernel specializations: discovered in %.2f s, prefilled by %d processes in %.2f s (%d failed "
-              "there), compiled in this process in %.2f s", len(specializations),
-              discovered - start, min(threads, len(specializations)) if len(specializations) > 1 and threads > 1
-              else 0, prefilled - discovered, failed, compiled - prefilled)
+        if not failed:
+            record_compiled(record)
+    _log.info("%d kernel specializations: discovered in %.2f s, %s, compiled in this process in %.2f s",
+              len(specializations), discovered - start,
+              "no prefill (compiled before)" if failed is None else
+              f"prefilled by {min(threads, len(specializations)) if len(specializations) > 1 and threads > 1 else 0} "
+              f"processes in {prefilled - discovered:.2f} s ({failed} failed there)", compiled - prefilled)
     return len(specializations)

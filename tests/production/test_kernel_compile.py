@@ -101,3 +101,53 @@ def test_compiled_kernels_counts_every_cache_entry_of_the_kernel_modules_once(mo
     assert kernel_compile.compiled_kernels() == base + 3
     function.device_caches[1][0]["d"] = object()  # a launch that compiles adds an entry
     assert kernel_compile.compiled_kernels() == base + 4
+
+
+class Keyed(Recorder):
+    """A recorder with a JIT function's source hash (`cache_key`)."""
+
+    def __init__(self, directory, cache_key: str) -> None:
+        super().__init__(directory)
+        self.cache_key = cache_key
+
+
+def test_a_specialization_set_digests_alike_in_any_order_and_differs_in_any_part(tmp_path):
+    a, b = Keyed(tmp_path, "src-a"), Keyed(tmp_path, "src-b")
+    items = [Specialization(a, "k1", "d1"), Specialization(b, "k2", "d2")]
+    digest = kernel_compile.specialization_digest
+    assert digest(items, "triton 3.6 sm (9, 0)") == digest(items[::-1], "triton 3.6 sm (9, 0)")
+    assert digest(items, "triton 3.6 sm (9, 0)") != digest(items, "triton 3.6 sm (8, 0)")  # another device
+    assert digest(items, "p") != digest(items[:1], "p")  # one specialization fewer
+    assert digest(items, "p") != digest([items[0], Specialization(b, "k3", "d2")], "p")  # another cache key
+    assert digest(items, "p") != digest([items[0], Specialization(Keyed(tmp_path, "src-c"), "k2", "d2")], "p")
+
+
+def test_a_recorded_set_skips_the_forked_prefill_and_an_unrecorded_one_runs_it(tmp_path):
+    compiled = tmp_path / "compiled"
+    compiled.mkdir()
+    items = [Specialization(Recorder(compiled), f"key{i}", f"spec{i}") for i in range(4)]
+    record = tmp_path / "cache" / kernel_compile.RECORDS_DIR / "digest"
+    assert kernel_compile.prefill_unless_recorded(items, 0, 2, record) == 0  # not recorded: prefilled
+    assert len(list(compiled.iterdir())) == 4
+    kernel_compile.record_compiled(record)
+    assert record.exists()
+    for path in compiled.iterdir():
+        path.unlink()
+    assert kernel_compile.prefill_unless_recorded(items, 0, 2, record) is None  # recorded: no worker ran
+    assert list(compiled.iterdir()) == []
+    kernel_compile.record_compiled(None)  # no cache directory: nothing to record
+
+
+def test_a_record_that_cannot_be_written_is_left_out(tmp_path, caplog):
+    import logging
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.INFO, logger=kernel_compile.__name__):
+        kernel_compile.record_compiled(blocked / kernel_compile.RECORDS_DIR / "digest")
+    assert "record not written" in caplog.text
+
+
+def test_records_live_in_tritons_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert kernel_compile.prefill_record("abc") == tmp_path / kernel_compile.RECORDS_DIR / "abc"
