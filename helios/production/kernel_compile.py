@@ -20,8 +20,8 @@ run one by one, the first eager pass of every plan compiled each specialization 
 A set of specializations compiled once is recorded in Triton's cache directory (`RECORDS_DIR`, an
 empty file named by the set's digest: kernel sources, cache keys, Triton version, device
 architecture): a later start that discovers the same set skips the forked prefill, since the disk
-cache already holds every kernel and the in-process compile reads them (forking a large process
-only to load them twice cost every warm start, and every load of the GPU test suite).
+cache already holds every kernel and the in-process compile reads them (the workers would only
+load them once more, after forking a large process; what that cost a warm start is not measured yet).
 
 The caller then runs each plan once as before (the kernels phase of `NativeModel.load`): every
 launch finds its kernel compiled, and one that did not would compile there, so the kernels are
