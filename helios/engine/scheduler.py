@@ -439,12 +439,13 @@ class Scheduler(RequestResidency):
                     self._retire_restoration(s)
                     continue
                 if speculative:  # every emitted id, in order (delivery ends the request at a stop among them);
-                    for token in sampled_id:  # known before publication: the accepted ones are committed history
-                        s.known.append(token)
-                        ids.append(request_id)
-                        tokens.append(token)
-                        counts.append(s.sampled + 1)
-                        s.sampled += 1
+                    # known before publication: the accepted ones are committed history
+                    emitted_here, before = len(sampled_id), s.sampled
+                    s.known.extend(sampled_id)
+                    ids.extend([request_id] * emitted_here)
+                    tokens.extend(sampled_id)
+                    counts.extend(range(before + 1, before + emitted_here + 1))
+                    s.sampled = before + emitted_here
                 pages = s.pages
                 published = len(pages.keys)  # type: ignore[union-attr]
                 if (published + 1) * page_tokens <= consumed and published < len(pages.pages):  # type: ignore[union-attr]
