@@ -152,49 +152,20 @@ def _summed(x_ptr, r_ptr, offsets, mask, RESIDUAL: tl.constexpr):
 
 
 @triton.jit
-def _norm_denominator(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, STORE_SUM,
-                      RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """sqrt(mean(x^2) + eps) of each row of x (or of x + r, stored into s where STORE_SUM): the RMS
-    norm's denominator, computed by every program of a norm-prologue product over the whole row."""
-    rows = tl.arange(0, BLOCK_M)
-    row_offsets = rows[:, None].to(tl.int64) * stride_x
-    row_mask = rows[:, None] < m_rows
-    squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for k0 in range(0, k_extent, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        mask = row_mask & (ks[None, :] < k_extent)
-        x = _summed(x_ptr, r_ptr, row_offsets + ks[None, :], mask, RESIDUAL)
-        if RESIDUAL:
-            if STORE_SUM:
-                tl.store(s_ptr + row_offsets + ks[None, :], x.to(s_ptr.dtype.element_ty), mask=mask)
-        squares += tl.sum(x * x, axis=1)
-    return tl.sqrt(squares / k_extent + eps)
-
-
-@triton.jit
-def _normalized(x_ptr, r_ptr, nw_ptr, row_offsets, ks, row_mask, k_extent, denominator, w_offset,
-                RESIDUAL: tl.constexpr):
-    """One K step of a norm prologue's rows: rms_norm(x [+ r]) by weight nw (plus the offset), each
-    row over its denominator, rounded to x's dtype as the unfused norm stores it."""
-    k_in = ks < k_extent
-    x = _summed(x_ptr, r_ptr, row_offsets + ks[None, :], row_mask & k_in[None, :], RESIDUAL)
-    scale = tl.load(nw_ptr + ks, mask=k_in, other=0.0).to(tl.float32) + w_offset
-    return (x / denominator[:, None] * scale[None, :]).to(x_ptr.dtype.element_ty)
-
-
-@triton.jit
 def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
-             r_ptr, nw_ptr, denominator, w_offset,
+             r_ptr, s_ptr, nw_ptr, eps, w_offset,
              HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
-             RESIDUAL: tl.constexpr):
+             RESIDUAL: tl.constexpr, MAY_STORE_SUM: tl.constexpr):
     """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices.
 
     MMA: tensor cores over the transposed product (W tile @ x^T: the weight columns fill the MMA's
     wide side, the few rows its narrow one), operands in their own dtype, FP32 accumulation; else
-    CUDA-core FMAs on FP32 values. NORM: the product's input is the RMS norm of x (of x + r with
-    RESIDUAL) by weight nw, each row over its `denominator`, rounded to x's dtype as the unfused
-    norm stores it."""
+    CUDA-core FMAs on FP32 values. NORM (CUDA-core tiles only): the product's input is the RMS norm
+    of x (of x + r with RESIDUAL, rounded to x's dtype and stored into s by program 0 where
+    MAY_STORE_SUM) by weight nw plus `w_offset`, in one pass: each K step multiplies x * (nw +
+    offset) in FP32 into the product and adds x's squares to the row's sum, and the product of each
+    row is divided by sqrt(mean square + eps) at the end (the division is one scalar a row)."""
     rows = tl.arange(0, BLOCK_M)
     cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_extent
@@ -204,19 +175,12 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
     x_rows = x_ptr + x_offsets
     w_rows = w_ptr + safe_cols[:, None] * stride_w
     row_mask = rows[:, None] < m_rows
+    squares = tl.zeros((BLOCK_M,), dtype=tl.float32)  # NORM: each row's sum of squares
     if MMA:
         transposed = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for k0 in range(0, k_extent, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
-            if NORM:
-                k_in = ks < k_extent
-                x = _normalized(x_ptr, r_ptr, nw_ptr, x_offsets, ks, row_mask, k_extent, denominator, w_offset,
-                                RESIDUAL)
-                if EVEN_K:
-                    w = tl.load(w_rows + ks[None, :])
-                else:
-                    w = tl.load(w_rows + ks[None, :], mask=k_in[None, :], other=0.0)
-            elif EVEN_K:
+            if EVEN_K:
                 x = tl.load(x_rows + ks[None, :], mask=row_mask, other=0.0)
                 w = tl.load(w_rows + ks[None, :])
             else:
@@ -231,8 +195,14 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
             ks = k0 + tl.arange(0, BLOCK_K)
             if NORM:
                 k_in = ks < k_extent
-                x = _normalized(x_ptr, r_ptr, nw_ptr, x_offsets, ks, row_mask, k_extent, denominator, w_offset,
-                                RESIDUAL).to(tl.float32)
+                x = _summed(x_ptr, r_ptr, x_offsets + ks[None, :], row_mask & k_in[None, :], RESIDUAL)
+                if RESIDUAL and MAY_STORE_SUM:
+                    if tl.program_id(0) == 0:
+                        tl.store(s_ptr + x_offsets + ks[None, :], x.to(s_ptr.dtype.element_ty),
+                                 mask=row_mask & k_in[None, :])
+                squares += tl.sum(x * x, axis=1)
+                scale = tl.load(nw_ptr + ks, mask=k_in, other=0.0).to(tl.float32) + w_offset
+                x = x * scale[None, :]
                 if EVEN_K:
                     w = tl.load(w_rows + ks[None, :]).to(tl.float32)
                 else:
@@ -245,6 +215,8 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
                 x = tl.load(x_rows + ks[None, :], mask=row_mask & k_mask, other=0.0).to(tl.float32)
                 w = tl.load(w_rows + ks[None, :], mask=k_mask, other=0.0).to(tl.float32)
             acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
+        if NORM:
+            acc = acc / tl.sqrt(squares / k_extent + eps)[:, None]
     if HAS_BIAS:
         acc += tl.load(b_ptr + safe_cols)[None, :].to(tl.float32)
     return acc, cols, col_mask
@@ -260,26 +232,14 @@ def _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M: tl.constex
 
 @triton.jit
 def _group(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, out_ptr, stride_out, n_extent, tile,
-           r_ptr, nw_ptr, denominator, w_offset,
+           r_ptr, s_ptr, nw_ptr, eps, w_offset,
            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
            RESIDUAL: tl.constexpr):
     acc, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
-                                   r_ptr, nw_ptr, denominator, w_offset,
-                                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
+                                   r_ptr, s_ptr, nw_ptr, eps, w_offset, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N,
+                                   BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True)
     _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M)
-
-
-@triton.jit
-def _prologue(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The norm prologue's row denominators (ones without NORM); program 0 stores the residual sum."""
-    if NORM:
-        denominator = _norm_denominator(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps,
-                                        tl.program_id(0) == 0, RESIDUAL, BLOCK_M, BLOCK_K)
-    else:
-        denominator = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)
-    return denominator
 
 
 @triton.jit
@@ -293,23 +253,22 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
                    PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
     pid = tl.program_id(0)
-    d = _prologue(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, NORM, RESIDUAL, BLOCK_M, BLOCK_K)
     if pid < tiles0:
-        _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid, r_ptr, nw_ptr, d, w_offset,
+        _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid, r_ptr, s_ptr, nw_ptr, eps, w_offset,
                HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
     else:
         if GROUPS == 2:
             _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
-                   r_ptr, nw_ptr, d, w_offset,
+                   r_ptr, s_ptr, nw_ptr, eps, w_offset,
                    HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
         if GROUPS == 3:
             if pid < tiles0 + tiles1:
                 _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
-                       r_ptr, nw_ptr, d, w_offset,
+                       r_ptr, s_ptr, nw_ptr, eps, w_offset,
                        HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
             else:
                 _group(x_ptr, stride_x, m_rows, k_extent, w2, sw2, b2, o2, so2, n2, pid - tiles0 - tiles1,
-                       r_ptr, nw_ptr, d, w_offset,
+                       r_ptr, s_ptr, nw_ptr, eps, w_offset,
                        HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
 
 
@@ -321,13 +280,12 @@ def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, o
                   PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
     pid = tl.program_id(0)
-    d = _prologue(x_ptr, stride_x, r_ptr, s_ptr, m_rows, k_extent, eps, NORM, RESIDUAL, BLOCK_M, BLOCK_K)
     g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
-                                 r_ptr, nw_ptr, d, w_offset,
-                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
+                                 r_ptr, s_ptr, nw_ptr, eps, w_offset,
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True)
     u, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wu, swu, bu, pid, n_extent,
-                                 r_ptr, nw_ptr, d, w_offset,
-                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL)
+                                 r_ptr, s_ptr, nw_ptr, eps, w_offset,
+                                 HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, False)
     # the unfused matmuls store gate and up in the output dtype: round them there first
     g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
     u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
@@ -365,12 +323,14 @@ def _check(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torc
 
 @dataclass(frozen=True, slots=True)
 class NormPrologue:
-    """The product's input is `rms_norm(x [+ residual], weight)`, computed in the product's prologue
-    (the norm's output is never stored): each program reduces its rows' squares over the whole K
-    extent, then normalizes every K step it multiplies. With `residual`, `sum_out = x + residual`
-    (rounded to x's dtype) is stored by program 0, and the sum is what is normalized, as the unfused
-    add and norm compute it: the normalized values are rounded to x's dtype before the product,
-    as the unfused norm stores them. Only the order of the FP32 sum of squares differs."""
+    """The product's input is `rms_norm(x [+ residual], weight)`, computed inside the product's one
+    pass over K (the norm's output is never stored): each K step multiplies x * (weight + offset)
+    into the product in FP32 and adds x's squares to the row's sum, and each output row is divided
+    by sqrt(mean square + eps) before the bias (the norm's division is one scalar a row, so it
+    commutes with the product). With `residual`, `sum_out = x + residual` (rounded to x's dtype, as
+    the unfused add stores it) is what is normalized, stored by program 0. Unlike the unfused norm
+    the normalized rows are not rounded to x's dtype before the product: the result agrees with the
+    unfused pair within that rounding. CUDA-core tiles only (`Blocks.mma` False)."""
 
     weight: torch.Tensor  # [K]
     eps: float
@@ -396,7 +356,9 @@ class NormPrologue:
         return [self.residual, self.sum_out, self.weight, float(self.eps), float(self.weight_offset)]
 
 
-def _norm_meta(norm: NormPrologue | None) -> dict[str, object]:
+def _norm_meta(norm: NormPrologue | None, blocks: Blocks) -> dict[str, object]:
+    if norm is not None and blocks.mma:
+        raise LinearShapeError("a norm prologue runs on CUDA-core tiles; the tile is a tensor-core one")
     return dict(NORM=norm is not None, RESIDUAL=norm is not None and norm.residual is not None)
 
 
@@ -443,7 +405,7 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
             packed.append(tiles[i] if g < groups else 0)
     packed += norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]
     meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]),
-                **_norm_meta(norm), **dependent(x))
+                **_norm_meta(norm, blocks), **dependent(x))
     launch = _linear_kernel[(sum(tiles),)]
     return lambda: launch(*packed, **meta)
 
@@ -475,7 +437,7 @@ def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
               up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
               out, out.stride(0), n, *(norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]))
     meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
-                **_tile_meta(blocks, k, x, gate_weight), **_norm_meta(norm), **dependent(x))
+                **_tile_meta(blocks, k, x, gate_weight), **_norm_meta(norm, blocks), **dependent(x))
     launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
     return lambda: launch(*packed, **meta)
 

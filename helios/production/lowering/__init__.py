@@ -3,7 +3,7 @@
 `LOWERINGS` holds one lowering per operator of the operator set (the registry test requires it);
 `lower_program` walks the operators in order, binds every tensor to its static storage (weights,
 manifest buffers, arena scratch), and fuses neighbours where it saves a launch without changing
-meaning:
+meaning (the norm prologue within its rounding, and only where measured faster):
 
     add(a, b) -> s ; rms_norm(s, w) -> n               =>  one norm kernel storing s and n
     rotary(x, pos) -> r ; paged_cache_write(c, r, ...)  =>  one kernel rotating into the cache
@@ -22,7 +22,7 @@ meaning:
                                                         =>  one GEMV storing act(g) * u into h
     [add(a, b) -> s ;] rms_norm(s, w) -> n ; <a matmul, either group above, of n>
                                                         =>  the norm (and the add, s stored) in the
-                                                             GEMV's prologue, n never stored (n read
+                                                             GEMV's one pass, n never stored (n read
                                                              by those products alone; GEMVs on
                                                              CUDA-core tiles of at most 8 rows,
                                                              the fused launch timed faster)

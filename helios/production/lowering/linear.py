@@ -14,7 +14,7 @@ Triton for the fused shape):
 
     [add(a, b) -> s ;] rms_norm(s, w) -> n ; <a matmul or either group above, reading n>
                                             =>  the same launch with the norm (and the add) in its
-                                                prologue (`kernels/linear.py` NormPrologue): s
+                                                one pass (`kernels/linear.py` NormPrologue): s
                                                 stored by the launch, n never stored; taken where n
                                                 is read by those products alone and the product runs
                                                 on a CUDA-core tile of at most NORM_PROLOGUE_MAX_ROWS
@@ -22,10 +22,11 @@ Triton for the fused shape):
                                                 the policy times the fused launch faster than the
                                                 norm kernel then the product launch
 
-Each keeps the program's meaning: each group adds its own bias, the gated kernel rounds g and u
-to their dtype before the activation, as the unfused matmuls store them, and the norm prologue
-rounds s and n where the unfused add and norm store them (only its FP32 sum of squares runs in
-another order). The logits product runs in
+The first two keep the program's meaning: each group adds its own bias, and the gated kernel rounds
+g and u to their dtype before the activation, as the unfused matmuls store them. The norm prologue
+rounds s where the unfused add stores it, but not the normalized rows n (the row's RMS divides the
+product instead): it agrees with the unfused pair within n's rounding to its dtype, which is why a
+measured choice, not a rule, takes it. The logits product runs in
 FP32 (no rounding of 16-bit operands); on Triton it covers the sampled ids only, since the tail is
 filled with -inf after the product and the softcap anyway.
 """
