@@ -42,7 +42,8 @@ from helios.reference.operators import sample
 
 QK_PROLOGUE = "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2"  # Qwen3-style layer
 PLAIN_PROLOGUE = "rotary & rotary+paged_cache_write*2"  # without head norms
-FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOGUE)
+MOVES = "copy+fill*5"  # a completion record's copies and fills, one launch (a GPU's, or the GPU-paths mode's)
+FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOGUE, MOVES)
 # taken only on the Triton products (a GPU's timed choice, or the GPU-paths mode); torch runs them unfused
 NORM_QKV, NORM_GATE_UP = "add+rms_norm+matmul*3", "rms_norm+gate_up+activation"  # the norm in the prologue
 PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation", NORM_QKV, NORM_GATE_UP)
@@ -212,6 +213,7 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
     for cohort in cases.cohorts:
         yield "engram_gather", cohort.name, cohort, _engram_gather
     yield "fill", "f32", first, _fill
+    yield MOVES, "completion", first, _moves
 
 
 def _embedding(p, rng, cohort, g, cases):
@@ -812,6 +814,19 @@ def _prompt_scores(p, rng, cohort, g, cases):
     p.outputs += [scores, ids]
     p.builder.prompt_scores(p.input("logits", logits, "f32"), p.input("targets", targets, "i32"), scores=scores,
                             ids=ids)
+
+
+def _moves(p, rng, cohort, g, cases):
+    """A completion record's writes: copies of integer and float tensors (one longer than a GPU-paths
+    block) and fills of integer and float fields, one launch where the copy+fill group is lowered."""
+    lanes = len(_rows(cohort)[0])
+    generation = p.input("generation", rng.integers(0, 1 << 20, size=lanes).astype(np.int64), "i32")
+    p.builder.copy(generation, into=p.output("completion_generation", (lanes,), "i32"))
+    p.builder.fill(-1, into=p.output("draft_cursor", (lanes,), "i32"))
+    hidden = p.input("hidden", _normal(rng, 3, g["hidden"]))
+    p.builder.copy(hidden, into=p.output("hidden_out", (3, g["hidden"])))
+    p.builder.fill(0.25, into=p.output("scale", (2, g["hidden"])))
+    p.builder.fill(7, into=p.output("status", (1,), "i32"))
 
 
 def _fill(p, rng, cohort, g, cases):

@@ -198,6 +198,10 @@ MUTATIONS = {
     "the q/k/v launch's third group at the second group's tile offset": (
         "linear", ("_linear_kernel",),
         "o2, so2, n2, pid - tiles0 - tiles1,", "o2, so2, n2, pid - tiles0,", "matmul*3/decode"),
+    "the grouped copies write every block over the first": (
+        "copies", ("_copy_fill_kernel",),
+        "offsets = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)", "offsets = tl.arange(0, BLOCK)",
+        "copy+fill*5/completion"),
     "the norm prologue drops the norm weight's offset": (
         "linear", ("_linear_kernel", "_gated_kernel"),
         "scale = tl.load(nw_ptr + ks, mask=k_in, other=0.0).to(tl.float32) + w_offset",
@@ -299,8 +303,16 @@ def test_the_operators_level_passes_in_the_mode():
 
 def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
     """The conformance cases of the norm-prologue fusions reach the fused launch in the GPU-paths mode
-    (one row: the CUDA-core tile) and run unfused on torch by default."""
-    from conformance.operators import NORM_GATE_UP, NORM_QKV, OperatorCases, OperatorProgram, case_builders
+    (one row: the CUDA-core tile) and run unfused on torch by default; the completion writes'
+    case is one copy+fill group either way (its kernel runs in the mode, torch calls by default)."""
+    from conformance.operators import (
+        MOVES,
+        NORM_GATE_UP,
+        NORM_QKV,
+        OperatorCases,
+        OperatorProgram,
+        case_builders,
+    )
     from conformance.workload import load_operator_cases
     from helios.production.buffers import ScratchArena
     from helios.production.lowering import lower_program
@@ -311,7 +323,8 @@ def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
     chosen = [c for c in case_builders(cases, gpu_paths=True) if c[0] in (NORM_QKV, NORM_GATE_UP)
               and c[1].endswith("one_row")]
     assert {c[0] for c in chosen} == {NORM_QKV, NORM_GATE_UP}
-    for operator, _, cohort, build in chosen:
+    moves = [c for c in case_builders(cases, gpu_paths=True) if c[0] == MOVES]
+    for operator, _, cohort, build in chosen + moves:
         p = OperatorProgram("f32", ProgramBuilder("case"))
         build(p, np.random.default_rng(0), cohort, cases.geometry, cases)
         program = p.builder.build()
@@ -319,5 +332,8 @@ def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
         kernels = {mode: lower_program(program, validate_program(program), weights={}, buffers=buffers,
                                        arena=ScratchArena(torch.device("cpu")), device=torch.device("cpu"),
                                        gpu_paths=GpuPaths() if mode else None).kernels for mode in (False, True)}
+        if operator == MOVES:
+            assert kernels[True] == kernels[False] == (MOVES,)
+            continue
         assert operator in kernels[True], (operator, kernels[True])
         assert not any(k.startswith(("add+rms_norm+", "rms_norm+")) for k in kernels[False]), kernels[False]

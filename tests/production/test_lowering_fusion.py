@@ -189,11 +189,14 @@ def test_a_qwen3_decode_layer_launches_one_prologue_kernel_instead_of_five(cores
     for launch in prologue:
         assert sorted(operators[i].op for i in launch.operators) == sorted(
             ["head_rms_norm", "head_rms_norm", "rotary", "rotary", "paged_cache_write", "paged_cache_write"])
-    # unfused: 6 prologue launches a layer, every add apart from its rms_norm, and each gather of the
-    # sampler's inputs apart (a graph of fewer lanes than slots gathers five by its submission slots)
+    # unfused: 6 prologue launches a layer, every add apart from its rms_norm, each gather of the
+    # sampler's inputs apart (a graph of fewer lanes than slots gathers five by its submission slots),
+    # and each copy and fill of the completion record apart (four copies, three fills)
     gathered = [int(kernel.rsplit("*", 1)[1]) - 1 for kernel in plan.kernels if kernel.startswith("gather*")]
     assert gathered == [4]
-    assert len(unfused.launches) - len(plan.launches) == 5 * layers + plan.kernels.count("add+rms_norm") + 4
+    moved = [int(kernel.rsplit("*", 1)[1]) - 1 for kernel in plan.kernels if kernel.startswith("copy+fill*")]
+    assert moved == [6]
+    assert len(unfused.launches) - len(plan.launches) == 5 * layers + plan.kernels.count("add+rms_norm") + 4 + 6
 
 
 # ------------------------------------------------------------------------------ gathers by one index
@@ -248,5 +251,6 @@ def test_gathers_by_one_index_are_one_launch(rng, gpu_paths):
         expected = execute(program, {name: value.copy() for name, value in values.items()}, operators)
         for name, t in copies.items():
             np.testing.assert_array_equal(t.cpu().numpy(), expected[name], err_msg=name)
-    assert plans[True].kernels[:7] == ("gather*3", "gather", "gather", "gather", "gather", "fill", "copy")
+    # the fill stands alone (the copy after it reads what it wrote); the seven copies after it are one
+    assert plans[True].kernels == ("gather*3", "gather", "gather", "gather", "gather", "fill", "copy+fill*7")
     assert plans[False].kernels == tuple(op.op for op in operators)

@@ -28,6 +28,9 @@ meaning (the norm prologue within its rounding, and only where measured faster):
                                                              the fused launch timed faster)
     gather(a, i) -> a' ; gather(b, i) -> b' [; ...]    =>  one launch picking every tensor's rows
                                                              (up to six; none reads another's output)
+    copy(x) -> a ; fill() -> b [; copies, fills ...]    =>  one launch moving every tensor (up to
+                                                             eight, each touching tensors no other
+                                                             writes: a completion record's fields)
 
 The modules of this package, along the seams of the walk:
 
@@ -60,6 +63,8 @@ from helios.production.lowering.operators import (
     gather_group_size,
     lower_add_rms_norm,
     lower_gather_group,
+    lower_move_group,
+    move_group_size,
 )
 from helios.production.lowering.product_choice import LinearPolicy, default_policy, policy_for
 from helios.production.plan import Launch, LaunchPlan
@@ -92,7 +97,10 @@ def _fusion(c: Context, operators: Sequence[ValidatedOperator], i: int, readers:
             and op.outputs[0] not in nxt.outputs:
         return "add+rms_norm"
     gathers = gather_group_size(operators, i)
-    return f"gather*{gathers}" if gathers >= 2 else None
+    if gathers >= 2:
+        return f"gather*{gathers}"
+    moves = move_group_size(operators, i)
+    return f"copy+fill*{moves}" if moves >= 2 else None
 
 
 def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOperator], *,
@@ -192,6 +200,10 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             group = tuple(operators[i:i + int(fused.rsplit("*", 1)[1])])
             bind_outputs(group, set())
             run = lower_gather_group(context, group)
+        elif fused is not None and fused.startswith("copy+fill*"):
+            group = tuple(operators[i:i + int(fused.rsplit("*", 1)[1])])
+            bind_outputs(group, set())
+            run = lower_move_group(context, group)
         elif fused is not None and rotary.is_rotary_fusion(fused):
             sides, covered = rotary.rotary_group(operators, i, fused, deferred)
             group = tuple(o for side in sides for o in side.operators)

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from helios.production.kernels import activation, attention, gather, norm, sampling
+from helios.production.kernels import activation, attention, copies, gather, norm, sampling
 from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
 from helios.production.lowering.context import Context, Lowering, rank_filters
 from helios.production.lowering.engram import lower_engram_gather
@@ -213,6 +213,45 @@ def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
         index, block = c.t(ops[0].inputs[1]), _copy_block(c)
         return lambda: gather.gather_group(xs, index, outs, **block)
     runs = [_torch_gather(c, op) for op in ops]
+
+    def run() -> None:
+        for each in runs:
+            each()
+    return run
+
+
+MOVES = ("copy", "fill")
+
+
+def move_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
+    """How many consecutive copies and fills from operators[i] touch distinct tensors (none reads or
+    overwrites what another of them writes, none overwrites what another reads; at most
+    `copies.MAX_ITEMS`): one launch does them all (0 or 1: no group)."""
+    read: set[str] = set()
+    written: set[str] = set()
+    n = 0
+    while n < copies.MAX_ITEMS and i + n < len(operators):
+        op = operators[i + n]
+        if op.op not in MOVES:
+            break
+        out = op.outputs[0]
+        if any(x in written for x in op.inputs) or out in written or out in read or out in op.inputs:
+            break
+        read.update(op.inputs)
+        written.add(out)
+        n += 1
+    return n
+
+
+def lower_move_group(c: Context, ops: Sequence[ValidatedOperator]):
+    """Copies and fills of `move_group_size`: one launch on a GPU (and in the GPU-paths mode), each
+    operator's torch call on a CPU (or where a tensor is not contiguous)."""
+    touched = [c.t(name) for op in ops for name in (*op.inputs, *op.outputs)]
+    if (c.device.type == "cuda" or c.gpu_paths is not None) and all(t.is_contiguous() for t in touched):
+        moves = [copies.Move(c.t(op.outputs[0]).view(-1), src=c.t(op.inputs[0]).view(-1)) if op.op == "copy"
+                 else copies.Move(c.t(op.outputs[0]).view(-1), value=float(op.attributes["value"])) for op in ops]
+        return copies.copy_fill_group(moves, **_copy_block(c))
+    runs = [LOWERINGS[op.op](c, op) for op in ops]
 
     def run() -> None:
         for each in runs:
