@@ -58,3 +58,24 @@ def test_copies_and_fills_group_while_they_touch_distinct_tensors():
     assert move_group_size([_op("copy", ("a",), "x"), _op("fill", (), "a")], 0) == 1
     assert move_group_size([_op("fill", (), "x"), _op("fill", (), "x")], 0) == 1
     assert move_group_size([_op("copy", (f"s{i}",), f"d{i}") for i in range(MAX_ITEMS + 2)], 0) == MAX_ITEMS
+
+
+def test_a_group_whose_writes_share_storage_with_another_item_runs_its_calls_in_order(monkeypatch):
+    """Two names viewing one buffer: a fill of `b` and a copy out of `a`, where `b` is `a`'s storage.
+    The group is not one launch (its items would run at once): its calls run in program order (the
+    copy reads what the fill wrote), as the unfused calls do."""
+    from helios.production.gpu_paths import GpuPaths
+    from helios.production.kernels import copies
+    from helios.production.lowering.context import Context
+    from helios.production.lowering.operators import lower_move_group
+    from helios.production.lowering.product_choice import FixedPolicy
+
+    storage = torch.arange(4, dtype=torch.float32, device=DEVICE)
+    out = torch.zeros(4, device=DEVICE)
+    tensors = {"b": storage, "a": storage, "out": out}
+    context = Context(tensors, None, torch.device(DEVICE), "test", FixedPolicy("torch"), {}, GpuPaths(), None, None)
+    ops = [ValidatedOperator("fill", (), ("b",), {"value": 2.0}), ValidatedOperator("copy", ("a",), ("out",), {})]
+    assert move_group_size(ops, 0) == 2  # by names the two touch distinct tensors
+    monkeypatch.setattr(copies, "copy_fill_group", lambda *a, **k: pytest.fail("grouped despite shared storage"))
+    lower_move_group(context, ops)()
+    assert torch.equal(out, torch.full((4,), 2.0, device=DEVICE))

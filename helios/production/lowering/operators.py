@@ -247,7 +247,8 @@ def lower_move_group(c: Context, ops: Sequence[ValidatedOperator]):
     """Copies and fills of `move_group_size`: one launch on a GPU (and in the GPU-paths mode), each
     operator's torch call on a CPU (or where a tensor is not contiguous)."""
     touched = [c.t(name) for op in ops for name in (*op.inputs, *op.outputs)]
-    if (c.device.type == "cuda" or c.gpu_paths is not None) and all(t.is_contiguous() for t in touched):
+    if (c.device.type == "cuda" or c.gpu_paths is not None) and all(t.is_contiguous() for t in touched) \
+            and not _writes_overlap(c, ops):
         moves = [copies.Move(c.t(op.outputs[0]).view(-1), src=c.t(op.inputs[0]).view(-1)) if op.op == "copy"
                  else copies.Move(c.t(op.outputs[0]).view(-1), value=float(op.attributes["value"])) for op in ops]
         return copies.copy_fill_group(moves, **_copy_block(c))
@@ -257,6 +258,16 @@ def lower_move_group(c: Context, ops: Sequence[ValidatedOperator]):
         for each in runs:
             each()
     return run
+
+
+def _writes_overlap(c: Context, ops: Sequence[ValidatedOperator]) -> bool:
+    """Whether a tensor one of `ops` writes shares storage with another tensor of the group (names
+    differ, storage may not: two names can view one buffer); such a group runs its torch calls in order."""
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+    spans = [(i, span(c.t(name))) for i, op in enumerate(ops) for name in op.inputs]
+    writes = [(i, span(c.t(op.outputs[0]))) for i, op in enumerate(ops)]
+    return any(i != j and a[0] < b[1] and b[0] < a[1] for i, a in writes for j, b in (*spans, *writes))
 
 
 def _where(c: Context, op: ValidatedOperator):
