@@ -79,3 +79,24 @@ def test_a_group_whose_writes_share_storage_with_another_item_runs_its_calls_in_
     monkeypatch.setattr(copies, "copy_fill_group", lambda *a, **k: pytest.fail("grouped despite shared storage"))
     lower_move_group(context, ops)()
     assert torch.equal(out, torch.full((4,), 2.0, device=DEVICE))
+
+
+def test_gathers_whose_writes_share_storage_run_in_order(monkeypatch):
+    """The gather group's counterpart: a gather writing the buffer the next one reads under another name."""
+    from helios.production.gpu_paths import GpuPaths
+    from helios.production.kernels import gather
+    from helios.production.lowering.context import Context
+    from helios.production.lowering.operators import gather_group_size, lower_gather_group
+    from helios.production.lowering.product_choice import FixedPolicy
+
+    storage = torch.zeros(3, 2, device=DEVICE)
+    tensors = {"x": torch.arange(6, dtype=torch.float32, device=DEVICE).reshape(3, 2), "index": torch.tensor(
+        [2, 0, 1], dtype=torch.int32, device=DEVICE), "y": storage, "y_alias": storage, "out": torch.zeros(3, 2, device=DEVICE)}
+    context = Context(tensors, None, torch.device(DEVICE), "test", FixedPolicy("torch"), {}, GpuPaths(), None, None)
+    ops = [ValidatedOperator("gather", ("x", "index"), ("y",), {}),
+           ValidatedOperator("gather", ("y_alias", "index"), ("out",), {})]
+    assert gather_group_size(ops, 0) == 2  # by names the two touch distinct tensors
+    monkeypatch.setattr(gather, "gather_group", lambda *a, **k: pytest.fail("grouped despite shared storage"))
+    lower_gather_group(context, ops)()
+    picked = tensors["x"][[2, 0, 1]]
+    assert torch.equal(storage, picked) and torch.equal(tensors["out"], picked[[2, 0, 1]])

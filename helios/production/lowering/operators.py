@@ -207,8 +207,9 @@ def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
 def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
     """Gathers by one index (one, or a group of `gather_group_size`): one launch on a GPU
     (`gather.gather_group`; the torch form is five a gather), each gather's torch form on a CPU, where
-    each program of the interpreted kernel would cost milliseconds."""
-    if c.device.type == "cuda" or c.gpu_paths is not None:
+    each program of the interpreted kernel would cost milliseconds, and in order where a gather
+    writes storage another of the group reads or writes (two names viewing one buffer)."""
+    if (c.device.type == "cuda" or c.gpu_paths is not None) and not _writes_overlap(c, ops):
         xs, outs = [c.t(op.inputs[0]) for op in ops], [c.t(op.outputs[0]) for op in ops]
         index, block = c.t(ops[0].inputs[1]), _copy_block(c)
         return lambda: gather.gather_group(xs, index, outs, **block)
