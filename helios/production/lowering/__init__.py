@@ -196,14 +196,10 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             group = (op, operators[i + 1])
             bind_outputs(group, set())
             run = lower_add_rms_norm(context, *group)
-        elif fused is not None and fused.startswith("gather*"):
+        elif fused is not None and fused.startswith(("gather*", "copy+fill*")):  # N operators run at once
             group = tuple(operators[i:i + int(fused.rsplit("*", 1)[1])])
             bind_outputs(group, set())
-            run = lower_gather_group(context, group)
-        elif fused is not None and fused.startswith("copy+fill*"):
-            group = tuple(operators[i:i + int(fused.rsplit("*", 1)[1])])
-            bind_outputs(group, set())
-            run = lower_move_group(context, group)
+            run = (lower_gather_group if fused.startswith("gather*") else lower_move_group)(context, group)
         elif fused is not None and rotary.is_rotary_fusion(fused):
             sides, covered = rotary.rotary_group(operators, i, fused, deferred)
             group = tuple(o for side in sides for o in side.operators)

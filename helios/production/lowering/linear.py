@@ -96,11 +96,12 @@ def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str,
                         bias=len(ops[0].inputs) > 2)
 
 
-def _single_on_triton(c: Context, op: ValidatedOperator, x_rows: torch.Tensor | None = None) -> bool:
-    """Whether the policy runs one matmul's shape on Triton (False where the kernels cannot take it)."""
+def _single_on_triton(c: Context, op: ValidatedOperator, x_rows: torch.Tensor | None = None) -> ProductShape | None:
+    """One matmul's shape where the policy runs it on Triton, else None (torch, or a shape the
+    kernels cannot take)."""
     shape = _matmul_shape(c, (op,), "matmul", x_rows)
     if shape is None:
-        return False
+        return None
     x, w = _input(c, op, x_rows), c.t(op.inputs[1])
     bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
     out_shape, out_dtype = tuple(int(e) for e in c.decls[op.outputs[0]].shape), c.dtype(op.outputs[0])
@@ -110,14 +111,14 @@ def _single_on_triton(c: Context, op: ValidatedOperator, x_rows: torch.Tensor | 
         o = torch.empty(out_shape, dtype=out_dtype, device=c.device)
         return (_triton_matmuls(x, [w], [o], None if bias is None else [bias], blocks),
                 _torch_matmul(x, w, o, bias))
-    return c.linear.choose(shape, candidates) == "triton"
+    return shape if c.linear.choose(shape, candidates) == "triton" else None
 
 
 def lower_matmul(c: Context, op: ValidatedOperator):
     x, w, out = c.t(op.inputs[0]), c.t(op.inputs[1]), c.t(op.outputs[0])
     bias = c.t(op.inputs[2]) if len(op.inputs) > 2 else None
-    if _single_on_triton(c, op):
-        shape = _matmul_shape(c, (op,), "matmul")
+    shape = _single_on_triton(c, op)
+    if shape is not None:
         return _triton_matmuls(x, [w], [out], None if bias is None else [bias],
                                _blocks(c, shape.rows, shape.columns, shape.k))
     return _torch_matmul(x, w, out, bias)
@@ -228,25 +229,16 @@ def _group_of(c: Context, x: torch.Tensor, ops: Sequence[ValidatedOperator], fus
                                     int(x.shape[1])))
 
 
-def _gated_run(group: _Group, out: torch.Tensor):
-    return _product_launch(group, group.x, [out])
-
-
-def _fused_matmuls(c: Context, ops: Sequence[ValidatedOperator]):
-    """Consecutive matmuls of one input as one multi-output launch (outputs bound by the caller)."""
-    group = _group(c, ops, "matmul*")
-    return _triton_matmuls(group.x, group.weights, [c.t(op.outputs[0]) for op in ops], group.biases, group.blocks)
+def _group_outputs(c: Context, ops: Sequence[ValidatedOperator], fusion: str) -> list[torch.Tensor]:
+    """What a fused group's launch writes: the activation output of the gated group, else each
+    matmul's output."""
+    return [c.t(ops[2].outputs[0])] if fusion == GATED else [c.t(op.outputs[0]) for op in ops]
 
 
 def _gate_up(ops: Sequence[ValidatedOperator]) -> tuple[ValidatedOperator, ValidatedOperator]:
     """(gate matmul, up matmul) of a gate/up/activation group, as the activation reads them."""
     first, second, act = ops
     return (first, second) if act.inputs[0] == first.outputs[0] else (second, first)
-
-
-def _fused_gated(c: Context, ops: Sequence[ValidatedOperator]):
-    """matmul(gate) ; matmul(up) ; gated_activation as one launch into the activation output."""
-    return _gated_run(_group(c, ops, GATED), c.t(ops[2].outputs[0]))
 
 
 def _fusion_candidates(group: _Group):
@@ -262,9 +254,9 @@ def _fusion_candidates(group: _Group):
         h = empty(*group.outputs[0])
         kind = group.activation
         unfused.append(lambda: activation.gated_activation(gate, up, h, activation=kind))
-        fused = _gated_run(group, h)
+        fused = _product_launch(group, group.x, [h])
     else:
-        fused = _triton_matmuls(group.x, group.weights, outs, group.biases, group.blocks)
+        fused = _product_launch(group, group.x, outs)
 
     def torch_run() -> None:
         for run in unfused:
@@ -331,8 +323,12 @@ def unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:
 
 
 def lower_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
-    """The launch of a fused group whose outputs (but `unstored`) are bound."""
-    return _fused_gated(c, ops) if fusion == GATED else _fused_matmuls(c, ops)
+    """The launch of a fused group whose outputs (but `unstored`) are bound: consecutive matmuls of
+    one input as one multi-output launch, or gate, up and the activation as one launch into the
+    activation output."""
+    kind = GATED if fusion == GATED else "matmul*"
+    group = _group(c, ops, kind)
+    return _product_launch(group, group.x, _group_outputs(c, ops, kind))
 
 
 # ------------------------------------------------------------------------- the norm prologue
@@ -370,7 +366,7 @@ def norm_product_fusion(c: Context, operators: Sequence[ValidatedOperator], i: i
     product = matmul_fusion(c, operators, start, readers, x)
     if product is None:
         if _matmul_group(operators, start, c.decls, readers) is not None \
-                or not _single_on_triton(c, operators[start], x):
+                or _single_on_triton(c, operators[start], x) is None:
             return None  # a group the policy keeps on torch, or one matmul on torch
         product = "matmul"
     ops = operators[start:start + (1 if product == "matmul" else fusion_size(product))]
@@ -443,25 +439,29 @@ def _norm_candidates(group: _Group, operands: _NormOperands):
     return fused, unfused
 
 
+def _norm_parts(fusion: str) -> tuple[int, str]:
+    """(operators before the products: 2 with the add, 1 for the norm alone; the product fusion) of
+    a norm-prologue fusion's name."""
+    first = 2 if fusion.startswith(NORM_PREFIXES[0]) else 1
+    return first, fusion.split("+", first)[first]
+
+
 def norm_fusion_size(fusion: str) -> int:
     """Operators a norm-prologue fusion covers."""
-    prefix = next(p for p in NORM_PREFIXES if fusion.startswith(p))
-    product = fusion.removeprefix(prefix)
-    return prefix.count("+") + (1 if product == "matmul" else fusion_size(product))
+    first, product = _norm_parts(fusion)
+    return first + (1 if product == "matmul" else fusion_size(product))
 
 
 def norm_unstored(ops: Sequence[ValidatedOperator], fusion: str) -> set[str]:
     """Outputs of a norm-prologue group that get no storage: the normalized rows (and gate and up)."""
-    first = 2 if fusion.startswith(NORM_PREFIXES[0]) else 1
-    return {ops[first - 1].outputs[0], *unstored(ops[first:], fusion.split("+", first)[first])}
+    first, product = _norm_parts(fusion)
+    return {ops[first - 1].outputs[0], *unstored(ops[first:], product)}
 
 
 def lower_norm_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
     """The launch of a norm-prologue group whose outputs (but `norm_unstored`) are bound."""
-    first = 2 if fusion.startswith(NORM_PREFIXES[0]) else 1
-    products, product = ops[first:], fusion.split("+", first)[first]
+    first, product = _norm_parts(fusion)
+    products, kind = ops[first:], GATED if product == GATED else "matmul*"
     operands = _norm_operands(c, ops[0] if first == 2 else None, ops[first - 1])
-    group = _group_of(c, operands.x, products, GATED if product == GATED else "matmul*")
-    outs = [c.t(products[2].outputs[0])] if product == GATED else [c.t(op.outputs[0]) for op in products]
-    return _product_launch(group, operands.x, outs,
+    return _product_launch(_group_of(c, operands.x, products, kind), operands.x, _group_outputs(c, products, kind),
                            operands.prologue(_flat(c.t(ops[0].outputs[0])) if first == 2 else None))

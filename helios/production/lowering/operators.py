@@ -20,7 +20,7 @@ program, the gathers and the activation copy `copy_block` elements a program ite
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -181,27 +181,42 @@ def _torch_gather(c: Context, op: ValidatedOperator):
     return run
 
 
+def _independent_run(operators: Sequence[ValidatedOperator], i: int, limit: int,
+                     joins: Callable[[ValidatedOperator], bool]) -> int:
+    """How many consecutive operators from operators[i] `join` a group whose members can run at once:
+    none reads or overwrites what an earlier member writes, none overwrites what an earlier member
+    (or itself) reads; at most `limit`."""
+    read: set[str] = set()
+    written: set[str] = set()
+    n = 0
+    while n < limit and i + n < len(operators):
+        op = operators[i + n]
+        if not joins(op):
+            break
+        out = op.outputs[0]
+        if any(x in written for x in op.inputs) or out in written or out in read or out in op.inputs:
+            break
+        read.update(op.inputs)
+        written.add(out)
+        n += 1
+    return n
+
+
 def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
     """How many consecutive gathers from operators[i] pick by the same index, none reading or
     overwriting what another reads or writes (at most `gather.MAX_GATHERS`): one launch takes them all,
     its gathers running at once (0 or 1: no group)."""
-    first = operators[i]
-    if first.op != "gather" or first.outputs[0] in first.inputs:
+    if operators[i].op != "gather":
         return 0
-    index = first.inputs[1]
-    read, written = set(first.inputs), {first.outputs[0]}
-    n = 1
-    while n < gather.MAX_GATHERS and i + n < len(operators):
-        op = operators[i + n]
-        if op.op != "gather" or op.inputs[1] != index:
-            break
-        x, out = op.inputs[0], op.outputs[0]
-        if x in written or out in written or out in read or out == x:
-            break
-        read.add(x)
-        written.add(out)
-        n += 1
-    return n
+    index = operators[i].inputs[1]
+    return _independent_run(operators, i, gather.MAX_GATHERS, lambda op: op.op == "gather" and op.inputs[1] == index)
+
+
+def _in_order(runs: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    def run() -> None:
+        for each in runs:
+            each()
+    return run
 
 
 def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
@@ -213,12 +228,7 @@ def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
         xs, outs = [c.t(op.inputs[0]) for op in ops], [c.t(op.outputs[0]) for op in ops]
         index, block = c.t(ops[0].inputs[1]), _copy_block(c)
         return lambda: gather.gather_group(xs, index, outs, **block)
-    runs = [_torch_gather(c, op) for op in ops]
-
-    def run() -> None:
-        for each in runs:
-            each()
-    return run
+    return _in_order([_torch_gather(c, op) for op in ops])
 
 
 MOVES = ("copy", "fill")
@@ -228,20 +238,7 @@ def move_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
     """How many consecutive copies and fills from operators[i] touch distinct tensors (none reads or
     overwrites what another of them writes, none overwrites what another reads; at most
     `copies.MAX_ITEMS`): one launch does them all (0 or 1: no group)."""
-    read: set[str] = set()
-    written: set[str] = set()
-    n = 0
-    while n < copies.MAX_ITEMS and i + n < len(operators):
-        op = operators[i + n]
-        if op.op not in MOVES:
-            break
-        out = op.outputs[0]
-        if any(x in written for x in op.inputs) or out in written or out in read or out in op.inputs:
-            break
-        read.update(op.inputs)
-        written.add(out)
-        n += 1
-    return n
+    return _independent_run(operators, i, copies.MAX_ITEMS, lambda op: op.op in MOVES)
 
 
 def lower_move_group(c: Context, ops: Sequence[ValidatedOperator]):
@@ -253,12 +250,7 @@ def lower_move_group(c: Context, ops: Sequence[ValidatedOperator]):
         moves = [copies.Move(c.t(op.outputs[0]).view(-1), src=c.t(op.inputs[0]).view(-1)) if op.op == "copy"
                  else copies.Move(c.t(op.outputs[0]).view(-1), value=float(op.attributes["value"])) for op in ops]
         return copies.copy_fill_group(moves, **_copy_block(c))
-    runs = [LOWERINGS[op.op](c, op) for op in ops]
-
-    def run() -> None:
-        for each in runs:
-            each()
-    return run
+    return _in_order([LOWERINGS[op.op](c, op) for op in ops])
 
 
 def _writes_overlap(c: Context, ops: Sequence[ValidatedOperator]) -> bool:
