@@ -194,8 +194,11 @@ def test_embedding_clamps_invalid_ids(conform_core, clean_operators, monkeypatch
 def test_matmul_drops_its_bias(conform_core, clean_operators, monkeypatch):
     from helios.production.lowering import linear
 
-    torch_matmul = linear._torch_matmul
+    # both paths: torch's on a CPU, the Triton product where a GPU's policy times it faster
+    torch_matmul, triton_matmuls = linear._torch_matmul, linear._triton_matmuls
     monkeypatch.setattr(linear, "_torch_matmul", lambda x, w, out, bias: torch_matmul(x, w, out, None))
+    monkeypatch.setattr(linear, "_triton_matmuls",
+                        lambda xs, ws, outs, biases, blocks=None: triton_matmuls(xs, ws, outs, None, blocks))
     caught_by_operator(conform_core, "matmul", "out")
 
 
