@@ -18,7 +18,11 @@ admitted at a time; every mode runs `--repeats` times, interleaved, and the tabl
   - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
     history drafting (`--history-drafting`) has proposals to copy.
 Printed per workload, temperature and concurrency: output tokens per second of each mode, the best
-fixed choice (off or a width), and auto / best (issue #18's target: >= 0.97 at every concurrency).
+fixed choice (off or a width), and auto / best (issue #18's target: >= 0.97 at every concurrency),
+then what the adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it
+decoded plainly, rounds at the fallback width (costs unknown or stale) and the proposals accepted.
+`--json` also keeps every run's choices and, per point, the measured and served round costs the
+adaptive choice read at the end of its last run.
 """
 
 from __future__ import annotations
@@ -39,6 +43,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.serve import serve_at_once  # noqa: E402
 
 MAX_TOKENS = 128
+
+
+def choices(metrics) -> dict:
+    """What a run's scheduler chose (`RuntimeMetrics`): rounds by width, plain and fallback choices,
+    proposals offered and accepted (copied ones apart), graph launches by operation."""
+    return {"speculative_rounds_by_width": {str(w): n for w, n in sorted(metrics.speculative_rounds_by_width.items())},
+            "plain_choices": metrics.plain_choices, "fallback_choices": metrics.fallback_choices,
+            "offered": metrics.offered_drafts, "accepted": metrics.accepted_drafts,
+            "copied_offered": metrics.copied_offered, "copied_accepted": metrics.copied_accepted,
+            "graph_launches": dict(metrics.graph_launches)}
+
+
+def costs(metrics) -> dict:
+    """The measured and served round costs the adaptive choice read, in milliseconds."""
+    return {"measured": [{"graph": c.graph, "lanes": c.lanes, "width": c.width, "ms": c.seconds * 1e3}
+                         for c in metrics.round_costs],
+            "served": [{"graph": c.graph, "lanes": c.lanes, "width": c.width, "rounds": c.rounds,
+                        "ms": c.seconds * 1e3} for c in metrics.served_round_costs]}
+
+
+def describe(choice: dict) -> str:
+    widths = ", ".join(f"W{w} {n}" for w, n in choice["speculative_rounds_by_width"].items()) or "none"
+    accepted = choice["accepted"] / choice["offered"] if choice["offered"] else 0.0
+    return (f"speculative rounds {widths}; plain {choice['plain_choices']}; fallback {choice['fallback_choices']}; "
+            f"accepted {accepted:.2f} of {choice['offered']} proposals")
 
 
 def prepare(workdir: Path, *, dtype: str, capacities: list[int], widths: list[int]) -> tuple[Path, Path]:
@@ -193,10 +222,17 @@ def main(argv: list[str] | None = None) -> int:
                         return runtime, prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}-{tag}")
 
                     runs: dict[str, list[float]] = {name: [] for name in names}
+                    chosen: dict[str, list[dict]] = {name: [] for name in names}
+                    read_costs: dict = {}
                     for repeat in range(repeats):
                         for name, extra in modes(widths):
-                            tokens, seconds = serve_at_once(*setup(name, extra, str(repeat)))
+                            runtime, requests = setup(name, extra, str(repeat))
+                            tokens, seconds = serve_at_once(runtime, requests)
                             runs[name].append(tokens / seconds)
+                            metrics = runtime.metrics()
+                            chosen[name].append(choices(metrics))
+                            if name == "auto":
+                                read_costs = costs(metrics)
                     rates = {name: statistics.median(values) for name, values in runs.items()}
                     if args.profile and c == concurrency[-1] and temperature == args.temperatures[0]:
                         for name, extra in modes(widths):
@@ -211,9 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                     best = max(fixed, key=fixed.get)
                     figures.append({"workload": workload, "temperature": temperature, "concurrency": c,
                                     "requests": per(c), "tokens_per_second": rates, "runs": runs, "best_fixed": best,
-                                    "auto_over_best": rates["auto"] / fixed[best]})
+                                    "auto_over_best": rates["auto"] / fixed[best], "choices": chosen,
+                                    "auto_costs": read_costs})
                     print(f"{workload:>10} {temperature:>5.2f} {c:>4} " + " ".join(f"{rates[n]:>9.1f}" for n in names)
                           + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f}")
+                    for choice in chosen["auto"]:
+                        print(f"{'':>21} auto: {describe(choice)}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
