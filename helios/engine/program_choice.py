@@ -52,6 +52,18 @@ newest); until then it costs its table entry. The table is the optimistic side: 
 round at a time, so a served round's wall time is at least its replay's, and a program not yet
 served looks at least as good as it is, is chosen when that makes it best, and is then measured.
 
+Stale served costs age. A graph's served cost is refreshed only while it is chosen, so one inflated
+observation (a collector pause, a page fault, an admission burst landing in its interval) could keep
+a program unchosen for the rest of a run, its cost never measured again: the choice would ratchet
+down to narrower widths and stay there. Two rules keep the estimate honest. Once a graph has
+OBSERVED_ROUNDS observations, an observation is counted at most SPIKE_LIMIT times its current
+estimate (the pause is real time, but not this graph's round). And while other graphs' rounds are
+served, a graph's estimate ages toward the fastest round it has been served in: its excess over that
+floor halves every AGING_ROUNDS served rounds of any graph since its own last one. A program judged
+slow once is thus tried again after a while, and its fresh rounds decide; a program that is slow
+every time keeps its cost (its floor is slow too), so aging costs a few rounds of a worse program
+per AGING_ROUNDS at most.
+
 Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
 than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
 width. Either way the lanes ready to speculate have no outstanding round: the choice (or the
@@ -76,6 +88,8 @@ POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost
 OBSERVED_WEIGHT = 0.2  # the newest observation's weight in a graph's moving average
+SPIKE_LIMIT = 4.0  # an observation counts at most this many times the graph's estimate (once it has one)
+AGING_ROUNDS = 64  # served rounds (of any graph) that halve a graph's estimate's excess over its fastest round
 PLAIN_TOKENS = 8  # tokens of plain stint that age the pooled counts by one POOLED_DECAY
 
 
@@ -167,10 +181,21 @@ def best(candidates: Sequence[Candidate]) -> Candidate:
     return max(candidates, key=lambda c: (c.rate, not c.speculative, -c.width))
 
 
+@dataclass(slots=True)
+class _Served:
+    """One graph's served rounds: how many, their moving average, the fastest, and the count of every
+    graph's served rounds at its last observation."""
+
+    count: int
+    mean: float
+    floor: float
+    at: int
+
+
 class ServedCosts:
-    """Served rounds' wall time per graph (module docstring, "Costs from served rounds"), kept by both
-    runtimes' engines for every graph they serve, exported as metrics (`entries`) and read by the
-    program choice (`seconds`).
+    """Served rounds' wall time per graph (module docstring, "Costs from served rounds" and "Stale
+    served costs age"), kept by both runtimes' engines for every graph they serve, exported as metrics
+    (`entries`: the moving averages) and read by the program choice (`seconds`: aged).
 
         served.completed(graph, started, now)    # a validated round formed at `started`, completed at `now`
         served.failed(now)                       # a failed round: no cost, but the next interval starts here
@@ -179,17 +204,33 @@ class ServedCosts:
     that came later (an idle worker's wait is no round's cost), to its completion."""
 
     def __init__(self) -> None:
-        self._observed: dict[str, tuple[int, float]] = {}  # graph -> (served rounds, moving average seconds)
+        self._observed: dict[str, _Served] = {}
+        self._rounds = 0  # served rounds observed, of every graph
         self._last = 0.0  # the clock at the last completion (or failure)
+
+    def _aged(self, served: _Served) -> float:
+        """`served`'s moving average with its excess over its fastest round halved for every
+        AGING_ROUNDS rounds of other graphs served since its own last."""
+        stale = self._rounds - served.at
+        return served.floor + (served.mean - served.floor) * 0.5 ** (stale / AGING_ROUNDS)
 
     def observe(self, graph: str, seconds: float) -> None:
         """A served round of `graph` cost `seconds` of wall time; a non-positive interval (a frozen or
         coarse clock) is no observation."""
         if not seconds > 0:
             return
-        count, mean = self._observed.get(graph, (0, seconds))
-        mean = seconds if count == 0 else mean + OBSERVED_WEIGHT * (seconds - mean)
-        self._observed[graph] = (count + 1, mean)
+        self._rounds += 1
+        served = self._observed.get(graph)
+        if served is None:
+            self._observed[graph] = _Served(1, seconds, seconds, self._rounds)
+            return
+        mean = self._aged(served)
+        if served.count >= OBSERVED_ROUNDS:
+            seconds = min(seconds, SPIKE_LIMIT * mean)
+        served.mean = mean + OBSERVED_WEIGHT * (seconds - mean)
+        served.floor = min(served.floor, seconds)
+        served.count += 1
+        served.at = self._rounds
 
     def completed(self, graph: str, started: float, now: float) -> None:
         """A validated round of `graph`, formed at clock `started`, completed at `now`."""
@@ -202,23 +243,24 @@ class ServedCosts:
 
     def rounds(self, graph: str) -> int:
         """Served rounds of `graph` observed so far."""
-        return self._observed.get(graph, (0, 0.0))[0]
+        served = self._observed.get(graph)
+        return 0 if served is None else served.count
 
     def seconds(self, graph: str) -> float | None:
-        """The moving average once `graph` has OBSERVED_ROUNDS served rounds, else None."""
-        count, mean = self._observed.get(graph, (0, 0.0))
-        return mean if count >= OBSERVED_ROUNDS else None
+        """The aged moving average once `graph` has OBSERVED_ROUNDS served rounds, else None."""
+        served = self._observed.get(graph)
+        return self._aged(served) if served is not None and served.count >= OBSERVED_ROUNDS else None
 
     def entries(self, catalog: GraphCatalog) -> tuple[ServedCost, ...]:
         """Every served graph's rounds and moving average (one round suffices), with its geometry from
         `catalog`; graphs the catalog does not hold are left out."""
         out = []
-        for graph, (count, mean) in sorted(self._observed.items()):
+        for graph, served in sorted(self._observed.items()):
             if not catalog.has_graph(graph):
                 continue
             v = catalog.variant(graph)
             width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
-            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, count, mean))
+            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, served.count, served.mean))
         return tuple(out)
 
 
@@ -370,6 +412,6 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
-           "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
+__all__ = ["AGING_ROUNDS", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
+           "SPIKE_LIMIT", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
            "expected_round_tokens", "expected_tokens"]

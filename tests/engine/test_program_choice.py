@@ -15,6 +15,10 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig, SchedulerRequest
 from helios.engine.page_cache import PageCache
 from helios.engine.program_choice import (
+    AGING_ROUNDS,
+    OBSERVED_ROUNDS,
+    OBSERVED_WEIGHT,
+    SPIKE_LIMIT,
     AcceptanceEstimate,
     ProgramChoice,
     best,
@@ -331,6 +335,53 @@ def test_served_rounds_costs_replace_the_table():
     assert choice.seconds("decode_b1") == pytest.approx(3.0)
     # both served: 3.44 tokens in 6.5 s beat 1 in 3 s; at a = 0.3, 1.42 tokens in 6.5 s do not
     assert choice.choose([0.9], [10]).speculative and not choice.choose([0.3], [10]).speculative
+
+
+def _one_lane_choice() -> ProgramChoice:
+    cat = GraphCatalog([GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True),
+                        GraphVariant("decode_b1", DECODE, 1, 1, True),
+                        GraphVariant("speculative_b1_w4", SPEC, 1, 4, True, width=4, drafts=3, lane_limit=4,
+                                     check=SpeculativeRound(4, exact=True))])
+    return ProgramChoice(cat, RoundCosts((RoundCost("decode_b1", DECODE, 1, 1, 1.0),
+                                          RoundCost("speculative_b1_w4", SPEC, 1, 4, 1.5))))
+
+
+def test_an_observation_counts_at_most_the_spike_limit_times_the_estimate():
+    choice = _one_lane_choice()
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b1_w4", 2.0)
+    choice.observe("speculative_b1_w4", 100.0)  # a collector pause inside the round's interval
+    assert choice.seconds("speculative_b1_w4") == pytest.approx(2.0 + OBSERVED_WEIGHT * (SPIKE_LIMIT * 2.0 - 2.0))
+    metrics = choice.served.entries(choice.catalog)
+    assert [(e.graph, e.rounds) for e in metrics] == [("speculative_b1_w4", OBSERVED_ROUNDS + 1)]
+
+
+def test_a_stale_inflated_cost_ages_back_and_the_program_is_tried_again():
+    """a = 0.6: W4 emits 2.18 tokens a round in expectation, plain decoding 1 for 1.0 s. W4's rounds
+    cost 2.0 s (chosen) until one landed on a pause (estimate 3.2 s: plain chosen). While plain rounds
+    are served W4's excess over its fastest round halves every AGING_ROUNDS, until it is chosen again;
+    a program served slow every time keeps its cost."""
+    choice = _one_lane_choice()
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b1_w4", 2.0)
+    assert choice.choose([0.6], [10]).speculative
+    choice.observe("speculative_b1_w4", 50.0)
+    assert not choice.choose([0.6], [10]).speculative
+    rounds = 0
+    while not choice.choose([0.6], [10]).speculative:
+        choice.observe("decode_b1", 1.0)
+        rounds += 1
+        assert rounds < 6 * AGING_ROUNDS, "the inflated cost never aged"
+    # 2.0 + 1.2 * 0.5 ** (n / 64) < 2.18 from n = 175 rounds on
+    assert 2 * AGING_ROUNDS < rounds < 3 * AGING_ROUNDS
+
+    slow = _one_lane_choice()
+    for _ in range(OBSERVED_ROUNDS):
+        slow.observe("speculative_b1_w4", 4.0)
+    for _ in range(20 * AGING_ROUNDS):
+        slow.observe("decode_b1", 1.0)
+    assert slow.seconds("speculative_b1_w4") == pytest.approx(4.0)
+    assert not slow.choose([0.6], [10]).speculative
 
 
 def test_the_scheduler_reports_each_served_rounds_wall_time_and_the_choice_follows():
