@@ -5,8 +5,10 @@ preparation, not serving).
 `--tokenizer-dir` names one), encodes the corpus and, within one time budget (`--minutes`, the
 tokenizer included), trains:
 
-1. the target, a `LlamaForCausalLM` trained on the assistant completions only, with the drafter
-   learning the same completions beside it; the cosine learning-rate schedule runs over the
+1. the target, a `LlamaForCausalLM` trained on the assistant completions only (its logits computed
+   at the completion positions alone), with the drafter learning the same completions beside it;
+   training starts once each encoding worker's first slices are done and the rest of the corpus
+   joins the epoch when encoded (`CorpusEncoding`); the cosine learning-rate schedule runs over the
    phase's share of the budget by the clock (or over `--steps`), and validation accuracy is printed
    as it goes;
 2. the drafter's distillation: the saved target decodes training prompts greedily, and the drafter
@@ -30,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -165,24 +168,73 @@ class EncodedCorpus:
         return np.diff(self.offsets)
 
 
-def encode_corpus(plan: TrainingPlan, tokenizer_path: Path, workers: int) -> EncodedCorpus:
-    """The plan's training examples, encoded, in stream order."""
-    excluded = held_out_questions()
-    tasks = [
-        (plan.seed, start, min(start + SLICE, plan.examples), str(tokenizer_path), excluded, plan.max_tokens)
-        for start in range(0, plan.examples, SLICE)
-    ]
-    if workers <= 1:
-        results = [encode_training_slice(*task) for task in tasks]
-    else:
-        # NOTE: spawn, not fork: the parent may hold CUDA or OpenMP state that must not be forked.
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            results = pool.starmap(encode_training_slice, tasks)
-    lengths = np.concatenate([result[1] for result in results]).astype(np.int64)
+FIRST_WAVE = 3  # slices per worker encoded before the first step; the rest are encoded while training runs
+
+
+def _joined(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> EncodedCorpus:
+    lengths = np.concatenate([part[1] for part in parts]).astype(np.int64)
     return EncodedCorpus(
-        tokens=np.concatenate([result[0] for result in results]),
+        tokens=np.concatenate([part[0] for part in parts]),
         offsets=np.concatenate([[0], np.cumsum(lengths)]),
-        prompt_lengths=np.concatenate([result[2] for result in results]),
+        prompt_lengths=np.concatenate([part[2] for part in parts]),
+    )
+
+
+class CorpusEncoding:
+    """The plan's training examples, encoded in stream order by worker processes: the first
+    FIRST_WAVE slices per worker are waited for (`first`), the rest are encoded while the target
+    trains and joined once all are done (`rest`, polled between steps), so the budget's first minute
+    trains instead of waiting for the whole corpus. One process encodes everything up front."""
+
+    def __init__(self, plan: TrainingPlan, tokenizer_path: Path, workers: int) -> None:
+        excluded = held_out_questions()
+        tasks = [
+            (plan.seed, start, min(start + SLICE, plan.examples), str(tokenizer_path), excluded, plan.max_tokens)
+            for start in range(0, plan.examples, SLICE)
+        ]
+        self._pool = None
+        self._rest = None
+        if workers <= 1:
+            self.first = _joined([encode_training_slice(*task) for task in tasks])
+            return
+        # NOTE: spawn, not fork: the parent may hold CUDA or OpenMP state that must not be forked.
+        self._pool = multiprocessing.get_context("spawn").Pool(workers)
+        wave = min(len(tasks), FIRST_WAVE * workers)
+        first = self._pool.starmap_async(encode_training_slice, tasks[:wave])
+        if wave < len(tasks):
+            self._rest = self._pool.starmap_async(encode_training_slice, tasks[wave:])  # queued behind the first
+        self.first = _joined(first.get())
+        if self._rest is None:
+            self.close()
+
+    @property
+    def pending(self) -> bool:
+        """Examples are still being encoded."""
+        return self._rest is not None
+
+    def rest(self) -> EncodedCorpus | None:
+        """The remaining examples once every slice is encoded (once; None while some are not)."""
+        if self._rest is None or not self._rest.ready():
+            return None
+        parts, self._rest = self._rest.get(), None
+        self.close()
+        return _joined(parts)
+
+    def close(self) -> None:
+        """Stop the workers (any slice not yet encoded is dropped)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+        self._rest = None
+
+
+def extended(corpus: EncodedCorpus, more: EncodedCorpus) -> EncodedCorpus:
+    """`corpus` followed by `more` (indices of `corpus` unchanged)."""
+    return EncodedCorpus(
+        tokens=np.concatenate([corpus.tokens, more.tokens]),
+        offsets=np.concatenate([corpus.offsets, corpus.offsets[-1] + more.offsets[1:]]),
+        prompt_lengths=np.concatenate([corpus.prompt_lengths, more.prompt_lengths]),
     )
 
 
@@ -201,7 +253,8 @@ def batch_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) 
 
 
 def make_batch(indices: np.ndarray, corpus: EncodedCorpus, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded inputs [B, T] and targets [B, T] (-100 outside the completion)."""
+    """Right-padded inputs [B, T] and targets [B, T] (-100 outside the completion; `_completion_loss`
+    computes logits at the other positions only)."""
     lengths = corpus.lengths[indices]
     width = int(lengths.max()) - 1
     inputs = np.full((len(indices), width), pad_id, dtype=np.int64)
@@ -262,11 +315,22 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.
     optimizer.step()
 
 
+def completion_rows(targets: torch.Tensor) -> torch.Tensor:
+    """Flat indices of the [B, T] positions that predict a completion token (the rest are -100): a
+    host computation, before the batch moves to the device, so selecting them costs no sync."""
+    return torch.nonzero(targets.view(-1) != -100).view(-1)
+
+
 def _completion_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
-                     autocast: torch.autocast) -> torch.Tensor:
+                     autocast: torch.autocast, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the completion positions, the logits computed at those rows only
+    (about a fifth of the corpus's tokens: prompts and padding get no lm_head product and no FP32
+    logits); `rows` (`completion_rows`, on the device) or computed here."""
+    rows = completion_rows(targets) if rows is None else rows
     with autocast:
-        logits = model(input_ids=inputs).logits
-    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-100)
+        hidden = model.model(input_ids=inputs).last_hidden_state
+        logits = model.lm_head(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows))
+    return F.cross_entropy(logits.float(), targets.view(-1).index_select(0, rows))
 
 
 def _validate(model: torch.nn.Module, tokenizer, label: str, count: int) -> None:
@@ -297,12 +361,17 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     pad_id, eos_id = tokenizer.token_to_id(PAD_TOKEN), tokenizer.token_to_id(EOS_TOKEN)
 
-    corpus = encode_corpus(plan, tokenizer_dir / "tokenizer.json", workers)
+    encoding = CorpusEncoding(plan, tokenizer_dir / "tokenizer.json", workers)
+    corpus = encoding.first
     lengths = corpus.lengths
-    completion_tokens = int(lengths.sum() - corpus.prompt_lengths.sum())
     encode_seconds = time.perf_counter() - started
-    print(f"corpus: {len(lengths)} examples, {int(lengths.sum())} tokens ({completion_tokens} trained on), "
-          f"encoded {encode_seconds:.1f}s after the start", flush=True)
+
+    def corpus_line(what: str) -> str:
+        return (f"corpus{what}: {len(lengths)} examples, {int(lengths.sum())} tokens "
+                f"({int(lengths.sum() - corpus.prompt_lengths.sum())} trained on), "
+                f"encoded {time.perf_counter() - started:.1f}s after the start")
+
+    print(corpus_line(", first wave" if encoding.pending else ""), flush=True)
 
     vocab_size = tokenizer.get_vocab_size()
     model = build_model(shapes[0], vocab_size, pad_id, eos_id).to(device)
@@ -344,17 +413,27 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
         return decayed_rate(peak, progress())
 
     while (step < plan.steps) if plan.steps else (time.perf_counter() < target_end):
+        rest = encoding.rest() if encoding.pending else None
+        if rest is not None:  # the rest of the corpus: its batches join what is left of this epoch
+            first = len(lengths)
+            corpus = extended(corpus, rest)
+            lengths = corpus.lengths
+            batches += [first + batch for batch in batch_order(rest.lengths, plan.batch_size, np_rng)]
+            np_rng.shuffle(batches)
+            encode_seconds = time.perf_counter() - started
+            print(corpus_line(""), flush=True)
         if not batches:
             batches = batch_order(lengths, plan.batch_size, np_rng)
         inputs, targets = make_batch(batches.pop(), corpus, pad_id)
+        rows = completion_rows(targets).to(device, non_blocking=True)
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         for group in optimizer.param_groups:
             group["lr"] = rate(plan.learning_rate)
         for group in drafter_optimizer.param_groups:
             group["lr"] = rate(plan.drafter_learning_rate)
-        loss = _completion_loss(model, inputs, targets, autocast)
+        loss = _completion_loss(model, inputs, targets, autocast, rows)
         _step(model, optimizer, loss)
-        drafter_loss = _completion_loss(drafter, inputs, targets, autocast)
+        drafter_loss = _completion_loss(drafter, inputs, targets, autocast, rows)
         _step(drafter, drafter_optimizer, drafter_loss)
         step += 1
         trained_tokens += inputs.numel()
@@ -373,6 +452,10 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
             stopped_by_time = True
             break
     target_seconds = time.perf_counter() - train_start
+    if encoding.pending:
+        print("the target's phase ended before the whole corpus was encoded: the rest is left out", flush=True)
+        encoding.close()
+    completion_tokens = int(lengths.sum() - corpus.prompt_lengths.sum())
     loss_value, drafter_loss_value = loss.item(), drafter_loss.item()
     save_checkpoint(model, tokenizer_dir, out_dir, pad_id, eos_id)
     del model, optimizer

@@ -55,3 +55,50 @@ def test_training_plans_are_validated():
         train.TrainingPlan(drafter_learning_rate=2.0)
     with pytest.raises(train.InvalidTrainingPlan, match="heads"):
         train.ModelShape(hidden_size=100, num_heads=3)
+
+
+def test_streamed_encoding_equals_encoding_in_one_process(tmp_path, monkeypatch):
+    """Two workers, a first wave of FIRST_WAVE slices each and the rest joined later: the same corpus,
+    in the same order, as one process encoding every slice."""
+    train = pytest.importorskip("helios.demo.train")
+    from helios.demo.corpus import training_texts
+    from helios.demo.tokenizer import write_tokenizer_files
+
+    write_tokenizer_files(train_tokenizer(training_texts(0, 0, 300), vocab_size=600), tmp_path)
+    monkeypatch.setattr(train, "SLICE", 40)  # small slices: the tasks carry their ranges to the workers
+    plan = train.TrainingPlan(examples=train.SLICE * (2 * train.FIRST_WAVE + 1) + 7)
+    alone = train.CorpusEncoding(plan, tmp_path / "tokenizer.json", workers=1)
+    assert not alone.pending
+    streamed = train.CorpusEncoding(plan, tmp_path / "tokenizer.json", workers=2)
+    first = streamed.first
+    assert len(first.lengths) < len(alone.first.lengths)
+    rest = None
+    while rest is None:
+        rest = streamed.rest()
+    assert not streamed.pending and streamed.rest() is None
+    joined = train.extended(first, rest)
+    for field in ("tokens", "offsets", "prompt_lengths"):
+        assert np.array_equal(getattr(joined, field), getattr(alone.first, field)), field
+
+
+def test_the_completion_loss_computes_logits_at_completion_rows_only():
+    """The loss over the selected rows equals cross-entropy over every position with the prompt and
+    padding ignored, and the lm_head product sees only the completion rows."""
+    train = pytest.importorskip("helios.demo.train")
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = train.build_model(train.ModelShape(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                                               num_kv_heads=1), vocab_size=50, pad_id=0, eos_id=2)
+    corpus = train.EncodedCorpus(tokens=np.array([5, 6, 7, 8, 9, 10, 11, 12, 13], dtype=np.int16),
+                                 offsets=np.array([0, 5, 9]), prompt_lengths=np.array([3, 2], dtype=np.int32))
+    inputs, targets = train.make_batch(np.array([0, 1]), corpus, pad_id=0)
+    seen = []
+    model.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    autocast = torch.autocast("cpu", enabled=False)
+    loss = train._completion_loss(model, inputs, targets, autocast)
+    full = model(input_ids=inputs).logits
+    expected = F.cross_entropy(full.view(-1, full.shape[-1]), targets.view(-1), ignore_index=-100)
+    assert seen[0] == int((targets != -100).sum()) == 4
+    assert torch.allclose(loss, expected, atol=1e-6)
