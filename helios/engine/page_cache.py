@@ -37,6 +37,7 @@ the entries assigned since, and a new generation (a new request in the slot) inv
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,12 @@ PageContent = Callable[[int, int], bytes]
 def pages_for(tokens: int, page_tokens: int) -> int:
     """Pages holding `tokens` positions: ceil(tokens / page_tokens)."""
     return -(-tokens // page_tokens)
+
+
+def _token_bytes(tokens: Sequence[int]) -> bytes:
+    """`tokens` as 4-byte little-endian unsigned fields, the bytes a page key hashes (struct.error for
+    an id outside 0 .. 2^32 - 1)."""
+    return struct.pack(f"<{len(tokens)}I", *tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +129,7 @@ class PageCache:
         digest = hashlib.blake2b(digest_size=16)
         digest.update(self._identity)
         digest.update(parent)
-        digest.update(b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens))
+        digest.update(_token_bytes(tokens))
         if content:
             digest.update(len(content).to_bytes(8, "little") + content)
         return digest.digest()
@@ -167,7 +174,7 @@ class PageCache:
         digest = hashlib.blake2b(digest_size=16, person=b"continuation")
         digest.update(self._identity)
         digest.update(parent)
-        digest.update(b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens))
+        digest.update(_token_bytes(tokens))
         return digest.digest()
 
     def offload_continuation(self, row: int, parent: bytes, tokens: Sequence[int]) -> bool:
