@@ -8,7 +8,10 @@ loads it with `NativeModel.load`, and times the prefill of B fresh prompts of `-
 each as the scheduler runs it: a PREFILL graph holds one lane, so B rounds, one a prompt, each whole
 prompt in its round and sampling its first token, through the whole seam (packing, upload, CUDA-graph
 replay, completion read-back). The device's share (graph replays alone, timed with CUDA events) is
-printed beside it.
+printed beside it. Then the same B prompts are served through the batching runtime (`served`: every
+request submitted at once, one output token each, fresh prompts every repeat so no prefix is
+reused): what a user's prompts cost, the INITIALIZATION round included, and with two frames the
+host's work for one prompt's round overlapping the device's for another's.
 
 The ratio printed is against the compute roofline measured in this run on this GPU: the round's
 floating-point work (2 FLOPs a multiply-add: every layer's products over every prompt row, causal
@@ -118,6 +121,30 @@ def prefill_round(model, batch: int, prompt: int, repeats: int) -> dict:
     return result
 
 
+def served_prefill(model, batch: int, prompt: int, repeats: int) -> float:
+    """Seconds to serve `batch` fresh prompts of `prompt` tokens and one output token each through the
+    batching runtime, all submitted at once (median of `repeats`; a warm-up run first)."""
+    from bench.serve import serve_at_once
+    from helios.production.loading import runtime_for
+    from helios.runtime.interface import PreparedRequest
+    from helios.runtime.limits import AdmissionLimits
+    from helios.runtime.options import RuntimeOptions
+    from helios.runtime.request import GenerationRequest, SamplingParams
+
+    walls = []
+    for repeat in range(repeats + 1):
+        runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=batch, queue_capacity=batch)))
+        requests = [PreparedRequest(f"p{repeat}-{i}", GenerationRequest(
+            tuple((11 + 37 * repeat + 31 * i + 13 * j) % 250 for j in range(prompt)), max_tokens=1,
+            ignore_eos=True, sampling=SamplingParams(temperature=0.0))) for i in range(batch)]
+        tokens, seconds = serve_at_once(runtime, requests)
+        if tokens != batch:
+            raise SystemExit(f"served {tokens} output tokens for {batch} prompts")
+        if repeat:  # the first run warms the runtime's own paths
+            walls.append(seconds)
+    return statistics.median(walls)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=["qwen3-0.6b", "llama-8b"], choices=sorted(SHAPES))
@@ -172,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                          f"product rate {1e3 * result['roofline_seconds']:.2f} ms -> {result['roofline_fraction']:.2f}"
                          f" of the roofline ({result['replay_roofline_fraction']:.2f} for the replays); "
                          f"{result['launches']} launches a round")
+            print(line, flush=True)
+            result["served_seconds"] = served_prefill(model, batch, args.prompt_tokens, max(1, args.repeats // 2))
+            result["served_tokens_per_second"] = batch * args.prompt_tokens / result["served_seconds"]
+            line = (f"      served (batching runtime, one output token each): "
+                    f"{result['served_tokens_per_second']:12,.0f} tok/s, {1e3 * result['served_seconds']:.2f} ms")
+            if cuda:
+                result["served_roofline_fraction"] = result["roofline_seconds"] / result["served_seconds"]
+                line += f" -> {result['served_roofline_fraction']:.2f} of the roofline"
             print(line, flush=True)
             if cuda and batch in args.profile:
                 print(profile(model, result["graph"]), flush=True)
