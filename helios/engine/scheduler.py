@@ -320,7 +320,7 @@ class Scheduler(RequestResidency):
         if decode and prefill and mixed:
             operation, order = C.OPERATION_MIXED, decode + prefill
         elif prefill and (not decode or self._prefill_turn):
-            if mixed and len(prefill) > 1:
+            if mixed and len(prefill) > 1 and self._leaves_room(prefill[0]):
                 operation, order = C.OPERATION_MIXED, prefill
             else:
                 operation, order = C.OPERATION_PREFILL, prefill
@@ -672,6 +672,14 @@ class Scheduler(RequestResidency):
         variant = self.catalog.speculative(width, lanes=len(cohort))
         assert variant is not None
         return self._submit(variant, cohort, limits, copied, masks)
+
+    def _leaves_room(self, s: SequenceState) -> bool:
+        """Prefill lanes alone share a MIXED round only where the first one's rest of the prompt would
+        not fill the largest PREFILL round by itself: otherwise the other lanes would only add slivers
+        to a round the one-lane PREFILL graph (the cheaper program: its attention needs no per-row
+        pass) runs as well."""
+        capacity = self.catalog.token_limits(C.OPERATION_PREFILL)
+        return len(capacity) < 2 or len(s.known) + s.unknown - s.consumed - s.submitted < capacity[1]
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane

@@ -133,6 +133,22 @@ def test_cohorts_mix_prefill_and_decode_in_the_smallest_mixed_graph():
     assert plan.graph == "mixed_b4_p19"  # 14 tokens: p11 is too small
 
 
+def test_prefill_lanes_share_a_mixed_round_only_where_the_first_leaves_room():
+    """a's 20 prompt tokens fill the largest PREFILL round (16) alone: a PREFILL round of a, not a
+    MIXED round adding a sliver of b; then a's last 4 leave room, and a MIXED round holds both."""
+    s = scheduler()
+    s.add(request("a", 20))
+    s.add(request("b", 3, first=100))
+    for _ in range(2):
+        run(s, s.schedule())  # two initializations
+    alone = s.schedule()
+    assert alone.operation == PREFILL and alone.request_ids == ("a",) and len(alone.lanes[0].tokens) == 16
+    run(s, alone)
+    shared = s.schedule()
+    assert shared.operation == MIXED and shared.request_ids == ("a", "b")
+    assert [len(lane.tokens) for lane in shared.lanes] == [4, 3] and shared.graph == "mixed_b4_p11"
+
+
 def test_decode_only_cohorts_use_the_smallest_batch_that_holds_them():
     s = scheduler(mixed=False)
     for name in "abc":
