@@ -52,17 +52,18 @@ newest); until then it costs its table entry. The table is the optimistic side: 
 round at a time, so a served round's wall time is at least its replay's, and a program not yet
 served looks at least as good as it is, is chosen when that makes it best, and is then measured.
 
-Stale served costs age. A graph's served cost is refreshed only while it is chosen, so one inflated
-observation (a collector pause, a page fault, an admission burst landing in its interval) could keep
-a program unchosen for the rest of a run, its cost never measured again: the choice would ratchet
-down to narrower widths and stay there. Two rules keep the estimate honest. Once a graph has
-OBSERVED_ROUNDS observations, an observation is counted at most SPIKE_LIMIT times its current
-estimate (the pause is real time, but not this graph's round). And while other graphs' rounds are
-served, a graph's estimate ages toward the fastest round it has been served in: its excess over that
-floor halves every AGING_ROUNDS served rounds of any graph since its own last one. A program judged
-slow once is thus tried again after a while, and its fresh rounds decide; a program that is slow
-every time keeps its cost (its floor is slow too), so aging costs a few rounds of a worse program
-per AGING_ROUNDS at most.
+Stale served costs expire. A graph's served cost is refreshed only while it is chosen, so one
+inflated observation (a collector pause, a page fault, an admission burst landing in its interval)
+could keep a program unchosen for the rest of a run, its cost never measured again: the choice would
+ratchet down to narrower widths and stay there. Two rules keep the estimate honest. Once a graph
+has OBSERVED_ROUNDS observations, an observation counts at most SPIKE_LIMIT times its current
+estimate (the pause is real time, but not this graph's round). And a graph not served for
+STALE_ROUNDS served rounds of other graphs has its observations forgotten: it costs its table entry
+again, the optimistic side, is chosen when that makes it best and is measured anew, as a graph never
+served is. A program that really is slower costs at most OBSERVED_ROUNDS rounds of it per
+STALE_ROUNDS (about 1%); aging the estimate toward an optimistic floor instead would retry it far
+more often (the table is far below served costs where the host's share is large, and the fastest
+interval of pipelined rounds can be near zero).
 
 Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
 than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
@@ -89,7 +90,7 @@ EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unkn
 OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost
 OBSERVED_WEIGHT = 0.2  # the newest observation's weight in a graph's moving average
 SPIKE_LIMIT = 4.0  # an observation counts at most this many times the graph's estimate (once it has one)
-AGING_ROUNDS = 64  # served rounds (of any graph) that halve a graph's estimate's excess over its fastest round
+STALE_ROUNDS = 256  # served rounds of other graphs after which a graph's observations are forgotten
 PLAIN_TOKENS = 8  # tokens of plain stint that age the pooled counts by one POOLED_DECAY
 
 
@@ -183,19 +184,19 @@ def best(candidates: Sequence[Candidate]) -> Candidate:
 
 @dataclass(slots=True)
 class _Served:
-    """One graph's served rounds: how many, their moving average, the fastest, and the count of every
-    graph's served rounds at its last observation."""
+    """One graph's served rounds: how many in all (the metric) and since its observations were last
+    forgotten, their moving average, and the count of every graph's served rounds at its last."""
 
+    total: int
     count: int
     mean: float
-    floor: float
     at: int
 
 
 class ServedCosts:
     """Served rounds' wall time per graph (module docstring, "Costs from served rounds" and "Stale
-    served costs age"), kept by both runtimes' engines for every graph they serve, exported as metrics
-    (`entries`: the moving averages) and read by the program choice (`seconds`: aged).
+    served costs expire"), kept by both runtimes' engines for every graph they serve, exported as
+    metrics (`entries`) and read by the program choice (`seconds`).
 
         served.completed(graph, started, now)    # a validated round formed at `started`, completed at `now`
         served.failed(now)                       # a failed round: no cost, but the next interval starts here
@@ -208,11 +209,8 @@ class ServedCosts:
         self._rounds = 0  # served rounds observed, of every graph
         self._last = 0.0  # the clock at the last completion (or failure)
 
-    def _aged(self, served: _Served) -> float:
-        """`served`'s moving average with its excess over its fastest round halved for every
-        AGING_ROUNDS rounds of other graphs served since its own last."""
-        stale = self._rounds - served.at
-        return served.floor + (served.mean - served.floor) * 0.5 ** (stale / AGING_ROUNDS)
+    def _stale(self, served: _Served) -> bool:
+        return self._rounds - served.at > STALE_ROUNDS
 
     def observe(self, graph: str, seconds: float) -> None:
         """A served round of `graph` cost `seconds` of wall time; a non-positive interval (a frozen or
@@ -222,14 +220,15 @@ class ServedCosts:
         self._rounds += 1
         served = self._observed.get(graph)
         if served is None:
-            self._observed[graph] = _Served(1, seconds, seconds, self._rounds)
+            self._observed[graph] = _Served(1, 1, seconds, self._rounds)
             return
-        mean = self._aged(served)
-        if served.count >= OBSERVED_ROUNDS:
-            seconds = min(seconds, SPIKE_LIMIT * mean)
-        served.mean = mean + OBSERVED_WEIGHT * (seconds - mean)
-        served.floor = min(served.floor, seconds)
+        if self._stale(served):  # forgotten: measured anew from this round
+            served.count, served.mean = 0, seconds
+        elif served.count >= OBSERVED_ROUNDS:
+            seconds = min(seconds, SPIKE_LIMIT * served.mean)
+        served.mean = seconds if served.count == 0 else served.mean + OBSERVED_WEIGHT * (seconds - served.mean)
         served.count += 1
+        served.total += 1
         served.at = self._rounds
 
     def completed(self, graph: str, started: float, now: float) -> None:
@@ -244,12 +243,14 @@ class ServedCosts:
     def rounds(self, graph: str) -> int:
         """Served rounds of `graph` observed so far."""
         served = self._observed.get(graph)
-        return 0 if served is None else served.count
+        return 0 if served is None else served.total
 
     def seconds(self, graph: str) -> float | None:
-        """The aged moving average once `graph` has OBSERVED_ROUNDS served rounds, else None."""
+        """The moving average once `graph` has OBSERVED_ROUNDS served rounds not forgotten, else None."""
         served = self._observed.get(graph)
-        return self._aged(served) if served is not None and served.count >= OBSERVED_ROUNDS else None
+        if served is None or served.count < OBSERVED_ROUNDS or self._stale(served):
+            return None
+        return served.mean
 
     def entries(self, catalog: GraphCatalog) -> tuple[ServedCost, ...]:
         """Every served graph's rounds and moving average (one round suffices), with its geometry from
@@ -260,7 +261,7 @@ class ServedCosts:
                 continue
             v = catalog.variant(graph)
             width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
-            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, served.count, served.mean))
+            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, served.total, served.mean))
         return tuple(out)
 
 
@@ -412,6 +413,6 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["AGING_ROUNDS", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
-           "SPIKE_LIMIT", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
+__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
+           "SPIKE_LIMIT", "STALE_ROUNDS", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
            "expected_round_tokens", "expected_tokens"]

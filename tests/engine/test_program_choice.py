@@ -15,10 +15,10 @@ from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.engine.config import SchedulerConfig, SchedulerRequest
 from helios.engine.page_cache import PageCache
 from helios.engine.program_choice import (
-    AGING_ROUNDS,
     OBSERVED_ROUNDS,
     OBSERVED_WEIGHT,
     SPIKE_LIMIT,
+    STALE_ROUNDS,
     AcceptanceEstimate,
     ProgramChoice,
     best,
@@ -356,11 +356,11 @@ def test_an_observation_counts_at_most_the_spike_limit_times_the_estimate():
     assert [(e.graph, e.rounds) for e in metrics] == [("speculative_b1_w4", OBSERVED_ROUNDS + 1)]
 
 
-def test_a_stale_inflated_cost_ages_back_and_the_program_is_tried_again():
+def test_a_stale_inflated_cost_expires_and_the_program_is_measured_again():
     """a = 0.6: W4 emits 2.18 tokens a round in expectation, plain decoding 1 for 1.0 s. W4's rounds
-    cost 2.0 s (chosen) until one landed on a pause (estimate 3.2 s: plain chosen). While plain rounds
-    are served W4's excess over its fastest round halves every AGING_ROUNDS, until it is chosen again;
-    a program served slow every time keeps its cost."""
+    cost 2.0 s (chosen) until one landed on a pause (estimate 3.2 s: plain chosen). After STALE_ROUNDS
+    plain rounds W4's observations are forgotten: its table cost (1.5 s) makes it best again, and its
+    fresh rounds decide."""
     choice = _one_lane_choice()
     for _ in range(OBSERVED_ROUNDS):
         choice.observe("speculative_b1_w4", 2.0)
@@ -371,17 +371,29 @@ def test_a_stale_inflated_cost_ages_back_and_the_program_is_tried_again():
     while not choice.choose([0.6], [10]).speculative:
         choice.observe("decode_b1", 1.0)
         rounds += 1
-        assert rounds < 6 * AGING_ROUNDS, "the inflated cost never aged"
-    # 2.0 + 1.2 * 0.5 ** (n / 64) < 2.18 from n = 175 rounds on
-    assert 2 * AGING_ROUNDS < rounds < 3 * AGING_ROUNDS
-
-    slow = _one_lane_choice()
+        assert rounds <= STALE_ROUNDS + 1, "the inflated cost never expired"
+    assert rounds == STALE_ROUNDS + 1 and choice.served.seconds("speculative_b1_w4") is None
+    assert choice.seconds("speculative_b1_w4") == 1.5  # its table cost again
     for _ in range(OBSERVED_ROUNDS):
-        slow.observe("speculative_b1_w4", 4.0)
-    for _ in range(20 * AGING_ROUNDS):
-        slow.observe("decode_b1", 1.0)
-    assert slow.seconds("speculative_b1_w4") == pytest.approx(4.0)
-    assert not slow.choose([0.6], [10]).speculative
+        choice.observe("speculative_b1_w4", 2.0)
+    assert choice.seconds("speculative_b1_w4") == pytest.approx(2.0) and choice.choose([0.6], [10]).speculative
+    assert choice.served.rounds("speculative_b1_w4") == 2 * OBSERVED_ROUNDS + 1  # the metric counts every round
+
+
+def test_a_program_slow_every_time_is_retried_at_most_observed_rounds_per_stale_rounds():
+    """W4's served rounds always cost 4.0 s (rate 0.55 against plain's 1.0): serving 20 STALE_ROUNDS
+    rounds, the choice re-measures it after each expiry and runs it at most OBSERVED_ROUNDS times a
+    cycle."""
+    choice = _one_lane_choice()
+    speculative = 0
+    for _ in range(20 * STALE_ROUNDS):
+        if choice.choose([0.6], [10]).speculative:
+            speculative += 1
+            choice.observe("speculative_b1_w4", 4.0)
+        else:
+            choice.observe("decode_b1", 1.0)
+    assert OBSERVED_ROUNDS <= speculative <= 20 * OBSERVED_ROUNDS
+    assert speculative / (20 * STALE_ROUNDS) < 0.015
 
 
 def test_the_scheduler_reports_each_served_rounds_wall_time_and_the_choice_follows():
