@@ -1,17 +1,21 @@
 """Programmatic dependent launch: a kernel of a captured chain may start while the kernel before it
 drains, so its launch and setup overlap the predecessor's tail (Hopper and later).
 
-Every kernel launched with it calls `wait_for_prior` before its first memory access: the wait
-returns once the previous kernel of the stream has completed and its writes are visible, so a
-kernel never reads what its predecessor is still writing, nor writes what it is still reading. A
+Every kernel launched with it calls `wait_for_prior` before its first access to memory a kernel
+of the chain may write (only constant weights may be read before it): the wait returns once the
+previous kernel of the stream has completed and its writes are visible, so a kernel never reads
+what its predecessor is still writing, nor writes what it is still reading. A
 kernel that waits first keeps the stream's order transitively (its own completion implies its
 predecessor's), so chains mixing such kernels with ordinary ones (torch operations, cuBLAS) stay
 ordered.
 
 `HELIOS_PDL` chooses the mode (read once a device): `0` off; `1` wait first, the dependents
 launched when the kernel completes; `2` (the default) wait first, then let the next kernel launch at
-once (its programs become resident as this one's retire and wait in turn). Devices before compute
-capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
+once (its programs become resident as this one's retire and wait in turn); `3` as 2, and the
+one-row skinny products (a batch-1 step's) read their first weight step before they wait
+(`weights_first`): no kernel of a chain writes weights, so they may stream while the predecessor
+drains (measured against mode 2 with `bench/decode.py`; until then not the default). Devices
+before compute capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
 (bench/decode.py, its 28-layer hidden-1024 shape, 512-token histories, 243 launches a step):
 batch 1 1.263 ms a step off, 1.083 with mode 2; batch 8 1.542 and 1.471; at batch 64 and 256 the
 step is product-bound and the modes agree within 1% (BENCHMARKS.md). The GPU suite
@@ -30,7 +34,7 @@ import triton.language as tl
 from helios.errors import HeliosError
 
 PDL_ENV = "HELIOS_PDL"
-MODES = (0, 1, 2)
+MODES = (0, 1, 2, 3)
 DEFAULT_MODE = 2
 
 
@@ -63,9 +67,14 @@ def launch_mode(t: torch.Tensor) -> int:
 
 def dependent(t: torch.Tensor) -> dict[str, object]:
     """Launch arguments of a kernel taking a `PDL: tl.constexpr` and calling `wait_for_prior(PDL)`
-    first: the kernel's mode and Triton's `launch_pdl` launch option."""
+    first: the kernel's wait mode (0, 1 or 2; mode 3 waits as 2) and Triton's `launch_pdl` option."""
     mode = launch_mode(t)
-    return {"PDL": mode, "launch_pdl": mode > 0}
+    return {"PDL": min(mode, 2), "launch_pdl": mode > 0}
+
+
+def weights_first(t: torch.Tensor) -> bool:
+    """Mode 3 on `t`'s device: one-row products read their first weight step before the wait."""
+    return launch_mode(t) == 3
 
 
 @triton.jit
