@@ -5,10 +5,17 @@ torch call on static buffers) that covers one or more program operators (consecu
 a head norm run in the prologue of a later rotary launch: lowering/rotary.py). Running a plan is
 calling each launch in order; on a GPU the whole plan is captured once as one CUDA graph
 (`capture.py`) and replayed, on a CPU it runs eagerly.
+
+On a CPU the Triton kernels run in Triton's interpreter, which keeps the grid of the kernel it is
+running in process-global state: two threads running kernels at once (two executors' workers in one
+process, as tests serve several runtimes side by side, or a request's round beside another runtime's
+snapshot publication) would run each other's programs out of range. Plans on a CPU therefore run
+one at a time in a process (`INTERPRETED_PLANS`); on a GPU nothing is serialized.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,6 +24,10 @@ import torch
 
 if TYPE_CHECKING:
     from helios.production.kernels.sampling import RankFilters
+
+
+# Held while a plan runs on a CPU (Triton's interpreter: one kernel at a time in a process).
+INTERPRETED_PLANS = threading.RLock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +59,25 @@ class LaunchPlan:
     # name whose storage no later launch of this plan reuses, so each holds its program value after
     # the plan ran, until another plan of the same arena runs.
     scratch: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    interpreted: bool = field(init=False)  # its tensors are on a CPU: its kernels run interpreted
 
     def __post_init__(self) -> None:
         covered = sorted(i for launch in self.launches for i in launch.operators)
         if covered != list(range(self.operator_count)):
             raise ValueError(f"plan {self.graph!r}: launches must cover each operator exactly once, got {covered}")
+        object.__setattr__(self, "interpreted", not any(t.is_cuda for t in self.tensors.values()))
 
     def run(self, *, rank_filters: bool = True) -> None:
         """Every launch in order; `rank_filters=False` runs the sampling launches without the rank
-        stage (only for a round none of whose sampling lanes filters by rank)."""
+        stage (only for a round none of whose sampling lanes filters by rank). On a CPU, one plan at
+        a time in the process (module docstring)."""
+        if self.interpreted:
+            with INTERPRETED_PLANS:
+                self._run(rank_filters)
+        else:
+            self._run(rank_filters)
+
+    def _run(self, rank_filters: bool) -> None:
         switch = self.rank_filters if not rank_filters else None
         if switch is not None:
             switch.enabled = False
