@@ -205,7 +205,8 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
     PDL < 0: the caller has waited already). With WEIGHTS_FIRST (`launch.weights_first`) a one-row
     CUDA-core tile loads its first K step's weights before it: no kernel of a chain writes weights,
     so they stream while the predecessor drains, and only x (and r) wait for it."""
-    if PDL >= 0 and not (BLOCK_M == 1 and WEIGHTS_FIRST and not MMA):
+    PEELED: tl.constexpr = BLOCK_M == 1 and WEIGHTS_FIRST and not MMA  # the wait follows the first weight step
+    if PDL >= 0 and not PEELED:
         wait_for_prior(PDL)
     rows = tl.arange(0, BLOCK_M)
     cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -230,7 +231,7 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
             transposed = tl.dot(w, tl.trans(x), transposed, input_precision=PRECISION)
         acc = tl.trans(transposed)
     else:
-        if BLOCK_M == 1 and WEIGHTS_FIRST:
+        if PEELED:
             # one row (a batch-1 step: launch-bound): the first K step peeled, its weights read
             # before the wait (more rows keep the plain loop: the peeled step costs registers)
             ks = tl.arange(0, BLOCK_K)
