@@ -679,7 +679,7 @@ class Scheduler(RequestResidency):
         to a round the one-lane PREFILL graph (the cheaper program: its attention needs no per-row
         pass) runs as well."""
         capacity = self.catalog.token_limits(C.OPERATION_PREFILL)
-        return len(capacity) < 2 or len(s.known) + s.unknown - s.consumed - s.submitted < capacity[1]
+        return len(capacity) < 2 or s.remaining < capacity[1]
 
     def _cohort(self, operation: int, order: list[SequenceState]) -> list[tuple[SequenceState, int]]:
         cohort: list[tuple[SequenceState, int]] = []  # its sequences are never preempted for a later lane
