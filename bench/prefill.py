@@ -123,25 +123,18 @@ def prefill_round(model, batch: int, prompt: int, repeats: int) -> dict:
 
 def served_prefill(model, batch: int, prompt: int, repeats: int) -> float:
     """Seconds to serve `batch` fresh prompts of `prompt` tokens and one output token each through the
-    batching runtime, all submitted at once (median of `repeats`; a warm-up run first)."""
-    from bench.serve import serve_at_once
-    from helios.production.loading import runtime_for
-    from helios.runtime.interface import PreparedRequest
-    from helios.runtime.limits import AdmissionLimits
-    from helios.runtime.options import RuntimeOptions
-    from helios.runtime.request import GenerationRequest, SamplingParams
+    batching runtime, all submitted at once (`bench.serve.throughput`; median of `repeats`, a warm-up
+    run first)."""
+    from bench.serve import throughput
 
     walls = []
     for repeat in range(repeats + 1):
-        runtime = runtime_for(model, RuntimeOptions(AdmissionLimits(max_active=batch, queue_capacity=batch)))
-        requests = [PreparedRequest(f"p{repeat}-{i}", GenerationRequest(
-            tuple((11 + 37 * repeat + 31 * i + 13 * j) % 250 for j in range(prompt)), max_tokens=1,
-            ignore_eos=True, sampling=SamplingParams(temperature=0.0))) for i in range(batch)]
-        tokens, seconds = serve_at_once(runtime, requests)
-        if tokens != batch:
-            raise SystemExit(f"served {tokens} output tokens for {batch} prompts")
+        workload = [([(11 + 37 * repeat + 31 * i + 13 * j) % 250 for j in range(prompt)], 1) for i in range(batch)]
+        served = throughput(model, workload, temperature=0.0)
+        if served["output_tokens"] != batch:
+            raise SystemExit(f"served {served['output_tokens']} output tokens for {batch} prompts")
         if repeat:  # the first run warms the runtime's own paths
-            walls.append(seconds)
+            walls.append(served["seconds"])
     return statistics.median(walls)
 
 
