@@ -451,14 +451,7 @@ def sm90_report() -> dict[str, dict[str, int]]:
         # weights read before waiting for the predecessor (dependent launch): global loads ahead of
         # the first griddepcontrol.wait in program order
         before_wait = ptx.split("griddepcontrol.wait", 1)[0] if "griddepcontrol.wait" in ptx else ""
-        # L2 prefetches (mode 4) each followed by a dependency wait with no global load between them:
-        # the text before each wait, after its last load (a multi-group kernel's branches each wait)
-        segments = ptx.split("griddepcontrol.wait")[:-1]
-        ahead = sum(len(re.findall(r"prefetch\.global\.L2", re.split(r"\bld\.global\.", seg)[-1]))
-                    for seg in segments)
-        return {"prefetches_before_wait": ahead,
-                "prefetches": len(re.findall(r"prefetch\.global\.L2", ptx)),
-                "aligned": int(k % 16 == 0), "vector_loads": vector_loads,
+        return {"aligned": int(k % 16 == 0), "vector_loads": vector_loads,
                 "loads_before_wait": len(re.findall(r"\bld\.global\.", before_wait)),
                 "rows": int(const["BLOCK_M"]),
                 "scalar_16bit_loads": len(re.findall(r"ld\.global\.b16", ptx)),
@@ -471,7 +464,7 @@ def sm90_report() -> dict[str, dict[str, int]]:
     prologue = {"r_ptr": "*bf16", "s_ptr": "*bf16", "nw_ptr": "*bf16", "eps": "fp32", "w_offset": "fp32"}
 
     def matmuls(groups: int, blocks: Blocks, k: int, out: str, bias: bool = False, norm: bool = False,
-                early: bool = False, prefetch: bool = False) -> dict:
+                early: bool = False) -> dict:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32"}
         for g in range(3):
             signature |= {f"w{g}": "*bf16", f"sw{g}": "i32", f"b{g}": "*bf16", f"o{g}": f"*{out}",
@@ -481,19 +474,18 @@ def sm90_report() -> dict[str, dict[str, int]]:
         return build(linear._linear_kernel, signature | prologue, {
             "GROUPS": groups, "HAS_BIAS": bias, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
             "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
-            "NORM": norm, "RESIDUAL": norm, "PDL": 2, "WEIGHTS_FIRST": early, "PREFETCH": prefetch, "LINE": 64},
-            blocks.num_warps, k, blocks.num_stages) | {"early": int(early), "prefetch": int(prefetch)}
+            "NORM": norm, "RESIDUAL": norm, "PDL": 2, "WEIGHTS_FIRST": early},
+            blocks.num_warps, k, blocks.num_stages) | {"early": int(early)}
 
-    def gated(blocks: Blocks, k: int, norm: bool = False, early: bool = False,
-              prefetch: bool = False) -> dict[str, int]:
+    def gated(blocks: Blocks, k: int, norm: bool = False, early: bool = False) -> dict[str, int]:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32", "wg": "*bf16",
                      "swg": "i32", "bg": "*bf16", "wu": "*bf16", "swu": "i32", "bu": "*bf16", "out_ptr": "*bf16",
                      "stride_out": "i32", "n_extent": "i32"}
         return build(linear._gated_kernel, signature | prologue, {
             "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
             "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
-            "NORM": norm, "RESIDUAL": norm, "PDL": 2, "WEIGHTS_FIRST": early, "PREFETCH": prefetch, "LINE": 64},
-            blocks.num_warps, k, blocks.num_stages) | {"early": int(early), "prefetch": int(prefetch), "groups": 2}
+            "NORM": norm, "RESIDUAL": norm, "PDL": 2, "WEIGHTS_FIRST": early},
+            blocks.num_warps, k, blocks.num_stages) | {"early": int(early)}
 
     return {
         "qkv": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16"),
@@ -517,14 +509,6 @@ def sm90_report() -> dict[str, dict[str, int]]:
         "gate_up_norm_early": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024, norm=True,
                                     early=True),
         "gate_up_m16_early": gated(choose_blocks(16, 3072, 1024, cuda=True, gated=True), 1024, early=True),
-        # dependent-launch mode 4: any tile asks L2 for its whole weight tile before the wait
-        "qkv_norm_prefetch": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16", norm=True,
-                                     prefetch=True),
-        "down_prefetch": matmuls(1, choose_blocks(1, 1024, 3072, cuda=True), 3072, "bf16", prefetch=True),
-        "gate_up_norm_prefetch": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024, norm=True,
-                                       prefetch=True),
-        "down_mma_m16_prefetch": matmuls(1, choose_blocks(16, 4096, 14336, cuda=True, tensor_cores=True), 14336,
-                                         "bf16", prefetch=True),
     }
 
 
@@ -555,7 +539,3 @@ def test_the_kernels_compile_for_an_h200_with_vector_weight_loads_and_no_spills(
         # every other kernel waits first (nothing of theirs is read before it)
         early = kernel["early"] and kernel["rows"] == 1 and not kernel["mma"]
         assert (kernel["loads_before_wait"] > 0) == bool(early), (name, kernel)
-        # mode 4: every tile asks L2 for its weights before the wait (a gated tile for both of its
-        # weights), nothing after it, and nothing at all in the other modes
-        assert kernel["prefetches"] == kernel["prefetches_before_wait"], (name, kernel)
-        assert (kernel["prefetches"] >= kernel.get("groups", 1)) == bool(kernel["prefetch"]), (name, kernel)

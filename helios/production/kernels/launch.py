@@ -14,11 +14,7 @@ launched when the kernel completes; `2` (the default) wait first, then let the n
 once (its programs become resident as this one's retire and wait in turn); `3` as 2, and the
 one-row skinny products (a batch-1 step's) read their first weight step before they wait
 (`weights_first`): no kernel of a chain writes weights, so they may stream while the predecessor
-drains; `4` as 2, and every skinny product (`kernels/linear.py`, any rows) asks L2 for its whole
-weight tile before it waits (`prefetches_weights`: one `prefetch.global.L2` a 128-byte line, no
-registers held), so the tile's stream from memory overlaps the predecessor's tail and the product
-then reads it from L2 (modes 3 and 4 measured against mode 2 with `bench/decode.py`; until then
-not the default). Devices
+drains (measured against mode 2 with `bench/decode.py`; until then not the default). Devices
 before compute capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
 (bench/decode.py, its 28-layer hidden-1024 shape, 512-token histories, 243 launches a step):
 batch 1 1.263 ms a step off, 1.083 with mode 2; batch 8 1.542 and 1.471; at batch 64 and 256 the
@@ -38,7 +34,7 @@ import triton.language as tl
 from helios.errors import HeliosError
 
 PDL_ENV = "HELIOS_PDL"
-MODES = (0, 1, 2, 3, 4)
+MODES = (0, 1, 2, 3)
 DEFAULT_MODE = 2
 
 
@@ -71,7 +67,7 @@ def launch_mode(t: torch.Tensor) -> int:
 
 def dependent(t: torch.Tensor) -> dict[str, object]:
     """Launch arguments of a kernel taking a `PDL: tl.constexpr` and calling `wait_for_prior(PDL)`
-    first: the kernel's wait mode (0, 1 or 2; modes 3 and 4 wait as 2) and Triton's `launch_pdl` option."""
+    first: the kernel's wait mode (0, 1 or 2; mode 3 waits as 2) and Triton's `launch_pdl` option."""
     mode = launch_mode(t)
     return {"PDL": min(mode, 2), "launch_pdl": mode > 0}
 
@@ -79,11 +75,6 @@ def dependent(t: torch.Tensor) -> dict[str, object]:
 def weights_first(t: torch.Tensor) -> bool:
     """Mode 3 on `t`'s device: one-row products read their first weight step before the wait."""
     return launch_mode(t) == 3
-
-
-def prefetches_weights(t: torch.Tensor) -> bool:
-    """Mode 4 on `t`'s device: skinny products prefetch their weight tile into L2 before the wait."""
-    return launch_mode(t) == 4
 
 
 @triton.jit

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from helios.errors import HeliosError
 from helios.production.kernels.activation import ACTIVATION_CODES, activate
-from helios.production.kernels.launch import dependent, prefetches_weights, wait_for_prior, weights_first
+from helios.production.kernels.launch import dependent, wait_for_prior, weights_first
 
 MAX_ROWS = 16  # the most rows (M) these kernels take; larger products stay on torch
 MAX_GROUPS = 3
@@ -42,7 +42,6 @@ MMA_MIN = 16  # tl.dot takes blocks of at least 16 in every extent
 MMA_ROWS = 2
 MMA_TILE = (32, 256, 4)
 MMA_GATED_TILE = (64, 128, 4)
-PREFETCH_LINES = tl.constexpr(16)  # 128-byte lines of a weight row asked of L2 a loop step (mode 4)
 
 
 class LinearShapeError(HeliosError):
@@ -186,34 +185,12 @@ def _rows_step(x_ptr, x_offsets, x_rows, row_mask, ks, k_extent, r_ptr, s_ptr, n
 
 
 @triton.jit
-def _tile_rows(w_ptr, stride_w, tile, n_extent, BLOCK_N: tl.constexpr):
-    """A column tile's indices, their mask and its weight rows' pointers [BLOCK_N, 1]: masked columns
-    read row 0 (in bounds) and are never stored, so the hot weight loads take no mask."""
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < n_extent
-    safe_cols = tl.where(col_mask, cols, 0).to(tl.int64)
-    return cols, col_mask, safe_cols, w_ptr + safe_cols[:, None] * stride_w
-
-
-@triton.jit
-def _prefetch(w_rows, k_extent, LINE: tl.constexpr):
-    """Ask L2 for every 128-byte line (`LINE` elements) of the weight rows `w_rows` [BLOCK_N, 1] over
-    K: `prefetch.global.L2` holds no register and returns nothing (the asm's result is a dummy), so a
-    kernel may issue it before its dependency wait for memory no kernel of the chain writes."""
-    for k0 in range(0, k_extent, LINE * PREFETCH_LINES):
-        ks = k0 + tl.arange(0, PREFETCH_LINES) * LINE
-        ks = tl.where(ks < k_extent, ks, 0)
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [w_rows + ks[None, :]],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
              r_ptr, s_ptr, nw_ptr, eps, w_offset,
              HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
              RESIDUAL: tl.constexpr, MAY_STORE_SUM: tl.constexpr, PDL: tl.constexpr,
-             WEIGHTS_FIRST: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr):
+             WEIGHTS_FIRST: tl.constexpr):
     """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices.
 
     MMA: tensor cores over the transposed product (W tile @ x^T: the weight columns fill the MMA's
@@ -227,17 +204,18 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
     `wait_for_prior(PDL)` runs here (PDL > 0: the kernel was launched dependent on its predecessor;
     PDL < 0: the caller has waited already). With WEIGHTS_FIRST (`launch.weights_first`) a one-row
     CUDA-core tile loads its first K step's weights before it: no kernel of a chain writes weights,
-    so they stream while the predecessor drains, and only x (and r) wait for it. With PREFETCH
-    (`launch.prefetches_weights`) any tile first asks L2 for its whole weight tile (`_prefetch`)."""
+    so they stream while the predecessor drains, and only x (and r) wait for it."""
     PEELED: tl.constexpr = BLOCK_M == 1 and WEIGHTS_FIRST and not MMA  # the wait follows the first weight step
-    cols, col_mask, safe_cols, w_rows = _tile_rows(w_ptr, stride_w, tile, n_extent, BLOCK_N)
-    if PREFETCH and PDL >= 0:
-        _prefetch(w_rows, k_extent, LINE)
     if PDL >= 0 and not PEELED:
         wait_for_prior(PDL)
     rows = tl.arange(0, BLOCK_M)
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_extent
+    # masked columns read row 0 (in bounds) and are never stored; no mask on the hot weight loads
+    safe_cols = tl.where(col_mask, cols, 0).to(tl.int64)
     x_offsets = rows[:, None].to(tl.int64) * stride_x
     x_rows = x_ptr + x_offsets
+    w_rows = w_ptr + safe_cols[:, None] * stride_w
     row_mask = rows[:, None] < m_rows
     if MMA:
         transposed = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -296,11 +274,10 @@ def _group(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, out_ptr, s
            r_ptr, s_ptr, nw_ptr, eps, w_offset,
            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
-           RESIDUAL: tl.constexpr, PDL: tl.constexpr, WEIGHTS_FIRST: tl.constexpr, PREFETCH: tl.constexpr,
-           LINE: tl.constexpr):
+           RESIDUAL: tl.constexpr, PDL: tl.constexpr, WEIGHTS_FIRST: tl.constexpr):
     acc, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
                                    r_ptr, s_ptr, nw_ptr, eps, w_offset, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N,
-                                   BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True, PDL, WEIGHTS_FIRST, PREFETCH, LINE)
+                                   BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True, PDL, WEIGHTS_FIRST)
     _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M)
 
 
@@ -313,29 +290,25 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
                    PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                   WEIGHTS_FIRST: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr):
+                   WEIGHTS_FIRST: tl.constexpr):
     pid = tl.program_id(0)  # each program waits for the predecessor inside its group's `_product`
     if pid < tiles0:
         _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid, r_ptr, s_ptr, nw_ptr, eps, w_offset,
-               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST,
-               PREFETCH, LINE)
+               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
     else:
         if GROUPS == 2:
             _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
                    r_ptr, s_ptr, nw_ptr, eps, w_offset,
-                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST,
-               PREFETCH, LINE)
+                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
         if GROUPS == 3:
             if pid < tiles0 + tiles1:
                 _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
                        r_ptr, s_ptr, nw_ptr, eps, w_offset,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST,
-               PREFETCH, LINE)
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
             else:
                 _group(x_ptr, stride_x, m_rows, k_extent, w2, sw2, b2, o2, so2, n2, pid - tiles0 - tiles1,
                        r_ptr, s_ptr, nw_ptr, eps, w_offset,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST,
-               PREFETCH, LINE)
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
 
 
 @triton.jit
@@ -344,19 +317,17 @@ def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, o
                   HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
                   PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                  WEIGHTS_FIRST: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr):
+                  WEIGHTS_FIRST: tl.constexpr):
     pid = tl.program_id(0)
-    if PREFETCH and PDL >= 0:  # the up tile asked of L2 too before the gate's product waits
-        _prefetch(_tile_rows(wu, swu, pid, n_extent, BLOCK_N)[3], k_extent, LINE)
     # the gate's product waits for the predecessor (after its first weight step); the up product after it
     g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
                                  r_ptr, s_ptr, nw_ptr, eps, w_offset,
                                  HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True,
-                                 PDL, WEIGHTS_FIRST, PREFETCH, LINE)
+                                 PDL, WEIGHTS_FIRST)
     u, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wu, swu, bu, pid, n_extent,
                                  r_ptr, s_ptr, nw_ptr, eps, w_offset,
                                  HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, False,
-                                 -1, False, False, LINE)
+                                 -1, False)
     # the unfused matmuls store gate and up in the output dtype: round them there first
     g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
     u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
@@ -433,14 +404,6 @@ def _norm_meta(norm: NormPrologue | None, blocks: Blocks) -> dict[str, object]:
     return dict(NORM=norm is not None, RESIDUAL=norm is not None and norm.residual is not None)
 
 
-def _early_meta(x: torch.Tensor, weight: torch.Tensor, early_weights: bool | None) -> dict[str, object]:
-    """What a launch reads of its weights before its dependency wait: the first step (mode 3, or
-    `early_weights` where given) and whether it asks L2 for the whole tile (mode 4), with the
-    elements of one 128-byte line."""
-    return dict(WEIGHTS_FIRST=weights_first(x) if early_weights is None else early_weights,
-                PREFETCH=prefetches_weights(x), LINE=max(1, 128 // weight.element_size()))
-
-
 def _tile_meta(blocks: Blocks, k: int, x: torch.Tensor, weight: torch.Tensor) -> dict[str, object]:
     """The launch's tile arguments; an MMA tile takes operands of one dtype (16-bit, or FP32 products
     at full precision: the interpreter's, and tests')."""
@@ -487,7 +450,8 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
             packed.append(tiles[i] if g < groups else 0)
     packed += norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]
     meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]),
-                **_norm_meta(norm, blocks), **dependent(x), **_early_meta(x, weights[0], early_weights))
+                **_norm_meta(norm, blocks), **dependent(x),
+                WEIGHTS_FIRST=weights_first(x) if early_weights is None else early_weights)
     launch = _linear_kernel[(sum(tiles),)]
     return lambda: launch(*packed, **meta)
 
@@ -524,7 +488,7 @@ def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
               out, out.stride(0), n, *(norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]))
     meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
                 **_tile_meta(blocks, k, x, gate_weight), **_norm_meta(norm, blocks), **dependent(x),
-                **_early_meta(x, gate_weight, early_weights))
+                WEIGHTS_FIRST=weights_first(x) if early_weights is None else early_weights)
     launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
     return lambda: launch(*packed, **meta)
 
