@@ -8,40 +8,38 @@ import torch
 from helios.production.kernels import launch
 
 
-@pytest.mark.parametrize(("setting", "mode"), [("", launch.DEFAULT_MODE), ("0", 0), ("1", 1), ("2", 2), (" 2 ", 2),
-                                                   ("3", 3)])
+@pytest.mark.parametrize(("setting", "mode"), [("", launch.DEFAULT_MODE), ("0", 0), ("1", 1), ("2", 2), (" 2 ", 2)])
 def test_the_setting_names_a_mode(monkeypatch, setting, mode):
     monkeypatch.setenv(launch.PDL_ENV, setting)
     assert launch.configured_mode() == mode
 
 
-@pytest.mark.parametrize("setting", ["4", "on", "-1", "1.0"])
+@pytest.mark.parametrize("setting", ["3", "on", "-1", "1.0"])
 def test_a_setting_naming_no_mode_is_refused_naming_the_variable(monkeypatch, setting):
     monkeypatch.setenv(launch.PDL_ENV, setting)
     with pytest.raises(launch.InvalidLaunchMode, match=launch.PDL_ENV):
         launch.configured_mode()
 
 
-@pytest.mark.parametrize("setting", ["2", "3"])
+@pytest.mark.parametrize("setting", ["1", "2"])
 def test_cpu_tensors_launch_without_it_whatever_the_setting(monkeypatch, setting):
     monkeypatch.setenv(launch.PDL_ENV, setting)
     assert launch.dependent(torch.zeros(4)) == {"PDL": 0, "launch_pdl": False}
-    assert not launch.weights_first(torch.zeros(4))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
                     reason="needs a Hopper GPU (programmatic dependent launch)")
-def test_mode_3_chains_one_row_products_that_read_their_predecessors_output(monkeypatch):
-    """Mode 3 on the GPU: a chain of one-row products, each reading the output the one before it just
-    wrote, replayed in a CUDA graph: every weight step read before the wait, every x after it, so the
-    chain's result equals the products taken one at a time (a read of x before the wait would see
-    the buffer's previous contents, which are set to differ)."""
+@pytest.mark.parametrize("mode", [1, 2])
+def test_dependent_modes_chain_one_row_products_that_read_their_predecessors_output(monkeypatch, mode):
+    """Modes 1 and 2 on the GPU: a chain of one-row products, each reading the output the one before
+    it just wrote, replayed in a CUDA graph, equals the products taken one at a time (a read of x
+    before the predecessor's completion would see the buffer's previous contents, set to differ)."""
     from helios.production.kernels import linear
 
-    monkeypatch.setenv(launch.PDL_ENV, "3")
+    monkeypatch.setenv(launch.PDL_ENV, str(mode))
     launch._device_mode.cache_clear()
     try:
-        assert launch.weights_first(torch.zeros(1, device="cuda"))
+        assert launch.dependent(torch.zeros(1, device="cuda")) == {"PDL": mode, "launch_pdl": True}
         torch.manual_seed(0)
         k, layers = 1024, 8
         ws = [torch.randn(k, k, device="cuda", dtype=torch.bfloat16) / 32 for _ in range(layers)]

@@ -153,47 +153,6 @@ def test_a_norm_prologue_gated_product_equals_add_norm_then_the_gated_activation
     close(out, ref.gated_activation(values(gate), values(up), activation="silu"), **LOOSE)
 
 
-@pytest.mark.parametrize("form", ["matmul*3", "add+rms_norm+matmul", "rms_norm+gate_up"])
-def test_reading_the_first_weight_step_before_the_wait_changes_no_bit(form):
-    """Dependent-launch mode 3's order (`early_weights`: a one-row tile's first K step of weights
-    peeled and read before waiting for the predecessor) computes what the plain loop computes, to the
-    bit, over ragged K steps and column tiles; and matches the reference."""
-    rng = np.random.default_rng()
-    widths = [N, 17, 33] if form == "matmul*3" else [N]
-    x, ws, bs = _operands(rng, 1, widths, bias=form == "matmul*3")
-    r = rng.standard_normal((1, K), dtype=np.float32)
-    weight = rng.standard_normal(K, dtype=np.float32)
-    results = {}
-    for early in (False, True):
-        total = torch.full((1, K), float("nan"), dtype=DTYPE, device=DEVICE)
-        outs = [torch.full((1, n), float("nan"), dtype=DTYPE, device=DEVICE) for n in widths]
-        if form == "rms_norm+gate_up":
-            wu = rng.standard_normal((N, K), dtype=np.float32) * 0.2 if not results else results["wu"]
-            linear.gated_linear(tensor(x), tensor(ws[0]), tensor(wu), outs[0], activation="silu",
-                                blocks=_small_blocks(1), norm=linear.NormPrologue(tensor(weight), 1e-6),
-                                early_weights=early)
-            results["wu"] = wu
-        else:
-            norm = (linear.NormPrologue(tensor(weight), 1e-5, residual=tensor(r), sum_out=total)
-                    if form.startswith("add") else None)
-            linear.linear(tensor(x), [tensor(w) for w in ws], outs, norm=norm, blocks=_small_blocks(1),
-                          biases=None if bs is None else [tensor(b) for b in bs], early_weights=early)
-        results[early] = [o.clone() for o in outs] + [total.clone()]
-    for plain, early in zip(results[False], results[True], strict=True):
-        assert torch.equal(plain.isnan(), early.isnan()) and torch.equal(plain.nan_to_num(), early.nan_to_num())
-    if form == "matmul*3":
-        for g, out in enumerate(results[True][:3]):
-            close(out, ref.matmul(values(x), values(ws[g]), values(bs[g])))
-    elif form.startswith("add"):
-        summed = values(ref.add(values(x), values(r)))
-        close(results[True][0], ref.matmul(values(ref.rms_norm(summed, values(weight), eps=1e-5)), values(ws[0]),
-                                           None), **LOOSE)
-    else:
-        normalized = values(ref.rms_norm(values(x), values(weight), eps=1e-6))
-        gate, up = ref.matmul(normalized, values(ws[0]), None), ref.matmul(normalized, values(results["wu"]), None)
-        close(results[True][0], ref.gated_activation(values(gate), values(up), activation="silu"), **LOOSE)
-
-
 def test_a_norm_prologue_rounds_the_sum_where_the_unfused_add_stores_it_and_agrees_within_the_rounding():
     """fp16 (exact in the interpreter): the stored sum is add -> f16 to the bit; the product agrees
     with add -> f16, rms_norm -> f16, matmul -> f16 within the normalized rows' f16 rounding, and
@@ -463,8 +422,7 @@ def sm90_report() -> dict[str, dict[str, int]]:
     # the norm prologue's operands (residual, sum, norm weight, eps, offset)
     prologue = {"r_ptr": "*bf16", "s_ptr": "*bf16", "nw_ptr": "*bf16", "eps": "fp32", "w_offset": "fp32"}
 
-    def matmuls(groups: int, blocks: Blocks, k: int, out: str, bias: bool = False, norm: bool = False,
-                early: bool = False) -> dict:
+    def matmuls(groups: int, blocks: Blocks, k: int, out: str, bias: bool = False, norm: bool = False) -> dict:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32"}
         for g in range(3):
             signature |= {f"w{g}": "*bf16", f"sw{g}": "i32", f"b{g}": "*bf16", f"o{g}": f"*{out}",
@@ -474,18 +432,18 @@ def sm90_report() -> dict[str, dict[str, int]]:
         return build(linear._linear_kernel, signature | prologue, {
             "GROUPS": groups, "HAS_BIAS": bias, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
             "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
-            "NORM": norm, "RESIDUAL": norm, "PDL": 2, "WEIGHTS_FIRST": early},
-            blocks.num_warps, k, blocks.num_stages) | {"early": int(early)}
+            "NORM": norm, "RESIDUAL": norm, "PDL": 2},
+            blocks.num_warps, k, blocks.num_stages)
 
-    def gated(blocks: Blocks, k: int, norm: bool = False, early: bool = False) -> dict[str, int]:
+    def gated(blocks: Blocks, k: int, norm: bool = False) -> dict[str, int]:
         signature = {"x_ptr": "*bf16", "stride_x": "i32", "m_rows": "i32", "k_extent": "i32", "wg": "*bf16",
                      "swg": "i32", "bg": "*bf16", "wu": "*bf16", "swu": "i32", "bu": "*bf16", "out_ptr": "*bf16",
                      "stride_out": "i32", "n_extent": "i32"}
         return build(linear._gated_kernel, signature | prologue, {
             "HAS_BIAS": False, "ACTIVATION": 0, "EVEN_K": k % blocks.block_k == 0, "BLOCK_M": blocks.block_m,
             "BLOCK_N": blocks.block_n, "BLOCK_K": blocks.block_k, "MMA": blocks.mma, "PRECISION": "tf32",
-            "NORM": norm, "RESIDUAL": norm, "PDL": 2, "WEIGHTS_FIRST": early},
-            blocks.num_warps, k, blocks.num_stages) | {"early": int(early)}
+            "NORM": norm, "RESIDUAL": norm, "PDL": 2},
+            blocks.num_warps, k, blocks.num_stages)
 
     return {
         "qkv": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16"),
@@ -503,12 +461,6 @@ def sm90_report() -> dict[str, dict[str, int]]:
         # lowering takes the prologue on CUDA-core tiles only)
         "qkv_norm": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16", norm=True),
         "gate_up_norm": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024, norm=True),
-        # dependent-launch mode 3: a one-row tile's first weight step read before the wait
-        "qkv_early": matmuls(3, choose_blocks(1, 4096, 1024, cuda=True), 1024, "bf16", early=True),
-        "down_early": matmuls(1, choose_blocks(1, 1024, 3072, cuda=True), 3072, "bf16", early=True),
-        "gate_up_norm_early": gated(choose_blocks(1, 3072, 1024, cuda=True, gated=True), 1024, norm=True,
-                                    early=True),
-        "gate_up_m16_early": gated(choose_blocks(16, 3072, 1024, cuda=True, gated=True), 1024, early=True),
     }
 
 
@@ -535,7 +487,5 @@ def test_the_kernels_compile_for_an_h200_with_vector_weight_loads_and_no_spills(
         assert kernel["local_bytes"] == 0 and 0 < kernel["registers"] <= 128, (name, kernel)
         # the MMA tiles multiply on tensor cores, the others on CUDA cores
         assert (kernel["tensor_core_ops"] > 0) == bool(kernel["mma"]), (name, kernel)
-        # mode 3: a one-row CUDA-core tile streams its first weight step before the dependency wait;
-        # every other kernel waits first (nothing of theirs is read before it)
-        early = kernel["early"] and kernel["rows"] == 1 and not kernel["mma"]
-        assert (kernel["loads_before_wait"] > 0) == bool(early), (name, kernel)
+        # every kernel waits for its predecessor before its first load (dependent launch)
+        assert kernel["loads_before_wait"] == 0, (name, kernel)

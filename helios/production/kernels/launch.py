@@ -11,15 +11,16 @@ ordered.
 
 `HELIOS_PDL` chooses the mode (read once a device): `0` off; `1` wait first, the dependents
 launched when the kernel completes; `2` (the default) wait first, then let the next kernel launch at
-once (its programs become resident as this one's retire and wait in turn); `3` as 2, and the
-one-row skinny products (a batch-1 step's) read their first weight step before they wait
-(`weights_first`): no kernel of a chain writes weights, so they may stream while the predecessor
-drains (measured against mode 2 with `bench/decode.py`; until then not the default). Devices
+once (its programs become resident as this one's retire and wait in turn). Devices
 before compute capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
 (bench/decode.py, its 28-layer hidden-1024 shape, 512-token histories, 243 launches a step):
 batch 1 1.263 ms a step off, 1.083 with mode 2; batch 8 1.542 and 1.471; at batch 64 and 256 the
 step is product-bound and the modes agree within 1% (BENCHMARKS.md). The GPU suite
-(tests/production, tests/conformance) passes under mode 2 as under mode 0.
+(tests/production, tests/conformance) passes under mode 2 as under mode 0. Reading weights before
+the wait (no kernel of a chain writes them) was measured against mode 2 in one call on an H100 and
+gained nothing: the batch-1 step took 1.102 ms with each one-row product's first weight step loaded
+before its wait against 1.100-1.102 ms, and 1.152 ms with every product's whole weight tile
+prefetched into L2 before it (BENCHMARKS.md); neither is kept.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import triton.language as tl
 from helios.errors import HeliosError
 
 PDL_ENV = "HELIOS_PDL"
-MODES = (0, 1, 2, 3)
+MODES = (0, 1, 2)
 DEFAULT_MODE = 2
 
 
@@ -67,14 +68,9 @@ def launch_mode(t: torch.Tensor) -> int:
 
 def dependent(t: torch.Tensor) -> dict[str, object]:
     """Launch arguments of a kernel taking a `PDL: tl.constexpr` and calling `wait_for_prior(PDL)`
-    first: the kernel's wait mode (0, 1 or 2; mode 3 waits as 2) and Triton's `launch_pdl` option."""
+    first: the kernel's wait mode (0, 1 or 2) and Triton's `launch_pdl` option."""
     mode = launch_mode(t)
-    return {"PDL": min(mode, 2), "launch_pdl": mode > 0}
-
-
-def weights_first(t: torch.Tensor) -> bool:
-    """Mode 3 on `t`'s device: one-row products read their first weight step before the wait."""
-    return launch_mode(t) == 3
+    return {"PDL": mode, "launch_pdl": mode > 0}
 
 
 @triton.jit

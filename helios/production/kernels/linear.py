@@ -33,7 +33,7 @@ import triton.language as tl
 
 from helios.errors import HeliosError
 from helios.production.kernels.activation import ACTIVATION_CODES, activate
-from helios.production.kernels.launch import dependent, wait_for_prior, weights_first
+from helios.production.kernels.launch import dependent, wait_for_prior
 
 MAX_ROWS = 16  # the most rows (M) these kernels take; larger products stay on torch
 MAX_GROUPS = 3
@@ -189,8 +189,7 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
              r_ptr, s_ptr, nw_ptr, eps, w_offset,
              HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
-             RESIDUAL: tl.constexpr, MAY_STORE_SUM: tl.constexpr, PDL: tl.constexpr,
-             WEIGHTS_FIRST: tl.constexpr):
+             RESIDUAL: tl.constexpr, MAY_STORE_SUM: tl.constexpr, PDL: tl.constexpr):
     """FP32 x[rows] @ W[tile columns]^T (+ bias) as a [BLOCK_M, BLOCK_N] block, and its column indices.
 
     MMA: tensor cores over the transposed product (W tile @ x^T: the weight columns fill the MMA's
@@ -201,12 +200,9 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
     offset) in FP32 into the product and adds x's squares to the row's sum, and the product of each
     row is divided by sqrt(mean square + eps) at the end (the division is one scalar a row).
 
-    `wait_for_prior(PDL)` runs here (PDL > 0: the kernel was launched dependent on its predecessor;
-    PDL < 0: the caller has waited already). With WEIGHTS_FIRST (`launch.weights_first`) a one-row
-    CUDA-core tile loads its first K step's weights before it: no kernel of a chain writes weights,
-    so they stream while the predecessor drains, and only x (and r) wait for it."""
-    PEELED: tl.constexpr = BLOCK_M == 1 and WEIGHTS_FIRST and not MMA  # the wait follows the first weight step
-    if PDL >= 0 and not PEELED:
+    `wait_for_prior(PDL)` runs first (PDL > 0: the kernel was launched dependent on its predecessor;
+    PDL < 0: the caller has waited already)."""
+    if PDL >= 0:
         wait_for_prior(PDL)
     rows = tl.arange(0, BLOCK_M)
     cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -231,22 +227,9 @@ def _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_
             transposed = tl.dot(w, tl.trans(x), transposed, input_precision=PRECISION)
         acc = tl.trans(transposed)
     else:
-        if PEELED:
-            # one row (a batch-1 step: launch-bound): the first K step peeled, its weights read
-            # before the wait (more rows keep the plain loop: the peeled step costs registers)
-            ks = tl.arange(0, BLOCK_K)
-            w = _weights(w_rows, ks, k_extent, EVEN_K)
-            if PDL >= 0:
-                wait_for_prior(PDL)
-            x, squares = _rows_step(x_ptr, x_offsets, x_rows, row_mask, ks, k_extent, r_ptr, s_ptr, nw_ptr,
-                                    w_offset, EVEN_K, NORM, RESIDUAL, MAY_STORE_SUM, BLOCK_M)
-            acc = tl.sum(x[:, None, :] * w[None, :, :], axis=2)
-            first = BLOCK_K
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            first = 0
-        for k0 in range(first, k_extent, BLOCK_K):
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, k_extent, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             x, more = _rows_step(x_ptr, x_offsets, x_rows, row_mask, ks, k_extent, r_ptr, s_ptr, nw_ptr,
                                  w_offset, EVEN_K, NORM, RESIDUAL, MAY_STORE_SUM, BLOCK_M)
@@ -274,10 +257,10 @@ def _group(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, out_ptr, s
            r_ptr, s_ptr, nw_ptr, eps, w_offset,
            HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_K: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, NORM: tl.constexpr,
-           RESIDUAL: tl.constexpr, PDL: tl.constexpr, WEIGHTS_FIRST: tl.constexpr):
+           RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     acc, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, w_ptr, stride_w, b_ptr, tile, n_extent,
                                    r_ptr, s_ptr, nw_ptr, eps, w_offset, HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N,
-                                   BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True, PDL, WEIGHTS_FIRST)
+                                   BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True, PDL)
     _store(out_ptr, stride_out, m_rows, acc, cols, col_mask, BLOCK_M)
 
 
@@ -289,26 +272,25 @@ def _linear_kernel(x_ptr, stride_x, m_rows, k_extent,
                    r_ptr, s_ptr, nw_ptr, eps, w_offset,
                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
-                   PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                   WEIGHTS_FIRST: tl.constexpr):
+                   PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)  # each program waits for the predecessor inside its group's `_product`
     if pid < tiles0:
         _group(x_ptr, stride_x, m_rows, k_extent, w0, sw0, b0, o0, so0, n0, pid, r_ptr, s_ptr, nw_ptr, eps, w_offset,
-               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
+               HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL)
     else:
         if GROUPS == 2:
             _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
                    r_ptr, s_ptr, nw_ptr, eps, w_offset,
-                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
+                   HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL)
         if GROUPS == 3:
             if pid < tiles0 + tiles1:
                 _group(x_ptr, stride_x, m_rows, k_extent, w1, sw1, b1, o1, so1, n1, pid - tiles0,
                        r_ptr, s_ptr, nw_ptr, eps, w_offset,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL)
             else:
                 _group(x_ptr, stride_x, m_rows, k_extent, w2, sw2, b2, o2, so2, n2, pid - tiles0 - tiles1,
                        r_ptr, s_ptr, nw_ptr, eps, w_offset,
-                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL, WEIGHTS_FIRST)
+                       HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, PDL)
 
 
 @triton.jit
@@ -316,18 +298,17 @@ def _gated_kernel(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, wu, swu, bu, o
                   r_ptr, s_ptr, nw_ptr, eps, w_offset,
                   HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MMA: tl.constexpr,
-                  PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
-                  WEIGHTS_FIRST: tl.constexpr):
+                  PRECISION: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
-    # the gate's product waits for the predecessor (after its first weight step); the up product after it
+    # the gate's product waits for the predecessor; the up product after it
     g, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wg, swg, bg, pid, n_extent,
                                  r_ptr, s_ptr, nw_ptr, eps, w_offset,
                                  HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, True,
-                                 PDL, WEIGHTS_FIRST)
+                                 PDL)
     u, cols, col_mask = _product(x_ptr, stride_x, m_rows, k_extent, wu, swu, bu, pid, n_extent,
                                  r_ptr, s_ptr, nw_ptr, eps, w_offset,
                                  HAS_BIAS, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, MMA, PRECISION, NORM, RESIDUAL, False,
-                                 -1, False)
+                                 -1)
     # the unfused matmuls store gate and up in the output dtype: round them there first
     g = g.to(out_ptr.dtype.element_ty).to(tl.float32)
     u = u.to(out_ptr.dtype.element_ty).to(tl.float32)
@@ -421,15 +402,12 @@ def _tile_meta(blocks: Blocks, k: int, x: torch.Tensor, weight: torch.Tensor) ->
 
 def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
                   biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
-                  blocks: Blocks | None = None, norm: NormPrologue | None = None,
-                  early_weights: bool | None = None) -> Callable[[], None]:
+                  blocks: Blocks | None = None, norm: NormPrologue | None = None) -> Callable[[], None]:
     """A bound launch of outs[g][:, :columns[g]] = x @ weights[g][:columns[g]]^T (+ biases[g]), up to
     three groups in one launch: operands checked and arguments packed once, here.
 
     `columns` defaults to each output's width (the logits lowering passes the sampled ids only).
-    `norm`: x is normalized in the launch's prologue first (`NormPrologue`). `early_weights`: a
-    one-row tile reads its first weight step before waiting for the predecessor (default: the
-    device's dependent-launch mode, `launch.weights_first`).
+    `norm`: x is normalized in the launch's prologue first (`NormPrologue`).
     """
     groups = len(weights)
     if not 1 <= groups <= MAX_GROUPS:
@@ -450,28 +428,23 @@ def linear_launch(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequen
             packed.append(tiles[i] if g < groups else 0)
     packed += norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]
     meta = dict(GROUPS=groups, HAS_BIAS=biases is not None, **_tile_meta(blocks, k, x, weights[0]),
-                **_norm_meta(norm, blocks), **dependent(x),
-                WEIGHTS_FIRST=weights_first(x) if early_weights is None else early_weights)
+                **_norm_meta(norm, blocks), **dependent(x))
     launch = _linear_kernel[(sum(tiles),)]
     return lambda: launch(*packed, **meta)
 
 
 def linear(x: torch.Tensor, weights: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], *,
            biases: Sequence[torch.Tensor] | None = None, columns: Sequence[int] | None = None,
-           blocks: Blocks | None = None, norm: NormPrologue | None = None,
-           early_weights: bool | None = None) -> None:
+           blocks: Blocks | None = None, norm: NormPrologue | None = None) -> None:
     """Run `linear_launch(...)` once."""
-    linear_launch(x, weights, outs, biases=biases, columns=columns, blocks=blocks, norm=norm,
-                  early_weights=early_weights)()
+    linear_launch(x, weights, outs, biases=biases, columns=columns, blocks=blocks, norm=norm)()
 
 
 def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
                  activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
-                 blocks: Blocks | None = None, norm: NormPrologue | None = None,
-                 early_weights: bool | None = None) -> Callable[[], None]:
+                 blocks: Blocks | None = None, norm: NormPrologue | None = None) -> Callable[[], None]:
     """A bound launch of out = act(round(x @ Wg^T + bg)) * round(x @ Wu^T + bu), rounding to out's
-    dtype; `norm`: x is normalized in the launch's prologue first (`NormPrologue`); `early_weights`
-    as `linear_launch`'s (the gate's first weight step)."""
+    dtype; `norm`: x is normalized in the launch's prologue first (`NormPrologue`)."""
     if activation not in ACTIVATION_CODES:
         raise LinearShapeError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATION_CODES)}")
     if (gate_bias is None) != (up_bias is None):
@@ -487,16 +460,14 @@ def gated_launch(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Te
               up_weight, up_weight.stride(0), up_bias if up_bias is not None else up_weight,
               out, out.stride(0), n, *(norm.arguments(x) if norm is not None else [x, x, x, 0.0, 0.0]))
     meta = dict(HAS_BIAS=gate_bias is not None, ACTIVATION=ACTIVATION_CODES[activation],
-                **_tile_meta(blocks, k, x, gate_weight), **_norm_meta(norm, blocks), **dependent(x),
-                WEIGHTS_FIRST=weights_first(x) if early_weights is None else early_weights)
+                **_tile_meta(blocks, k, x, gate_weight), **_norm_meta(norm, blocks), **dependent(x))
     launch = _gated_kernel[(triton.cdiv(n, blocks.block_n),)]
     return lambda: launch(*packed, **meta)
 
 
 def gated_linear(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor, out: torch.Tensor, *,
                  activation: str, gate_bias: torch.Tensor | None = None, up_bias: torch.Tensor | None = None,
-                 blocks: Blocks | None = None, norm: NormPrologue | None = None,
-                 early_weights: bool | None = None) -> None:
+                 blocks: Blocks | None = None, norm: NormPrologue | None = None) -> None:
     """Run `gated_launch(...)` once."""
     gated_launch(x, gate_weight, up_weight, out, activation=activation, gate_bias=gate_bias, up_bias=up_bias,
-                 blocks=blocks, norm=norm, early_weights=early_weights)()
+                 blocks=blocks, norm=norm)()
