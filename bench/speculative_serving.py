@@ -12,7 +12,10 @@ round costs measured at startup) and each mode serves over it: `off` (plain deco
 `W8` (a fixed width) and `auto` (the adaptive choice). On a CPU the reference runtime serves each mode.
 
 Workloads, each at every concurrency C (`--requests`, default max(4 C, 32), submitted at once, C
-admitted at a time; every mode runs `--repeats` times, interleaved, and the table shows its median):
+admitted at a time; every mode runs `--repeats` times, interleaved, and the table shows its median;
+on a GPU each run is a fresh runtime over the loaded model, and the `auto` runs of one point share
+their served round costs, as one long-lived server's rounds would: its first run measures them, the
+later ones start from them):
   - held_out: the demo's held-out chat prompts (helios/demo/tasks.py), rendered by the core's chat
     template and frontend exactly as `helios serve` renders them;
   - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
@@ -47,11 +50,13 @@ MAX_TOKENS = 128
 
 def choices(metrics) -> dict:
     """What a run's scheduler chose (`RuntimeMetrics`): rounds by width, plain and fallback choices,
-    proposals offered and accepted (copied ones apart), graph launches by operation."""
+    proposals offered and accepted (copied ones apart; and by position), graph launches by operation."""
     return {"speculative_rounds_by_width": {str(w): n for w, n in sorted(metrics.speculative_rounds_by_width.items())},
             "plain_choices": metrics.plain_choices, "fallback_choices": metrics.fallback_choices,
             "offered": metrics.offered_drafts, "accepted": metrics.accepted_drafts,
             "copied_offered": metrics.copied_offered, "copied_accepted": metrics.copied_accepted,
+            "offered_by_position": {str(k): n for k, n in sorted(metrics.offered_by_position.items())},
+            "accepted_by_position": {str(k): n for k, n in sorted(metrics.accepted_by_position.items())},
             "graph_launches": dict(metrics.graph_launches)}
 
 
@@ -189,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.tiny else max(1, args.repeats)
     capacities = sorted({1, 2, 4, 8, *concurrency})
     figures = []
+    from helios.engine.program_choice import ServedCosts
+
     with tempfile.TemporaryDirectory() as tmp:
         path, key = prepare(Path(tmp), dtype="bf16" if gpu else "fp32", capacities=capacities, widths=widths)
         core = open_core(path, trusted_keys=[key], accept=PUBLISHER)
@@ -212,13 +219,18 @@ def main(argv: list[str] | None = None) -> int:
         for workload, bodies in workloads.items():
             for temperature in args.temperatures:
                 for c in concurrency:
+                    served = ServedCosts()  # the auto runs' of this point
+
                     def setup(name: str, extra: dict, tag: str, c: int = c, bodies: list = bodies,
-                              temperature: float = temperature, workload: str = workload):
+                              temperature: float = temperature, workload: str = workload,
+                              served: ServedCosts = served):
                         """A fresh runtime of mode `name` and the workload's requests for it."""
                         if name != "off":
                             extra = {**extra, "history_drafting": args.history_drafting}
                         options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
-                        runtime = runtime_for(model, options) if gpu else load_runtime(core, options)
+                        shared = served if name == "auto" else None
+                        runtime = (runtime_for(model, options, served_costs=shared) if gpu
+                                   else load_runtime(core, options))
                         return runtime, prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}-{tag}")
 
                     runs: dict[str, list[float]] = {name: [] for name in names}

@@ -123,7 +123,8 @@ class Scheduler(RequestResidency):
     slots and pages are `RequestResidency`'s (residency.py)."""
 
     def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
-                 costs: RoundCosts | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 costs: RoundCosts | None = None, clock: Callable[[], float] = time.monotonic,
+                 served: ServedCosts | None = None) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
         super().__init__(config, cache)
@@ -151,7 +152,9 @@ class Scheduler(RequestResidency):
         # the configured width runs) and the acceptance pooled over every completed speculative lane.
         # Served rounds' wall time of every graph (ServedCosts: the metrics' served costs, and the
         # choice's refreshed ones): when the schedule call that formed each outstanding round began.
-        self.served = ServedCosts()
+        # `served` given: the one a process serving this executor in several runtimes in turn keeps, so
+        # each starts from the served costs the earlier ones measured (one long-lived runtime's).
+        self.served = served if served is not None else ServedCosts()
         self._clock = clock
         self._schedule_started = 0.0
         self._round_started: dict[int, float] = {}

@@ -216,14 +216,20 @@ def test_a_corrupted_cache_record_is_caught_as_cache_while_tokens_agree(conform_
 
 @pytest.mark.slow
 def test_a_dropped_norm_epsilon_in_the_fused_residual_kernel_is_caught(conform_core, monkeypatch):
+    import helios.production.kernels.linear as linear
     import helios.production.kernels.norm as norm
 
-    fused = norm.norm
+    fused, prologue = norm.norm, linear.NormPrologue.arguments
 
     def no_eps(x, weight, out, *, eps, residual=None, **kwargs):
         return fused(x, weight, out, eps=0.0 if residual is not None else eps, residual=residual, **kwargs)
 
+    def no_prologue_eps(self, x):  # on a GPU the policy may fold the residual norm into the product
+        residual, summed, weight, eps, offset = prologue(self, x)
+        return [residual, summed, weight, 0.0 if self.residual is not None else eps, offset]
+
     monkeypatch.setattr(norm, "norm", no_eps)
+    monkeypatch.setattr(linear.NormPrologue, "arguments", no_prologue_eps)
     report = run(conform_core, ("trace",), workload("eps", {"prompt": PROMPT[:5], "max_tokens": 2,
                                                            "temperature": 0}))
     found = only_divergence(report, "trace")

@@ -335,3 +335,38 @@ def test_the_served_probe_serves_every_decode_and_speculative_graph(core):
     rt = BatchingRuntime.for_executor(engine.executor, engine.contract, AdmissionLimits(max_active=1), pages=48)
     assert [tokens for tokens, _ in serve_all(rt, _prepared([request]))] == [
         list(ReferenceEngine.load(core, pages=48).generate(request))]
+
+
+def test_runtimes_serving_one_executor_in_turn_share_their_served_costs(core, workload):
+    """`served_costs` given: a runtime records its served rounds into it, and the next runtime over
+    the same executor starts from them (its choice reads the costs the first one's rounds measured,
+    not its table), with the same greedy tokens."""
+    from helios.engine.program_choice import OBSERVED_ROUNDS, ServedCosts
+
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    shared = ServedCosts()
+
+    def runtime():
+        return BatchingRuntime.for_executor(engine.executor, engine.contract,
+                                            AdmissionLimits(max_active=4, queue_capacity=16), pages=48,
+                                            speculative_width=4, adaptive_speculation=True, served_costs=shared)
+
+    first = runtime()
+    assert [tokens for tokens, _ in serve_all(first, _prepared(requests))] == expected
+    learned = {c.graph: c.rounds for c in first.metrics().served_round_costs}
+    assert sum(learned.values()) == sum(first.metrics().graph_launches.values())
+    second = runtime()
+    assert second.scheduler.served is shared and second.scheduler.choice.served is shared
+    tabled = {c.graph for c in first.metrics().round_costs}  # the DECODE and SPECULATIVE graphs the choice weighs
+    measured = [g for g, rounds in learned.items() if rounds >= OBSERVED_ROUNDS and g in tabled]
+    assert measured
+    for graph in measured:  # the second runtime's choice reads the first one's measurements
+        assert second.scheduler.choice.seconds(graph) == shared.seconds(graph) is not None
+    assert [tokens for tokens, _ in serve_all(second, _prepared(requests))] == expected
+    both = {c.graph: c.rounds for c in second.metrics().served_round_costs}
+    assert sum(both.values()) == sum(learned.values()) + sum(second.metrics().graph_launches.values())
+    # a runtime given none keeps its own
+    assert BatchingRuntime.for_executor(
+        engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16), pages=48,
+        speculative_width=4, adaptive_speculation=True).scheduler.served is not shared

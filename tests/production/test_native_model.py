@@ -52,7 +52,10 @@ def test_startup_phases_geometry_and_fusion(cores):
     # load-time selection reduced concurrency: the batch-2 decode graph is not loaded
     assert "decode_b2" not in native.graphs and "decode_b1" in native.graphs
     kernels = native.graphs["decode_b1"].plan.kernels
-    assert "add+rms_norm" in kernels and "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2" in kernels
+    # the residual add and norm fuse: into one kernel, or on a GPU into the product reading them where
+    # the product policy times that faster
+    assert any(k == "add+rms_norm" or k.startswith("add+rms_norm+matmul") for k in kernels), kernels
+    assert "head_rms_norm+rotary & head_rms_norm+rotary+paged_cache_write*2" in kernels
 
 
 def test_missing_graph_variant_fails_startup(cores):
