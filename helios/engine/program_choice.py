@@ -48,9 +48,18 @@ worker) to its own, which in steady state is what the round cost
 the serving loop, overlap included (measured on an H200, the 10.6M demo pair at 128 requests: plain
 decode rounds took 5.5 ms of wall time and W2 rounds 7.5 ms; BENCHMARKS.md, issue #18). Once a graph
 has OBSERVED_ROUNDS observations its cost is their moving average (weight OBSERVED_WEIGHT for the
-newest); until then it costs its table entry. The table is the optimistic side: the device runs one
-round at a time, so a served round's wall time is at least its replay's, and a program not yet
-served looks at least as good as it is, is chosen when that makes it best, and is then measured.
+newest); until then it costs its table entry, calibrated by its program's other graphs.
+
+Calibrated table costs. Served rounds do not cost their table entries in one proportion: the host's
+share, the frames' overlap and rounds of other kinds completing in a round's interval differ by
+program. Measured on an H100 with the demo pair (BENCHMARKS.md, issue #18), a graph's served cost
+was 1.9 to 5.7 times its table entry for DECODE, about 1.5 for W2, 1.0 to 1.2 for W4 and 0.54 to
+0.86 for W8: against raw table entries an unserved W8 graph looked almost twice as slow as it
+serves while the W4 graph beside it was served, and was never chosen to be measured (the adaptive
+choice at 128 requests ran W4 at 0.90 of W8's rate). So a graph without a served cost of its own
+costs its table entry times the served/table ratio of the served graph of its operation and width
+nearest it in lanes (`calibration`; its raw entry where none is served): a graph not yet served
+looks as its program serves, is chosen when that makes it best, and is then measured.
 
 Stale served costs expire. A graph's served cost is refreshed only while it is chosen, so one
 inflated observation (a collector pause, a page fault, an admission burst landing in its interval)
@@ -63,7 +72,8 @@ again, the optimistic side, is chosen when that makes it best and is measured an
 served is. A program that really is slower costs at most OBSERVED_ROUNDS rounds of it per
 STALE_ROUNDS (about 1%); aging the estimate toward an optimistic floor instead would retry it far
 more often (the table is far below served costs where the host's share is large, and the fastest
-interval of pipelined rounds can be near zero).
+interval of pipelined rounds can be near zero). A forgotten graph's cost is calibrated from its
+program's other graphs, as a graph never served is (their own observations, while not forgotten).
 
 Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
 than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
@@ -74,6 +84,7 @@ fallback) is made on completed observations, the completion feedback the specifi
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -334,6 +345,7 @@ class ProgramChoice:
         self.clock = clock
         self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
         self._seconds = costs.by_graph() if costs is not None else {}
+        self._siblings = self._program_siblings()
         self.served = served if served is not None else ServedCosts()
 
     def observe(self, graph: str, seconds: float) -> None:
@@ -342,12 +354,38 @@ class ProgramChoice:
 
     def seconds(self, graph: str) -> float | None:
         """A round of `graph`'s cost: its served rounds' moving average once there are OBSERVED_ROUNDS
-        of them, else its table cost; None when the table has none (costs unknown)."""
+        of them, else its table cost times `calibration`; None when the table has none (costs unknown)."""
         table = self._seconds.get(graph)
         if table is None:
             return None
         served = self.served.seconds(graph)
-        return table if served is None else served
+        return table * self.calibration(graph) if served is None else served
+
+    def calibration(self, graph: str) -> float:
+        """Served cost over table cost of the graph of `graph`'s operation and width nearest it in lanes
+        (by lane ratio, the larger on a tie) that has a served cost; 1.0 where none has."""
+        for sibling in self._siblings.get(graph, ()):
+            served = self.served.seconds(sibling)
+            if served is not None:
+                return served / self._seconds[sibling]
+        return 1.0
+
+    def _program_siblings(self) -> dict[str, tuple[str, ...]]:
+        """For each graph of the table, the table's other graphs of its operation and width, nearest in
+        lanes first (`calibration`'s order)."""
+        programs: dict[tuple[int, int], list[GraphVariant]] = {}
+        for name, seconds in self._seconds.items():
+            if seconds > 0 and self.catalog.has_graph(name):
+                v = self.catalog.variant(name)
+                width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
+                programs.setdefault((v.operation, width), []).append(v)
+        out = {}
+        for variants in programs.values():
+            for v in variants:
+                others = [o for o in variants if o.name != v.name]
+                others.sort(key=lambda o: (abs(math.log2(o.batch_capacity / v.batch_capacity)), -o.batch_capacity))
+                out[v.name] = tuple(o.name for o in others)
+        return out
 
     def usable(self) -> bool:
         """A cost table is known and not stale."""

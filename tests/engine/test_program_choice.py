@@ -328,13 +328,81 @@ def test_served_rounds_costs_replace_the_table():
     assert choice.choose([0.9], [10]).speculative  # the table's: 3.44 tokens for 1.5 s beat 1 for 1 s
     choice.observe("speculative_b1_w4", 8.5)
     assert choice.seconds("speculative_b1_w4") == pytest.approx(6.0 + 0.2 * 2.5)  # the moving average
-    assert choice.seconds("decode_b1") == 1.0  # not served yet: its table cost (a lower bound)
+    assert choice.seconds("decode_b1") == 1.0  # not served yet, nor any graph of its program: its table cost
     assert not choice.choose([0.9], [10]).speculative  # served, 3.44 tokens take 6.5 s
     for _ in range(3):
         choice.observe("decode_b1", 3.0)  # served plain rounds cost more than the replay too
     assert choice.seconds("decode_b1") == pytest.approx(3.0)
     # both served: 3.44 tokens in 6.5 s beat 1 in 3 s; at a = 0.3, 1.42 tokens in 6.5 s do not
     assert choice.choose([0.9], [10]).speculative and not choice.choose([0.3], [10]).speculative
+
+
+def _calibrated_choice() -> ProgramChoice:
+    """DECODE, W4 and W8 at 1, 2, 8, 32 and 128 lanes; table costs: DECODE 1 ms, W4 2 ms and W8 4 ms
+    times (1 + lanes / 32)."""
+    variants = [GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill", PREFILL, 1, 16, True)]
+    entries = []
+    for b in (1, 2, 8, 32, 128):
+        variants.append(GraphVariant(f"decode_b{b}", DECODE, b, b, True))
+        entries.append(RoundCost(f"decode_b{b}", DECODE, b, 1, 1e-3 * (1 + b / 32)))
+        for width, base in ((4, 2e-3), (8, 4e-3)):
+            name = f"speculative_b{b}_w{width}"
+            variants.append(GraphVariant(name, SPEC, b, b * width, True, width=width, drafts=width - 1,
+                                         lane_limit=width, check=SpeculativeRound(b * width, exact=True)))
+            entries.append(RoundCost(name, SPEC, b, width, base * (1 + b / 32)))
+    return ProgramChoice(GraphCatalog(variants), RoundCosts(tuple(entries)))
+
+
+def test_an_unserved_graph_costs_its_table_entry_calibrated_by_its_programs_nearest_served_graph():
+    choice = _calibrated_choice()
+    table = {g: choice.seconds(g) for g in ("speculative_b1_w8", "speculative_b2_w8", "speculative_b32_w8",
+                                            "speculative_b128_w8", "speculative_b128_w4", "decode_b128")}
+    assert all(choice.calibration(g) == 1.0 for g in table)  # nothing served: the raw table
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b8_w8", 0.55 * table_cost(choice, "speculative_b8_w8"))
+        choice.observe("speculative_b128_w8", 0.50 * table["speculative_b128_w8"])
+        choice.observe("speculative_b2_w8", 0.80 * table["speculative_b2_w8"])
+    # nearest in lanes by ratio: 32 lanes is 4x from 8 and 128, the larger wins the tie; 1 lane takes 2
+    assert choice.seconds("speculative_b32_w8") == pytest.approx(0.50 * table["speculative_b32_w8"])
+    assert choice.seconds("speculative_b1_w8") == pytest.approx(0.80 * table["speculative_b1_w8"])
+    # served graphs cost their own served rounds; other programs (W4, DECODE) are not calibrated by W8's
+    assert choice.seconds("speculative_b128_w8") == pytest.approx(0.50 * table["speculative_b128_w8"])
+    assert choice.seconds("speculative_b128_w4") == table["speculative_b128_w4"]
+    assert choice.seconds("decode_b128") == table["decode_b128"]
+
+
+def table_cost(choice: ProgramChoice, graph: str) -> float:
+    return choice.costs.by_graph()[graph]
+
+
+def test_an_unserved_width_is_chosen_where_its_programs_served_rounds_say_it_serves_faster():
+    """The H100 case (BENCHMARKS.md, issue #18): 128 lanes at a = 0.95, W4's rounds served at their
+    table cost, W8's at about half of theirs at 32 lanes. Raw, W8's 128-lane table entry loses to W4
+    (6.0 tokens a lane in 20 ms against 3.7 in 10 ms) and would never be measured; calibrated by its
+    32-lane graph's served rounds it wins, is chosen, and its own rounds then decide."""
+    choice = _calibrated_choice()
+    lanes = [0.95] * 128
+    rooms = [100] * 128
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b128_w4", table_cost(choice, "speculative_b128_w4"))
+    assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w4"
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b32_w8", 0.5 * table_cost(choice, "speculative_b32_w8"))
+    assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w8"
+    for _ in range(OBSERVED_ROUNDS):  # its own rounds serve at its raw table cost after all: W4 again
+        choice.observe("speculative_b128_w8", table_cost(choice, "speculative_b128_w8"))
+    assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w4"
+
+
+def test_a_forgotten_sibling_no_longer_calibrates():
+    choice = _calibrated_choice()
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b8_w8", 0.5 * table_cost(choice, "speculative_b8_w8"))
+    assert choice.calibration("speculative_b32_w8") == pytest.approx(0.5)
+    for _ in range(STALE_ROUNDS + 1):
+        choice.observe("decode_b8", 1e-3)
+    assert choice.calibration("speculative_b32_w8") == 1.0
+    assert choice.seconds("speculative_b8_w8") == table_cost(choice, "speculative_b8_w8")
 
 
 def _one_lane_choice() -> ProgramChoice:
