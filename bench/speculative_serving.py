@@ -14,8 +14,8 @@ round costs measured at startup) and each mode serves over it: `off` (plain deco
 Workloads, each at every concurrency C (`--requests`, default max(4 C, 32), submitted at once, C
 admitted at a time; every mode runs `--repeats` times, interleaved, and the table shows its median;
 on a GPU each run is a fresh runtime over the loaded model, and the `auto` runs of one point share
-their served round costs, as one long-lived server's rounds would: its first run measures them, the
-later ones start from them):
+what the choice learns (served round costs, pooled acceptance: `ChoiceMemory`), as one long-lived
+server's rounds would: its first run learns them, the later ones start from them):
   - held_out: the demo's held-out chat prompts (helios/demo/tasks.py), rendered by the core's chat
     template and frontend exactly as `helios serve` renders them;
   - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.tiny else max(1, args.repeats)
     capacities = sorted({1, 2, 4, 8, *concurrency})
     figures = []
-    from helios.engine.program_choice import ServedCosts
+    from helios.engine.program_choice import ChoiceMemory
 
     with tempfile.TemporaryDirectory() as tmp:
         path, key = prepare(Path(tmp), dtype="bf16" if gpu else "fp32", capacities=capacities, widths=widths)
@@ -219,17 +219,17 @@ def main(argv: list[str] | None = None) -> int:
         for workload, bodies in workloads.items():
             for temperature in args.temperatures:
                 for c in concurrency:
-                    served = ServedCosts()  # the auto runs' of this point
+                    memory = ChoiceMemory()  # the auto runs' of this point
 
                     def setup(name: str, extra: dict, tag: str, c: int = c, bodies: list = bodies,
                               temperature: float = temperature, workload: str = workload,
-                              served: ServedCosts = served):
+                              memory: ChoiceMemory = memory):
                         """A fresh runtime of mode `name` and the workload's requests for it."""
                         if name != "off":
                             extra = {**extra, "history_drafting": args.history_drafting}
                         options = RuntimeOptions(AdmissionLimits(max_active=c, queue_capacity=per(c)), **extra)
-                        shared = served if name == "auto" else None
-                        runtime = (runtime_for(model, options, served_costs=shared) if gpu
+                        shared = memory if name == "auto" else None
+                        runtime = (runtime_for(model, options, memory=shared) if gpu
                                    else load_runtime(core, options))
                         return runtime, prepared(preparer, bodies[:per(c)], temperature, f"{workload}-{name}-{c}-{tag}")
 

@@ -87,7 +87,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.proto import contract_pb2
@@ -334,6 +334,19 @@ class CopiedChoice:
             self.pooled_learned.observe(learned, learned_accepted)
 
 
+@dataclass(slots=True)
+class ChoiceMemory:
+    """What a scheduler's choices learn while it serves: every graph's served round costs, the
+    acceptance pooled over its completed speculative lanes and history drafting's pools of copied
+    and learned proposals. A scheduler keeps its own unless given one: runtimes serving one executor
+    in turn may share one, so each starts where the one before it left off, as one long-lived
+    runtime would (not at once: one scheduler at a time updates it)."""
+
+    served: ServedCosts = field(default_factory=ServedCosts)
+    pooled: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    copied: CopiedChoice = field(default_factory=CopiedChoice)
+
+
 class ProgramChoice:
     """The cohort's next program from measured costs and observed acceptance (module docstring)."""
 
@@ -451,6 +464,6 @@ class ProgramChoice:
         return None if candidates is None else best(candidates)
 
 
-__all__ = ["EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
+__all__ = ["ChoiceMemory", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
            "SPIKE_LIMIT", "STALE_ROUNDS", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
            "expected_round_tokens", "expected_tokens"]

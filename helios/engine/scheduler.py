@@ -77,9 +77,8 @@ from helios.engine.page_cache import PageCache, PageTableUploads
 from helios.engine.program_choice import (
     PLAIN_TOKENS,
     AcceptanceEstimate,
-    CopiedChoice,
+    ChoiceMemory,
     ProgramChoice,
-    ServedCosts,
 )
 from helios.engine.residency import (
     DuplicateRequest,
@@ -124,7 +123,7 @@ class Scheduler(RequestResidency):
 
     def __init__(self, config: SchedulerConfig, catalog: GraphCatalog, cache: PageCache, *,
                  costs: RoundCosts | None = None, clock: Callable[[], float] = time.monotonic,
-                 served: ServedCosts | None = None) -> None:
+                 memory: ChoiceMemory | None = None) -> None:
         if cache.page_tokens != config.page_tokens:
             raise ValueError(f"page cache of {cache.page_tokens}-token pages, config says {config.page_tokens}")
         super().__init__(config, cache)
@@ -152,17 +151,18 @@ class Scheduler(RequestResidency):
         # the configured width runs) and the acceptance pooled over every completed speculative lane.
         # Served rounds' wall time of every graph (ServedCosts: the metrics' served costs, and the
         # choice's refreshed ones): when the schedule call that formed each outstanding round began.
-        # `served` given: the one a process serving this executor in several runtimes in turn keeps, so
-        # each starts from the served costs the earlier ones measured (one long-lived runtime's).
-        self.served = served if served is not None else ServedCosts()
+        # With `memory` given (ChoiceMemory: served costs, pooled acceptance, the copies' pools), the
+        # one runtimes serving this executor in turn share, each starting where the last left off.
+        memory = memory if memory is not None else ChoiceMemory()
+        self.served = memory.served
         self._clock = clock
         self._schedule_started = 0.0
         self._round_started: dict[int, float] = {}
         self.choice = (ProgramChoice(catalog, costs, lifetime=config.cost_lifetime, served=self.served)
                        if config.adaptive_speculation else None)
-        self.pooled = AcceptanceEstimate()
+        self.pooled = memory.pooled
         # History drafting: copies or the learned draft, from both sources' acceptance (CopiedChoice).
-        self.copied_choice = CopiedChoice()
+        self.copied_choice = memory.copied
         # positions a speculating lane's draft passes may reach past its frontier: the configured
         # width's, or under adaptive choice the most of any selected width's
         self._draft_passes = first.draft_passes if first is not None else 0

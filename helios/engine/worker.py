@@ -36,7 +36,7 @@ from helios.engine.catalog import GraphCatalog
 from helios.engine.config import SchedulerConfig, SchedulerRequest
 from helios.engine.delivery import TokenDelivery
 from helios.engine.page_cache import PageCache
-from helios.engine.program_choice import ServedCosts
+from helios.engine.program_choice import ChoiceMemory
 from helios.engine.progress import RequestProgress
 from helios.engine.scheduler import Scheduler
 from helios.engine.snapshots import continuation_rows
@@ -89,7 +89,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                      adaptive_speculation: bool = False, cost_lifetime: float | None = None,
                      host_pages: int | None = None, startup_seconds: Mapping[str, float] | None = None,
                      device_counters: Callable[[], Mapping[str, int]] | None = None,
-                     served_costs: ServedCosts | None = None) -> BatchingRuntime:
+                     memory: ChoiceMemory | None = None) -> BatchingRuntime:
         """A runtime over `executor` for a `PreparedContract`; `pages` is the executor's physical cache
         page count, `graph_names` the graphs the executor loaded (default: every graph),
         `speculative_width` the width of the SPECULATIVE rounds decode lanes run (None: plain decoding)
@@ -101,9 +101,10 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         tier of evicted checkpoints in pages (None: `executor.host_pages`, 0 where it has none;
         helios/engine/host_tier.py). `startup_seconds` (phase -> seconds) and `device_counters` (a
         callable answering `graphs_captured` and `kernels_compiled`) are what the executor's load
-        reports, passed through to `metrics()`. `served_costs`: the served rounds' wall times to record
-        into and refresh the choice from (default: the runtime's own, empty); runtimes serving one
-        executor in turn may pass one, so each starts where the one before it left off."""
+        reports, passed through to `metrics()`. `memory`: what the scheduler's choices learn while
+        serving (`ChoiceMemory`: served round costs, pooled acceptance; default: the runtime's own,
+        empty); runtimes serving one executor in turn may share one, each starting where the one
+        before it left off."""
         names = None if graph_names is None else set(graph_names)
         graphs = [g for g in contract.graphs if names is None or g.name in names]
         catalog = GraphCatalog.from_graphs(graphs)
@@ -131,7 +132,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         if config.adaptive_speculation:
             measure = getattr(executor, "round_costs", None)
             costs = measure() if measure is not None else None
-        scheduler = Scheduler(config, catalog, cache, costs=costs, served=served_costs)
+        scheduler = Scheduler(config, catalog, cache, costs=costs, memory=memory)
         capacity = {"max_concurrency": contract.max_concurrency, "page_tokens": contract.cache.page_tokens}
         return cls(executor, limits, scheduler, capacity=capacity, page_bytes=getattr(executor, "page_bytes", 0),
                    startup_seconds=startup_seconds, device_counters=device_counters)

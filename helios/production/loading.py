@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helios.core.source import CoreSource
-from helios.engine.program_choice import ServedCosts
+from helios.engine.program_choice import ChoiceMemory
 from helios.engine.worker import BatchingRuntime
 from helios.runtime.options import InvalidRuntimeOptions, RuntimeOptions, adaptive, speculative_width
 from helios.runtime.startup import startup_seconds
@@ -101,11 +101,11 @@ def _load_ranks(core: CoreSource, options: RuntimeOptions, width: int | None) ->
 
 
 def runtime_for(model: NativeModel, options: RuntimeOptions, *,
-                served_costs: ServedCosts | None = None) -> BatchingRuntime:
+                memory: ChoiceMemory | None = None) -> BatchingRuntime:
     """The batching engine over an already loaded `NativeModel` (decode lanes run SPECULATIVE rounds
     of the selected width when the model loaded them; under adaptive choice, the program its measured
-    costs and observed acceptance favour, the widest width while it measured none). `served_costs`:
-    as `BatchingRuntime.for_executor`'s (runtimes serving the model in turn may share one)."""
+    costs and observed acceptance favour, the widest width while it measured none). `memory`: as
+    `BatchingRuntime.for_executor`'s (runtimes serving the model in turn may share one)."""
     executor = model.executor
     if options.wrap_executor is not None:
         executor = options.wrap_executor(executor, model.pages)
@@ -115,7 +115,7 @@ def runtime_for(model: NativeModel, options: RuntimeOptions, *,
                                         history_drafting=options.history_drafting,
                                         adaptive_speculation=adaptive(tuple(model.contract.speculative_widths), options),
                                         startup_seconds=startup_seconds(model.startup),
-                                        device_counters=model.device_counters, served_costs=served_costs)
+                                        device_counters=model.device_counters, memory=memory)
 
 
 def _loaded_width(model: NativeModel, options: RuntimeOptions) -> int | None:

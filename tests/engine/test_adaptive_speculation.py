@@ -337,27 +337,33 @@ def test_the_served_probe_serves_every_decode_and_speculative_graph(core):
         list(ReferenceEngine.load(core, pages=48).generate(request))]
 
 
-def test_runtimes_serving_one_executor_in_turn_share_their_served_costs(core, workload):
-    """`served_costs` given: a runtime records its served rounds into it, and the next runtime over
-    the same executor starts from them (its choice reads the costs the first one's rounds measured,
-    not its table), with the same greedy tokens."""
-    from helios.engine.program_choice import OBSERVED_ROUNDS, ServedCosts
+def test_runtimes_serving_one_executor_in_turn_share_what_the_choice_learned(core, workload):
+    """`memory` given: a runtime records its served rounds and the acceptance of its lanes into it,
+    and the next runtime over the same executor starts from them (its choice reads the costs the
+    first one's rounds measured, not its table, and the pooled acceptance observed), with the same
+    greedy tokens."""
+    from helios.engine.program_choice import OBSERVED_ROUNDS, ChoiceMemory
 
     requests, expected = workload
     engine = ReferenceEngine.load(core, pages=48)
-    shared = ServedCosts()
+    memory = ChoiceMemory()
+    shared = memory.served
 
     def runtime():
         return BatchingRuntime.for_executor(engine.executor, engine.contract,
                                             AdmissionLimits(max_active=4, queue_capacity=16), pages=48,
-                                            speculative_width=4, adaptive_speculation=True, served_costs=shared)
+                                            speculative_width=4, adaptive_speculation=True, memory=memory)
 
     first = runtime()
     assert [tokens for tokens, _ in serve_all(first, _prepared(requests))] == expected
     learned = {c.graph: c.rounds for c in first.metrics().served_round_costs}
     assert sum(learned.values()) == sum(first.metrics().graph_launches.values())
+    evidence = memory.pooled.evidence
+    assert evidence > 0 and first.scheduler.pooled is memory.pooled
     second = runtime()
     assert second.scheduler.served is shared and second.scheduler.choice.served is shared
+    assert second.scheduler.pooled is memory.pooled and second.scheduler.copied_choice is memory.copied
+    assert not second.scheduler.choice.explores(second.scheduler.pooled)  # acceptance known: no exploring round
     tabled = {c.graph for c in first.metrics().round_costs}  # the DECODE and SPECULATIVE graphs the choice weighs
     measured = [g for g, rounds in learned.items() if rounds >= OBSERVED_ROUNDS and g in tabled]
     assert measured
@@ -369,4 +375,4 @@ def test_runtimes_serving_one_executor_in_turn_share_their_served_costs(core, wo
     # a runtime given none keeps its own
     assert BatchingRuntime.for_executor(
         engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16), pages=48,
-        speculative_width=4, adaptive_speculation=True).scheduler.served is not shared
+        speculative_width=4, adaptive_speculation=True).scheduler.pooled is not memory.pooled
