@@ -5,6 +5,7 @@ observations before that program generates proposals.
     choice = ProgramChoice(catalog, costs, lifetime=None, served=ServedCosts())
     best = choice.choose(acceptances, rooms)      # a Candidate, or None: costs unknown or stale
     copies = CopiedChoice().copies(sources)       # history drafting: copies or the learned draft
+    memory = ChoiceMemory()                       # what a scheduler learns: served costs, pooled acceptance
 
 Acceptance. Each request keeps an `AcceptanceEstimate` of a (the probability that its draft's next
 proposal is accepted, the same at every position): a completed speculative lane that was offered d
@@ -67,13 +68,13 @@ could keep a program unchosen for the rest of a run, its cost never measured aga
 ratchet down to narrower widths and stay there. Two rules keep the estimate honest. Once a graph
 has OBSERVED_ROUNDS observations, an observation counts at most SPIKE_LIMIT times its current
 estimate (the pause is real time, but not this graph's round). And a graph not served for
-STALE_ROUNDS served rounds of other graphs has its observations forgotten: it costs its table entry
-again, the optimistic side, is chosen when that makes it best and is measured anew, as a graph never
-served is. A program that really is slower costs at most OBSERVED_ROUNDS rounds of it per
+STALE_ROUNDS served rounds of other graphs has its observations forgotten: it costs its (calibrated)
+table entry again, is chosen when that makes it best and is measured anew, as a graph never served
+is. A program that really is slower costs at most OBSERVED_ROUNDS rounds of it per
 STALE_ROUNDS (about 1%); aging the estimate toward an optimistic floor instead would retry it far
 more often (the table is far below served costs where the host's share is large, and the fastest
-interval of pipelined rounds can be near zero). A forgotten graph's cost is calibrated from its
-program's other graphs, as a graph never served is (their own observations, while not forgotten).
+interval of pipelined rounds can be near zero). A forgotten graph is calibrated by its program's
+other graphs' observations while theirs are not forgotten, and never by its own forgotten ones.
 
 Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
 than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
