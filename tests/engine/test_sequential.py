@@ -251,3 +251,18 @@ def test_a_request_naming_no_eos_ids_ends_at_the_cores() -> None:
     final = events[-1]
     assert isinstance(final, Finished) and final.termination is Termination.EOS
     assert final.output_tokens == 3 and text_of(events) == "ab"
+
+
+def test_the_scripted_engine_frees_a_slot_whose_generation_closed_before_its_first_id():
+    """The test double keeps the engine seam's promise (closing the iterator releases its slot) even
+    where the request was cancelled before its first id, as the real engines' generations do; the
+    soak's idle check read a slot as leaked when it closed the bare generator instead."""
+    engine = ScriptedEngine([5, 6, EOS])
+    request = GenerationRequest(prompt_token_ids=(1, 2), max_tokens=4, eos_token_ids=(EOS,))
+    generation = engine.generate(request, slot=0)
+    assert engine.slots_in_use == {0}
+    generation.close()
+    generation.close()  # closing twice releases once
+    assert engine.slots_in_use == set() and engine.released == 1
+    assert list(engine.generate(request, slot=0)) == [5, 6, EOS]  # the slot is handed out again
+    assert engine.slots_in_use == set() and engine.released == 2

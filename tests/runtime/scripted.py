@@ -14,6 +14,27 @@ class ShortOfPages(Exception):
     """The scripted engine's admission rejection."""
 
 
+class Generation:
+    """What the scripted engines' `generate` returns, as the real engines' generations do: the ids,
+    and `close()` releasing the slot whether or not iteration began (closing a generator that never
+    started runs none of its code, so a request cancelled before its first id would keep its slot)."""
+
+    def __init__(self, ids: Iterator[int], release: Callable[[], None]) -> None:
+        self._ids, self._release = ids, release
+
+    def __iter__(self) -> Generation:
+        return self
+
+    def __next__(self) -> int:
+        return next(self._ids)
+
+    def close(self) -> None:
+        try:
+            self._ids.close()  # type: ignore[attr-defined]
+        finally:
+            self._release()
+
+
 class ScriptedEngine:
     def __init__(
         self,
@@ -42,9 +63,18 @@ class ScriptedEngine:
             self.speculation.append(speculation)
             assert slot not in self.slots_in_use, f"slot {slot} handed out twice"
             self.slots_in_use.add(slot)
-        return self._run(ids, slot)
+        state = {"held": True}
 
-    def _run(self, ids: Sequence[int], slot: int) -> Iterator[int]:
+        def release() -> None:  # once, at exhaustion, failure or close
+            with self.lock:
+                if state["held"]:
+                    state["held"] = False
+                    self.released += 1
+                    self.slots_in_use.discard(slot)
+
+        return Generation(self._run(ids, release), release)
+
+    def _run(self, ids: Sequence[int], release: Callable[[], None]) -> Iterator[int]:
         try:
             for index, token in enumerate(ids):
                 if self.fail_at is not None and index == self.fail_at:
@@ -53,9 +83,7 @@ class ScriptedEngine:
                     time.sleep(self.delay_s)
                 yield token
         finally:
-            with self.lock:
-                self.released += 1
-                self.slots_in_use.discard(slot)
+            release()
 
 
 class MaskedEngine(ScriptedEngine):
@@ -68,7 +96,7 @@ class MaskedEngine(ScriptedEngine):
         tokens = super().generate(request, slot=slot, speculation=speculation)
         if grammar_mask is None:
             return tokens
-        return self._masked(tokens, grammar_mask)
+        return Generation(self._masked(tokens, grammar_mask), tokens.close)
 
     @staticmethod
     def _masked(tokens: Iterator[int], grammar_mask) -> Iterator[int]:
