@@ -231,11 +231,7 @@ class CorpusEncoding:
 
 def extended(corpus: EncodedCorpus, more: EncodedCorpus) -> EncodedCorpus:
     """`corpus` followed by `more` (indices of `corpus` unchanged)."""
-    return EncodedCorpus(
-        tokens=np.concatenate([corpus.tokens, more.tokens]),
-        offsets=np.concatenate([corpus.offsets, corpus.offsets[-1] + more.offsets[1:]]),
-        prompt_lengths=np.concatenate([corpus.prompt_lengths, more.prompt_lengths]),
-    )
+    return _joined([(c.tokens, c.lengths, c.prompt_lengths) for c in (corpus, more)])
 
 
 def batch_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:

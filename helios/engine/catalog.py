@@ -41,6 +41,11 @@ class GraphVariant:
     grammar_masks: bool = False
 
     @property
+    def lane_width(self) -> int:
+        """Target rows a lane: W of a SPECULATIVE graph, 1 for every other."""
+        return self.width if self.operation == C.OPERATION_SPECULATIVE else 1
+
+    @property
     def draft_passes(self) -> int:
         """Positions the draft writes from a lane's pending token on, whatever its length."""
         return max(self.drafts, min(self.drafts + 1, self.width))

@@ -175,7 +175,7 @@ class Candidate:
     @property
     def width(self) -> int:
         """W of a SPECULATIVE candidate; 1 for DECODE."""
-        return self.variant.width if self.variant.operation == C.OPERATION_SPECULATIVE else 1
+        return self.variant.lane_width
 
     @property
     def speculative(self) -> bool:
@@ -272,8 +272,7 @@ class ServedCosts:
             if not catalog.has_graph(graph):
                 continue
             v = catalog.variant(graph)
-            width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
-            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, width, served.total, served.mean))
+            out.append(ServedCost(graph, int(v.operation), v.batch_capacity, v.lane_width, served.total, served.mean))
         return tuple(out)
 
 
@@ -391,8 +390,7 @@ class ProgramChoice:
         for name, seconds in self._seconds.items():
             if seconds > 0 and self.catalog.has_graph(name):
                 v = self.catalog.variant(name)
-                width = v.width if v.operation == C.OPERATION_SPECULATIVE else 1
-                programs.setdefault((v.operation, width), []).append(v)
+                programs.setdefault((v.operation, v.lane_width), []).append(v)
         out = {}
         for variants in programs.values():
             for v in variants:

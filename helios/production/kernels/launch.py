@@ -11,8 +11,8 @@ ordered.
 
 `HELIOS_PDL` chooses the mode (read once a device): `0` off; `1` wait first, the dependents
 launched when the kernel completes; `2` (the default) wait first, then let the next kernel launch at
-once (its programs become resident as this one's retire and wait in turn). Devices
-before compute capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
+once (its programs become resident as this one's retire and wait in turn). Devices before compute
+capability 9.0 and CPU tensors (the interpreter) always run with it off. Measured on an H100
 (bench/decode.py, its 28-layer hidden-1024 shape, 512-token histories, 243 launches a step):
 batch 1 1.263 ms a step off, 1.083 with mode 2; batch 8 1.542 and 1.471; at batch 64 and 256 the
 step is product-bound and the modes agree within 1% (BENCHMARKS.md). The GPU suite
