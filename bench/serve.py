@@ -19,7 +19,11 @@ Parts, in order:
      requests is an upper bound of its rate per request at 256, since its batch is smaller);
   5. HTTP latency: the OpenAI-compatible app (uvicorn, in process) over a fresh runtime on the same
      loaded model; streamed chat requests with `return_token_ids` at each concurrency in
-     `--concurrency`; time to first token and inter-token gaps (p50, p90, p99) as the client sees them.
+     `--concurrency`, sent by a client in its own process; time to first token and inter-token gaps
+     (p50, p90, p99) as the client sees them;
+  6. the batch-1 step as served: one greedy request of 1,024 output tokens alone through
+     `BatchingRuntime`, wall time over tokens; the HTTP inter-token p50 at concurrency 1 is printed
+     as a multiple of it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import string
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -202,7 +208,6 @@ def http_latency(core, model, concurrencies: list[int], *, prompt_chars: int, ma
     """Streamed chat through the HTTP app over a fresh runtime; TTFT and inter-token gaps."""
     import socket
 
-    import httpx
     import uvicorn
 
     from helios.frontend.bootstrap import Bootstrap
@@ -226,11 +231,28 @@ def http_latency(core, model, concurrencies: list[int], *, prompt_chars: int, ma
     thread.start()
     while not server.started:
         time.sleep(0.01)
+    try:
+        # the client in its own process, as a user's is: in this one its parsing would take the GIL
+        # from the server's event loop and the runtime's worker, and its gaps would be partly its own
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as client:
+            return client.submit(client_sweeps, port, model.contract.served_id, concurrencies, prompt_chars,
+                                 max_tokens).result()
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def client_sweeps(port: int, served_id: str, concurrencies: list[int], prompt_chars: int, max_tokens: int
+                  ) -> list[dict]:
+    """The HTTP client (a child process): 2 x concurrency streamed chat requests at each concurrency,
+    greedy; time to first token and inter-token gaps as the client sees them."""
+    import httpx
+
     rng = random.Random(1)
 
     async def one(client: httpx.AsyncClient, ttft: list, gaps: list) -> int:
         text = "".join(rng.choice(string.ascii_lowercase + " ") for _ in range(prompt_chars))
-        body = {"model": model.contract.served_id, "messages": [{"role": "user", "content": text}],
+        body = {"model": served_id, "messages": [{"role": "user", "content": text}],
                 "max_tokens": max_tokens, "temperature": 0, "stream": True, "return_token_ids": True}
         start = time.perf_counter()
         last, count = None, 0
@@ -258,11 +280,15 @@ def http_latency(core, model, concurrencies: list[int], *, prompt_chars: int, ma
         return {"concurrency": concurrency, "requests": 2 * concurrency, "tokens": sum(counts), "seconds": seconds,
                 "ttft_s": percentiles(ttft), "itl_s": percentiles(gaps)}
 
-    try:
-        return [asyncio.run(sweep(c)) for c in concurrencies]
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    return [asyncio.run(sweep(c)) for c in concurrencies]
+
+
+def served_step(model, *, tokens: int) -> dict:
+    """The batch-1 step as the runtime serves it: one greedy request of `tokens` output tokens alone
+    (a short prompt), its wall time over its tokens (the prompt's round is under 0.5% of it)."""
+    served = throughput(model, [([(7 + 13 * j) % 250 for j in range(16)], tokens)], temperature=0.0)
+    return {"tokens": served["output_tokens"], "seconds": served["seconds"],
+            "step_s": served["seconds"] / served["output_tokens"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +372,15 @@ def main(argv: list[str] | None = None) -> int:
             results["http"] = http_latency(core, model, concurrency, prompt_chars=prompt_chars, max_tokens=http_tokens)
             for row in results["http"]:
                 print("http", json.dumps(row), flush=True)
+            results["batch1_step"] = served_step(model, tokens=8 if args.tiny else 1024)
+            step = results["batch1_step"]["step_s"]
+            line = f"batch-1 step served alone: {1e3 * step:.3f} ms"
+            for row in results["http"]:
+                if row["concurrency"] == 1 and row["itl_s"]:
+                    row["itl_p50_over_step"] = row["itl_s"]["p50"] / step
+                    line += (f"; HTTP inter-token p50 at concurrency 1: {1e3 * row['itl_s']['p50']:.3f} ms = "
+                             f"{row['itl_p50_over_step']:.2f}x the step")
+            print(line, flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
