@@ -198,6 +198,17 @@ class Graph:
     def bindings_of(self, source: ValueSource) -> tuple[ValueBinding, ...]:
         return tuple(b for b in self.value_bindings if b.source == source)
 
+    @property
+    def lane_rows(self) -> int:
+        """The most target rows one request holds in a round of this graph: one for DECODE, the
+        per-request target capacity W for SPECULATIVE, the packed capacity P otherwise (a prompt
+        chunk may fill the round)."""
+        if self.operation == Operation.DECODE:
+            return 1
+        if self.operation == Operation.SPECULATIVE and self.speculative is not None:
+            return min(self.speculative.verify_tokens, self.packed_token_capacity)
+        return self.packed_token_capacity
+
 
 # ----------------------------------------------------------------------------- frontend
 

@@ -40,7 +40,7 @@ manifest's buffers with cache planes at their physical page count.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +135,7 @@ class _Program:
     handle: manifest_pb2.GraphHandle
     program: program_pb2.Program
     operators: tuple[ValidatedOperator, ...]
+    lane_rows: int  # the most rows one request holds in a round of the graph (contract `Graph.lane_rows`)
 
 
 class NativeModel:
@@ -187,7 +188,7 @@ class NativeModel:
             serving, manifest = core.contract, core.manifest
             contract = PreparedContract.decode(serving, manifest)
             selection = contract.select(options.startup)
-            programs = _programs(core, manifest, serving, {g.name for g in selection.graphs}, options)
+            programs = _programs(core, manifest, serving, {g.name: g.lane_rows for g in selection.graphs}, options)
             tuning = _tuning(core, serving, manifest, programs)
             slots = selection.max_concurrency
         with phase("weights"):
@@ -302,7 +303,8 @@ def _measure_costs(graphs: dict[str, ExecutorGraph], contracts, persistent: list
 
 
 def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, serving: contract_pb2.ServingContract,
-              selected: set[str], options: LoadOptions) -> dict[str, _Program]:
+              selected: Mapping[str, int], options: LoadOptions) -> dict[str, _Program]:
+    """The selected graphs' programs of this rank, validated (`selected`: each graph's lane rows)."""
     rank, group = options.rank, options.group
     held = 1 if group is None else group.size
     if manifest.ranks != held:
@@ -326,7 +328,7 @@ def _programs(core: CoreSource, manifest: manifest_pb2.ExecutionManifest, servin
         if program.graph != name or program.rank != rank:
             raise MissingGraphVariant(f"program {resource!r} belongs to graph {program.graph!r} rank {program.rank}, "
                                       f"not {name!r} rank {rank}")
-        out[name] = _Program(handle, program, tuple(validate_program(program, descriptors)))
+        out[name] = _Program(handle, program, tuple(validate_program(program, descriptors)), selected[name])
     for operation in REQUIRED_OPERATIONS:
         if not any(item.handle.operation == operation for item in out.values()):
             raise MissingGraphVariant(f"no selected graph performs {C.Operation.Name(operation)}")
@@ -343,7 +345,7 @@ def _lower(item: _Program, weights, buffers, arena: ScratchArena, device: torch.
            policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None, group=None) -> LaunchPlan:
     return lower_program(item.program, item.operators, weights=weights, buffers=buffers, arena=arena, device=device,
                          linear_policy=policy, gpu_paths=gpu_paths, group=group,
-                         lanes=item.handle.batch_capacity or None)
+                         lanes=item.handle.batch_capacity or None, lane_rows=item.lane_rows)
 
 
 def manifest_page_bytes(manifest: manifest_pb2.ExecutionManifest) -> int:

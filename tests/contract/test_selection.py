@@ -22,6 +22,15 @@ def test_defaults_expose_everything_and_take_the_maximum_state_rows():
     assert [g.name for g in selection.graphs_for(Operation.DECODE)] == ["decode_4"]
 
 
+def test_lane_rows_bound_one_request_by_operation():
+    """The most rows a request holds in a round: one in DECODE, the verify width W in SPECULATIVE (W =
+    3 here, P = 12 over four lanes), the packed capacity where a prompt chunk may fill the round."""
+    graphs = {g.name: g for g in contract().select().graphs}
+    assert graphs["decode_4"].lane_rows == 1
+    assert graphs["speculative_4x3"].lane_rows == graphs["speculative_4x3"].speculative.verify_tokens == 3
+    assert graphs["prefill_16"].lane_rows == 16
+
+
 def test_width_one_drops_wider_speculative_graphs():
     selection = contract().select(StartupOptions(speculative_width=1))
     assert selection.graphs_for(Operation.SPECULATIVE) == ()

@@ -9,9 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from helios.production.buffers import ScratchArena
 from helios.production.kernels import attention
+from helios.production.lowering import lower_program
+from helios.program import validate_program
+from helios.program.builder import ProgramBuilder
 from helios.reference import operators as ref
-from tests.production.helpers import DEVICE, DTYPE, close, cohort, numpy, tensor, values
+from tests.production.helpers import DEVICE, DTYPE, GPU, close, cohort, numpy, tensor, values
 
 TOLERANCE = 3e-2 if DTYPE != torch.float32 else 2e-5
 
@@ -143,6 +147,12 @@ def test_query_tile_rule_and_validation():
     assert attention.choose_query_tile(256, 16, cuda=True).block_m == 16
     assert attention.choose_query_tile(8, 1, cuda=False) is None
     assert attention.choose_query_tile(16, 1, cuda=False) is not None
+    # a graph whose requests hold fewer rows than a tile (DECODE, SPECULATIVE): the per-row kernel alone
+    assert attention.choose_query_tile(256, 2, cuda=True, lane_rows=1) is None
+    assert attention.choose_query_tile(1152, 2, cuda=True, lane_rows=9) is None
+    assert attention.choose_query_tile(256, 2, cuda=True, lane_rows=256) == big
+    assert attention.choose_query_tile(32, 1, cuda=False, lane_rows=1) is None
+    assert attention.choose_query_tile(32, 1, cuda=False, lane_rows=32) is not None
     with pytest.raises(ValueError, match="block_m"):
         attention.QueryTile(block_m=8)
     with pytest.raises(ValueError, match="one context split"):
@@ -152,3 +162,41 @@ def test_query_tile_rule_and_validation():
                                   torch.zeros(16, dtype=torch.int32), torch.zeros((1, 1), dtype=torch.int32),
                                   q, scale=1.0, splits=2, scratch=attention.split_scratch(16, 1, 32, 2, "cpu"),
                                   query_tile=TILE)
+
+
+
+class _Counted:
+    def __init__(self, kernel) -> None:
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize(("lane_rows", "tiled"), [(1, False), (None, True)])
+def test_a_graph_whose_requests_hold_one_row_lowers_attention_without_the_tiled_kernel(rng, monkeypatch,
+                                                                                        lane_rows, tiled):
+    # a DECODE-shaped round with enough lanes for the device's tiled threshold: with the graph's lane
+    # rows known, the tiled kernel, whose tiles would all be mixed, is not launched
+    lanes = attention.TILED_ROWS_CUDA if GPU else 20
+    history = [int(h) for h in rng.integers(0, 40, lanes)]
+    case, scale = _case(rng, history=history, queries=[1] * lanes, padding=0, group=2)
+    float_name = {torch.float32: "f32", torch.bfloat16: "bf16"}[DTYPE]
+    b = ProgramBuilder(f"decode_b{lanes}")
+    names = {name: b.state(name, buffer=name, dtype="i32" if value.dtype == np.int32 else float_name,
+                           shape=list(value.shape)) for name, value in case.items()}
+    out = b.state("out", buffer="out", dtype=float_name, shape=list(case["q"].shape))
+    b.paged_attention(names["q"], names["key_cache"], names["value_cache"], names["token_lane"], names["positions"],
+                      names["page_table"], scale=scale, into=out)
+    program = b.build()
+    buffers = {name: tensor(value) for name, value in case.items()} | {"out": tensor(np.zeros_like(case["q"]))}
+    counted = _Counted(attention._tiled_attention_kernel)
+    monkeypatch.setattr(attention, "_tiled_attention_kernel", counted)
+    plan = lower_program(program, validate_program(program), weights={}, buffers=buffers,
+                         arena=ScratchArena(DEVICE), device=DEVICE, lanes=lanes, lane_rows=lane_rows)
+    plan.run()
+    assert (counted.launches > 0) == tiled
+    expected = ref.paged_attention(case["q"], case["key_cache"], case["value_cache"], case["token_lane"],
+                                   case["positions"], case["page_table"], scale=scale)
+    close(buffers["out"], expected, atol=TOLERANCE, rtol=TOLERANCE)

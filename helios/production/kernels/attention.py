@@ -352,14 +352,16 @@ TILED_ROWS_CUDA = 128
 TILED_ROWS_CPU = 16
 
 
-def choose_query_tile(rows: int, group: int, *, cuda: bool) -> QueryTile | None:
+def choose_query_tile(rows: int, group: int, *, cuda: bool, lane_rows: int | None = None) -> QueryTile | None:
     """The tiled kernel's tile for a graph of `rows` packed rows, or None: the per-row kernel alone.
 
-    Rule: a graph of at least TILED_ROWS_CUDA rows (PREFILL and MIXED chunks, the largest DECODE
-    batches) runs tiled on a GPU. Below it a round is decode-sized: too few rows share a lane for
-    tiles to save reads, and the per-row kernel's context splits keep the GPU busy. A DECODE graph at
-    or above it pays one extra launch whose programs find every tile mixed and return; its rows run
-    in the per-row kernel as before (its splits are 1 at such row counts anyway). On a GPU the tile
+    Rule: a graph of at least TILED_ROWS_CUDA rows (PREFILL and MIXED chunks) runs tiled on a GPU.
+    Below it a round is decode-sized: too few rows share a lane for tiles to save reads, and the
+    per-row kernel's context splits keep the GPU busy. Where the graph's `lane_rows` (the most rows
+    one request holds in a round: one in DECODE, the verify width in SPECULATIVE) is below the tile's
+    rows, a tile is single-lane only where one lane's rows sit beside padding, so the per-row kernel
+    runs alone (before, a 256-lane DECODE graph launched the tiled kernel at every layer for
+    programs that found their tiles mixed and returned). On a GPU the tile
     aims at 128 query rows a program (`block_m` * group), as flash attention's forward does; on an
     H100 at 2,048 rows it was within 1% of the best of 36 tiles swept (BENCHMARKS.md). On the CPU interpreter, where each program iteration costs about 5 ms, fewer larger
     programs are faster, so graphs of TILED_ROWS_CPU rows or more take it with wide tiles."""
@@ -368,10 +370,12 @@ def choose_query_tile(rows: int, group: int, *, cuda: bool) -> QueryTile | None:
         if rows < TILED_ROWS_CUDA:
             return None
         block_m = max(16, 128 // group_block)
-        return QueryTile(block_m=block_m, block_n=64, num_warps=8 if block_m * group_block >= 128 else 4)
-    if rows < TILED_ROWS_CPU:
+        tile = QueryTile(block_m=block_m, block_n=64, num_warps=8 if block_m * group_block >= 128 else 4)
+    elif rows < TILED_ROWS_CPU:
         return None
-    return QueryTile(block_m=max(16, min(64, triton.next_power_of_2(rows)) // group_block), block_n=64)
+    else:
+        tile = QueryTile(block_m=max(16, min(64, triton.next_power_of_2(rows)) // group_block), block_n=64)
+    return None if lane_rows is not None and lane_rows < tile.block_m else tile
 
 
 def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, token_lane: torch.Tensor,

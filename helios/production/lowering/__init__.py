@@ -107,14 +107,16 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
                   weights: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
                   arena: ScratchArena, device: torch.device, fuse: bool = True,
                   linear_policy: LinearPolicy | None = None, gpu_paths: GpuPaths | None = None,
-                  group=None, lanes: int | None = None) -> LaunchPlan:
+                  group=None, lanes: int | None = None, lane_rows: int | None = None) -> LaunchPlan:
     """Lower one validated program into a launch plan over static storage (see the module docstring).
 
     `linear_policy` chooses Triton or torch for each small matrix product (default: measured on a
     GPU, torch on a CPU, Triton with `gpu_paths`; see product_choice.py); `fuse=False` lowers every
     operator on its own; `gpu_paths` forces the GPU's branches at small tiles (gpu_paths.py); `group`
     is the rank's `RankGroup` the collectives of a multi-rank core call (production/ranks/); `lanes` is
-    the graph's batch capacity where known (a graph of one lane skips attention's per-row kernel).
+    the graph's batch capacity where known (a graph of one lane skips attention's per-row kernel);
+    `lane_rows` the most rows one request holds in a round where known (contract `Graph.lane_rows`:
+    attention runs tiled over query rows only where a request's rows can fill a tile).
     """
     where = f"program {program.graph!r}"
     decls = {d.name: d for d in program.tensors}
@@ -143,7 +145,7 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
     last_read = {name: max(runs_at.get(r, r) for r in indices) for name, indices in readers.items()}
     policy = linear_policy or (default_policy(device) if gpu_paths is None
                                else policy_for("auto", device, gpu_paths=True))
-    context = Context(tensors, arena, device, where, policy, decls, gpu_paths, group, lanes)
+    context = Context(tensors, arena, device, where, policy, decls, gpu_paths, group, lanes, lane_rows)
     launches: list[Launch] = []
     # inspection: each scratch tensor's storage -> the last name bound to it (`LaunchPlan.scratch`)
     owners: dict[int, str] = {}

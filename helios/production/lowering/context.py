@@ -39,6 +39,7 @@ class Context:
     gpu_paths: GpuPaths | None = None  # the GPU's branches forced at small tiles (gpu_paths.py); None: off
     group: Any = None  # the rank's RankGroup (production/ranks/group.py) the collectives call; None: one rank
     lanes: int | None = None  # the graph's batch capacity B (its rows belong to at most B requests); None: unknown
+    lane_rows: int | None = None  # the most rows one request holds in a round (1 for DECODE); None: unknown
 
     def t(self, name: str) -> torch.Tensor:
         return self.tensors[name]

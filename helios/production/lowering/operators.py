@@ -111,7 +111,8 @@ def _paged_attention(c: Context, op: ValidatedOperator):
     cuda = c.device.type == "cuda"
     # by the graph's row capacity: many rows run tiled over query rows, decode-sized graphs per row
     # (attention.choose_query_tile); the GPU-paths mode keeps the per-row splits it forces
-    query_tile = None if paths is not None else attention.choose_query_tile(rows, heads // kv_heads, cuda=cuda)
+    query_tile = None if paths is not None else attention.choose_query_tile(rows, heads // kv_heads, cuda=cuda,
+                                                                            lane_rows=c.lane_rows)
     if paths is not None:  # the split and combine at every context length
         splits = paths.attention_splits
     elif cuda and query_tile is None:
