@@ -21,8 +21,9 @@ server's rounds would: its first run learns them, the later ones start from them
   - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
     history drafting (`--history-drafting`) has proposals to copy.
 Printed per workload, temperature and concurrency: output tokens per second of each mode, the best
-fixed choice (off or a width), and auto / best (issue #18's target: >= 0.97 at every concurrency),
-then what the adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it
+fixed choice (off or a width), auto / best of the medians (issue #18's target: >= 0.97 at every
+concurrency) and `paired`: the median over repeats of auto / the best fixed mode of that repeat (a
+repeat's modes run back to back, so a host that slows for a while slows them alike), then what the adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it
 decoded plainly, rounds at the fallback width (costs unknown or stale) and the proposals accepted.
 `--json` also keeps every run's choices and, per point, the measured and served round costs the
 adaptive choice read at the end of its last run.
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                      "repetitive": repetitive_bodies(max(per(c) for c in concurrency))}
         names = [name for name, _ in modes(widths)]
         print(f"\n{'workload':>10} {'temp':>5} {'C':>4} " + " ".join(f"{n:>9}" for n in names)
-              + f" {'best':>6} {'auto/best':>9}")
+              + f" {'best':>6} {'auto/best':>9} {'paired':>9}")
         for workload, bodies in workloads.items():
             for temperature in args.temperatures:
                 for c in concurrency:
@@ -257,12 +258,16 @@ def main(argv: list[str] | None = None) -> int:
                                            args.profile)
                     fixed = {n: r for n, r in rates.items() if n != "auto"}
                     best = max(fixed, key=fixed.get)
+                    # paired by repeat: the modes of one repeat ran back to back, so a host that slowed
+                    # for a while slowed them alike; the median of the per-repeat ratios
+                    paired = statistics.median(runs["auto"][r] / max(runs[n][r] for n in fixed)
+                                               for r in range(repeats))
                     figures.append({"workload": workload, "temperature": temperature, "concurrency": c,
                                     "requests": per(c), "tokens_per_second": rates, "runs": runs, "best_fixed": best,
-                                    "auto_over_best": rates["auto"] / fixed[best], "choices": chosen,
-                                    "auto_costs": read_costs})
+                                    "auto_over_best": rates["auto"] / fixed[best], "auto_over_best_paired": paired,
+                                    "choices": chosen, "auto_costs": read_costs})
                     print(f"{workload:>10} {temperature:>5.2f} {c:>4} " + " ".join(f"{rates[n]:>9.1f}" for n in names)
-                          + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f}")
+                          + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f} {paired:>9.2f}")
                     for choice in chosen["auto"]:
                         print(f"{'':>21} auto: {describe(choice)}")
     if args.json:
