@@ -7,8 +7,9 @@ into a signed core (`helios prepare`'s code path; not timed as startup), then st
 process twice on the same core: first with an empty Triton cache directory, then with the cache the
 first run filled. Each child reports, from its own process start: imports, verifying and opening
 the core, every `NativeModel.load` phase (verify, weights, kernels, cache, tuning, graphs), and the
-first token (an INITIALIZATION round and one PREFILL round of an 8-token prompt). It also counts
-Triton compiles (cache hits on disk included): those ahead of time by the kernels phase's concurrent
+first token (an INITIALIZATION round and one PREFILL round of an 8-token prompt), and how long after
+it the host tier's pinned allocation (on a thread from the load on) still ran. It also counts Triton
+compiles (cache hits on disk included): those ahead of time by the kernels phase's concurrent
 compile, and those at a launch (a specialization first met after it, e.g. by graph capture).
 """
 
@@ -78,6 +79,9 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float, 
     marks["first_round"] = time.perf_counter() - t
     marks["first_token"] = row.sampled_id
     marks["to_first_token"] = time.time() - started
+    t = time.perf_counter()
+    _ = model.executor.host  # the host tier's pinned allocation, finished on its thread after the load
+    marks["host_tier_after"] = time.perf_counter() - t
     return marks
 
 
@@ -135,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label}: {marks['to_first_token']:.2f}s to the first token = imports {marks['imports']:.2f}s "
               f"+ open core {marks['open_core']:.2f}s + load {marks['load']:.2f}s ({phases}) "
               f"+ first round {marks['first_round']:.2f}s; Triton compiles: {marks['compiles']['ahead']} ahead, "
-              f"{marks['compiles']['at_launch']} at a launch", flush=True)
+              f"{marks['compiles']['at_launch']} at a launch; the host tier's allocation finished "
+              f"{marks['host_tier_after']:.2f}s after the first token", flush=True)
         for line in out.stderr.splitlines():
             if line.startswith("helios."):
                 print(f"    {line}", flush=True)

@@ -31,7 +31,9 @@ helios/production/gpu_paths.py): then staging and read-backs are tensors of thei
 and every upload is a real copy (whole buffer, one row, or a slice of a page-table row), as on a GPU.
 
 Host tier. With `host_pages`, every cache plane has a host tensor of `host_pages` pages (pinned on a
-GPU, plain on a CPU; `torch.empty`: never read before an offload wrote it). A plan's `page_copies`
+GPU, plain on a CPU; `torch.empty`: never read before an offload wrote it); on a GPU they are
+allocated on a thread from the executor's construction on and the first host-tier copy waits for
+them (helios/production/host_memory.py: page-locking gigabytes takes seconds of a start). A plan's `page_copies`
 (helios/engine/host_tier.py decides them) are enqueued first on the serving stream: an offload
 copies a device page (or a continuation row) into its host page, a readmission a host page into a
 device page, each asynchronous on a GPU and ordered by the stream before the round's uploads and
@@ -59,6 +61,7 @@ import torch
 
 from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
+from helios.production.host_memory import HostTierMemory
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
@@ -198,27 +201,28 @@ class NativeExecutor:
         self.cache_buffers = tuple(cache_buffers)
         self.continuation_buffers = dict(continuation_buffers or {})  # cache plane -> its continuation plane
         self.host_pages = host_pages
-        self.host: dict[str, torch.Tensor] = {  # the host tier: cache plane -> [host_pages, ...one page...]
-            name: torch.empty((host_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
-                              pin_memory=pinned)
-            for name in self.cache_buffers} if host_pages else {}
+        tiered = tuple(self.cache_buffers) if host_pages else ()  # the planes the host tier holds
         # The host-tier copies' device side (`_copy_pages`), allocated here: serving allocates nothing.
         # K pages of staging per plane (copy_staging_pages, or `staging_pages`), and COPY_INDEX_SLOTS
         # slots of K device page ids, each uploaded from its own host slot (pinned on a GPU) and fenced.
-        self.staging_pages = (0 if not self.host else staging_pages if staging_pages is not None
+        self.staging_pages = (0 if not tiered else staging_pages if staging_pages is not None
                               else copy_staging_pages(host_pages, self.page_bytes))
-        if self.host and self.staging_pages < 1:
+        if tiered and self.staging_pages < 1:
             raise ValueError(f"host-tier copies need at least one staging page, got {self.staging_pages}")
         self.copy_staging: dict[str, torch.Tensor] = {  # cache plane -> [K, ...one page...], device
             name: torch.empty((self.staging_pages, *self.buffers[name].shape[1:]), dtype=self.buffers[name].dtype,
                               device=device)
-            for name in self.host}
-        slots = COPY_INDEX_SLOTS if self.host else 0
+            for name in tiered}
+        slots = COPY_INDEX_SLOTS if tiered else 0
         self._copy_index = torch.empty((slots, self.staging_pages), dtype=torch.int64, device=device)  # device
         self._copy_index_host = (torch.empty((slots, self.staging_pages), dtype=torch.int64,
                                              pin_memory=pinned and bool(slots))
                                  if separate else self._copy_index)  # [slots, K] int64, host
         self._copy_index_values = self._copy_index_host.numpy()
+        # the host tier, cache plane -> [host_pages, ...one page...]: pinned on a thread on a GPU (last,
+        # after this load's other pinned allocations), waited for at its first use (`host`)
+        self._host_memory = HostTierMemory({name: ((host_pages, *self.buffers[name].shape[1:]), self.buffers[name].dtype)
+                                            for name in tiered}, pinned=pinned)
         # after the upload out of each host slot (GPU): the slot may be rewritten once it completed
         self._copy_index_fences = [torch.cuda.Event() for _ in range(slots)] if pinned else []
         self._copy_index_next = 0  # the host slot the next chunk writes
@@ -491,6 +495,12 @@ class NativeExecutor:
             self.buffers[name][row, columns].copy_(self.staging[name][row, columns], non_blocking=True)
 
     @property
+    def host(self) -> dict[str, torch.Tensor]:
+        """The host tier: cache plane -> [host_pages, ...one page...] (empty without one); the first
+        use waits for its allocation (helios/production/host_memory.py)."""
+        return self._host_memory.tensors
+
+    @property
     def page_bytes(self) -> int:
         """Bytes of one page of every cache plane (a host-tier page)."""
         return sum(self.buffers[name][0].nbytes for name in self.cache_buffers)
@@ -498,7 +508,7 @@ class NativeExecutor:
     def _copy_pages(self, plan: RoundPlan, gpu: bool) -> None:
         """The plan's host-tier copies on the serving stream (asynchronous on a GPU), chunk by chunk
         (`copy_chunks`: each gathers every source before it writes any destination)."""
-        if not self.host:
+        if not self.copy_staging:
             raise GraphNotCaptured(f"round {plan.sequence} carries host-tier copies; the executor has no host tier")
         for chunk in copy_chunks(plan.page_copies, self.staging_pages):
             self._copy_chunk(chunk, gpu)

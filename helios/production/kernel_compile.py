@@ -2,7 +2,7 @@
 
 Triton compiles a kernel specialization the first time a launch needs it, on the launching thread:
 run one by one, the first eager pass of every plan compiled each specialization in turn.
-`compile_plans` compiles them all at once instead, in three steps:
+`compile_plans` compiles them all at once instead, in four steps:
 
   discover  each plan runs once (a sampling plan once in each form, with and without the sampler's
             rank stage) with Triton's `jit_cache_hook` answering "handled": a Triton launch
@@ -15,7 +15,21 @@ run one by one, the first eager pass of every plan compiled each specialization 
   compile   every specialization is compiled into this process's in-memory cache on a thread pool
             under Triton's `AsyncCompileMode`, through `JITFunction.preload` of the recorded
             specialization: the same kernel, under the same cache key, that the launch would have
-            compiled, read from the disk cache where the prefill (or an earlier start) put it.
+            compiled, read from the disk cache where the prefill (or an earlier start) put it;
+  load      every compiled kernel is made ready for its first launch on the same thread pool (its
+            module loaded onto the device, its launcher built: what Triton otherwise does at the
+            first launch, one kernel after another on the launching thread).
+
+A load's specializations are recorded in Triton's cache directory by the load's identity
+(`SETS_DIR`, one JSON file: each specialization's JIT function by module and name, its cache key and
+serialized data; the identity digests what decides them: the selected programs, the manifest, the
+load's options, the product decisions already known, Helios's source, the Triton and torch versions
+and the device). A later load of the same identity reads the list instead of discovering it (about
+1.6 s of a warm start of the 28-layer shape on an H100). A record that names a kernel the plans no
+longer launch costs a compile; one that misses a kernel leaves it to compile at the warm-up run,
+inside startup, and the caller then forgets the record (`forget_specializations`), so the next
+load discovers again. Beside it (`PRODUCTS_DIR`) the load records the product decisions it timed
+(lowering/product_choice.py): a later load of the same identity takes them instead of timing again.
 
 A set of specializations compiled once is recorded in Triton's cache directory (`RECORDS_DIR`, an
 empty file named by the set's digest: kernel sources, cache keys, Triton version, device
@@ -39,7 +53,10 @@ CPU (Triton's interpreter) nothing compiles: `compile_plans` does nothing there.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
+import json
 import logging
 import multiprocessing
 import os
@@ -72,6 +89,99 @@ class Specialization:
 _log = logging.getLogger(__name__)
 PREFILL_TIMEOUT_S = 120.0  # all forked compiles together; a 28-layer, hidden-1024 core needs about 2 s on 16 cores
 _FORKED: list[Specialization] = []  # NOTE: what forked prefill workers inherit; set only while they run
+
+
+SETS_DIR = "helios-specializations"  # in Triton's cache directory: a load's specializations by its identity
+PRODUCTS_DIR = "helios-products"  # ... and the product decisions it measured
+
+
+def _cache_directory() -> Path | None:
+    """Triton's cache directory (None in a Triton without one)."""
+    from triton import knobs
+
+    directory = getattr(getattr(knobs, "cache", None), "dir", None)  # NOTE: None in a Triton without it
+    return Path(directory) if directory else None
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of Helios's Python source (every module of the package): what lowers and launches."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def specializations_record(identity: str) -> Path | None:
+    """Where the specializations of a load of `identity` are recorded (None without a Triton cache)."""
+    directory = _cache_directory()
+    return directory / SETS_DIR / f"{identity}.json" if directory else None
+
+
+def products_record(identity: str) -> Path | None:
+    """Where the product decisions a load of `identity` measured are recorded, beside its
+    specializations (lowering/product_choice.py `save_decisions`; None without a Triton cache)."""
+    directory = _cache_directory()
+    return directory / PRODUCTS_DIR / f"{identity}.json" if directory else None
+
+
+def _function_name(function: object) -> tuple[str, str] | None:
+    """(module, name) that import back to `function`, or None (a JIT function defined in a function)."""
+    fn = getattr(function, "fn", None)
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or not name or "." in name:
+        return None
+    return module, name
+
+
+def save_specializations(record: Path | None, specializations: list[Specialization]) -> bool:
+    """Records `specializations` at `record` (written whole or not at all); False where it cannot be
+    (no cache directory, a function that cannot be imported back, a read-only cache)."""
+    if record is None:
+        return False
+    entries = []
+    for item in specializations:
+        name = _function_name(item.function)
+        if name is None:
+            return False
+        entries.append({"module": name[0], "name": name[1], "key": item.key, "data": item.data})
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entries))
+        partial.replace(record)
+    except OSError as error:
+        _log.info("kernel specializations not recorded (%s)", error)
+        return False
+    return True
+
+
+def recorded_specializations(record: Path | None) -> list[Specialization] | None:
+    """The specializations recorded at `record`, their JIT functions imported; None where there is no
+    record or it cannot be read back (malformed, a function no longer there)."""
+    if record is None or not record.exists():
+        return None
+    from triton.runtime.jit import JITFunction
+
+    try:
+        entries = json.loads(record.read_text())
+        out = []
+        for entry in entries:
+            function = getattr(importlib.import_module(entry["module"]), entry["name"])
+            if not isinstance(function, JITFunction):
+                raise TypeError(f"{entry['module']}.{entry['name']} is not a Triton JIT function")
+            out.append(Specialization(function, entry["key"], entry["data"]))
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError) as error:
+        _log.info("kernel specializations record %s not used (%s)", record.name, error)
+        return None
+
+
+def forget_specializations(record: Path | None) -> None:
+    """Removes a record found incomplete (best effort)."""
+    if record is not None:
+        record.unlink(missing_ok=True)
 
 
 def compiled_kernels() -> int:
@@ -146,6 +256,37 @@ def compile_specializations(specializations: list[Specialization], threads: int 
                 item.function.preload(item.data)  # NOTE: submits the compile; the mode's exit awaits all
 
 
+def load_kernels(specializations: list[Specialization], device_index: int, threads: int | None = None) -> int:
+    """Prepares each compiled specialization for its first launch, `threads` at a time: Triton does
+    that lazily at the launch (the kernel's module loaded onto the device and its launcher built,
+    a C extension compiled per argument signature where the Triton version has one, kept in the disk
+    cache), one by one on the launching thread. Returns how many were prepared here (0 where this
+    Triton has no such step)."""
+    from triton.runtime._async_compile import FutureKernel
+
+    kernels = []
+    for item in specializations:
+        caches = item.function.device_caches.get(device_index)
+        kernel = caches[0].get(item.key) if caches else None
+        if isinstance(kernel, FutureKernel):
+            kernel = kernel.result()
+        if kernel is not None and callable(getattr(kernel, "_init_handles", None)):  # NOTE: private, lazy init
+            kernels.append(kernel)
+    threads = default_compile_threads() if threads is None else threads
+
+    def prepare(kernel) -> None:
+        with torch.cuda.device(device_index):
+            kernel._init_handles()
+
+    if threads <= 1 or len(kernels) < 2:
+        for kernel in kernels:
+            prepare(kernel)
+    else:
+        with ThreadPoolExecutor(min(threads, len(kernels)), thread_name_prefix="helios-load") as pool:
+            list(pool.map(prepare, kernels))
+    return len(kernels)
+
+
 def _pin_device(device_index: int) -> None:
     """Answers Triton's current-device question in a forked worker without asking CUDA."""
     from triton.runtime import driver
@@ -212,10 +353,8 @@ def specialization_digest(specializations: Iterable[Specialization], platform: s
 def prefill_record(digest: str) -> Path | None:
     """Where a compile of the specialization set `digest` is recorded: Triton's cache directory
     (None when it has none), so emptying that cache forgets the records with the kernels."""
-    from triton import knobs
-
-    directory = getattr(getattr(knobs, "cache", None), "dir", None)  # NOTE: None in a Triton without it
-    return Path(directory) / RECORDS_DIR / digest if directory else None
+    directory = _cache_directory()
+    return directory / RECORDS_DIR / digest if directory else None
 
 
 def prefill_unless_recorded(specializations: list[Specialization], device_index: int, processes: int,
@@ -241,33 +380,62 @@ def record_compiled(record: Path | None) -> None:
         _log.info("kernel prefill record not written (%s)", error)
 
 
+@dataclass(frozen=True, slots=True)
+class CompiledPlans:
+    """What `compile_plans` did: how many specializations it compiled, and the record it read them
+    from (None where it discovered them)."""
+
+    count: int
+    record: Path | None = None
+
+
 def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: int | None = None,
-                  extra: Iterable[Callable[[], None]] = ()) -> int:
+                  extra: Iterable[Callable[[], None]] = (), identity: str | None = None) -> CompiledPlans:
     """Compiles every Triton kernel specialization `plans` (and the `extra` runs) launch,
-    concurrently; returns how many were compiled (0 on a CPU, where Triton interprets). `threads`
-    bounds both the prefill processes and the compiling threads (default
-    `default_compile_threads()`; 1: one by one)."""
+    concurrently (nothing on a CPU, where Triton interprets). `threads` bounds both the prefill
+    processes and the compiling threads (default `default_compile_threads()`; 1: one by one). With
+    `identity` (what decides the load's specializations; module docstring) they are read from its
+    record where there is one, and recorded where they were discovered."""
     if device.type != "cuda":
-        return 0
+        return CompiledPlans(0)
+    plans, extra = list(plans), list(extra)
     threads = default_compile_threads() if threads is None else threads
     with torch.cuda.device(device):
         start = time.perf_counter()
-        specializations = discover(plans, extra)
+        record = specializations_record(identity) if identity else None
+        specializations = recorded_specializations(record)
+        if specializations is None:
+            specializations = discover(plans, extra)
+            save_specializations(record, specializations)
+            used = None
+        else:
+            used = record
         discovered = time.perf_counter()
         index = torch.cuda.current_device()
         import triton
 
         capability = torch.cuda.get_device_capability(index)
-        record = prefill_record(specialization_digest(specializations, f"triton {triton.__version__} sm {capability}"))
-        failed = prefill_unless_recorded(specializations, index, threads, record)
+        prefilled_record = prefill_record(specialization_digest(specializations,
+                                                                f"triton {triton.__version__} sm {capability}"))
+        failed = prefill_unless_recorded(specializations, index, threads, prefilled_record)
         prefilled = time.perf_counter()
-        compile_specializations(specializations, threads)
+        try:
+            compile_specializations(specializations, threads)
+        except Exception as error:
+            if used is None:
+                raise
+            _log.warning("recorded kernel specializations did not compile (%s); discovering them again", error)
+            forget_specializations(used)
+            return compile_plans(plans, device, threads, extra, identity)
         compiled = time.perf_counter()
+        loaded = load_kernels(specializations, index, threads)
         if not failed:
-            record_compiled(record)
-    _log.info("%d kernel specializations: discovered in %.2f s, %s, compiled in this process in %.2f s",
-              len(specializations), discovered - start,
+            record_compiled(prefilled_record)
+    _log.info("%d kernel specializations: %s in %.2f s, %s, compiled in this process in %.2f s, "
+              "%d loaded for their first launch in %.2f s",
+              len(specializations), "discovered" if used is None else "read from their record", discovered - start,
               "no prefill (compiled before)" if failed is None else
               f"prefilled by {min(threads, len(specializations)) if len(specializations) > 1 and threads > 1 else 0} "
-              f"processes in {prefilled - discovered:.2f} s ({failed} failed there)", compiled - prefilled)
-    return len(specializations)
+              f"processes in {prefilled - discovered:.2f} s ({failed} failed there)", compiled - prefilled,
+              loaded, time.perf_counter() - compiled)
+    return CompiledPlans(len(specializations), used)

@@ -13,8 +13,10 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            warm-up, capture, cost measurement and every round read the filled buffers (the same
            tensors: no serving plan ever sees a TUNED buffer unfilled);
   kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
-           the plans launch, many at once (kernel_compile.py), then run each plan once, which
-           measures the transient memory the plans need;
+           the plans launch, many at once (kernel_compile.py: discovered, or read from the record of
+           an earlier load of the same identity, `_load_identity`), then run each plan once, which
+           measures the transient memory the plans need; time the product shapes (or take the
+           decisions the same identity recorded);
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need and the host-tier copies' device staging (sized from the tier, at most
@@ -26,8 +28,10 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            run on a CPU, over the idle zeroed transport, persistent state and completion records
            restored afterwards as capture restores them; the executor's `round_costs()`;
   host_tier  build the executor over the buffers, with the host tier of evicted checkpoints
-           (`host_cache_gib`, pinned on a GPU) and the device staging its copies go through; it
-           holds two execution frames when the transport declares two (executor.py).
+           (`host_cache_gib`; on a GPU its pinned allocation runs on a thread from here on and the
+           first host-tier copy waits for it: helios/production/host_memory.py), the device staging
+           its copies go through; it holds two execution frames when the transport declares two
+           (executor.py).
 The phases are timed by `helios.runtime.startup.PhaseClock` and exported on /metrics as
 `helios_startup_seconds{phase}`; `NativeModel.device_counters()` answers the graphs captured and
 kernels compiled in this process (`helios_graphs_captured_total`, `helios_kernels_compiled_total`).
@@ -40,6 +44,9 @@ manifest's buffers with cache planes at their physical page count.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,9 +61,22 @@ from helios.production.capture import GraphCapture, captured_graphs
 from helios.production.engram import engram_gatherers
 from helios.production.executor import ExecutorGraph, NativeExecutor, copy_staging_pages
 from helios.production.gpu_paths import GpuPaths
-from helios.production.kernel_compile import compile_plans, compiled_kernels
+from helios.production.kernel_compile import (
+    compile_plans,
+    compiled_kernels,
+    forget_specializations,
+    products_record,
+    source_digest,
+)
 from helios.production.lowering import lower_program
-from helios.production.lowering.product_choice import PATHS, Decision, LinearPolicy, policy_for
+from helios.production.lowering.product_choice import (
+    PATHS,
+    Decision,
+    LinearPolicy,
+    policy_for,
+    recorded_decisions,
+    save_decisions,
+)
 from helios.production.plan import LaunchPlan
 from helios.production.weight_loading import WeightDeclaration, load_weights
 from helios.program.validate import ValidatedOperator, validate_program
@@ -73,6 +93,8 @@ from helios.runtime.packing import (
 )
 from helios.runtime.startup import PhaseClock, StartupPhase
 from helios.runtime.tuning import StartupTuning, TuningRefused
+
+_log = logging.getLogger(__name__)
 
 C, M, P = contract_pb2, manifest_pb2, program_pb2
 REQUIRED_OPERATIONS = (C.OPERATION_INITIALIZATION, C.OPERATION_PREFILL, C.OPERATION_DECODE)
@@ -207,23 +229,46 @@ class NativeModel:
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+            marks = [time.perf_counter()]
             placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
             warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
                     for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
+            marks.append(time.perf_counter())
             # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
             # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
+            identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
+                        if device.type == "cuda" else None)
             if device.type == "cuda":  # the CPU interpreter has nothing to compile
-                compile_plans(warm.values(), device, extra=policy.pending_runs())
+                compiled = compile_plans(warm.values(), device, extra=policy.pending_runs(), identity=identity)
+                marks.append(time.perf_counter())
+                before = compiled_kernels()
                 for plan in warm.values():
                     plan.run()
+                if compiled.record is not None and compiled_kernels() > before:
+                    _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
+                              "discovers them again", compiled_kernels() - before)
+                    forget_specializations(compiled.record)
             transient = 0
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
                 transient = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
-            policy.measure_pending()  # Triton or torch for each product shape, its kernels now compiled
+            marks.append(time.perf_counter())
+            # Triton or torch for each product shape, its kernels now compiled: as an earlier load of this
+            # identity measured them, or timed now (and recorded for the next)
+            products = products_record(identity) if identity else None
+            adopted = policy.adopt(recorded_decisions(products) or {})
+            timed = policy.measure_pending()
+            if timed:
+                save_decisions(products, policy.decisions)
+            marks.append(time.perf_counter())
             del placeholder, warm
+            steps = ("lowered", "compiled", "warm-up run", "products timed") if len(marks) == 5 else (
+                "lowered", "ran", "products timed")
+            _log.info("kernels phase: %s (%d product shapes timed, %d as recorded)", ", ".join(
+                f"{step} {b - a:.2f} s" for step, a, b in zip(steps, marks[:-1], marks[1:], strict=True)), timed,
+                adopted)
         with phase("cache"):
             page_bytes = manifest_page_bytes(manifest)
             host = host_pages(options.host_cache_gib, page_bytes)
@@ -236,14 +281,18 @@ class NativeModel:
             host = within_device(host, options.host_cache_gib, pages)
             buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
+            lowering = time.perf_counter()
             plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
                      for name, item in programs.items()}
+            lowered = time.perf_counter()
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
                 capture = GraphCapture(device)
                 persistent = [buffers[b.name] for b in manifest.buffers
                               if b.role in (M.BUFFER_ROLE_STATE, M.BUFFER_ROLE_COMPLETION)]
                 capture.capture(plans, preserve=persistent)
+                _log.info("graphs phase: lowered %.2f s, %d graphs captured in %.2f s", lowered - lowering,
+                          len(plans), time.perf_counter() - lowered)
             graphs = {name: ExecutorGraph(name, item.handle.operation, item.handle.batch_capacity,
                                           item.handle.packed_token_capacity, plans[name], packings[name])
                       for name, item in programs.items()}
@@ -277,6 +326,39 @@ class NativeModel:
         return cls(contract=contract, serving=serving, manifests=(loaded,), executor=executor, pages=pages,
                    startup=tuple(clock.phases), device=device, weight_bytes=weight_bytes,
                    linear_decisions=policy.decisions, max_concurrency=slots)
+
+
+def _load_identity(serving: contract_pb2.ServingContract, manifest: manifest_pb2.ExecutionManifest,
+                   programs: Mapping[str, _Program], options: LoadOptions, policy: LinearPolicy,
+                   platform: str) -> str | None:
+    """A digest of what decides the Triton specializations this load's plans launch (the key of
+    their record, helios/production/kernel_compile.py): the contract, the manifest, each selected
+    program and its lane rows, the options the lowering reads, the product decisions the policy
+    gives untimed, Helios's source, and `platform` (`_platform`). None where the policy cannot tell
+    its untimed answers."""
+    known = policy.known()
+    if known is None:
+        return None
+
+    digest = hashlib.sha256()
+    digest.update(serving.SerializeToString(deterministic=True))
+    digest.update(manifest.SerializeToString(deterministic=True))
+    for name in sorted(programs):
+        item = programs[name]
+        digest.update(f"{name}:{item.lane_rows}:".encode())
+        digest.update(item.program.SerializeToString(deterministic=True))
+    group = None if options.group is None else options.group.size
+    digest.update(repr((options.linear, options.gpu_paths, options.rank, group, known, source_digest(),
+                        platform)).encode())
+    return digest.hexdigest()
+
+
+def _platform(device: torch.device) -> str:
+    """The Triton and torch versions and the CUDA device's name and architecture."""
+    import triton
+
+    return (f"triton {triton.__version__} torch {torch.__version__} {torch.cuda.get_device_name(device)} "
+            f"sm {torch.cuda.get_device_capability(device)}")
 
 
 def _measure_costs(graphs: dict[str, ExecutorGraph], contracts, persistent: list[torch.Tensor],

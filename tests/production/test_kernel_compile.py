@@ -151,3 +151,92 @@ def test_a_record_that_cannot_be_written_is_left_out(tmp_path, caplog):
 def test_records_live_in_tritons_cache_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     assert kernel_compile.prefill_record("abc") == tmp_path / kernel_compile.RECORDS_DIR / "abc"
+    assert kernel_compile.specializations_record("abc") == tmp_path / kernel_compile.SETS_DIR / "abc.json"
+    assert kernel_compile.products_record("abc") == tmp_path / kernel_compile.PRODUCTS_DIR / "abc.json"
+
+
+# ------------------------------------------------------------------ a load's specializations, recorded
+
+
+def _recorded_kernel(x):
+    return x
+
+
+def _plain_function(x):
+    return x
+
+
+def _as_jit_function():
+    """A JIT function importable back by module and name, as a GPU process defines one (under
+    Triton's interpreter `triton.jit` makes an interpreted function instead)."""
+    from triton.runtime.jit import JITFunction
+
+    global _recorded_kernel
+    if not isinstance(_recorded_kernel, JITFunction):
+        _recorded_kernel = JITFunction(_recorded_kernel)
+    return _recorded_kernel
+
+
+def test_a_loads_specializations_are_recorded_and_read_back_with_their_functions(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    record = kernel_compile.specializations_record("identity")
+    assert record == tmp_path / kernel_compile.SETS_DIR / "identity.json"
+    assert kernel_compile.recorded_specializations(record) is None  # nothing recorded yet
+    items = [Specialization(_as_jit_function(), f"key{i}", f'{{"spec": {i}}}') for i in range(3)]
+    assert kernel_compile.save_specializations(record, items)
+    assert kernel_compile.recorded_specializations(record) == items  # the same functions, keys and data, in order
+    assert [p.name for p in record.parent.iterdir()] == ["identity.json"]  # written whole: no partial file left
+    kernel_compile.forget_specializations(record)
+    assert kernel_compile.recorded_specializations(record) is None
+    kernel_compile.forget_specializations(record)  # forgetting twice is no error
+    assert not kernel_compile.save_specializations(None, items)  # no cache directory: nothing recorded
+
+
+def test_a_function_defined_inside_a_function_is_not_recorded(tmp_path):
+    from triton.runtime.jit import JITFunction
+
+    def nested(x):
+        return x
+
+    record = tmp_path / "record.json"
+    items = [Specialization(_as_jit_function(), "a", "a"), Specialization(JITFunction(nested), "b", "b")]
+    assert not kernel_compile.save_specializations(record, items)
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("entry", [
+    None,  # not JSON
+    {"name": "_no_such_kernel"},
+    {"name": "_plain_function"},  # not a JIT function
+    {"module": "helios.no_such_module"},
+    {"key": ""},  # a specialization without its key
+    {"data": None},  # a field missing
+])
+def test_a_record_that_cannot_be_read_back_is_not_used(tmp_path, caplog, entry):
+    import json
+    import logging
+
+    _as_jit_function()
+    record = tmp_path / "record.json"
+    good = {"module": __name__, "name": "_recorded_kernel", "key": "k", "data": "d"}
+    if entry is None:
+        record.write_text("not json")
+    else:
+        written = {**good, **entry}
+        record.write_text(json.dumps([good, {k: v for k, v in written.items() if v is not None}]))
+    with caplog.at_level(logging.INFO, logger=kernel_compile.__name__):
+        assert kernel_compile.recorded_specializations(record) is None
+    assert "not used" in caplog.text
+    record.write_text(json.dumps([good]))
+    assert kernel_compile.recorded_specializations(record) == [Specialization(_as_jit_function(), "k", "d")]
+
+
+def test_helios_source_digest_is_stable_within_a_process():
+    digest = kernel_compile.source_digest()
+    assert len(digest) == 64 and digest == kernel_compile.source_digest()
+
+
+def test_compile_plans_does_nothing_on_a_cpu():
+    import torch
+
+    assert kernel_compile.compile_plans([], torch.device("cpu"), identity="x") == kernel_compile.CompiledPlans(0)

@@ -22,7 +22,10 @@ A deferred MeasuredPolicy answers "triton" for a shape it has not measured and k
 `NativeModel.load` lowers every plan twice (a warm pass that compiles the Triton kernels, many at
 once, then the final pass), so the warm pass names every Triton specialization the products can use,
 `measure_pending()` times them once they are compiled, and the final pass reads the decisions. Timing
-while lowering would compile each specialization on its own, one after another.
+while lowering would compile each specialization on its own, one after another. A load records the
+decisions it timed (`save_decisions`) under its identity beside its kernel specializations
+(helios/production/kernel_compile.py): a later load of the same identity (the same core, options,
+Helios source, versions and device) takes them (`adopt`) instead of timing again.
 
 Timing (`GraphTimer`): each candidate is captured `calls` times into one CUDA graph, each call
 preceded by a write over twice the L2 cache so weights come from HBM as they do in a decode step;
@@ -31,9 +34,12 @@ the graph of the L2 writes alone is timed too and subtracted. Replays are timed 
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from helios.errors import HeliosError
 
@@ -124,8 +130,20 @@ class LinearPolicy:
     def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
         raise NotImplementedError
 
-    def measure_pending(self) -> None:
-        """Decide the shapes a deferred policy answered provisionally (nothing for other policies)."""
+    def known(self) -> tuple[str, ...] | None:
+        """What this policy answers without timing anything (the lowering's products follow it), as
+        stable text: part of a load's identity (helios/production/kernel_compile.py); None where it
+        cannot be told (the load then has no identity: its kernels are discovered each time)."""
+        return None
+
+    def measure_pending(self) -> int:
+        """Decide the shapes a deferred policy answered provisionally (nothing for other policies);
+        returns how many shapes were timed."""
+        return 0
+
+    def adopt(self, recorded: Mapping[ProductShape, Decision]) -> int:
+        """Takes recorded decisions for the shapes still to be timed (nothing for other policies)."""
+        return 0
 
     def pending_runs(self) -> list[Run]:
         """The runs `measure_pending` will time (none for other policies), built now, so that the
@@ -153,6 +171,9 @@ class FixedPolicy(LinearPolicy):
     def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
         return Decision(shape, self.path)
 
+    def known(self) -> tuple[str, ...]:
+        return (f"every shape {self.path}",)
+
 
 Timer = Callable[[Run], float]  # seconds one call of `run` takes
 
@@ -176,6 +197,11 @@ class MeasuredPolicy(LinearPolicy):
             return "triton"
         return super().choose(shape, candidates)
 
+    def known(self) -> tuple[str, ...]:
+        decided = sorted(f"{shape.describe()}: {decision.path}" for (key, shape), decision in _MEASURED.items()
+                         if key == self.key)
+        return (f"measured on {self.key}, deferred {self.deferred}", *decided)
+
     def pending_runs(self) -> list[Run]:
         runs: list[Run] = []
         for shape, candidates in self._pending.items():
@@ -184,13 +210,23 @@ class MeasuredPolicy(LinearPolicy):
             runs += built
         return runs
 
-    def measure_pending(self) -> None:
+    def adopt(self, recorded: Mapping[ProductShape, Decision]) -> int:
+        """Takes the `recorded` decision of every pending shape that has one (measured by an earlier
+        load of the same identity on this platform) instead of timing it; returns how many."""
+        taken = [shape for shape in self._pending if shape in recorded]
+        for shape in taken:
+            del self._pending[shape]
+            self._table[shape] = _MEASURED[(self.key, shape)] = recorded[shape]
+        return len(taken)
+
+    def measure_pending(self) -> int:
         pending, self._pending = self._pending, {}
         for shape, candidates in pending.items():
             self._table[shape] = self._decide(shape, candidates)
         release = getattr(self.timer, "release", None)
         if release is not None:
             release()
+        return len(pending)
 
     def _decide(self, shape: ProductShape, candidates: Candidates) -> Decision:
         cached = _MEASURED.get((self.key, shape))
@@ -201,6 +237,40 @@ class MeasuredPolicy(LinearPolicy):
         decision = Decision(shape, "triton" if triton_s < torch_s else "torch", triton_s * 1e6, torch_s * 1e6)
         _MEASURED[(self.key, shape)] = decision
         return decision
+
+
+def save_decisions(record: Path | None, decisions: Iterable[Decision]) -> bool:
+    """Records the measured `decisions` at `record` (a load's product record, keyed like its kernel
+    specializations: helios/production/kernel_compile.py), written whole or not at all; False where
+    it cannot be (no record path, a read-only cache)."""
+    if record is None:
+        return False
+    entries = [{"rows": d.shape.rows, "columns": list(d.shape.columns), "k": d.shape.k, "dtype": d.shape.dtype,
+                "fusion": d.shape.fusion, "bias": d.shape.bias, "path": d.path, "triton_us": d.triton_us,
+                "torch_us": d.torch_us} for d in decisions if d.triton_us is not None and d.torch_us is not None]
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entries))
+        partial.replace(record)
+    except OSError:
+        return False
+    return True
+
+
+def recorded_decisions(record: Path | None) -> dict[ProductShape, Decision] | None:
+    """The decisions recorded at `record` by shape; None where there is none or it cannot be read."""
+    if record is None or not record.exists():
+        return None
+    try:
+        out = {}
+        for e in json.loads(record.read_text()):
+            shape = ProductShape(int(e["rows"]), tuple(int(c) for c in e["columns"]), int(e["k"]), str(e["dtype"]),
+                                 str(e["fusion"]), bool(e["bias"]))
+            out[shape] = Decision(shape, e["path"], float(e["triton_us"]), float(e["torch_us"]))
+        return out
+    except (OSError, ValueError, KeyError, TypeError, ProductChoiceError):
+        return None
 
 
 def forget_measurements() -> None:

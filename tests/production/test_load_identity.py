@@ -1,0 +1,130 @@
+"""A load's identity: the key of its recorded kernel specializations (helios/production/kernel_compile.py).
+
+Equal loads digest alike; anything that decides which Triton specializations the plans launch (a
+program, a graph's lane rows, the product path, the decisions the policy gives untimed, the
+platform) digests differently; a policy that cannot tell its untimed answers gives no identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from helios.contract import PreparedContract, StartupOptions
+from helios.production import native_model
+from helios.production.lowering import product_choice
+from helios.production.lowering.product_choice import (
+    Decision,
+    FixedPolicy,
+    LinearPolicy,
+    MeasuredPolicy,
+    ProductShape,
+)
+from helios.production.native_model import LoadOptions
+
+PLATFORM = "triton 3.6 torch 2.11 NVIDIA H100 sm (9, 0)"
+SHAPE = ProductShape(1, (64,), 32, "bfloat16xbfloat16->bfloat16", "matmul")
+
+
+@pytest.fixture(scope="module")
+def loaded(cores):
+    core = cores("llama")
+    selection = PreparedContract.decode(core.contract, core.manifest).select(StartupOptions())
+    options = LoadOptions(device="cpu")
+    programs = native_model._programs(core, core.manifest, core.contract,
+                                      {g.name: g.lane_rows for g in selection.graphs}, options)
+    return core, programs, options
+
+
+def identity(loaded, *, programs=None, options=None, policy=None, platform=PLATFORM):
+    core, default_programs, default_options = loaded
+    return native_model._load_identity(core.contract, core.manifest, programs or default_programs,
+                                       options or default_options, policy or FixedPolicy("triton"), platform)
+
+
+def test_equal_loads_digest_alike(loaded):
+    assert identity(loaded) == identity(loaded)
+    assert len(identity(loaded)) == 64
+
+
+def test_what_decides_the_specializations_changes_the_identity(loaded):
+    _, programs, options = loaded
+    base = identity(loaded)
+    assert identity(loaded, platform=PLATFORM.replace("H100", "H200")) != base
+    assert identity(loaded, policy=FixedPolicy("torch")) != base
+    assert identity(loaded, options=dataclasses.replace(options, linear="torch")) != base
+    assert identity(loaded, options=dataclasses.replace(options, rank=1)) != base
+    name = next(iter(programs))
+    wider = {**programs, name: dataclasses.replace(programs[name], lane_rows=programs[name].lane_rows + 1)}
+    assert identity(loaded, programs=wider) != base
+    edited = programs[name].program.__class__()
+    edited.CopyFrom(programs[name].program)
+    edited.tensors[0].shape[0] += 1  # one extent wider
+    assert identity(loaded, programs={**programs, name: dataclasses.replace(programs[name], program=edited)}) != base
+    fewer = dict(programs)
+    del fewer[name]
+    assert identity(loaded, programs=fewer) != base
+
+
+def test_what_the_lowering_does_not_read_leaves_it_alike(loaded):
+    _, _, options = loaded
+    base = identity(loaded)
+    assert identity(loaded, options=dataclasses.replace(options, host_cache_gib=1.0, gpu_memory_fraction=0.5,
+                                                        measure_costs=True)) == base
+
+
+def test_a_measured_policy_is_known_by_its_device_and_its_decisions(loaded, monkeypatch):
+    monkeypatch.setattr(product_choice, "_MEASURED", {})
+    policy = MeasuredPolicy(lambda run: 0.0, key="cuda:0", deferred=True)
+    before, untimed = policy.known(), identity(loaded, policy=policy)
+    assert before == ("measured on cuda:0, deferred True",)
+    product_choice._MEASURED[("cuda:1", SHAPE)] = Decision(SHAPE, "torch")  # another device's: not this one's
+    assert policy.known() == before
+    product_choice._MEASURED[("cuda:0", SHAPE)] = Decision(SHAPE, "torch", 2.0, 1.0)
+    assert policy.known() == (*before, f"{SHAPE.describe()}: torch")
+    assert identity(loaded, policy=policy) != untimed
+
+
+def test_a_policy_that_cannot_tell_its_answers_gives_no_identity(loaded):
+    class Unknown(LinearPolicy):
+        def _decide(self, shape, candidates):
+            return Decision(shape, "triton")
+
+    assert Unknown().known() is None
+    assert identity(loaded, policy=Unknown()) is None
+
+
+def test_measured_decisions_are_recorded_and_adopted_instead_of_timed(tmp_path, monkeypatch):
+    monkeypatch.setattr(product_choice, "_MEASURED", {})
+    other = ProductShape(8, (32, 16), 64, "bfloat16xbfloat16->bfloat16", "add+rms_norm+matmul*2", bias=True)
+    decisions = [Decision(SHAPE, "torch", 3.5, 1.25), Decision(other, "triton", 1.0, 2.0),
+                 Decision(ProductShape(2, (8,), 8, "f", "matmul"), "torch")]  # untimed: not recorded
+    record = tmp_path / "products" / "identity.json"
+    assert product_choice.save_decisions(record, decisions)
+    recorded = product_choice.recorded_decisions(record)
+    assert recorded == {d.shape: d for d in decisions[:2]}
+    assert not product_choice.save_decisions(None, decisions)
+
+    timed = []
+    policy = MeasuredPolicy(lambda run: timed.append(run) or 1e-6, key="cuda:0", deferred=True)
+    fresh = ProductShape(4, (16,), 16, "bfloat16xbfloat16->bfloat16", "matmul")
+    for shape in (SHAPE, fresh):
+        assert policy.choose(shape, lambda: ("triton run", "torch run")) == "triton"  # provisional
+    assert policy.adopt(recorded) == 1  # SHAPE, as recorded; `other` was not asked for
+    assert policy.measure_pending() == 1  # only the fresh shape is timed
+    assert timed == ["triton run", "torch run"]
+    assert {d.shape: d.path for d in policy.decisions} == {SHAPE: "torch", fresh: "torch"}
+    assert product_choice._MEASURED[("cuda:0", SHAPE)] == recorded[SHAPE]  # later loads of the process too
+    assert FixedPolicy("torch").adopt(recorded) == 0
+
+
+@pytest.mark.parametrize("text", ["not json", '[{"rows": 1}]', '[{"rows": 0, "columns": [8], "k": 8, "dtype": "f", '
+                                  '"fusion": "matmul", "bias": false, "path": "torch", "triton_us": 1, "torch_us": 2}]',
+                                  '[{"rows": 1, "columns": [8], "k": 8, "dtype": "f", "fusion": "matmul", '
+                                  '"bias": false, "path": "cuda", "triton_us": 1, "torch_us": 2}]'])
+def test_a_products_record_that_cannot_be_read_is_not_used(tmp_path, text):
+    record = tmp_path / "record.json"
+    record.write_text(text)
+    assert product_choice.recorded_decisions(record) is None
+    assert product_choice.recorded_decisions(tmp_path / "absent.json") is None
