@@ -146,13 +146,19 @@ def save_specializations(record: Path | None, specializations: list[Specializati
         if name is None:
             return False
         entries.append({"module": name[0], "name": name[1], "key": item.key, "data": item.data})
+    return write_record(record, entries)
+
+
+def write_record(record: Path, entries: object) -> bool:
+    """Writes `entries` as JSON at `record`, whole or not at all (a concurrent load reads the old
+    record or the new one, never a part); False where it cannot (a read-only cache)."""
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
         partial = record.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(entries))
         partial.replace(record)
     except OSError as error:
-        _log.info("kernel specializations not recorded (%s)", error)
+        _log.info("%s not recorded (%s)", record.name, error)
         return False
     return True
 

@@ -240,3 +240,16 @@ def test_compile_plans_does_nothing_on_a_cpu():
     import torch
 
     assert kernel_compile.compile_plans([], torch.device("cpu"), identity="x") == kernel_compile.CompiledPlans(0)
+
+
+def test_a_record_that_cannot_be_written_returns_false_and_leaves_nothing(tmp_path, caplog):
+    import logging
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.INFO, logger=kernel_compile.__name__):
+        assert not kernel_compile.write_record(blocked / "records" / "x.json", [1, 2])
+    assert "x.json not recorded" in caplog.text
+    assert kernel_compile.write_record(tmp_path / "records" / "x.json", [1, 2])
+    assert (tmp_path / "records" / "x.json").read_text() == "[1, 2]"
+    assert [p.name for p in (tmp_path / "records").iterdir()] == ["x.json"]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,14 +247,9 @@ def save_decisions(record: Path | None, decisions: Iterable[Decision]) -> bool:
     entries = [{"rows": d.shape.rows, "columns": list(d.shape.columns), "k": d.shape.k, "dtype": d.shape.dtype,
                 "fusion": d.shape.fusion, "bias": d.shape.bias, "path": d.path, "triton_us": d.triton_us,
                 "torch_us": d.torch_us} for d in decisions if d.triton_us is not None and d.torch_us is not None]
-    try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(entries))
-        partial.replace(record)
-    except OSError:
-        return False
-    return True
+    from helios.production.kernel_compile import write_record
+
+    return write_record(record, entries)
 
 
 def recorded_decisions(record: Path | None) -> dict[ProductShape, Decision] | None:
