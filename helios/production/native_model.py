@@ -236,11 +236,11 @@ class NativeModel:
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
             marks.append(time.perf_counter())
-            # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
-            # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
-            identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
-                        if device.type == "cuda" else None)
+            identity = None  # what decides the load's kernels and products: the key of their records
             if device.type == "cuda":  # the CPU interpreter has nothing to compile
+                # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
+                # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
+                identity = _load_identity(serving, manifest, programs, options, policy, _platform(device))
                 compiled = compile_plans(warm.values(), device, extra=policy.pending_runs(), identity=identity)
                 marks.append(time.perf_counter())
                 before = compiled_kernels()
