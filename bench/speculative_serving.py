@@ -2,7 +2,8 @@
 with speculation off, at each fixed width and with the adaptive choice, measured in one run.
 
     python bench/speculative_serving.py [--concurrency 1 8 32 128 256] [--temperatures 0 0.7]
-                                        [--widths 2 4 8] [--history-drafting] [--json out.json]
+                                        [--widths 2 4 8] [--workloads held_out repetitive]
+                                        [--history-drafting] [--json out.json]
     python bench/speculative_serving.py --tiny   # a short CPU run of every part (the reference runtime)
 
 The demo checkpoint and drafter (helios/demo/) are prepared into one core (`helios prepare --draft`,
@@ -18,8 +19,9 @@ what the choice learns (served round costs, pooled acceptance: `ChoiceMemory`), 
 server's rounds would: its first run learns them, the later ones start from them):
   - held_out: the demo's held-out chat prompts (helios/demo/tasks.py), rendered by the core's chat
     template and frontend exactly as `helios serve` renders them;
-  - repetitive: requests whose answer copies its prompt (repeat a list with one change), where
-    history drafting (`--history-drafting`) has proposals to copy.
+  - repetitive: requests whose answer copies its prompt (copy a text of capital letters exactly:
+    the demo's copy task, which it answers by copying the text twice), where history drafting
+    (`--history-drafting`) has proposals to copy.
 Printed per workload, temperature and concurrency: output tokens per second of each mode, the best
 fixed choice (off or a width), auto / best of the medians (issue #18's target: >= 0.97 at every
 concurrency) and `paired`: the median over repeats of auto / the best fixed mode of that repeat (a
@@ -107,15 +109,18 @@ def held_out_bodies(count: int) -> list[dict]:
 
 
 def repetitive_bodies(count: int) -> list[dict]:
+    """Requests to copy a text exactly: two to four words of 6 to 12 capital letters, which the demo
+    model copies a letter (a token) at a time, twice (its reasoning restates the text, then the
+    answer): 40 to 90 completion tokens, nearly all of them copies of the prompt's."""
     rng = random.Random(11)
-    words = ["apple", "river", "stone", "cloud", "maple", "ember", "delta", "lumen", "cedar", "orbit"]
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    asks = ("Copy this exactly: {s}", "Repeat this exactly: {s}", "Please echo this: {s}", "Say back {s} exactly.")
     bodies = []
     for _ in range(count):
-        items = [rng.choice(words) for _ in range(rng.randrange(12, 24))]
-        index = rng.randrange(len(items))
-        text = (f"Repeat this list exactly, but replace item {index + 1} with 'zebra': "
-                + ", ".join(items) + ". Then repeat the changed list once more.")
-        bodies.append({"messages": [{"role": "user", "content": text}], "max_tokens": MAX_TOKENS})
+        text = " ".join("".join(rng.choice(letters) for _ in range(rng.randrange(6, 13)))
+                        for _ in range(rng.choice((2, 3, 4))))
+        bodies.append({"messages": [{"role": "user", "content": rng.choice(asks).format(s=text)}],
+                       "max_tokens": MAX_TOKENS})
     return bodies
 
 
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", nargs="*", type=int, default=[1, 8, 32, 128, 256])
     parser.add_argument("--temperatures", nargs="*", type=float, default=[0.0, 0.7])
     parser.add_argument("--widths", nargs="*", type=int, default=[2, 4, 8])
+    parser.add_argument("--workloads", nargs="*", choices=("held_out", "repetitive"),
+                        default=["held_out", "repetitive"], help="the workloads, in this order (default: both)")
     parser.add_argument("--history-drafting", action="store_true", help="speculative modes also copy proposals")
     parser.add_argument("--requests", type=int, default=0, help="requests a concurrency (default: max(4 C, 32))")
     parser.add_argument("--repeats", type=int, default=3,
@@ -212,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             from helios.reference import load_runtime
 
             print("device: CPU; reference runtime (NumPy), fp32")
-        workloads = {"held_out": held_out_bodies(max(per(c) for c in concurrency)),
-                     "repetitive": repetitive_bodies(max(per(c) for c in concurrency))}
+        makers = {"held_out": held_out_bodies, "repetitive": repetitive_bodies}
+        workloads = {name: makers[name](max(per(c) for c in concurrency)) for name in dict.fromkeys(args.workloads)}
         names = [name for name, _ in modes(widths)]
         print(f"\n{'workload':>10} {'temp':>5} {'C':>4} " + " ".join(f"{n:>9}" for n in names)
               + f" {'best':>6} {'auto/best':>9} {'paired':>9}")
