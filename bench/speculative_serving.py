@@ -56,6 +56,7 @@ def choices(metrics) -> dict:
     proposals offered and accepted (copied ones apart; and by position), graph launches by operation."""
     return {"speculative_rounds_by_width": {str(w): n for w, n in sorted(metrics.speculative_rounds_by_width.items())},
             "plain_choices": metrics.plain_choices, "fallback_choices": metrics.fallback_choices,
+            "explored_choices": metrics.explored_choices,
             "offered": metrics.offered_drafts, "accepted": metrics.accepted_drafts,
             "copied_offered": metrics.copied_offered, "copied_accepted": metrics.copied_accepted,
             "offered_by_position": {str(k): n for k, n in sorted(metrics.offered_by_position.items())},
@@ -75,6 +76,7 @@ def describe(choice: dict) -> str:
     widths = ", ".join(f"W{w} {n}" for w, n in choice["speculative_rounds_by_width"].items()) or "none"
     accepted = choice["accepted"] / choice["offered"] if choice["offered"] else 0.0
     return (f"speculative rounds {widths}; plain {choice['plain_choices']}; fallback {choice['fallback_choices']}; "
+            f"explored {choice['explored_choices']}; "
             f"accepted {accepted:.2f} of {choice['offered']} proposals")
 
 
@@ -277,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                           + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f} {paired:>9.2f}")
                     for choice in chosen["auto"]:
                         print(f"{'':>21} auto: {describe(choice)}")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+                    if args.json:  # after every point: a run cut short keeps what it measured
+                        args.json.write_text(json.dumps(figures, indent=2))
     return 0
 
 

@@ -34,8 +34,9 @@ row has the highest survival probability a^len, as the device allocates (the lar
 Choice. For the cohort (lanes in scheduling order), each candidate is the smallest variant of its
 program holding as many of the cohort's lanes as it can: DECODE, and SPECULATIVE at each selected
 width W; its rate is its expected emitted tokens over its measured round cost. The choice is the
-candidate of the highest rate; plain decoding wins ties, so speculation is never chosen where its
-expected rate is below (or equal to) plain decoding's. Lane limits stay the largest the contract
+candidate of the highest rate (or a wider program not yet measured: "Unmeasured wider programs"
+below); plain decoding wins ties, so speculation is never chosen where its expected rate is below
+(or equal to) plain decoding's. Lane limits stay the largest the contract
 allows (min(D + 1, W), the output and context left): a captured round costs the same whatever its
 lanes' limits, and expected tokens grow with every row, so no lower limit raises a round's rate.
 
@@ -76,6 +77,20 @@ more often (the table is far below served costs where the host's share is large,
 interval of pipelined rounds can be near zero). A forgotten graph is calibrated by its program's
 other graphs' observations while theirs are not forgotten, and never by its own forgotten ones.
 
+Unmeasured wider programs. A program none of whose graphs has a served cost costs its raw table
+entry, and the table overstates what wide programs serve at (above): measured on an H100 with the
+demo pair at 32 requests (BENCHMARKS.md, issue #18), W4's 32-lane graph served at 1.50 ms against
+its table's 1.23 and W8's at 1.13 ms against 2.08; W8's table entry ranked it level with W4, so the
+choice ran W4 in 88 and 91 rounds of two runs' 95 and 99, W8 unserved and never measured (0.78 and
+0.84 of fixed W8's rate in the same repeats). So when a candidate wider than the best (more expected
+tokens) is unmeasured and its table rate is above plain decoding's, it is chosen (`exploration`)
+until its own rounds or its program's calibrate it: at most OBSERVED_ROUNDS rounds for each such
+program, again only once its observations are forgotten (STALE_ROUNDS). Narrower programs need no
+such rule: the table understates what they serve at (DECODE and W2 serve at 1.5 to 7 times their
+entries), so they are chosen when it ranks them best and are measured then. A choice is thus the
+best candidate or an exploration, and speculation only at a rate above plain decoding's by the costs
+it was chosen with.
+
 Unknown or stale costs. Without a measured cost for every candidate's graph, or with a table older
 than `lifetime` seconds, `choose` returns None and the scheduler runs the configured (fallback)
 width. Either way the lanes ready to speculate have no outstanding round: the choice (or the
@@ -88,7 +103,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from helios.engine.catalog import GraphCatalog, GraphVariant
 from helios.proto import contract_pb2
@@ -171,6 +186,7 @@ class Candidate:
     lanes: int  # the cohort's first `lanes` lanes run in it
     expected: float  # expected emitted tokens of the round
     seconds: float  # its measured round cost
+    explores: bool = False  # chosen to be measured: a wider program no served round has measured yet
 
     @property
     def width(self) -> int:
@@ -455,12 +471,31 @@ class ProgramChoice:
         meanwhile): one POOLED_DECAY for each PLAIN_TOKENS."""
         return POOLED_DECAY ** (tokens / PLAIN_TOKENS)
 
+    def unmeasured(self, graph: str) -> bool:
+        """`graph` costs its raw table entry: neither it nor any other graph of its program (operation
+        and width) has a served cost (OBSERVED_ROUNDS served rounds, not forgotten)."""
+        return self.served.seconds(graph) is None and all(
+            self.served.seconds(sibling) is None for sibling in self._siblings.get(graph, ()))
+
     def choose(self, acceptances: Sequence[float], rooms: Sequence[int]) -> Candidate | None:
-        """The best candidate (`best`), or None when the costs are unknown or stale."""
+        """The best candidate (`best`), or a wider program explored (`exploration`); None when the
+        costs are unknown or stale."""
         if not self.usable():
             return None
         candidates = self.candidates(acceptances, rooms)
-        return None if candidates is None else best(candidates)
+        if candidates is None:
+            return None
+        top = best(candidates)
+        return self.exploration(candidates, top) or top
+
+    def exploration(self, candidates: Sequence[Candidate], top: Candidate) -> Candidate | None:
+        """The unmeasured program (module docstring, "Unmeasured wider programs") that would emit more
+        tokens than `top` and whose table rate is above plain decoding's (candidates[0], the DECODE
+        candidate), of the highest table rate; None when there is none."""
+        plain = candidates[0].rate
+        wider = [c for c in candidates if c.speculative and c.expected > top.expected and c.rate > plain
+                 and self.unmeasured(c.variant.name)]
+        return replace(max(wider, key=lambda c: (c.rate, -c.width)), explores=True) if wider else None
 
 
 __all__ = ["ChoiceMemory", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",

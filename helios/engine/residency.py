@@ -77,6 +77,7 @@ class SchedulerCounters:
     rounds_by_width: dict[int, int] = field(default_factory=dict)  # W -> SPECULATIVE rounds completed
     plain_choices: int = 0  # cohorts ready to speculate for which the choice ran plain DECODE instead
     fallback_choices: int = 0  # speculative rounds formed at the fallback width (costs unknown or stale)
+    explored_choices: int = 0  # speculative rounds of a wider program chosen to be measured (never served)
     snapshots_published: int = 0  # continuation snapshots published (their RESTORATION round's fence passed)
     snapshots_restored: int = 0  # continuation snapshots restored into a private page (after the fence)
     snapshots_evicted: int = 0  # snapshots given up under page pressure (their request then recomputes)

@@ -618,6 +618,7 @@ class Scheduler(RequestResidency):
             stint = sum(s.plain_stint for s in order) / len(order)
             self.pooled.decay(self.choice.plain_decay(stint))
             return 0
+        self.counters.explored_choices += chosen.explores
         for s in order:
             s.plain_stint = 0
         return chosen.width

@@ -213,7 +213,8 @@ class SequentialRuntime(ThreadedModelRuntime):
         out = {"speculative_rounds": counts["rounds"], "offered_drafts": counts["offered"],
                "accepted_drafts": counts["accepted"], "copied_offered": counts["copied_offered"],
                "copied_accepted": counts["copied_accepted"], "plain_choices": counts.get("plain_choices", 0),
-               "fallback_choices": counts.get("fallback_choices", 0)}
+               "fallback_choices": counts.get("fallback_choices", 0),
+               "explored_choices": counts.get("explored_choices", 0)}
         positions = getattr(self._engine, "position_counts", None)
         if positions:
             out.update(offered_by_position=dict(positions["offered"]), accepted_by_position=dict(positions["accepted"]),

@@ -221,7 +221,7 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 accepted_drafts=c.accepted_drafts, copied_offered=c.copied_offered, copied_accepted=c.copied_accepted,
                 offered_by_position=dict(c.offered_by_position), accepted_by_position=dict(c.accepted_by_position),
                 speculative_rounds_by_width=dict(c.rounds_by_width), plain_choices=c.plain_choices,
-                fallback_choices=c.fallback_choices,
+                fallback_choices=c.fallback_choices, explored_choices=c.explored_choices,
                 round_costs=s.choice.costs.entries if s.choice is not None and s.choice.costs is not None else (),
                 served_round_costs=s.served.entries(s.catalog),
                 available=available,

@@ -105,7 +105,8 @@ class ReferenceEngine:
         # selected width (None: plain decoding, also on a speculative core).
         # SPECULATIVE rounds so far: proposals offered and accepted, and of them the copied ones
         self.speculative_counts = {"rounds": 0, "offered": 0, "accepted": 0, "copied_offered": 0,
-                                   "copied_accepted": 0, "plain_choices": 0, "fallback_choices": 0}
+                                   "copied_accepted": 0, "plain_choices": 0, "fallback_choices": 0,
+                                   "explored_choices": 0}
         # per draft position k (lanes offered proposal k, lanes that accepted it) and rounds per width W
         self.position_counts: dict[str, dict[int, int]] = {"offered": {}, "accepted": {}, "rounds_by_width": {}}
         self._speculative_checks = {g.name: SpeculativeRound.of(g) for g in prepared.graphs
@@ -275,6 +276,7 @@ class ReferenceEngine:
             # pooled evidence ages as the scheduler's does for each token of a stint
             self.pooled.decay(self.choice.plain_decay(1))
             return None
+        self.speculative_counts["explored_choices"] += chosen.explores
         return self._one_lane[chosen.width]
 
     def generate(self, request: GenerationRequest, *, slot: int = 0,

@@ -120,6 +120,7 @@ class RuntimeMetrics:
     speculative_rounds_by_width: dict[int, int] = field(default_factory=dict)  # W -> SPECULATIVE rounds completed
     plain_choices: int = 0  # adaptive choice: cohorts ready to speculate that decoded plainly instead
     fallback_choices: int = 0  # adaptive choice: rounds at the fallback width (costs unknown or stale)
+    explored_choices: int = 0  # adaptive choice: rounds of a wider program chosen to be measured
     round_costs: tuple[RoundCost, ...] = ()  # the measured round costs the adaptive choice reads
     served_round_costs: tuple[ServedCost, ...] = ()  # served rounds' wall time per graph (moving average)
     snapshots_published: int = 0  # immutable checkpoints (complete pages) and continuation snapshots published

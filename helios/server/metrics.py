@@ -115,6 +115,9 @@ class HeliosCollector(Collector):
         yield counter("helios_speculative_fallback_choices", "Speculative rounds run at the fallback width because "
                       "the measured round costs were unknown or stale, or no acceptance was observed yet.",
                       m.fallback_choices)
+        yield counter("helios_speculative_explored_choices", "Speculative rounds of a wider program that no served "
+                      "round had measured, run to measure it (its table rate above plain decoding's).",
+                      m.explored_choices)
         costs = GaugeMetricFamily("helios_round_cost_seconds", "Measured cost of one round of a selected graph "
                                   "(the adaptive choice's table).", labels=["operation", "lanes", "width"])
         for cost in sorted(m.round_costs, key=lambda c: (c.operation, c.width, c.lanes)):

@@ -155,7 +155,7 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
     multiple of their table entry (the host's share), so the costs the choice uses move from the
     table to the observed ones as rounds complete; every check uses the costs of its decision."""
     rng = random.Random(2026)
-    checked = speculative = plain = observed = 0
+    checked = speculative = plain = observed = explorations = 0
     for case in range(60):
         cat = catalog(rng)
         costs = costs_for(cat, rng)
@@ -172,7 +172,8 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
         def recording(acceptances, rooms, choose=choose, decisions=decisions, s=s, names=names):
             chosen = choose(acceptances, rooms)
             decisions.append((list(acceptances), list(rooms), chosen, s.choice.candidates(acceptances, rooms),
-                              {name: s.choice.seconds(name) for name in names}))
+                              {name: s.choice.seconds(name) for name in names},
+                              {name: s.choice.unmeasured(name) for name in names}))
             return chosen
 
         s.choice.choose = recording
@@ -200,7 +201,10 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
                 if held is not None and held.sampled >= held.request.generation.max_tokens:
                     s.finish(request_id)
         assert s.idle, f"case {case}: requests left unfinished"
-        for acceptances, rooms, chosen, candidates, seconds in decisions:
+        # every exploration the choice made is counted (helios_speculative_explored_choices)
+        assert s.counters.explored_choices == sum(d[2] is not None and d[2].explores for d in decisions)
+        explored: dict[str, int] = {}
+        for acceptances, rooms, chosen, candidates, seconds, unmeasured in decisions:
             observed += any(seconds[name] != table[name] for name in names)
             # plain decoding's rate, from the table alone: the smallest DECODE graph holding the lanes
             lanes = min(len(acceptances), cat.max_lanes(DECODE))
@@ -213,15 +217,28 @@ def test_random_acceptance_never_leads_to_a_program_below_plain_decoding():
                                for a, room in zip(acceptances[:chosen.lanes], rooms, strict=False))
                 assert chosen.expected == pytest.approx(expected)
             assert chosen.seconds == seconds[chosen.variant.name]
-            top = max(c.rate for c in candidates)
-            assert chosen.rate >= plain_rate * (1 - 1e-12) and chosen.rate == top
+            top = best(candidates)
+            assert chosen.rate >= plain_rate * (1 - 1e-12)
+            assert chosen.explores == (chosen.variant.name != top.variant.name)
+            if chosen.explores:  # a wider program no served round has measured
+                assert chosen.speculative and unmeasured[chosen.variant.name] and chosen.expected > top.expected
+                explored[chosen.variant.name] = explored.get(chosen.variant.name, 0) + 1
             if chosen.speculative:
                 assert chosen.rate > plain_rate
                 speculative += 1
             else:
                 plain += 1
             checked += 1
+        # a program is explored until OBSERVED_ROUNDS served rounds measure it (a round in flight
+        # when the decision was made may add one more): these runs never age it past STALE_ROUNDS
+        programs = {}
+        for name, count in explored.items():
+            v = cat.variant(name)
+            programs[v.width] = programs.get(v.width, 0) + count
+        assert all(count <= OBSERVED_ROUNDS + 1 for count in programs.values()), (case, explored)
+        explorations += sum(programs.values())
     assert checked > 200 and speculative > 20 and plain > 20, (checked, speculative, plain)
+    assert explorations > 0  # the seeded cases do reach an unmeasured wider program
     assert observed > checked // 2, (observed, checked)  # most decisions rested on served rounds' costs
 
 
@@ -378,20 +395,61 @@ def table_cost(choice: ProgramChoice, graph: str) -> float:
 def test_an_unserved_width_is_chosen_where_its_programs_served_rounds_say_it_serves_faster():
     """The H100 case (BENCHMARKS.md, issue #18): 128 lanes at a = 0.95, W4's rounds served at their
     table cost, W8's at about half of theirs at 32 lanes. Raw, W8's 128-lane table entry loses to W4
-    (6.0 tokens a lane in 20 ms against 3.7 in 10 ms) and would never be measured; calibrated by its
-    32-lane graph's served rounds it wins, is chosen, and its own rounds then decide."""
+    (6.0 tokens a lane in 20 ms against 3.7 in 10 ms); calibrated by its 32-lane graph's served
+    rounds it wins, is chosen, and its own rounds then decide."""
     choice = _calibrated_choice()
     lanes = [0.95] * 128
     rooms = [100] * 128
     for _ in range(OBSERVED_ROUNDS):
         choice.observe("speculative_b128_w4", table_cost(choice, "speculative_b128_w4"))
-    assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w4"
+        choice.observe("speculative_b128_w8", table_cost(choice, "speculative_b128_w8"))
+    assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w4"  # both measured: W4 wins
+    choice = _calibrated_choice()
     for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b128_w4", table_cost(choice, "speculative_b128_w4"))
         choice.observe("speculative_b32_w8", 0.5 * table_cost(choice, "speculative_b32_w8"))
+    assert not choice.unmeasured("speculative_b128_w8")  # calibrated by its program's 32-lane graph
     assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w8"
     for _ in range(OBSERVED_ROUNDS):  # its own rounds serve at its raw table cost after all: W4 again
         choice.observe("speculative_b128_w8", table_cost(choice, "speculative_b128_w8"))
     assert choice.choose(lanes, rooms).variant.name == "speculative_b128_w4"
+
+
+def test_a_wider_program_never_served_is_explored_until_its_rounds_measure_it():
+    """W4's 128-lane rounds measured at their table cost and no W8 graph ever served: W8's raw table
+    entry loses to W4 (6.0 tokens a lane in 20 ms against 3.7 in 10 ms) but beats plain decoding
+    (1 in 5 ms), so W8 is explored, OBSERVED_ROUNDS rounds; what they measure then decides (at its
+    table cost, W4; at half of it, W8) and a measured program is not explored again."""
+    for served, winner in ((1.0, "speculative_b128_w4"), (0.5, "speculative_b128_w8")):
+        choice = _calibrated_choice()
+        lanes, rooms = [0.95] * 128, [100] * 128
+        for _ in range(OBSERVED_ROUNDS):
+            choice.observe("speculative_b128_w4", table_cost(choice, "speculative_b128_w4"))
+        assert best(choice.candidates(lanes, rooms)).variant.name == "speculative_b128_w4"
+        explored = 0
+        while (chosen := choice.choose(lanes, rooms)).variant.name == "speculative_b128_w8" and choice.unmeasured(
+                "speculative_b128_w8"):
+            explored += 1
+            choice.observe("speculative_b128_w8", served * table_cost(choice, "speculative_b128_w8"))
+        assert explored == OBSERVED_ROUNDS and chosen.variant.name == winner
+        for _ in range(10):  # measured: the rates decide from here on
+            assert choice.choose(lanes, rooms).variant.name == winner
+
+
+def test_a_wider_program_slower_than_plain_decoding_by_its_table_is_not_explored():
+    """Unmeasured W4 and W8 whose table rates are not above plain decoding's are not explored
+    (speculation only above plain's rate by the costs of the decision); once W4 is measured above
+    it, the wider W8, above it by its table too, is."""
+    choice = _calibrated_choice()
+    lanes, rooms = [0.2] * 8, [100] * 8  # W8: 1.25 tokens a lane in 5 ms; W4: 1.25 in 2.5; plain 1 in 1.25
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("decode_b8", table_cost(choice, "decode_b8"))
+    assert choice.choose(lanes, rooms).variant.name == "decode_b8"
+    assert choice.unmeasured("speculative_b8_w8") and choice.unmeasured("speculative_b8_w4")
+    lanes = [0.9] * 8  # W4 (3.44 a lane in 2.5 ms) beats plain; W8 (5.7 in 5 ms) wider, above plain too
+    for _ in range(OBSERVED_ROUNDS):
+        choice.observe("speculative_b8_w4", table_cost(choice, "speculative_b8_w4"))
+    assert choice.choose(lanes, rooms).variant.name == "speculative_b8_w8"
 
 
 def test_a_forgotten_sibling_no_longer_calibrates():
