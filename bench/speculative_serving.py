@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         names = [name for name, _ in modes(widths)]
         print(f"\n{'workload':>10} {'temp':>5} {'C':>4} " + " ".join(f"{n:>9}" for n in names)
               + f" {'best':>6} {'auto/best':>9} {'paired':>9}")
-        for workload, bodies in workloads.items():
-            for temperature in args.temperatures:
+        for temperature in args.temperatures:  # outermost: a run cut short has every workload at the first
+            for workload, bodies in workloads.items():
                 for c in concurrency:
                     memory = ChoiceMemory()  # the auto runs' of this point
 
