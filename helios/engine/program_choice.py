@@ -151,19 +151,22 @@ class AcceptanceEstimate:
 
 
 def expected_tokens(acceptance: float, limit: int) -> float:
-    """Expected emitted tokens of a lane offered `limit` rows: sum_{k=0}^{limit-1} a^k."""
-    total, term = 0.0, 1.0
-    for _ in range(limit):
-        total += term
-        term *= acceptance
-    return total
+    """Expected emitted tokens of a lane offered `limit` rows: sum_{k=0}^{limit-1} a^k, in closed form
+    (1 - a^limit) / (1 - a) (`limit` at a = 1): the choice weighs every lane of a cohort this way
+    for each width, every round."""
+    if acceptance >= 1.0:
+        return float(limit)
+    return (1.0 - acceptance ** limit) / (1.0 - acceptance)
 
 
 def expected_round_tokens(acceptances: Sequence[float], limits: Sequence[int], packed: int) -> float:
     """Expected emitted tokens of a speculative round whose lanes have these acceptances and limits,
     within `packed` target rows (P): every lane its pending row, then rows by survival probability."""
     if sum(limits) <= packed:
-        return sum(expected_tokens(a, limit) for a, limit in zip(acceptances, limits, strict=True))
+        total = 0.0
+        for a, limit in zip(acceptances, limits, strict=True):  # expected_tokens, inlined: every lane, every width
+            total += limit if a >= 1.0 else (1.0 - a ** limit) / (1.0 - a)
+        return total
     rows = len(limits)  # every lane's pending row (P >= B holds every lane's)
     total = float(rows)
     # the next row of lane i survives with probability a_i ** length_i (length_i rows given so far)
@@ -375,6 +378,7 @@ class ProgramChoice:
         self.widths = sorted({v.width for v in catalog.variants(C.OPERATION_SPECULATIVE)})
         self._seconds = costs.by_graph() if costs is not None else {}
         self._siblings = self._program_siblings()
+        self._programs: dict[int, tuple[tuple[GraphVariant, int], ...]] = {}  # cohort size -> `_cohort_programs`
         self.served = served if served is not None else ServedCosts()
 
     def observe(self, graph: str, seconds: float) -> None:
@@ -415,6 +419,22 @@ class ProgramChoice:
                 out[v.name] = tuple(o.name for o in others)
         return out
 
+    def _cohort_programs(self, n: int) -> tuple[tuple[GraphVariant, int], ...]:
+        """The graphs a cohort of `n` lanes could run and the lanes each holds: DECODE first, then
+        SPECULATIVE at each width (empty: no DECODE graph). The catalog does not change while the
+        choice serves, so `candidates` asks once per cohort size."""
+        lanes = min(n, self.catalog.max_lanes(C.OPERATION_DECODE))
+        decode = self.catalog.smallest(C.OPERATION_DECODE, lanes=lanes, tokens=lanes)
+        if decode is None:
+            return ()
+        programs: list[tuple[GraphVariant, int]] = [(decode, lanes)]
+        for width in self.widths:
+            lanes = min(n, self.catalog.speculative_lanes(width))
+            variant = self.catalog.speculative(width, lanes=lanes)
+            if variant is not None:
+                programs.append((variant, lanes))
+        return tuple(programs)
+
     def usable(self) -> bool:
         """A cost table is known and not stale."""
         return self.costs is not None and self.costs.fresh(self.clock(), self.lifetime)
@@ -425,17 +445,12 @@ class ProgramChoice:
         n = len(acceptances)
         if n == 0 or len(rooms) != n:
             raise ValueError(f"a cohort of {n} acceptances and {len(rooms)} rooms")
-        out = []
-        lanes = min(n, self.catalog.max_lanes(C.OPERATION_DECODE))
-        decode = self.catalog.smallest(C.OPERATION_DECODE, lanes=lanes, tokens=lanes)
-        if decode is None:
+        programs = self._programs.get(n)
+        if programs is None:
+            programs = self._programs[n] = self._cohort_programs(n)
+        if not programs:
             return None
-        programs: list[tuple[GraphVariant, int]] = [(decode, lanes)]
-        for width in self.widths:
-            lanes = min(n, self.catalog.speculative_lanes(width))
-            variant = self.catalog.speculative(width, lanes=lanes)
-            if variant is not None:
-                programs.append((variant, lanes))
+        out = []
         for variant, lanes in programs:
             seconds = self.seconds(variant.name)
             if seconds is None:
