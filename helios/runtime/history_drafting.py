@@ -3,7 +3,12 @@
 With `--history-drafting`, each speculative round of a lane may carry proposals copied from the
 request's history (its prompt, then every emitted token): the tokens that followed the most recent
 earlier occurrence of the history's last n tokens, for the longest n from `MAX_NGRAM` down to
-`MIN_NGRAM` that occurred before (prompt lookup, n-gram matching). The SPECULATIVE program verifies
+`MIN_NGRAM` that occurred before (prompt lookup, n-gram matching); an unconstrained lane, whose
+learned draft proposes where nothing is copied, copies only from DRAFTED_MIN_NGRAM matching tokens
+on (`propose(..., shortest=)`): a single matching token proposes worse than the demo pair's draft,
+and one early rejected copy turned `CopiedChoice` off copies for the rest of a run (replayed on the
+demo pair: 5.82 tokens a W8 round on a copying workload from single-token matches on, 6.26 from two;
+`bench/history_drafting.py`). The SPECULATIVE program verifies
 them like the draft's proposals (`copied_proposal`: a copied id is judged as drawn from a one-hot
 row, so the round stays lossless), and the draft proposes past the copied run.
 
@@ -23,6 +28,9 @@ from collections.abc import Sequence
 
 MAX_NGRAM = 4  # the longest suffix matched (and the longest an index can match)
 MIN_NGRAM = 1  # the shortest (a single repeated token)
+# the shortest match an unconstrained lane copies from: where only its last token matches, its
+# learned draft proposes instead (module docstring)
+DRAFTED_MIN_NGRAM = 2
 ID_BITS = 32  # bits of one id in an n-gram's key
 _BEFORE = (1 << ID_BITS) - 1  # the field of a position before the history's first token (no id has it)
 _START = tuple(int(_BEFORE * sum(1 << (ID_BITS * i) for i in range(n))) for n in range(1, MAX_NGRAM))
@@ -68,9 +76,10 @@ class HistoryIndex:
             four[k4] = end
         self._keys, self._indexed = (k1, k2, k3), upto
 
-    def propose(self, history: Sequence[int], limit: int) -> tuple[int, ...]:
+    def propose(self, history: Sequence[int], limit: int, *, shortest: int | None = None) -> tuple[int, ...]:
         """Up to `limit` ids that followed the latest earlier occurrence of `history`'s longest
-        matching suffix (() when none occurred before, or `limit` < 1)."""
+        matching suffix of at least `shortest` ids (default `min_ngram`; () when none occurred
+        before, or `limit` < 1)."""
         if limit < 1 or not history:
             return ()
         length = len(history)
@@ -78,7 +87,7 @@ class HistoryIndex:
         token = history[-1]
         _check_ids((token,))
         suffix = (token, *((key << ID_BITS) | token for key in self._keys))
-        for n in range(min(self.max_ngram, length), self.min_ngram - 1, -1):
+        for n in range(min(self.max_ngram, length), max(self.min_ngram, shortest or 1) - 1, -1):
             start = self._latest[n - 1].get(suffix[n - 1])
             if start is not None:
                 return tuple(history[start:start + limit])
@@ -99,4 +108,4 @@ def copied_outcome(copied: Sequence[int], offer: int, accepted_drafts: int) -> t
     return judged, min(accepted_drafts, judged)
 
 
-__all__ = ["ID_BITS", "MAX_NGRAM", "MIN_NGRAM", "HistoryIndex", "copied_outcome"]
+__all__ = ["DRAFTED_MIN_NGRAM", "ID_BITS", "MAX_NGRAM", "MIN_NGRAM", "HistoryIndex", "copied_outcome"]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from helios.runtime.history_drafting import ID_BITS, MAX_NGRAM, HistoryIndex
+from helios.runtime.history_drafting import DRAFTED_MIN_NGRAM, ID_BITS, MAX_NGRAM, HistoryIndex
 
 ID_LIMIT = (1 << ID_BITS) - 2  # the largest id a key field holds
 
@@ -64,6 +64,16 @@ def test_another_history_starts_the_index_over():
     index = HistoryIndex()
     assert index.propose([4, 5, 4], 2) == (5, 4)
     assert index.propose([7, 7], 2) == (7,)  # shorter than what was indexed: built again, nothing of 4 5 4 kept
+
+
+def test_a_shortest_match_leaves_out_shorter_ones():
+    """An unconstrained lane copies only after DRAFTED_MIN_NGRAM matching tokens (its draft proposes
+    where only the last token matches); the index's own bound still holds."""
+    index = HistoryIndex()
+    assert index.propose([4, 5, 4], 2) == (5, 4)  # the last token alone matched
+    assert index.propose([4, 5, 4], 2, shortest=DRAFTED_MIN_NGRAM) == ()
+    assert index.propose([4, 5, 4, 5], 2, shortest=DRAFTED_MIN_NGRAM) == (4, 5)
+    assert HistoryIndex(min_ngram=3).propose([4, 5, 4, 5], 2, shortest=1) == ()  # "4 5" is shorter than 3
 
 
 def test_ngram_bounds_are_checked():
