@@ -113,6 +113,9 @@ def test_batching_adaptive_choice_gives_the_plain_greedy_tokens_and_its_metrics_
     assert all(m.accepted_by_position[k] <= m.accepted_by_position.get(k - 1, m.accepted_drafts) for k in positions)
     text = _scrape(rt)
     assert 'helios_round_cost_seconds{lanes="4",operation="speculative",width="4"}' in text
+    # explorations of wider unmeasured programs are counted and exported (a speculative round each)
+    assert 0 <= m.explored_choices <= m.speculative_rounds
+    assert f"helios_speculative_explored_choices_total {float(m.explored_choices)}" in text
     # every completed round's wall time was observed, by graph (the served costs the choice refreshes from)
     served = {c.graph: c for c in m.served_round_costs}
     assert sum(c.rounds for c in served.values()) == sum(m.graph_launches.values())
