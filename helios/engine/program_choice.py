@@ -162,11 +162,10 @@ def expected_tokens(acceptance: float, limit: int) -> float:
 def expected_round_tokens(acceptances: Sequence[float], limits: Sequence[int], packed: int) -> float:
     """Expected emitted tokens of a speculative round whose lanes have these acceptances and limits,
     within `packed` target rows (P): every lane its pending row, then rows by survival probability."""
+    if len(acceptances) != len(limits):
+        raise ValueError(f"{len(acceptances)} acceptances for {len(limits)} lane limits")
     if sum(limits) <= packed:
-        total = 0.0
-        for a, limit in zip(acceptances, limits, strict=True):  # expected_tokens, inlined: every lane, every width
-            total += limit if a >= 1.0 else (1.0 - a ** limit) / (1.0 - a)
-        return total
+        return sum(map(expected_tokens, acceptances, limits))
     rows = len(limits)  # every lane's pending row (P >= B holds every lane's)
     total = float(rows)
     # the next row of lane i survives with probability a_i ** length_i (length_i rows given so far)
