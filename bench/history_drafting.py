@@ -10,14 +10,15 @@ proposals. Each round of width W offers the lane's pending token and W - 1 propo
 `HistoryIndex.propose` copies from the request's own tokens (prompt and output so far), then the
 drafter's continuation past it, exactly as the SPECULATIVE program builds them; under `choice` the
 request takes its copied run only while `CopiedChoice` (the schedulers' own object, fed the same
-observations) says its copies accept at least as well as its draft. Verification keeps the
-proposals up to the first that differs from the target's token, and the round emits them and one
-more. Printed per workload (the speculative_serving bench's: the copying workload and the held-out
-chat prompts) and mode: rounds, emitted tokens (the prefill's first token counts as a round of one),
-tokens a round, and the ratio to no history drafting. The runtimes serve unconstrained requests as
-"min n-gram 2, choice" (`DRAFTED_MIN_NGRAM`); grammar-constrained ones copy from single tokens on. A round's device cost does not depend on
-where its proposals came from, so at a fixed round cost the ratio is the speed-up of the rounds;
-the host's n-gram lookups are measured apart (`bench/host_round.py --history-drafting`).
+observations) says its copies accept at least as well as its draft. Verification keeps the proposals
+up to the first that differs from the target's token, and the round emits them and one more. Printed
+per workload (the speculative_serving bench's: the copying workload and the held-out chat prompts)
+and mode: rounds, emitted tokens (the prefill's first token counts as a round of one), tokens a
+round, and the ratio to no history drafting. The runtimes serve unconstrained requests as "min
+n-gram 2, choice" (`DRAFTED_MIN_NGRAM`); grammar-constrained ones copy from single tokens on. A
+round's device cost does not depend on where its proposals came from, so at a fixed round cost the
+ratio is the speed-up of the rounds; the host's n-gram lookups are measured apart
+(`bench/host_round.py --history-drafting`).
 """
 
 from __future__ import annotations

@@ -25,8 +25,10 @@ server's rounds would: its first run learns them, the later ones start from them
 Printed per workload, temperature and concurrency: output tokens per second of each mode, the best
 fixed choice (off or a width), auto / best of the medians (issue #18's target: >= 0.97 at every
 concurrency) and `paired`: the median over repeats of auto / the best fixed mode of that repeat (a
-repeat's modes run back to back, so a host that slows for a while slows them alike), then what the adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it
-decoded plainly, rounds at the fallback width (costs unknown or stale) and the proposals accepted.
+repeat's modes run back to back, so a host that slows for a while slows them alike), then what the
+adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it decoded plainly,
+rounds at the fallback width (costs unknown or stale), rounds of a wider program run to measure it
+and the proposals accepted.
 `--json` also keeps every run's choices and, per point, the measured and served round costs the
 adaptive choice read at the end of its last run.
 """

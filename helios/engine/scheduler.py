@@ -100,7 +100,7 @@ from helios.proto import contract_pb2
 from helios.runtime import completion
 from helios.runtime.completion import Completion, CompletionRows, SubmissionOrderViolated, speculative_columns
 from helios.runtime.costs import RoundCosts
-from helios.runtime.history_drafting import DRAFTED_MIN_NGRAM, HistoryIndex, copied_outcome
+from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.proposal_masks import constrained_proposal
 from helios.runtime.rounds import PageTableUpdate, RoundPlan
 from helios.runtime.scores import prompt_score_event, score_refusal, validate_prompt_scores
@@ -652,9 +652,7 @@ class Scheduler(RequestResidency):
             if copied is not None:  # the lane's own tokens, all known: none of its rounds is outstanding
                 if s.history is None:
                     s.history = HistoryIndex()
-                # an unconstrained lane's draft proposes where only its last token matches
-                proposal = s.history.propose(s.known, min(limit - 1, first.drafts),
-                                             shortest=None if s.request.grammar is not None else DRAFTED_MIN_NGRAM)
+                proposal = s.history.propose(s.known, min(limit - 1, first.drafts), drafted=s.request.grammar is None)
                 if proposal and s.request.grammar is None and not self.copied_choice.copies(s.sources):
                     proposal = ()  # its learned draft has done better than its copies: the draft proposes
                     self.copied_choice.skipped()  # nothing is observed of copies meanwhile: the pool ages

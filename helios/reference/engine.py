@@ -41,7 +41,7 @@ from helios.reference.cache import PageAllocator, pages_for
 from helios.reference.executor import EngineLoadError, LoadedGraph, ReferenceExecutor
 from helios.runtime.completion import Completion, CompletionInvalid, SpeculativeRound, validate_round
 from helios.runtime.engram import history_tokens
-from helios.runtime.history_drafting import DRAFTED_MIN_NGRAM, HistoryIndex, copied_outcome
+from helios.runtime.history_drafting import HistoryIndex, copied_outcome
 from helios.runtime.images import AdmittedImages
 from helios.runtime.interface import GrammarMatcher
 from helios.runtime.packing import LaneInput
@@ -418,9 +418,7 @@ class ReferenceEngine:
             if program is not None:
                 spec = program.speculative
                 limit = min(limit, spec.lane_token_limit)
-                # an unconstrained request's draft proposes where only its last token matches
-                copied = (index.propose(history, min(limit - 1, spec.draft_tokens),
-                                        shortest=None if constrained else DRAFTED_MIN_NGRAM)
+                copied = (index.propose(history, min(limit - 1, spec.draft_tokens), drafted=not constrained)
                           if index is not None else ())
                 if copied and not constrained and not self.copied_choice.copies(sources):
                     copied = ()  # its learned draft has done better than its copies: the draft proposes

@@ -5,7 +5,7 @@ request's history (its prompt, then every emitted token): the tokens that follow
 earlier occurrence of the history's last n tokens, for the longest n from `MAX_NGRAM` down to
 `MIN_NGRAM` that occurred before (prompt lookup, n-gram matching); an unconstrained lane, whose
 learned draft proposes where nothing is copied, copies only from DRAFTED_MIN_NGRAM matching tokens
-on (`propose(..., shortest=)`): a single matching token proposes worse than the demo pair's draft,
+on (`propose(..., drafted=True)`): a single matching token proposes worse than the demo pair's draft,
 and one early rejected copy turned `CopiedChoice` off copies for the rest of a run (replayed on the
 demo pair: 5.82 tokens a W8 round on a copying workload from single-token matches on, 6.26 from two;
 `bench/history_drafting.py`). The SPECULATIVE program verifies
@@ -76,10 +76,11 @@ class HistoryIndex:
             four[k4] = end
         self._keys, self._indexed = (k1, k2, k3), upto
 
-    def propose(self, history: Sequence[int], limit: int, *, shortest: int | None = None) -> tuple[int, ...]:
+    def propose(self, history: Sequence[int], limit: int, *, drafted: bool = False) -> tuple[int, ...]:
         """Up to `limit` ids that followed the latest earlier occurrence of `history`'s longest
-        matching suffix of at least `shortest` ids (default `min_ngram`; () when none occurred
-        before, or `limit` < 1)."""
+        matching suffix of at least `min_ngram` ids, and of at least DRAFTED_MIN_NGRAM where a learned
+        draft proposes when nothing is copied (`drafted`: an unconstrained lane); () when none
+        occurred before, or `limit` < 1."""
         if limit < 1 or not history:
             return ()
         length = len(history)
@@ -87,7 +88,8 @@ class HistoryIndex:
         token = history[-1]
         _check_ids((token,))
         suffix = (token, *((key << ID_BITS) | token for key in self._keys))
-        for n in range(min(self.max_ngram, length), max(self.min_ngram, shortest or 1) - 1, -1):
+        shortest = max(self.min_ngram, DRAFTED_MIN_NGRAM) if drafted else self.min_ngram
+        for n in range(min(self.max_ngram, length), shortest - 1, -1):
             start = self._latest[n - 1].get(suffix[n - 1])
             if start is not None:
                 return tuple(history[start:start + limit])

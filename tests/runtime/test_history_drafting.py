@@ -71,9 +71,10 @@ def test_a_shortest_match_leaves_out_shorter_ones():
     where only the last token matches); the index's own bound still holds."""
     index = HistoryIndex()
     assert index.propose([4, 5, 4], 2) == (5, 4)  # the last token alone matched
-    assert index.propose([4, 5, 4], 2, shortest=DRAFTED_MIN_NGRAM) == ()
-    assert index.propose([4, 5, 4, 5], 2, shortest=DRAFTED_MIN_NGRAM) == (4, 5)
-    assert HistoryIndex(min_ngram=3).propose([4, 5, 4, 5], 2, shortest=1) == ()  # "4 5" is shorter than 3
+    assert DRAFTED_MIN_NGRAM == 2
+    assert index.propose([4, 5, 4], 2, drafted=True) == ()
+    assert index.propose([4, 5, 4, 5], 2, drafted=True) == (4, 5)
+    assert HistoryIndex(min_ngram=3).propose([4, 5, 4, 5], 2, drafted=True) == ()  # "4 5" is shorter than 3
 
 
 def test_ngram_bounds_are_checked():
