@@ -13,12 +13,16 @@ proposals and accepted k of them observed k acceptances and, when k < d, one rej
 stops at the first). The estimate is the posterior mean (accepted + w * prior) / (accepted + rejected
 + w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
 lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
-what the draft has done so far and its own rounds take over after a few. While plain decoding is
-chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for each PLAIN_TOKENS
-tokens of the plain stint chosen, `plain_decay`: the scheduler's stints start at PLAIN_TOKENS, the
-sequential engine chooses again after each plain token) back toward the uniform prior: a draft
-judged poor on earlier requests is tried again on later ones
-once the evidence has aged, instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE
+what the draft has done so far and its own rounds take over after a few. Four, not two: measured on
+an H100 with the demo pair at temperature 0.7 (BENCHMARKS.md, issue #18), requests of about 50
+tokens (7 W8 rounds) were sent to plain decoding by one or two early rejections and decoded a
+quarter of their tokens plainly where a fixed W8 served 1.5 times plain decoding's rate. While
+plain decoding is chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for
+each PLAIN_TOKENS tokens of the plain stint chosen, `plain_decay`: the scheduler's stints start at
+PLAIN_TOKENS, the sequential engine chooses again after each plain token) back toward the uniform
+prior, and the request's own counts alike toward the pooled mean: a draft judged poor, on earlier
+requests or on a request's first rounds, is tried again once the evidence has aged, instead of
+never. While the pooled evidence is under EXPLORATION_EVIDENCE
 observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
 expected: the lanes run the configured width (`explores`), as with unknown costs, and their
 completed round is the observation the choice then rests on. Without this a uniform prior that makes
@@ -111,7 +115,7 @@ from helios.runtime.costs import RoundCosts, ServedCost
 
 C = contract_pb2
 
-PRIOR_WEIGHT = 2.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
+PRIOR_WEIGHT = 4.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
 POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain stint (nothing observed then)
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost

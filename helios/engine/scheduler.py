@@ -595,14 +595,26 @@ class Scheduler(RequestResidency):
         """The width `order`'s lanes speculate at: the configured one, or under adaptive choice the
         program of the highest expected rate (0: plain DECODE), the configured width while costs are
         unknown or stale or acceptance unknown (`ProgramChoice.explores`). Every lane of `order` has
-        no outstanding round: this is chosen from completed observations."""
+        no outstanding round: this is chosen from completed observations.
+
+        The choice is the decode population's, not the cohort's alone: lanes in a plain stint are
+        weighed with `order` (their estimates and rooms after it), since a cohort choosing otherwise
+        than they did runs a round of its own beside theirs every step, and every lane waits for
+        both (measured on an H100 at 256 requests, BENCHMARKS.md, issue #18: cohorts of new requests
+        speculating beside lanes in plain stints ran more rounds than plain decoding or any fixed
+        width, below all of them). Speculation chosen ends their stints: once their rounds in flight
+        complete they join the next cohort. Plain decoding chosen gives `order` a stint."""
         width = self.config.speculative_width
         if self.choice is None:
             return width
+        ready = set(map(id, order))
+        stinted = [s for s in self._running if s.plain_until > s.sampled and id(s) not in ready
+                   and not (s.cancelled or s.ended)]
+        population = order + stinted if stinted else order
         rooms = [min(s.request.generation.max_tokens - s.sampled - s.unknown,
-                     self.config.context_tokens - s.frontier - 1) for s in order]
+                     self.config.context_tokens - s.frontier - 1) for s in population]
         # None: acceptance unknown (the configured width observes it), or costs unknown or stale
-        chosen = self.choice.decide(self.pooled, [s.acceptance for s in order], rooms)
+        chosen = self.choice.decide(self.pooled, [s.acceptance for s in population], rooms)
         if chosen is None:
             self.counters.fallback_choices += 1
             return width
@@ -613,6 +625,8 @@ class Scheduler(RequestResidency):
             for s in order:
                 s.plain_stint = min(2 * s.plain_stint, PLAIN_TOKENS_MAX) if s.plain_stint else PLAIN_TOKENS
                 s.plain_until = s.sampled + s.plain_stint
+                if s.acceptance is not None:  # nothing of it is observed meanwhile: its evidence ages too
+                    s.acceptance.decay(self.choice.plain_decay(s.plain_stint))
             # Nothing is observed meanwhile: the pooled evidence ages, by one POOLED_DECAY for each
             # PLAIN_TOKENS of the cohort's mean stint (what a choice every PLAIN_TOKENS would age it).
             stint = sum(s.plain_stint for s in order) / len(order)
@@ -620,6 +634,9 @@ class Scheduler(RequestResidency):
             return 0
         self.counters.explored_choices += chosen.explores
         for s in order:
+            s.plain_stint = 0
+        for s in stinted:  # speculation is the population's choice: their stints end here
+            s.plain_until = s.sampled
             s.plain_stint = 0
         return chosen.width
 

@@ -273,8 +273,9 @@ class ReferenceEngine:
         if not chosen.speculative:
             self.speculative_counts["plain_choices"] += 1
             # a one-token stint (it chooses again after this token): nothing is observed meanwhile, the
-            # pooled evidence ages as the scheduler's does for each token of a stint
+            # pooled evidence and the request's own age as the scheduler's do for each token of a stint
             self.pooled.decay(self.choice.plain_decay(1))
+            acceptance.decay(self.choice.plain_decay(1))
             return None
         self.speculative_counts["explored_choices"] += chosen.explores
         return self._one_lane[chosen.width]

@@ -7,6 +7,7 @@ the per-position, per-width and cost metrics move, in the runtime's snapshot and
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import generate_latest
@@ -381,3 +382,53 @@ def test_runtimes_serving_one_executor_in_turn_share_what_the_choice_learned(cor
     assert BatchingRuntime.for_executor(
         engine.executor, engine.contract, AdmissionLimits(max_active=4, queue_capacity=16), pages=48,
         speculative_width=4, adaptive_speculation=True).scheduler.pooled is not memory.pooled
+
+
+def _lane(sampled: int, plain_until: int = 0, acceptance=None):
+    """A decode lane as `_speculative_width` reads it: 40 tokens allowed, well within the context."""
+    return SimpleNamespace(request=SimpleNamespace(generation=SimpleNamespace(max_tokens=40)), sampled=sampled,
+                           unknown=0, frontier=10 + sampled, acceptance=acceptance, plain_until=plain_until,
+                           plain_stint=8 if plain_until else 0, cancelled=False, ended=False)
+
+
+def test_the_choice_is_the_decode_populations_and_speculation_ends_the_plain_stints(core):
+    """Lanes in a plain stint are weighed with the cohort ready to speculate: a cohort of one lane
+    whose draft accepts well would speculate alone (W4 at 2.5 ms against 1 ms for DECODE), but beside
+    two lanes in stints whose drafts accept poorly the population decodes plainly, and the cohort gets
+    a stint of its own (its evidence aged as the pool's); where speculation wins the stints of the
+    others end, an ended request's untouched."""
+    from helios.engine.program_choice import AcceptanceEstimate
+
+    engine = ReferenceEngine.load(core, pages=48)
+    rt = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 2.5)), engine)
+    scheduler = rt.scheduler
+    scheduler.pooled.observe(7, 3)  # acceptance known: the choice decides (no fallback width)
+    good = AcceptanceEstimate(accepted=950.0, rejected=50.0)
+    ready = [_lane(3, acceptance=good)]
+    assert scheduler.choice.decide(scheduler.pooled, [good], [37]).speculative  # alone, it would speculate
+    stinted = [_lane(5, 9, AcceptanceEstimate(accepted=5.0, rejected=95.0)),
+               _lane(6, 14, AcceptanceEstimate(accepted=4.0, rejected=96.0))]
+    ended = _lane(2, 9)
+    ended.ended = True
+    scheduler._running = ready + stinted + [ended]
+    weighed = []
+    decide = scheduler.choice.decide
+
+    def spy(pooled, estimates, rooms):
+        weighed.append(list(estimates))
+        return decide(pooled, estimates, rooms)
+
+    scheduler.choice.decide = spy
+    assert scheduler._speculative_width(ready) == 0
+    assert weighed == [[good, stinted[0].acceptance, stinted[1].acceptance]]
+    assert ready[0].plain_until == 3 + 8 and good.accepted == pytest.approx(950 * 0.9)
+    assert [s.plain_until for s in stinted] == [9, 14]  # their stints go on
+    # the same lanes where speculation is cheap: the population speculates, the stints end
+    rt = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)
+    scheduler = rt.scheduler
+    scheduler.pooled.observe(7, 3)
+    ready = [_lane(3, acceptance=good)]
+    scheduler._running = ready + stinted + [ended]
+    assert scheduler._speculative_width(ready) > 0
+    assert [s.plain_until for s in stinted] == [5, 6] and [s.plain_stint for s in stinted] == [0, 0]
+    assert ended.plain_until == 9
