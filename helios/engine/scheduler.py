@@ -628,8 +628,12 @@ class Scheduler(RequestResidency):
                 if s.acceptance is not None:  # nothing of it is observed meanwhile: its evidence ages too
                     s.acceptance.decay(self.choice.plain_decay(s.plain_stint))
             # Nothing is observed meanwhile: the pooled evidence ages, by one POOLED_DECAY for each
-            # PLAIN_TOKENS of the cohort's mean stint (what a choice every PLAIN_TOKENS would age it).
-            stint = sum(s.plain_stint for s in order) / len(order)
+            # PLAIN_TOKENS the whole population decodes plainly (what a choice every PLAIN_TOKENS would
+            # age it): the cohort's mean stint times its share of the population. Counted in full for
+            # every cohort, 128 and 256 requests choosing in cohorts of a few aged it as fast as cohorts
+            # came, down to no evidence: 6 to 14 fallback rounds of the configured width a run (H100,
+            # BENCHMARKS.md, issue #18).
+            stint = sum(s.plain_stint for s in order) / len(population)
             self.pooled.decay(self.choice.plain_decay(stint))
             return 0
         self.counters.explored_choices += chosen.explores

@@ -395,8 +395,8 @@ def test_the_choice_is_the_decode_populations_and_speculation_ends_the_plain_sti
     """Lanes in a plain stint are weighed with the cohort ready to speculate: a cohort of one lane
     whose draft accepts well would speculate alone (W4 at 2.5 ms against 1 ms for DECODE), but beside
     two lanes in stints whose drafts accept poorly the population decodes plainly, and the cohort gets
-    a stint of its own (its evidence aged as the pool's); where speculation wins the stints of the
-    others end, an ended request's untouched."""
+    a stint of its own (its evidence aged as the pool's, the pool by the cohort's share of the
+    population); where speculation wins the stints of the others end, an ended request's untouched."""
     from helios.engine.program_choice import AcceptanceEstimate
 
     engine = ReferenceEngine.load(core, pages=48)
@@ -422,6 +422,8 @@ def test_the_choice_is_the_decode_populations_and_speculation_ends_the_plain_sti
     assert scheduler._speculative_width(ready) == 0
     assert weighed == [[good, stinted[0].acceptance, stinted[1].acceptance]]
     assert ready[0].plain_until == 3 + 8 and good.accepted == pytest.approx(950 * 0.9)
+    # the pool ages by the cohort's share of the population: one lane of three, a stint of 8 tokens
+    assert scheduler.pooled.accepted == pytest.approx(3 * 0.9 ** (1 / 3))  # 3 of 7 accepted, observed above
     assert [s.plain_until for s in stinted] == [9, 14]  # their stints go on
     # the same lanes where speculation is cheap: the population speculates, the stints end
     rt = _batching(ForgedCosts(engine.executor, _forged(engine, lambda w: 0.5)), engine)
