@@ -9,13 +9,9 @@ wherever `exp` agrees:
      (repetition, then frequency, then presence), the grammar mask, per-block maxima, then the row's
      greedy id (lowest id of the maximum), temperature, the fixed-point weights `floor(e * 2^24)` with
      `e = exp(z - max)` (exactly 1 at the maximum) and `e` itself for min-p;
-  2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`,
-     cumulative weights in int64 and the top-p threshold as one float64 product. Where the vocabulary
-     fits one program's registers (at most FUSED_RANK_VOCAB ids), `_rank_kernel` does all of it in
-     one launch a round: one program a row sorts the row's (z, id) pairs packed into int64 keys in
-     registers (`tl.sort`, bitonic), then filters, stores the kept weights back in id order and sums
-     them by block. Larger vocabularies take one stable descending torch sort over static buffers
-     and the filters as torch operations (about thirty launches). A round none of whose sampling lanes filters by rank
+  2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`:
+     one stable descending torch sort over static buffers, cumulative weights in int64, the top-p
+     threshold as one float64 product. A round none of whose sampling lanes filters by rank
      (`SamplingParams.rank_filtered`) skips this stage (`RankFilters`): with top-k 0, top-p 1 and
      min-p 0 the stage only drops ids of weight 0, which no draw can pick, so the kept weights are
      the weights and the draw is the same;
@@ -36,9 +32,6 @@ import triton.language as tl
 from helios.production.kernels.launch import dependent, wait_for_prior
 
 WEIGHT_SCALE = float(2**24)
-# The largest vocabulary whose rows `_rank_kernel` sorts in one program's registers: 8,192 int64 keys
-# over 16 warps are 16 a thread; a larger one takes the torch sort (module docstring, stage 2).
-FUSED_RANK_VOCAB = 8192
 
 
 class RankFilters:
@@ -129,45 +122,6 @@ def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexp
 
 
 @triton.jit
-def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexpr,
-                 BLOCKS: tl.constexpr, SORTED: tl.constexpr, PDL: tl.constexpr):
-    wait_for_prior(PDL)
-    # program (row): the rank stage in one pass. Each id's tempered z as an order-preserving int32
-    # (negative floats' magnitude bits flipped; -0.0 read as 0.0, equal to it as the reference
-    # compares) in the high word and 2^32 - 1 - id in the low word, so one descending sort of the
-    # int64 keys is rank order, z descending then id ascending, and each rank's id is in its key
-    row = tl.program_id(0).to(tl.int64)
-    ids = tl.arange(0, SORTED)
-    z = tl.load(z_ptr + row * vocab + ids, mask=ids < vocab, other=float("-inf"))
-    bits = z.to(tl.int32, bitcast=True)
-    bits = tl.where(bits == -2147483648, 0, bits)  # -0.0's bits (compared as integers: no float fold applies)
-    key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    low = tl.full((), 0xFFFFFFFF, tl.int64)
-    packed = tl.sort((key.to(tl.int64) << 32) | (low - ids.to(tl.int64)), descending=True)
-    order = low - (packed & low)  # the id at each rank (ids >= vocab: padding, ranked last)
-    rank = tl.arange(0, SORTED)
-    real = order < vocab
-    at = row * vocab + tl.where(real, order, 0)
-    ranked_z = tl.load(z_ptr + at, mask=real, other=float("-inf"))
-    weight = tl.load(w_ptr + at, mask=real, other=0)
-    e = tl.load(e_ptr + at, mask=real, other=0.0)
-    survivors = real & (ranked_z > float("-inf"))
-    top_k = tl.load(params_ptr + row * 7 + 2).to(tl.int64)  # truncated, as the reference's int()
-    survivors &= (rank < top_k) | (top_k <= 0) | (top_k >= vocab)
-    ordered = tl.where(survivors, weight, 0)
-    before = tl.cumsum(ordered, axis=0) - ordered
-    threshold = tl.load(params_ptr + row * 7 + 1).to(tl.float64) * tl.sum(ordered, axis=0).to(tl.float64)
-    survivors &= (before.to(tl.float64) < threshold) | (rank == 0)
-    survivors &= (e >= tl.load(params_ptr + row * 7 + 3)) | (rank == 0)
-    kept = tl.where(survivors, weight, 0)
-    tl.store(kept_ptr + at, kept, mask=real)
-    b = tl.arange(0, BLOCKS)
-    block = tl.where(real, order // BLOCK, BLOCKS)
-    sums = tl.sum(tl.where(block[:, None] == b[None, :], kept[:, None], 0), axis=0)
-    tl.store(block_sum_ptr + row * blocks + b, sums, mask=b < blocks)
-
-
-@triton.jit
 def _draw_kernel(kept_ptr, block_sum_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab,
                  blocks, draw_index, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
@@ -230,13 +184,9 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
-                 rank_filters: RankFilters | None = None, fused_rank: bool | None = None) -> None:
+                 rank_filters: RankFilters | None = None) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
-        # the rank stage in one launch (`_rank_kernel`), or by torch sort; None: fused where it fits
-        self.fused_rank = vocab <= FUSED_RANK_VOCAB if fused_rank is None else fused_rank
-        if self.fused_rank and vocab > FUSED_RANK_VOCAB:
-            raise ValueError(f"the fused rank stage sorts at most {FUSED_RANK_VOCAB} ids a row, not {vocab}")
         self.blocks = triton.cdiv(vocab, self.block)
         self.blocks_pow2 = triton.next_power_of_2(self.blocks)
         self.block_max = torch.zeros((rows, self.blocks), dtype=torch.float32, device=device)
@@ -248,16 +198,15 @@ class Sampler:
         self.e = torch.zeros((rows, vocab), **f32)  # [B, V] f32: exp(z - max)
         self.weights = torch.zeros((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
         self.greedy = torch.zeros((rows,), dtype=torch.int32, device=device)  # [B] i32
+        self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
+        self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
+        self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
+        self.before = torch.zeros((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
+        self.sorted_e = torch.zeros((rows, vocab), **f32)
+        self.keep = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
         self.kept = torch.zeros((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
-        if not self.fused_rank:  # the torch sort's static buffers
-            self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
-            self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
-            self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
-            self.before = torch.zeros((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
-            self.sorted_e = torch.zeros((rows, vocab), **f32)
-            self.keep = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
-            self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
-            self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
+        self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
+        self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
 
     def __call__(self, logits: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor, parameters: torch.Tensor,
                  histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0
@@ -282,12 +231,6 @@ class Sampler:
                               RANK_STAGE=rank_stage, **dependent(logits))
         if not rank_stage:
             return self.weights
-        if self.fused_rank:
-            sort = triton.next_power_of_2(vocab)
-            _rank_kernel[(rows,)](parameters, self.z, self.e, self.weights, self.kept, self.block_sum, vocab,
-                                  self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2, SORTED=sort,
-                                  num_warps=16 if sort > 4096 else 8, **dependent(logits))
-            return self.kept
         kept = self._rank_stage(parameters)
         _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block, **dependent(kept))
         return kept
@@ -300,7 +243,7 @@ class Sampler:
                                    **dependent(kept))
 
     def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
-        """Top-k, top-p and min-p in rank order by torch sort; the kept weights in id order."""
+        """Top-k, top-p and min-p in rank order; the kept weights in id order."""
         vocab = self.vocab
         torch.sort(self.z, dim=1, descending=True, stable=True, out=(self.sorted_z, self.order))
         torch.gather(self.weights, 1, self.order, out=self.ordered)
