@@ -301,6 +301,35 @@ def test_the_sequential_engine_refreshes_its_costs_from_served_rounds(core, work
     assert operations[first_plain:].count(C.OPERATION_SPECULATIVE) <= 1
 
 
+def test_the_sequential_engine_ages_a_requests_own_evidence_through_its_plain_tokens(core, workload):
+    """Nothing of a request is observed while it decodes plainly: each plain token ages its own counts
+    as the pool's (one POOLED_DECAY for every PLAIN_TOKENS), so a request judged poor on its first
+    rounds is tried again once they have aged; the tokens stay the plain greedy ones."""
+    from helios.engine.program_choice import PLAIN_TOKENS, POOLED_DECAY, ProgramChoice
+
+    requests, expected = workload
+    engine = ReferenceEngine.load(core, pages=48)
+    clock = SteppedClock(engine.executor)  # speculative rounds serve at 8 s: plain decoding wins once measured
+    engine = ReferenceEngine(engine.serving, engine.manifest, engine.contract, engine.executor, speculative_width=4,
+                             adaptive_speculation=True, clock=clock)
+    engine.choice = ProgramChoice(engine.catalog, _forged(engine, lambda w: 0.5), served=engine.served)
+    plain = []
+    program = engine._program
+
+    def spy(acceptance, room):
+        before = acceptance.evidence
+        chosen = program(acceptance, room)
+        if chosen is None:
+            plain.append((before, acceptance.evidence))
+        return chosen
+
+    engine._program = spy
+    assert [list(engine.generate(r)) for r in requests] == expected
+    aged = [(before, after) for before, after in plain if before > 0]
+    assert len(aged) > 5
+    assert all(after == pytest.approx(before * POOLED_DECAY ** (1 / PLAIN_TOKENS)) for before, after in aged)
+
+
 def test_the_sequential_engine_chooses_copies_or_its_draft_as_the_batching_scheduler_does(core):
     """History drafting in the reference engine: the same CopiedChoice as the batching scheduler's
     (copies tried first, then whichever source its requests' rounds accepted more), greedy tokens
