@@ -608,11 +608,12 @@ class Scheduler(RequestResidency):
         if self.choice is None:
             return width
         ready = set(map(id, order))
+        # a lane in a stint whose rounds in flight end its output (or fill the context) has no room
+        # left (`candidates` needs at least one token a lane): it is no longer the choice's
         stinted = [s for s in self._running if s.plain_until > s.sampled and id(s) not in ready
-                   and not (s.cancelled or s.ended)]
-        population = order + stinted if stinted else order
-        rooms = [min(s.request.generation.max_tokens - s.sampled - s.unknown,
-                     self.config.context_tokens - s.frontier - 1) for s in population]
+                   and not (s.cancelled or s.ended) and self._room(s) >= 1]
+        population = order + stinted
+        rooms = [self._room(s) for s in population]
         # None: acceptance unknown (the configured width observes it), or costs unknown or stale
         chosen = self.choice.decide(self.pooled, [s.acceptance for s in population], rooms)
         if chosen is None:
@@ -643,6 +644,10 @@ class Scheduler(RequestResidency):
             s.plain_until = s.sampled
             s.plain_stint = 0
         return chosen.width
+
+    def _room(self, s: SequenceState) -> int:
+        """Tokens a lane may still emit beyond its rounds in flight: its output limit and the context."""
+        return min(s.request.generation.max_tokens - s.sampled - s.unknown, self.config.context_tokens - s.frontier - 1)
 
     def _speculative_round(self, order: list[SequenceState]) -> RoundPlan | None:
         """A SPECULATIVE round over `order`'s lanes at the configured or chosen width (None: the

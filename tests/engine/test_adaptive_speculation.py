@@ -425,7 +425,8 @@ def test_the_choice_is_the_decode_populations_and_speculation_ends_the_plain_sti
     whose draft accepts well would speculate alone (W4 at 2.5 ms against 1 ms for DECODE), but beside
     two lanes in stints whose drafts accept poorly the population decodes plainly, and the cohort gets
     a stint of its own (its evidence aged as the pool's, the pool by the cohort's share of the
-    population); where speculation wins the stints of the others end, an ended request's untouched."""
+    population); where speculation wins the stints of the others end, an ended request's and one
+    without room left (its rounds in flight end its output) untouched and never weighed."""
     from helios.engine.program_choice import AcceptanceEstimate
 
     engine = ReferenceEngine.load(core, pages=48)
@@ -439,7 +440,9 @@ def test_the_choice_is_the_decode_populations_and_speculation_ends_the_plain_sti
                _lane(6, 14, AcceptanceEstimate(accepted=4.0, rejected=96.0))]
     ended = _lane(2, 9)
     ended.ended = True
-    scheduler._running = ready + stinted + [ended]
+    spent = _lane(38, 44, AcceptanceEstimate(accepted=1.0, rejected=9.0))
+    spent.unknown = 2  # its rounds in flight end its output: no room left, not the choice's
+    scheduler._running = ready + stinted + [ended, spent]
     weighed = []
     decide = scheduler.choice.decide
 
@@ -459,7 +462,7 @@ def test_the_choice_is_the_decode_populations_and_speculation_ends_the_plain_sti
     scheduler = rt.scheduler
     scheduler.pooled.observe(7, 3)
     ready = [_lane(3, acceptance=good)]
-    scheduler._running = ready + stinted + [ended]
+    scheduler._running = ready + stinted + [ended, spent]
     assert scheduler._speculative_width(ready) > 0
     assert [s.plain_until for s in stinted] == [5, 6] and [s.plain_stint for s in stinted] == [0, 0]
-    assert ended.plain_until == 9
+    assert ended.plain_until == 9 and spent.plain_until == 44
