@@ -664,14 +664,13 @@ class Scheduler(RequestResidency):
         limits: list[int] = []
         copied: list[tuple[int, ...]] | None = [] if self.config.history_drafting else None
         masks: list[tuple[tuple[int, ...], ...] | None] = []
-        passes, lane_limit, context = first.draft_passes, first.lane_limit, self.config.context_tokens  # read once
+        passes, lane_limit = first.draft_passes, first.lane_limit  # read once
         for s in order[:self.catalog.speculative_lanes(width)]:
             if s.slot is None:  # preempted while this cohort was formed
                 continue
-            frontier = s.consumed + s.submitted
-            reach = frontier + passes  # within the page table: `_speculates` checked it
+            reach = s.frontier + passes  # within the page table: `_speculates` checked it
             # at least 1: `_speculates` left the request an output token and the context a position
-            limit = min(lane_limit, s.request.generation.max_tokens - s.sampled - s.unknown, context - frontier - 1)
+            limit = min(lane_limit, self._room(s))
             if reach > len(s.pages.pages) * page_tokens and not self._reserve(s, reach, keep=cohort):  # type: ignore[union-attr]
                 break
             lane_masks = None
