@@ -1,7 +1,8 @@
 """CUDA-graph capture and replay (device side): the one place device graphs are made.
 
-`GraphCapture.capture(plans)` runs each launch plan twice on a side stream (compiling every Triton
-kernel and letting cuBLAS pick its algorithms), then captures each plan as one `torch.cuda.CUDAGraph`
+`GraphCapture.capture(plans)` runs each launch plan once on a side stream (letting cuBLAS pick its
+algorithms and torch make its lazy state outside a capture; the kernels phase compiled and ran every
+Triton kernel before), then captures each plan as one `torch.cuda.CUDAGraph`
 (a plan that samples twice: with the sampler's rank stage and without it, `plan.py`) into one shared
 memory pool: graphs never run concurrently (one stream, one submission at a time), so
 temporaries of one graph may reuse those of another. After startup only `replay` runs: no
@@ -57,7 +58,7 @@ class GraphCapture:
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.unfiltered: dict[str, torch.cuda.CUDAGraph] = {}  # sampling graphs without the rank stage
 
-    def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 2,
+    def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 1,
                 preserve: Sequence[torch.Tensor] = ()) -> None:
         """Capture every plan (and its form without the rank stage). Warm-up and capture run each plan
         on whatever its buffers hold: the tensors in `preserve` (persistent state, completion records)
