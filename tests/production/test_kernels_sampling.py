@@ -40,11 +40,12 @@ def _inputs(rng: np.random.Generator):
     return logits, seed, positions, parameters, histogram, grammar_mask
 
 
+@pytest.mark.parametrize("fused_rank", [True, False], ids=["fused-rank", "sorted-by-torch"])
 @pytest.mark.parametrize("draw_index", [0, 3])
-def test_sample_matches_the_reference(draw_index):
+def test_sample_matches_the_reference(draw_index, fused_rank):
     rng = np.random.default_rng()
     logits, seed, positions, parameters, histogram, grammar_mask = _inputs(rng)
-    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128)
+    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, fused_rank=fused_rank)
     out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
     sampler(tensor(logits, torch.float32), tensor(seed), tensor(positions), tensor(parameters, torch.float32),
             tensor(histogram), tensor(grammar_mask), out, draw_index=draw_index)
@@ -63,13 +64,48 @@ def test_without_the_rank_stage_rows_that_filter_nothing_draw_the_same():
     sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_filters=switch)
     out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
     switch.enabled = False
-    sampler.order.fill_(-5)
+    sampler.kept.fill_(-5)
     sampler(tensor(logits, torch.float32), tensor(seed), tensor(positions), tensor(parameters, torch.float32),
             tensor(histogram), tensor(grammar_mask), out, draw_index=1)
     expected = ref.sample(logits, seed, positions, parameters, histogram, grammar_mask, draw_index=1)
     np.testing.assert_array_equal(out.cpu().numpy(), expected)
-    assert (sampler.order == -5).all()  # the rank stage (sort, gather, scatter) did not run
+    assert (sampler.kept == -5).all()  # the rank stage did not run
     assert expected[3] == -1 and (parameters[:, 0] > 0).any()
+
+
+@pytest.mark.parametrize("vocab", [1, 37, 1000])
+def test_fused_rank_stage_keeps_the_reference_weights_at_ties(vocab):
+    """The fused rank stage's kept weights equal the torch sort's over the same weights, and on a CPU
+    the reference's, where rank order turns on ids: logits of a few distinct values (ties at the
+    top-k cutoff and across the top-p threshold), -0.0 beside 0.0, ids the mask forbids, top-k
+    larger than the vocabulary, top-p 0 (the first rank alone) and min-p; block sums over blocks of
+    256 ids. (A GPU's `exp` may differ from NumPy's in the last bit, and with it a weight: on a GPU
+    both stages filter the weights the device computed.)"""
+    rng = np.random.default_rng()
+    rows = 16
+    logits = rng.choice(np.array([0.0, -0.0, -0.5, -2.0, -np.inf], np.float32), size=(rows, vocab))
+    logits[::2, :vocab // 2] = rng.choice(np.array([1.0, 0.0, -0.0], np.float32), size=(rows // 2, vocab // 2))
+    parameters = np.zeros((rows, 7), np.float32)
+    parameters[:, 0] = rng.choice([0.3, 1.0, 2.5], size=rows)
+    parameters[:, 1] = rng.choice([1.0, 0.5, 0.2, 0.0], size=rows)
+    parameters[:, 2] = rng.choice([0, 1, 3, 17, vocab // 3, vocab - 1, vocab + 5], size=rows)
+    parameters[:, 3] = rng.choice([0.0, 0.1, 0.9], size=rows)
+    parameters[:, 4] = 1.0
+    inputs = (tensor(logits, torch.float32), tensor(parameters, torch.float32), tensor(np.zeros((rows, 1), np.int32)),
+              tensor(np.full((rows, (vocab + 31) // 32), -1, np.int32)))
+    fused = sampling.Sampler(rows, vocab, DEVICE, block=256, fused_rank=True)
+    kept = fused.kept_weights(*inputs, rank_stage=True).cpu().numpy()
+    block_sums = fused.block_sum.cpu().numpy()
+    by_sort = sampling.Sampler(rows, vocab, DEVICE, block=256, fused_rank=False)
+    np.testing.assert_array_equal(kept, by_sort.kept_weights(*inputs, rank_stage=True).cpu().numpy())
+    np.testing.assert_array_equal(block_sums, by_sort.block_sum.cpu().numpy())
+    for row in range(rows):
+        sums = np.add.reduceat(kept[row], np.arange(0, vocab, 256))
+        np.testing.assert_array_equal(block_sums[row], sums)
+        if DEVICE.type == "cpu":  # the interpreter's exp is NumPy's
+            z = np.where(np.isnan(logits[row]), -np.inf, logits[row])
+            expected = ref.sampling.row_weights(z, parameters[row]) if np.any(z > -np.inf) else np.zeros(vocab, np.int64)
+            np.testing.assert_array_equal(kept[row], expected, err_msg=f"row {row}: {parameters[row, :4]}")
 
 
 def test_argmax_lowest_index_and_nan_never_wins():

@@ -9,9 +9,14 @@ wherever `exp` agrees:
      (repetition, then frequency, then presence), the grammar mask, per-block maxima, then the row's
      greedy id (lowest id of the maximum), temperature, the fixed-point weights `floor(e * 2^24)` with
      `e = exp(z - max)` (exactly 1 at the maximum) and `e` itself for min-p;
-  2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`:
-     one stable descending torch sort over static buffers, cumulative weights in int64, the top-p
-     threshold as one float64 product. A round none of whose sampling lanes filters by rank
+  2. the rank-dependent filters (top-k, top-p, min-p) in rank order `(z descending, id ascending)`,
+     cumulative weights in int64 and the top-p threshold as one float64 product. Where the vocabulary
+     fits one program's registers (at most FUSED_RANK_VOCAB ids), `_rank_kernel` does all of it in
+     one launch a round and sorts nothing: one program a row finds each cutoff (the k-th key, the
+     key where the cumulative weight reaches p) by bisection over the row held in registers, splits
+     the ids tied at a cutoff by id order, stores the kept weights in id order and sums them by
+     block. Larger vocabularies take one stable descending torch sort over static buffers
+     and the filters as torch operations (about thirty launches). A round none of whose sampling lanes filters by rank
      (`SamplingParams.rank_filtered`) skips this stage (`RankFilters`): with top-k 0, top-p 1 and
      min-p 0 the stage only drops ids of weight 0, which no draw can pick, so the kept weights are
      the weights and the draw is the same;
@@ -32,6 +37,9 @@ import triton.language as tl
 from helios.production.kernels.launch import dependent, wait_for_prior
 
 WEIGHT_SCALE = float(2**24)
+# The largest vocabulary whose rows `_rank_kernel` holds in one program's registers: 8,192 ids over
+# 16 warps are 16 a thread; a larger one takes the torch sort (module docstring, stage 2).
+FUSED_RANK_VOCAB = 8192
 
 
 class RankFilters:
@@ -122,6 +130,69 @@ def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexp
 
 
 @triton.jit
+def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexpr,
+                 BLOCKS: tl.constexpr, WIDTH: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
+    # program (row): the rank stage without a sort. Each id's tempered z as an order-preserving
+    # integer `key` (negative floats' magnitude bits flipped; -0.0 read as 0.0, equal to it as the
+    # reference compares), so rank order is key descending, then id ascending. Each cutoff is a key
+    # found by bisection over the 2^32 keys (a count or a weight sum over the row a step): ids above
+    # it are all on one side, ids at it are split by id order (a cumulative sum over the tie).
+    row = tl.program_id(0).to(tl.int64)
+    ids = tl.arange(0, WIDTH)
+    real = ids < vocab
+    at = row * vocab + ids
+    z = tl.load(z_ptr + at, mask=real, other=float("-inf"))
+    weight = tl.load(w_ptr + at, mask=real, other=0)
+    e = tl.load(e_ptr + at, mask=real, other=0.0)
+    bits = z.to(tl.int32, bitcast=True)
+    bits = tl.where(bits == -2147483648, 0, bits)  # -0.0's bits (compared as integers: no float fold applies)
+    key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+    live = real & (z > float("-inf"))
+    top = tl.max(tl.where(real, key, -4294967296), axis=0)
+    first = ids == tl.min(tl.where(real & (key == top), ids, WIDTH), axis=0)  # rank 0
+    # top-k: `cut`, the greatest key with k live ids at or above it; of the ids at it, the lowest
+    # ids fill the k (no step runs without a top-k: every live id is above the initial cut)
+    top_k = tl.load(params_ptr + row * 7 + 2).to(tl.int64)  # truncated, as the reference's int()
+    cut = tl.full((), -2147483648, tl.int64)
+    high = tl.full((), 2147483647, tl.int64)
+    for _ in range(0, tl.where((top_k > 0) & (top_k < vocab), 32, 0)):
+        middle = (cut + high + 1) >> 1
+        enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= top_k
+        cut = tl.where(enough, middle, cut)
+        high = tl.where(enough, high, middle - 1)
+    above = live & (key > cut)
+    tie = (live & (key == cut)).to(tl.int32)
+    room = top_k - tl.sum(above.to(tl.int64), axis=0)
+    survivors = above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))
+    # top-p: an id survives while the weight ranked before it is below p * total. `cut`, the least
+    # key with less than that above it: every id above it survives (what precedes it is above `cut`
+    # too), none below it does, and at it the weight before an id is that above plus its tie's
+    # lower ids'. No step runs at p >= 1 (weights below the total are all above the initial cut;
+    # ids past it weigh 0, kept or not)
+    ordered = tl.where(survivors, weight, 0)
+    top_p = tl.load(params_ptr + row * 7 + 1)
+    threshold = top_p.to(tl.float64) * tl.sum(ordered, axis=0).to(tl.float64)
+    cut = tl.full((), -2147483648, tl.int64)
+    high = tl.full((), 2147483648, tl.int64)  # no key: only rank 0 survives (p = 0)
+    for _ in range(0, tl.where(top_p < 1.0, 33, 0)):
+        middle = (cut + high) >> 1
+        below = tl.sum(tl.where(key > middle, ordered, 0), axis=0).to(tl.float64) < threshold
+        high = tl.where(below, middle, high)
+        cut = tl.where(below, cut, middle + 1)
+    tied = tl.where(key == cut, ordered, 0)
+    before = tl.sum(tl.where(key > cut, ordered, 0), axis=0) + tl.cumsum(tied, axis=0) - tied
+    survivors &= (key > cut) | ((key == cut) & (before.to(tl.float64) < threshold)) | first
+    survivors &= (e >= tl.load(params_ptr + row * 7 + 3)) | first  # min-p
+    kept = tl.where(survivors, weight, 0)
+    tl.store(kept_ptr + at, kept, mask=real)
+    b = tl.arange(0, BLOCKS)
+    block = tl.where(real, ids // BLOCK, BLOCKS)
+    sums = tl.sum(tl.where(block[:, None] == b[None, :], kept[:, None], 0), axis=0)
+    tl.store(block_sum_ptr + row * blocks + b, sums, mask=b < blocks)
+
+
+@triton.jit
 def _draw_kernel(kept_ptr, block_sum_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab,
                  blocks, draw_index, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
@@ -184,9 +255,13 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
-                 rank_filters: RankFilters | None = None) -> None:
+                 rank_filters: RankFilters | None = None, fused_rank: bool | None = None) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
+        # the rank stage in one launch (`_rank_kernel`), or by torch sort; None: fused where it fits
+        self.fused_rank = vocab <= FUSED_RANK_VOCAB if fused_rank is None else fused_rank
+        if self.fused_rank and vocab > FUSED_RANK_VOCAB:
+            raise ValueError(f"the fused rank stage holds at most {FUSED_RANK_VOCAB} ids a row, not {vocab}")
         self.blocks = triton.cdiv(vocab, self.block)
         self.blocks_pow2 = triton.next_power_of_2(self.blocks)
         self.block_max = torch.zeros((rows, self.blocks), dtype=torch.float32, device=device)
@@ -198,15 +273,16 @@ class Sampler:
         self.e = torch.zeros((rows, vocab), **f32)  # [B, V] f32: exp(z - max)
         self.weights = torch.zeros((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
         self.greedy = torch.zeros((rows,), dtype=torch.int32, device=device)  # [B] i32
-        self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
-        self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
-        self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
-        self.before = torch.zeros((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
-        self.sorted_e = torch.zeros((rows, vocab), **f32)
-        self.keep = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
         self.kept = torch.zeros((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
-        self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
-        self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
+        if not self.fused_rank:  # the torch sort's static buffers
+            self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
+            self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
+            self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
+            self.before = torch.zeros((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
+            self.sorted_e = torch.zeros((rows, vocab), **f32)
+            self.keep = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
+            self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
+            self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
 
     def __call__(self, logits: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor, parameters: torch.Tensor,
                  histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0
@@ -231,6 +307,12 @@ class Sampler:
                               RANK_STAGE=rank_stage, **dependent(logits))
         if not rank_stage:
             return self.weights
+        if self.fused_rank:
+            width = triton.next_power_of_2(vocab)
+            _rank_kernel[(rows,)](parameters, self.z, self.e, self.weights, self.kept, self.block_sum, vocab,
+                                  self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2, WIDTH=width,
+                                  num_warps=16 if width > 4096 else 8, **dependent(logits))
+            return self.kept
         kept = self._rank_stage(parameters)
         _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block, **dependent(kept))
         return kept
@@ -243,7 +325,7 @@ class Sampler:
                                    **dependent(kept))
 
     def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
-        """Top-k, top-p and min-p in rank order; the kept weights in id order."""
+        """Top-k, top-p and min-p in rank order by torch sort; the kept weights in id order."""
         vocab = self.vocab
         torch.sort(self.z, dim=1, descending=True, stable=True, out=(self.sorted_z, self.order))
         torch.gather(self.weights, 1, self.order, out=self.ordered)
