@@ -13,7 +13,9 @@ round costs measured at startup) and each mode serves over it: `off` (plain deco
 `W8` (a fixed width) and `auto` (the adaptive choice). On a CPU the reference runtime serves each mode.
 
 Workloads, each at every concurrency C (`--requests`, default max(4 C, 32), submitted at once, C
-admitted at a time; every mode runs `--repeats` times, interleaved, and the table shows its median;
+admitted at a time; every mode runs `--repeats` times, interleaved, each repeat's order rotated by
+one so no mode always runs last, with the garbage of the runs before collected ahead of each (the
+loaded model frozen out of the collector's reach, as `helios serve` does), and the table shows its median;
 on a GPU each run is a fresh runtime over the loaded model, and the `auto` runs of one point share
 what the choice learns (served round costs, pooled acceptance: `ChoiceMemory`), as one long-lived
 server's rounds would: its first run learns them, the later ones start from them):
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -218,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 
             model = load_native_model(core, max_concurrency=max(capacities), speculative_width=max(widths),
                                       history_drafting=args.history_drafting, measure_costs=True)
+            gc.collect()  # the loaded model out of the collector's reach, as `helios serve` does
+            gc.freeze()
             print(f"device: {torch.cuda.get_device_name()}; production runtime, bf16")
         else:
             from helios.reference import load_runtime
@@ -249,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                     chosen: dict[str, list[dict]] = {name: [] for name in names}
                     read_costs: dict = {}
                     for repeat in range(repeats):
-                        for name, extra in modes(widths):
+                        order = modes(widths)
+                        for name, extra in order[repeat % len(order):] + order[:repeat % len(order)]:
                             runtime, requests = setup(name, extra, str(repeat))
+                            gc.collect()  # the runs before: their garbage is collected outside this one
                             tokens, seconds = serve_at_once(runtime, requests)
                             runs[name].append(tokens / seconds)
                             metrics = runtime.metrics()
