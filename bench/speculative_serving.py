@@ -38,6 +38,7 @@ adaptive choice read at the end of its last run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import cProfile
 import gc
 import io
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                                       history_drafting=args.history_drafting, measure_costs=True)
             gc.collect()  # the loaded model out of the collector's reach, as `helios serve` does
             gc.freeze()
+            atexit.register(gc.unfreeze)
             print(f"device: {torch.cuda.get_device_name()}; production runtime, bf16")
         else:
             from helios.reference import load_runtime
