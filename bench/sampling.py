@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             mask = torch.full((rows, (vocab + 31) // 32), -1, dtype=torch.int32, device=device)
             seed = torch.arange(rows, dtype=torch.int64, device=device)
             positions = torch.arange(rows, dtype=torch.int32, device=device)
-            forms = {"plain": (False, True), "torch": (True, False)}
+            forms = {"plain": (False, None), "torch": (True, False)}  # plain: the stage skipped, either form
             if vocab <= FUSED_RANK_VOCAB:
                 forms["fused"] = (True, True)
             times, kept = {}, {}
