@@ -10,24 +10,32 @@ observations before that program generates proposals.
 Acceptance. Each request keeps an `AcceptanceEstimate` of a (the probability that its draft's next
 proposal is accepted, the same at every position): a completed speculative lane that was offered d
 proposals and accepted k of them observed k acceptances and, when k < d, one rejection (verification
-stops at the first). The estimate is the posterior mean (accepted + w * prior) / (accepted + rejected
-+ w) with w = PRIOR_WEIGHT pseudo-observations of a prior: the acceptance pooled over every completed
-lane of the scheduler (itself starting from a uniform prior, mean 1/2), so a new request starts from
-what the draft has done so far and its own rounds take over after a few. Four, not two: measured on
-an H100 with the demo pair at temperature 0.7 (BENCHMARKS.md, issue #18), requests of about 50
-tokens (7 W8 rounds) were sent to plain decoding by one or two early rejections and decoded a
-quarter of their tokens plainly where a fixed W8 served 1.5 times plain decoding's rate. While
-plain decoding is chosen nothing new is observed, so the pooled counts decay (by POOLED_DECAY for
-each PLAIN_TOKENS tokens of the plain stint chosen, `plain_decay`: the scheduler's stints start at
-PLAIN_TOKENS, the sequential engine chooses again after each plain token) back toward the uniform
-prior, and the request's own counts alike toward the pooled mean: a draft judged poor, on earlier
-requests or on a request's first rounds, is tried again once the evidence has aged, instead of
-never. While the pooled evidence is under EXPLORATION_EVIDENCE
-observations (a fresh runtime, or evidence aged that far), acceptance is unknown and no rate can be
-expected: the lanes run the configured width (`explores`), as with unknown costs, and their
-completed round is the observation the choice then rests on. Without this a uniform prior that makes
-plain decoding win would never be tested, however well the draft accepts; with it, a poor draft
-costs one round at the configured width after each ~15 plain stints' worth of aging.
+stops at the first). The estimate is the posterior mean (accepted + w * prior) / (accepted +
+rejected + w) of a Beta prior whose weight w is PRIOR_ROUNDS rounds of the prior's own draft: a
+draft of acceptance p is rejected once for every p / (1 - p) proposals it has accepted, so
+PRIOR_ROUNDS rounds of it are w = PRIOR_ROUNDS / (1 - p) observations (`prior_weight`, at most
+PRIOR_WEIGHT_LIMIT). The prior is the acceptance pooled over every completed lane of the scheduler
+(itself starting from a uniform prior, mean 1/2), so a new request starts from what the draft has
+done so far and its own rounds take over after a few. Rounds, not a fixed count: measured on an H100
+with the demo pair at temperature 0.7 (BENCHMARKS.md, issue #18), a fixed two pseudo-observations
+sent requests of about 50 tokens (7 W8 rounds) to plain decoding after one or two early rejections,
+and four still sent a request of the copying workload there after one round rejected at its first
+proposal (4 p / 5 = 0.66 at p = 0.82, below W8's break-even against plain decoding at one request):
+30 of its runs' 357 rounds were plain or narrower, and the runs served 0.94 of a fixed W8's rate. At
+p = 1/2 the rule gives the four of before; at p = 0.82, 11 (one immediate rejection: 0.75). A
+request whose draft really accepts poorly (a = 0.3 among requests pooled at 0.82) is sent to plain
+decoding after three or four rounds. While plain decoding is chosen nothing new is observed, so the
+pooled counts decay (by POOLED_DECAY for each PLAIN_TOKENS tokens of the plain stint chosen,
+`plain_decay`: the scheduler's stints start at PLAIN_TOKENS, the sequential engine chooses again
+after each plain token) back toward the uniform prior, and the request's own counts alike toward the
+pooled mean: a draft judged poor, on earlier requests or on a request's first rounds, is tried again
+once the evidence has aged, instead of never. While the pooled evidence is under
+EXPLORATION_EVIDENCE observations (a fresh runtime, or evidence aged that far), acceptance is
+unknown and no rate can be expected: the lanes run the configured width (`explores`), as with
+unknown costs, and their completed round is the observation the choice then rests on. Without this a
+uniform prior that makes plain decoding win would never be tested, however well the draft accepts;
+with it, a poor draft costs one round at the configured width after each ~15 plain stints' worth of
+aging.
 
 Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
 limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
@@ -115,7 +123,8 @@ from helios.runtime.costs import RoundCosts, ServedCost
 
 C = contract_pb2
 
-PRIOR_WEIGHT = 4.0  # pseudo-observations the pooled acceptance contributes to each request's estimate
+PRIOR_ROUNDS = 2.0  # rounds of the pooled draft the prior weighs as, in each request's estimate
+PRIOR_WEIGHT_LIMIT = 16.0  # the prior's observations at most (a pooled acceptance near 1)
 POOLED_DECAY = 0.9  # the pooled counts' factor for each PLAIN_TOKENS of a plain stint (nothing observed then)
 EXPLORATION_EVIDENCE = 1.0  # pooled observations under which acceptance is unknown (the configured width runs)
 OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall time replaces its table cost
@@ -149,9 +158,20 @@ class AcceptanceEstimate:
         """Observations behind the estimate (decayed counts included)."""
         return self.accepted + self.rejected
 
-    def mean(self, prior: float, weight: float = PRIOR_WEIGHT) -> float:
-        """The posterior mean of the acceptance probability, `weight` pseudo-observations at `prior`."""
+    def mean(self, prior: float, weight: float | None = None) -> float:
+        """The posterior mean of the acceptance probability, `weight` pseudo-observations at `prior`
+        (default `prior_weight(prior)`)."""
+        if weight is None:
+            weight = prior_weight(prior)
         return (self.accepted + weight * prior) / (self.accepted + self.rejected + weight)
+
+
+def prior_weight(prior: float) -> float:
+    """Observations PRIOR_ROUNDS rounds of a draft of acceptance `prior` make (PRIOR_ROUNDS rejections
+    and the prior / (1 - prior) proposals accepted for each), at most PRIOR_WEIGHT_LIMIT."""
+    if prior >= 1.0:
+        return PRIOR_WEIGHT_LIMIT
+    return min(PRIOR_ROUNDS / (1.0 - prior), PRIOR_WEIGHT_LIMIT)
 
 
 def expected_tokens(acceptance: float, limit: int) -> float:
@@ -516,6 +536,6 @@ class ProgramChoice:
         return replace(max(wider, key=lambda c: (c.rate, -c.width)), explores=True) if wider else None
 
 
-__all__ = ["ChoiceMemory", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_WEIGHT",
+__all__ = ["ChoiceMemory", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_ROUNDS", "PRIOR_WEIGHT_LIMIT",
            "SPIKE_LIMIT", "STALE_ROUNDS", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
-           "expected_round_tokens", "expected_tokens"]
+           "expected_round_tokens", "expected_tokens", "prior_weight"]

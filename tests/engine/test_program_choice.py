@@ -17,6 +17,8 @@ from helios.engine.page_cache import PageCache
 from helios.engine.program_choice import (
     OBSERVED_ROUNDS,
     OBSERVED_WEIGHT,
+    PRIOR_ROUNDS,
+    PRIOR_WEIGHT_LIMIT,
     SPIKE_LIMIT,
     STALE_ROUNDS,
     AcceptanceEstimate,
@@ -24,6 +26,7 @@ from helios.engine.program_choice import (
     best,
     expected_round_tokens,
     expected_tokens,
+    prior_weight,
 )
 from helios.engine.scheduler import Scheduler
 from helios.proto import contract_pb2
@@ -92,6 +95,29 @@ def test_acceptance_estimate_counts_a_rejection_once_a_round():
     assert estimate.mean(0.5, weight=2.0) == pytest.approx(5 / 7)
     with pytest.raises(ValueError):
         estimate.observe(2, 3)
+
+
+def test_the_prior_weighs_as_rounds_of_the_pooled_draft():
+    """The prior is PRIOR_ROUNDS rounds of a draft of the pooled acceptance p: PRIOR_ROUNDS rejections
+    and p / (1 - p) acceptances for each; so one round rejected at its first proposal does not
+    outweigh a good pooled draft, and a request whose draft accepts poorly still leaves it in a few
+    rounds."""
+    assert prior_weight(0.5) == pytest.approx(2 * PRIOR_ROUNDS)
+    assert prior_weight(0.8) == pytest.approx(PRIOR_ROUNDS / 0.2)
+    assert prior_weight(0.999) == prior_weight(1.0) == PRIOR_WEIGHT_LIMIT
+    for p in (0.3, 0.6, 0.82, 0.9):
+        prior = AcceptanceEstimate()
+        prior.observe(1, 0)  # one immediate rejection: the estimate moves by the same share of (p - 0)
+        assert prior.mean(p) == pytest.approx(p * prior_weight(p) / (1 + prior_weight(p)))
+    unlucky = AcceptanceEstimate()
+    unlucky.observe(7, 0)
+    assert unlucky.mean(0.82) > 0.74  # a fixed four pseudo-observations gave 0.66
+    poor = AcceptanceEstimate()  # a request accepting 0.3 of proposals, pooled at 0.82
+    rounds = 0
+    while poor.mean(0.82) >= 0.67:
+        poor.observe(7, 0 if rounds % 2 else 1)  # 0.5 accepted a round, one rejection
+        rounds += 1
+    assert rounds <= 4
 
 
 def _spec_rows(plan, rng: random.Random, acceptance: dict[str, float], token: int = 7) -> list[Completion]:
