@@ -474,6 +474,7 @@ class ProgramChoice:
         if not programs:
             return None
         out = []
+        floor = min(rooms)
         for variant, lanes in programs:
             seconds = self.seconds(variant.name)
             if seconds is None:
@@ -481,7 +482,8 @@ class ProgramChoice:
             if variant.operation == C.OPERATION_DECODE:
                 expected = float(lanes)
             else:
-                limits = [min(variant.lane_limit, room) for room in rooms[:lanes]]
+                limit = variant.lane_limit  # the host's cost a round: no per-lane min where every room holds it
+                limits = [limit] * lanes if floor >= limit else [min(limit, room) for room in rooms[:lanes]]
                 expected = expected_round_tokens(acceptances[:lanes], limits, variant.packed_token_capacity)
             out.append(Candidate(variant, lanes, expected, seconds))
         return out
@@ -501,7 +503,8 @@ class ProgramChoice:
         if self.explores(pooled):
             return None
         prior = pooled.mean(0.5)
-        return self.choose([e.mean(prior) if e is not None else prior for e in estimates], rooms)
+        weight = prior_weight(prior)
+        return self.choose([e.mean(prior, weight) if e is not None else prior for e in estimates], rooms)
 
     @staticmethod
     def plain_decay(tokens: float) -> float:
