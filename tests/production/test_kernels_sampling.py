@@ -40,12 +40,17 @@ def _inputs(rng: np.random.Generator):
     return logits, seed, positions, parameters, histogram, grammar_mask
 
 
-@pytest.mark.parametrize("fused_rank", [True, False], ids=["fused-rank", "sorted-by-torch"])
+# the chunked form at sizes that give 300 ids three chunks of 128 and stream rows in spans of 32
+CHUNKED = dict(rank_form="chunked", chunk=128, candidates=8, span=32)
+
+
+@pytest.mark.parametrize("form", [dict(rank_form="fused"), CHUNKED, dict(rank_form="sort")],
+                         ids=["fused", "chunked", "sorted-by-torch"])
 @pytest.mark.parametrize("draw_index", [0, 3])
-def test_sample_matches_the_reference(draw_index, fused_rank):
+def test_sample_matches_the_reference(draw_index, form):
     rng = np.random.default_rng()
     logits, seed, positions, parameters, histogram, grammar_mask = _inputs(rng)
-    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, fused_rank=fused_rank)
+    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, **form)
     out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
     sampler(tensor(logits, torch.float32), tensor(seed), tensor(positions), tensor(parameters, torch.float32),
             tensor(histogram), tensor(grammar_mask), out, draw_index=draw_index)
@@ -93,10 +98,10 @@ def test_fused_rank_stage_keeps_the_reference_weights_at_ties(vocab):
     parameters[:, 4] = 1.0
     inputs = (tensor(logits, torch.float32), tensor(parameters, torch.float32), tensor(np.zeros((rows, 1), np.int32)),
               tensor(np.full((rows, (vocab + 31) // 32), -1, np.int32)))
-    fused = sampling.Sampler(rows, vocab, DEVICE, block=256, fused_rank=True)
+    fused = sampling.Sampler(rows, vocab, DEVICE, block=256, rank_form="fused")
     kept = fused.kept_weights(*inputs, rank_stage=True).cpu().numpy()
     block_sums = fused.block_sum.cpu().numpy()
-    by_sort = sampling.Sampler(rows, vocab, DEVICE, block=256, fused_rank=False)
+    by_sort = sampling.Sampler(rows, vocab, DEVICE, block=256, rank_form="sort")
     np.testing.assert_array_equal(kept, by_sort.kept_weights(*inputs, rank_stage=True).cpu().numpy())
     np.testing.assert_array_equal(block_sums, by_sort.block_sum.cpu().numpy())
     for row in range(rows):
@@ -106,6 +111,71 @@ def test_fused_rank_stage_keeps_the_reference_weights_at_ties(vocab):
             z = np.where(np.isnan(logits[row]), -np.inf, logits[row])
             expected = ref.sampling.row_weights(z, parameters[row]) if np.any(z > -np.inf) else np.zeros(vocab, np.int64)
             np.testing.assert_array_equal(kept[row], expected, err_msg=f"row {row}: {parameters[row, :4]}")
+
+
+def _chunked_path(z: np.ndarray, parameters: np.ndarray, candidates: int) -> str:
+    """Which part of the chunked form decides a row (the reference's weights say whether the row's
+    first `candidates` ids reach its top-p threshold)."""
+    vocab = z.shape[0]
+    top_k, top_p = int(parameters[2]), float(parameters[1])
+    by_k = 0 < top_k < vocab
+    if not by_k and top_p >= 1:
+        return "first launch"
+    if by_k:
+        return "candidates" if top_k <= candidates else "streamed"
+    weights = ref.sampling.row_weights(z, np.array([parameters[0], 1, 0, 0, *parameters[4:]], np.float32))
+    order = np.lexsort((np.arange(vocab), -(z / np.float32(parameters[0])).astype(np.float32)))
+    leading = int(weights[order[:candidates]].sum())
+    return "candidates" if leading >= np.float64(np.float32(top_p)) * np.float64(int(weights.sum())) else "streamed"
+
+
+def test_chunked_rank_stage_keeps_the_reference_weights_on_every_path():
+    """The chunked form (vocabularies past FUSED_RANK_VOCAB) at small sizes: 1,000 ids in chunks of 128
+    keeping 8 candidates, streamed in spans of 64, so every path runs (rows finished by the first
+    launch, top-k and top-p decided over the candidates, top-k past them and flat rows' top-p
+    streamed); kept weights and block sums equal the torch sort's, and on a CPU the reference's.
+    Ties at every cutoff, -0.0 beside 0.0, forbidden ids, top-p 0, min-p."""
+    rng = np.random.default_rng()
+    rows, vocab, candidates = 48, 1000, 8
+    logits = (rng.standard_normal((rows, vocab)) * rng.choice([0.5, 4.0], size=(rows, 1))).astype(np.float32)
+    logits[::4] = rng.choice(np.array([0.0, -0.0, -0.5, -2.0, -np.inf], np.float32), size=(rows // 4, vocab))
+    logits[1::8, : vocab // 2] = 3.0  # flat rows: top-p past the candidates
+    logits[2::8, 700:] = -np.inf
+    parameters = np.zeros((rows, 7), np.float32)
+    parameters[:, 0] = rng.choice([0.3, 1.0, 2.5], size=rows)
+    parameters[:, 1] = rng.choice([1.0, 0.95, 0.5, 0.0], size=rows)
+    parameters[:, 2] = rng.choice([0, 1, 3, candidates, candidates + 1, 300, vocab - 1, vocab + 5], size=rows)
+    parameters[:, 3] = rng.choice([0.0, 0.1, 0.9], size=rows)
+    parameters[:, 4] = 1.0
+    parameters[:4, 1:3] = ((0.9, 0), (0.95, 0), (1.0, 300), (0.5, 3))  # each path at least once
+    inputs = (tensor(logits, torch.float32), tensor(parameters, torch.float32), tensor(np.zeros((rows, 1), np.int32)),
+              tensor(np.full((rows, (vocab + 31) // 32), -1, np.int32)))
+    chunked = sampling.Sampler(rows, vocab, DEVICE, block=128, rank_form="chunked", chunk=128, candidates=candidates,
+                               span=64)
+    kept = chunked.kept_weights(*inputs, rank_stage=True).cpu().numpy()
+    by_sort = sampling.Sampler(rows, vocab, DEVICE, block=128, rank_form="sort")
+    np.testing.assert_array_equal(kept, by_sort.kept_weights(*inputs, rank_stage=True).cpu().numpy())
+    np.testing.assert_array_equal(chunked.block_sum.cpu().numpy(), by_sort.block_sum.cpu().numpy())
+    paths = set()
+    for row in range(rows):
+        z = logits[row]
+        if DEVICE.type == "cpu":
+            expected = ref.sampling.row_weights(z, parameters[row]) if np.any(z > -np.inf) else np.zeros(vocab, np.int64)
+            np.testing.assert_array_equal(kept[row], expected, err_msg=f"row {row}: {parameters[row, :4]}")
+        if np.any(z > -np.inf):
+            paths.add(_chunked_path(z, parameters[row], candidates))
+    assert paths == {"first launch", "candidates", "streamed"}
+
+
+def test_rank_forms_and_their_sizes_are_checked():
+    with pytest.raises(ValueError, match="at most 8192"):
+        sampling.Sampler(2, sampling.FUSED_RANK_VOCAB + 1, DEVICE, rank_form="fused")
+    with pytest.raises(ValueError, match="rank form"):
+        sampling.Sampler(2, 300, DEVICE, rank_form="bitonic")
+    with pytest.raises(ValueError, match="multiple of the block"):
+        sampling.Sampler(2, 3000, DEVICE, block=256, rank_form="chunked", chunk=512, candidates=6)
+    assert sampling.Sampler(2, sampling.FUSED_RANK_VOCAB + 1, DEVICE).rank_form == "chunked"
+    assert sampling.Sampler(2, sampling.FUSED_RANK_VOCAB, DEVICE).rank_form == "fused"
 
 
 def test_argmax_lowest_index_and_nan_never_wins():

@@ -15,8 +15,17 @@ wherever `exp` agrees:
      one launch a round and sorts nothing: one program a row finds each cutoff (the k-th key, the
      key where the cumulative weight reaches p) by bisection over the row held in registers, splits
      the ids tied at a cutoff by id order, stores the kept weights in id order and sums them by
-     block. Larger vocabularies take one stable descending torch sort over static buffers
-     and the filters as torch operations (about thirty launches). A round none of whose sampling lanes filters by rank
+     block. Larger vocabularies take the chunked form, two launches and no sort either:
+     `_chunk_rank_kernel`, one program per row and chunk of RANK_CHUNK ids, keeps each chunk's first
+     min(top-k, RANK_CANDIDATES) ids in rank order (RANK_CANDIDATES without a top-k) as candidates
+     and finishes rows that filter by min-p alone; `_merge_rank_kernel`, one program a row, decides
+     top-k up to RANK_CANDIDATES, and top-p wherever the row's first RANK_CANDIDATES ids reach its
+     threshold, over the candidates exactly as the fused kernel does over a row (the row's leading
+     ids are all among them, and the ids a chunk left out rank after them); any other row (a larger
+     top-k, a flat row's top-p) is streamed, each cutoff found 4 bits at a time by a pass counting or
+     summing over the row for 16 keys at once. `Sampler(rank_form="sort")` is one stable descending
+     torch sort over static buffers and the filters as torch operations (about thirty launches: the
+     tests' oracle on the device). A round none of whose sampling lanes filters by rank
      (`SamplingParams.rank_filtered`) skips this stage (`RankFilters`): with top-k 0, top-p 1 and
      min-p 0 the stage only drops ids of weight 0, which no draw can pick, so the kept weights are
      the weights and the draw is the same;
@@ -38,8 +47,14 @@ from helios.production.kernels.launch import dependent, wait_for_prior
 
 WEIGHT_SCALE = float(2**24)
 # The largest vocabulary whose rows `_rank_kernel` holds in one program's registers: 8,192 ids over
-# 16 warps are 16 a thread; a larger one takes the torch sort (module docstring, stage 2).
+# 16 warps are 16 a thread; a larger one takes the chunked form (module docstring, stage 2).
 FUSED_RANK_VOCAB = 8192
+# The chunked rank stage (module docstring, stage 2): ids a program of its first launch, candidates
+# each keeps (a row's top-k up to this many is decided over them), ids a pass of a streamed row.
+RANK_CHUNK = 8192
+RANK_CANDIDATES = 256
+RANK_SPAN = 1024
+RANK_FORMS = ("fused", "chunked", "sort")
 
 
 class RankFilters:
@@ -193,6 +208,250 @@ def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab
 
 
 @triton.jit
+def _order_key(z):
+    # an order-preserving integer of each float (negative floats' magnitude bits flipped; -0.0 read
+    # as 0.0, equal to it as the reference compares): rank order is key descending, then id ascending
+    bits = z.to(tl.int32, bitcast=True)
+    bits = tl.where(bits == -2147483648, 0, bits)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+
+
+@triton.jit
+def _chunk_rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, kept_ptr, block_sum_ptr, count_ptr,
+                       candidate_ptr, total_ptr, vocab, blocks, chunks, BLOCK: tl.constexpr, BLOCKS: tl.constexpr,
+                       CHUNK: tl.constexpr, CANDIDATES: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
+    # program (row, chunk of CHUNK ids), the first of the chunked rank stage's two launches. A row
+    # that filters by top-k or top-p: the chunk's first `count` ids in rank order (count = top-k up
+    # to CANDIDATES, else CANDIDATES) are its candidates, stored in id order, and its kept weights
+    # and block sums are zeroed for `_merge_rank_kernel`. Any other row (min-p or nothing): its kept
+    # weights and block sums are final here (survivors: e >= min-p, and rank 0).
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    ids = chunk * CHUNK + tl.arange(0, CHUNK)
+    real = ids < vocab
+    at = row * vocab + ids
+    z = tl.load(z_ptr + at, mask=real, other=float("-inf"))
+    weight = tl.load(w_ptr + at, mask=real, other=0)
+    key = _order_key(z)
+    live = real & (z > float("-inf"))
+    top_k = tl.load(params_ptr + row * 7 + 2).to(tl.int64)  # truncated, as the reference's int()
+    top_p = tl.load(params_ptr + row * 7 + 1)
+    by_k = (top_k > 0) & (top_k < vocab)
+    ranked = by_k | (top_p < 1.0)
+    count = tl.where(by_k & (top_k < CANDIDATES), top_k, CANDIDATES)
+    cut = tl.full((), -2147483648, tl.int64)  # the greatest key with `count` live ids at or above it
+    high = tl.full((), 2147483647, tl.int64)
+    for _ in range(0, tl.where(ranked, 32, 0)):
+        middle = (cut + high + 1) >> 1
+        enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= count
+        cut = tl.where(enough, middle, cut)
+        high = tl.where(enough, high, middle - 1)
+    above = live & (key > cut)
+    tie = (live & (key == cut)).to(tl.int32)
+    room = count - tl.sum(above.to(tl.int64), axis=0)
+    ranked_ids = (tl.zeros_like(ids) + ranked.to(tl.int32)) > 0  # (a scalar bool, for every id)
+    chosen = (above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))) & ranked_ids
+    slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+    cell = row * chunks + chunk
+    tl.store(candidate_ptr + cell * CANDIDATES + slot, ids, mask=chosen)
+    tl.store(count_ptr + cell, tl.sum(chosen.to(tl.int32), axis=0))
+    tl.store(total_ptr + cell, tl.sum(weight, axis=0))
+    # rank 0: the lowest id of the tempered maximum, in the first block whose maximum it is
+    b = tl.arange(0, BLOCKS)
+    maxima = tl.load(block_max_ptr + row * blocks + b, mask=b < blocks, other=float("-inf"))
+    temperature = tl.load(params_ptr + row * 7 + 0)
+    safe_temperature = tl.where(temperature > 0, temperature, 1.0)
+    top = tl.max(maxima, axis=0) / safe_temperature
+    first_block = tl.min(tl.where((maxima / safe_temperature == top) & (b < blocks), b, BLOCKS), axis=0)
+    first = ids == tl.min(tl.where(real & (z == top) & (ids // BLOCK == first_block), ids, vocab), axis=0)
+    e = tl.load(e_ptr + at, mask=real, other=0.0)
+    min_p = tl.load(params_ptr + row * 7 + 3)
+    kept = tl.where(~ranked_ids & ((e >= min_p) | first), weight, 0)
+    tl.store(kept_ptr + at, kept, mask=real)
+    c = tl.arange(0, CHUNK // BLOCK)
+    sums = tl.sum(tl.reshape(kept, (CHUNK // BLOCK, BLOCK)), axis=1)
+    tl.store(block_sum_ptr + row * blocks + chunk * (CHUNK // BLOCK) + c, sums,
+             mask=chunk * (CHUNK // BLOCK) + c < blocks)
+
+
+@triton.jit
+def _stream_ordered(z_ptr, w_ptr, row, ids, vocab, cut_k, room, ties_before, by_k):
+    # one span of ids, streamed in id order: their keys, which survive top-k (above its cutoff, or
+    # at it within the first `room` tied ids, `ties_before` of them before the span; every live id
+    # without a top-k), their weights where they do ("ordered"), and the span's ids tied at the cutoff
+    real = ids < vocab
+    z = tl.load(z_ptr + row * vocab + ids, mask=real, other=float("-inf"))
+    key = _order_key(z)
+    live = real & (z > float("-inf"))
+    tie = (live & (key == cut_k)).to(tl.int64)
+    chosen = live & ((key > cut_k) | ((tie > 0) & (ties_before + tl.cumsum(tie, axis=0) - tie < room)))
+    chosen = tl.where(by_k, chosen, live)
+    weight = tl.load(w_ptr + row * vocab + ids, mask=real, other=0)
+    return key, chosen, tl.where(chosen, weight, 0), tl.sum(tie, axis=0)
+
+
+@triton.jit
+def _merge_rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, count_ptr, candidate_ptr,
+                       total_ptr, vocab, blocks, chunks, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
+                       CANDIDATES: tl.constexpr, SPAN: tl.constexpr, PDL: tl.constexpr):
+    wait_for_prior(PDL)
+    # program (row), the second launch: a row that filters by top-k or top-p. Its candidates hold
+    # the row's first min(top-k, CANDIDATES) ids in rank order (each chunk's first that many), so
+    # top-k up to CANDIDATES, and top-p where the first CANDIDATES ids reach the threshold, are
+    # decided over them exactly as `_rank_kernel` decides over a whole row (bisection; ties by id).
+    # Otherwise (top-k past CANDIDATES, or top-p whose cutoff ranks later) the row is streamed in
+    # spans of SPAN ids: each cutoff by a 16-way search over the keys, one pass of the row a digit.
+    row = tl.program_id(0).to(tl.int64)
+    top_k = tl.load(params_ptr + row * 7 + 2).to(tl.int64)
+    top_p = tl.load(params_ptr + row * 7 + 1)
+    min_p = tl.load(params_ptr + row * 7 + 3)
+    by_k = (top_k > 0) & (top_k < vocab)
+    if by_k | (top_p < 1.0):
+        slots = tl.arange(0, CHUNKS * CANDIDATES)
+        cell = row * chunks + slots // CANDIDATES
+        counts = tl.load(count_ptr + cell, mask=slots // CANDIDATES < chunks, other=0)
+        real = slots % CANDIDATES < counts
+        ids = tl.load(candidate_ptr + cell * CANDIDATES + slots % CANDIDATES, mask=real, other=0)
+        z = tl.load(z_ptr + row * vocab + ids, mask=real, other=float("-inf"))
+        weight = tl.load(w_ptr + row * vocab + ids, mask=real, other=0)
+        key = _order_key(z)
+        live = real & (z > float("-inf"))
+        top = tl.max(tl.where(real, key, -4294967296), axis=0)
+        first = slots == tl.min(tl.where(real & (key == top), slots, CHUNKS * CANDIDATES), axis=0)
+        count = tl.where(by_k & (top_k < CANDIDATES), top_k, CANDIDATES)
+        cut = tl.full((), -2147483648, tl.int64)
+        high = tl.full((), 2147483647, tl.int64)
+        for _ in range(0, 32):
+            middle = (cut + high + 1) >> 1
+            enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= count
+            cut = tl.where(enough, middle, cut)
+            high = tl.where(enough, high, middle - 1)
+        above = live & (key > cut)
+        tie = (live & (key == cut)).to(tl.int32)
+        room = count - tl.sum(above.to(tl.int64), axis=0)
+        leading = above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))
+        survivors = tl.where(by_k, leading, live)
+        ordered = tl.where(survivors, weight, 0)
+        total = tl.sum(tl.load(total_ptr + row * chunks + tl.arange(0, CHUNKS), mask=tl.arange(0, CHUNKS) < chunks,
+                               other=0), axis=0)
+        total = tl.where(by_k, tl.sum(ordered, axis=0), total)
+        threshold = top_p.to(tl.float64) * total.to(tl.float64)
+        leading_weight = tl.sum(tl.where(leading, weight, 0), axis=0).to(tl.float64)
+        decided = tl.where(by_k, top_k <= CANDIDATES, leading_weight >= threshold)
+        if decided:
+            cut = tl.full((), -2147483648, tl.int64)
+            high = tl.full((), 2147483648, tl.int64)  # no key: only rank 0 survives (p = 0)
+            for _ in range(0, tl.where(top_p < 1.0, 33, 0)):
+                middle = (cut + high) >> 1
+                below = tl.sum(tl.where(key > middle, ordered, 0), axis=0).to(tl.float64) < threshold
+                high = tl.where(below, middle, high)
+                cut = tl.where(below, cut, middle + 1)
+            tied = tl.where(key == cut, ordered, 0)
+            before = tl.sum(tl.where(key > cut, ordered, 0), axis=0) + tl.cumsum(tied, axis=0) - tied
+            survivors &= (key > cut) | ((key == cut) & (before.to(tl.float64) < threshold)) | first
+            e = tl.load(e_ptr + row * vocab + ids, mask=real, other=0.0)
+            survivors &= (e >= min_p) | first
+            kept = tl.where(survivors, weight, 0)
+            tl.store(kept_ptr + row * vocab + ids, kept, mask=real & survivors)
+            tl.atomic_add(block_sum_ptr + row * blocks + ids // BLOCK, kept, mask=real & survivors & (kept > 0))
+        else:
+            _stream_rank(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, row, vocab, blocks, top_k, top_p,
+                         min_p, by_k, BLOCK, SPAN)
+
+
+@triton.jit
+def _stream_rank(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, row, vocab, blocks, top_k, top_p, min_p,
+                 by_k, BLOCK: tl.constexpr, SPAN: tl.constexpr):
+    # One row's rank stage streamed in spans of SPAN ids (a divisor of BLOCK). Each cutoff is found
+    # 4 bits at a time: 16 candidate keys t_j = low + j * step, one pass counting (top-k) or summing
+    # (top-p) over the row for all 16 at once, the search range narrowed to one step; 9 passes
+    # reach a single key from the 2^32.
+    j = tl.arange(0, 16).to(tl.int64)
+    # top-k: the greatest key with top_k live ids at or above it, in [low, high]
+    low = tl.full((), -2147483648, tl.int64)
+    high = tl.full((), 2147483647, tl.int64)
+    for _ in range(0, tl.where(by_k, 9, 0)):
+        step = tl.maximum((high - low + 16) // 16, 1)
+        t = low + j * step
+        counts = tl.zeros((16,), tl.int64)
+        for start in range(0, vocab, SPAN):
+            ids = start + tl.arange(0, SPAN)
+            z = tl.load(z_ptr + row * vocab + ids, mask=ids < vocab, other=float("-inf"))
+            live = (ids < vocab) & (z > float("-inf"))
+            counts += tl.sum((live[:, None] & (_order_key(z)[:, None] >= t[None, :])).to(tl.int64), axis=0)
+        best = tl.max(tl.where((counts >= top_k) & (t <= high), j, 0), axis=0)
+        low_next = low + best * step
+        high = tl.minimum(low_next + step - 1, high)
+        low = low_next
+    cut_k = low
+    above = tl.zeros((), tl.int64)
+    for start in range(0, vocab, SPAN):
+        ids = start + tl.arange(0, SPAN)
+        z = tl.load(z_ptr + row * vocab + ids, mask=ids < vocab, other=float("-inf"))
+        above += tl.sum(((ids < vocab) & (z > float("-inf")) & (_order_key(z) > cut_k)).to(tl.int64), axis=0)
+    room = top_k - above
+    # the top-k survivors' total and rank 0 (the greatest key's lowest id)
+    total = tl.zeros((), tl.int64)
+    ties = tl.zeros((), tl.int64)
+    best_key = tl.full((), -4294967296, tl.int64)
+    first_id = tl.full((), 0, tl.int64)
+    for start in range(0, vocab, SPAN):
+        ids = start + tl.arange(0, SPAN)
+        key, chosen, ordered, n = _stream_ordered(z_ptr, w_ptr, row, ids, vocab, cut_k, room, ties, by_k)
+        total += tl.sum(ordered, axis=0)
+        ties += n
+        top_here = tl.max(tl.where(ids < vocab, key, -4294967296), axis=0)
+        first_here = tl.min(tl.where((ids < vocab) & (key == top_here), ids, vocab), axis=0).to(tl.int64)
+        first_id = tl.where(top_here > best_key, first_here, first_id)
+        best_key = tl.maximum(best_key, top_here)
+    # top-p: the least key with less than the threshold above it, in [low, high] (2^31: no key, only
+    # rank 0 survives); keys past `high` are below it too
+    threshold = top_p.to(tl.float64) * total.to(tl.float64)
+    low = tl.full((), -2147483648, tl.int64)
+    high = tl.full((), 2147483648, tl.int64)
+    for _ in range(0, tl.where(top_p < 1.0, 9, 0)):
+        step = tl.maximum((high - low + 15) // 16, 1)
+        t = low + j * step
+        sums = tl.zeros((16,), tl.int64)
+        ties = tl.zeros((), tl.int64)
+        for start in range(0, vocab, SPAN):
+            key, chosen, ordered, n = _stream_ordered(z_ptr, w_ptr, row, start + tl.arange(0, SPAN), vocab, cut_k,
+                                                      room, ties, by_k)
+            sums += tl.sum(tl.where(key[:, None] > t[None, :], ordered[:, None], 0), axis=0)
+            ties += n
+        below = (sums.to(tl.float64) < threshold) | (t > high)
+        least = tl.min(tl.where(below, j, 16), axis=0)
+        high = tl.minimum(low + least * step, high)
+        low = tl.where(least > 0, low + (least - 1) * step + 1, low)
+    cut_p = tl.minimum(low, high)  # no search at p >= 1: every id is above the least key
+    # the weight above the top-p cutoff, then each span's survivors, kept weights and their sum,
+    # added to its block's
+    heavier = tl.zeros((), tl.int64)
+    ties = tl.zeros((), tl.int64)
+    for start in range(0, vocab, SPAN):
+        key, chosen, ordered, n = _stream_ordered(z_ptr, w_ptr, row, start + tl.arange(0, SPAN), vocab, cut_k, room,
+                                                  ties, by_k)
+        heavier += tl.sum(tl.where(key > cut_p, ordered, 0), axis=0)
+        ties += n
+    ties = tl.zeros((), tl.int64)
+    for start in range(0, vocab, SPAN):
+        ids = start + tl.arange(0, SPAN)
+        key, chosen, ordered, n = _stream_ordered(z_ptr, w_ptr, row, ids, vocab, cut_k, room, ties, by_k)
+        ties += n
+        tied = tl.where(key == cut_p, ordered, 0)
+        before = heavier + tl.cumsum(tied, axis=0) - tied
+        heavier += tl.sum(tied, axis=0)
+        first = ids == first_id
+        survivors = chosen & ((key > cut_p) | ((key == cut_p) & (before.to(tl.float64) < threshold)) | first)
+        e = tl.load(e_ptr + row * vocab + ids, mask=ids < vocab, other=0.0)
+        survivors &= (e >= min_p) | first
+        kept = tl.where(survivors, tl.load(w_ptr + row * vocab + ids, mask=ids < vocab, other=0), 0)
+        tl.store(kept_ptr + row * vocab + ids, kept, mask=ids < vocab)
+        tl.atomic_add(block_sum_ptr + row * blocks + start // BLOCK, tl.sum(kept, axis=0))
+
+
+@triton.jit
 def _draw_kernel(kept_ptr, block_sum_ptr, params_ptr, seed_ptr, positions_ptr, greedy_ptr, out_ptr, vocab,
                  blocks, draw_index, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
@@ -255,12 +514,16 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
-                 rank_filters: RankFilters | None = None, fused_rank: bool | None = None) -> None:
+                 rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int = RANK_CHUNK,
+                 candidates: int = RANK_CANDIDATES, span: int = RANK_SPAN) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
-        # the rank stage in one launch (`_rank_kernel`), or by torch sort; None: fused where it fits
-        self.fused_rank = vocab <= FUSED_RANK_VOCAB if fused_rank is None else fused_rank
-        if self.fused_rank and vocab > FUSED_RANK_VOCAB:
+        # the rank stage (module docstring, stage 2): "fused" (`_rank_kernel`, a row in one program's
+        # registers), "chunked" (`_chunk_rank_kernel` and `_merge_rank_kernel`) or "sort" (torch)
+        self.rank_form = rank_form or ("fused" if vocab <= FUSED_RANK_VOCAB else "chunked")
+        if self.rank_form not in RANK_FORMS:
+            raise ValueError(f"rank form {self.rank_form!r}: one of {', '.join(RANK_FORMS)}")
+        if self.rank_form == "fused" and vocab > FUSED_RANK_VOCAB:
             raise ValueError(f"the fused rank stage holds at most {FUSED_RANK_VOCAB} ids a row, not {vocab}")
         self.blocks = triton.cdiv(vocab, self.block)
         self.blocks_pow2 = triton.next_power_of_2(self.blocks)
@@ -274,7 +537,18 @@ class Sampler:
         self.weights = torch.zeros((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
         self.greedy = torch.zeros((rows,), dtype=torch.int32, device=device)  # [B] i32
         self.kept = torch.zeros((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
-        if not self.fused_rank:  # the torch sort's static buffers
+        if self.rank_form == "chunked":  # CHUNK ids a program, a whole number of blocks
+            self.chunk = max(min(chunk, triton.next_power_of_2(vocab)), self.block)
+            if self.chunk % self.block or self.chunk & (self.chunk - 1) or candidates & (candidates - 1) \
+                    or self.block % min(span, self.block):
+                raise ValueError(f"chunk {chunk}, candidates {candidates}, span {span} for blocks of {self.block}: "
+                                 "powers of two, the chunk a multiple of the block and the span a divisor of it")
+            self.candidates, self.span = candidates, min(span, self.block)
+            self.chunks = triton.cdiv(vocab, self.chunk)
+            self.candidate_count = torch.zeros((rows, self.chunks), dtype=torch.int32, device=device)
+            self.candidate_ids = torch.zeros((rows, self.chunks, candidates), dtype=torch.int32, device=device)
+            self.chunk_total = torch.zeros((rows, self.chunks), **i64)  # [B, chunks] i64: live weight a chunk
+        if self.rank_form == "sort":  # the torch sort's static buffers
             self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
             self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
             self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
@@ -307,11 +581,24 @@ class Sampler:
                               RANK_STAGE=rank_stage, **dependent(logits))
         if not rank_stage:
             return self.weights
-        if self.fused_rank:
+        if self.rank_form == "fused":
             width = triton.next_power_of_2(vocab)
             _rank_kernel[(rows,)](parameters, self.z, self.e, self.weights, self.kept, self.block_sum, vocab,
                                   self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2, WIDTH=width,
                                   num_warps=16 if width > 4096 else 8, **dependent(logits))
+            return self.kept
+        if self.rank_form == "chunked":
+            buffers = (self.kept, self.block_sum, self.candidate_count, self.candidate_ids, self.chunk_total)
+            _chunk_rank_kernel[(rows, self.chunks)](parameters, self.z, self.e, self.weights, self.block_max, *buffers,
+                                                    vocab, self.blocks, self.chunks, BLOCK=self.block,
+                                                    BLOCKS=self.blocks_pow2, CHUNK=self.chunk,
+                                                    CANDIDATES=self.candidates,
+                                                    num_warps=16 if self.chunk > 4096 else 8, **dependent(logits))
+            width = triton.next_power_of_2(self.chunks) * self.candidates
+            _merge_rank_kernel[(rows,)](parameters, self.z, self.e, self.weights, *buffers, vocab, self.blocks,
+                                        self.chunks, BLOCK=self.block, CHUNKS=triton.next_power_of_2(self.chunks),
+                                        CANDIDATES=self.candidates, SPAN=self.span,
+                                        num_warps=16 if width > 4096 else 8, **dependent(logits))
             return self.kept
         kept = self._rank_stage(parameters)
         _block_sum_kernel[grid](kept, self.block_sum, vocab, self.blocks, BLOCK=self.block, **dependent(kept))
