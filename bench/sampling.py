@@ -3,9 +3,11 @@
     python bench/sampling.py                               # rows 1 8 64 256, vocabularies 3072 8192 32000 151936
     python bench/sampling.py --rows 1 8 --vocab 3072 --json sampling.json
     python bench/sampling.py --top-k 0 --top-p 0.9         # top-p alone (Llama's recommended sampling)
+    python bench/sampling.py --top-k 0 --logit-scale 0.5   # flat rows: past 8,192 ids, streamed
 
 What runs. `Sampler` (helios/production/kernels/sampling.py) over random logits (standard normal
-times 4) with every row sampled at temperature 0.7 and `--top-k` 20, `--top-p` 0.9 (the demo core's
+times `--logit-scale`, 4: peaked rows, as a model's; small scales make rows flat, whose top-p the
+chunked form streams) with every row sampled at temperature 0.7 and `--top-k` 20, `--top-p` 0.9 (the demo core's
 recommended sampling), captured into one CUDA graph per (rows, vocabulary, form), replayed
 `--replays` times; microseconds a replay (median of 5 timings). Three forms of each shape:
 
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", nargs="*", type=int, default=[3072, 8192, 32000, 151936])
     parser.add_argument("--top-k", type=int, default=20, help="every row's top-k (0: none; default %(default)s)")
     parser.add_argument("--top-p", type=float, default=0.9, help="every row's top-p (default %(default)s)")
+    parser.add_argument("--logit-scale", type=float, default=4.0,
+                        help="the random logits' standard deviation (default %(default)s)")
     parser.add_argument("--replays", type=int, default=200, help="graph replays a timing (default %(default)s)")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     args = parser.parse_args(argv)
@@ -44,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("this bench times CUDA graphs: it needs a GPU")
     device = torch.device("cuda")
     print(f"device: {torch.cuda.get_device_name()}; microseconds a graph replay (median of 5)")
-    print(f"top-k {args.top_k}, top-p {args.top_p}, temperature 0.7")
+    print(f"top-k {args.top_k}, top-p {args.top_p}, temperature 0.7, logits scaled by {args.logit_scale}")
     print(f"{'rows':>5} {'vocab':>6} {'form':>8} {'plain':>8} {'own':>8} {'sort':>8} {'sort/own':>9}")
     figures = []
     for vocab in args.vocab:
         for rows in args.rows:
             generator = torch.Generator(device=device).manual_seed(rows * 7919 + vocab)
-            logits = torch.randn((rows, vocab), device=device, generator=generator) * 4
+            logits = torch.randn((rows, vocab), device=device, generator=generator) * args.logit_scale
             params = torch.tensor([0.7, args.top_p, float(args.top_k), 0.0, 1.0, 0.0, 0.0], device=device).repeat(rows, 1)
             histogram = torch.zeros((rows, 1), dtype=torch.int32, device=device)
             mask = torch.full((rows, (vocab + 31) // 32), -1, dtype=torch.int32, device=device)
