@@ -56,40 +56,42 @@ class GraphCapture:
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
-        self.unfiltered: dict[str, torch.cuda.CUDAGraph] = {}  # sampling graphs without the rank stage
+        self.forms: dict[tuple[str, str], torch.cuda.CUDAGraph] = {}  # (name, "off" or "sort"): sampling graphs' other forms
 
     def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 1,
                 preserve: Sequence[torch.Tensor] = ()) -> None:
-        """Capture every plan (and its form without the rank stage). Warm-up and capture run each plan
+        """Capture every plan in each of its rank forms (`LaunchPlan.forms`). Warm-up and capture run each plan
         on whatever its buffers hold: the tensors in `preserve` (persistent state, completion records)
         get their bytes back afterwards, so startup leaves no state a round did not write. (A
         speculative program run on zeroed transports reads slot 0 as a lane and commits into it.)"""
         saved = [t.clone() for t in preserve]
-        forms = [(name, plan, True) for name, plan in plans.items()]
-        forms += [(name, plan, False) for name, plan in plans.items() if plan.rank_filters is not None]
+        forms = [(name, plan, form) for name, plan in plans.items() for form in plan.forms()]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            for _name, plan, filtered in forms:
+            for _name, plan, form in forms:
                 for _ in range(warmup):
-                    plan.run(rank_filters=filtered)
+                    plan.run(rank_form=form)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
-        for name, plan, filtered in forms:
+        for name, plan, form in forms:
             graph = torch.cuda.CUDAGraph()
             with capturing(graph, pool=self.pool):
-                plan.run(rank_filters=filtered)
-            (self.graphs if filtered else self.unfiltered)[name] = graph
+                plan.run(rank_form=form)
+            if form == "own":
+                self.graphs[name] = graph
+            else:
+                self.forms[name, form] = graph
         for tensor, value in zip(preserve, saved, strict=True):
             tensor.copy_(value)
         torch.cuda.synchronize(self.device)
 
-    def replay(self, name: str, *, rank_filters: bool = True) -> None:
-        """Replay graph `name`; `rank_filters=False` replays its form without the sampler's rank stage
-        (the same graph when it does not sample)."""
+    def replay(self, name: str, *, rank_form: str = "own") -> None:
+        """Replay graph `name` in `rank_form` (`LaunchPlan.run`; the graph itself where it has no such
+        form: it does not sample, or its samplers have no sort beside their own form)."""
         graph = self.graphs.get(name)
         if graph is None:
             raise GraphNotCaptured(f"graph {name!r} was not captured at startup (captured: {sorted(self.graphs)})")
-        if not rank_filters:
-            graph = self.unfiltered.get(name, graph)
+        if rank_form != "own":
+            graph = self.forms.get((name, rank_form), graph)
         graph.replay()

@@ -62,6 +62,7 @@ import torch
 from helios.errors import HeliosError
 from helios.production.capture import GraphCapture, GraphNotCaptured
 from helios.production.host_memory import HostTierMemory
+from helios.production.kernels.sampling import needs_sort
 from helios.production.plan import LaunchPlan
 from helios.proto import contract_pb2, manifest_pb2
 from helios.runtime.completion import CompletionRows, read_completion, transport_sequence
@@ -254,6 +255,7 @@ class NativeExecutor:
         # stayed the same, so `_row_key` would give the same answer and the row is skipped unexamined.
         self._requests: dict[int, tuple] = {}
         self._rank_filtering: set[int] = set()  # slots whose noted request filters by rank (top-k/p, min-p)
+        self._rank_sorting: set[int] = set()  # those whose filters could make a chunked rank stage stream
         self._columns: LaneColumns | None = None  # the lanes of the round packed last, as columns
         self._confirmed: dict[str, tuple[int, np.ndarray]] = {}
         identities: dict[ResolvedBinding, int] = {}
@@ -475,6 +477,11 @@ class NativeExecutor:
                     self._rank_filtering.add(lane.slot)
                 else:
                     self._rank_filtering.discard(lane.slot)
+                s = lane.sampling
+                if needs_sort(s.temperature, s.top_k, s.top_p):
+                    self._rank_sorting.add(lane.slot)
+                else:
+                    self._rank_sorting.discard(lane.slot)
         if moved:
             for _, flags in self._confirmed.values():
                 flags[moved] = False
@@ -571,19 +578,26 @@ class NativeExecutor:
         written = self.completion.get(M.COMPLETION_FIELD_SUBMISSION_SEQUENCE)
         if written is not None:
             self.buffers[written].fill_(transport_sequence(sequence))
-        filtered = self._rank_filtered()
+        form = self._rank_form()
         if self.capture is not None:
-            self.capture.replay(graph.name, rank_filters=filtered)
+            self.capture.replay(graph.name, rank_form=form)
         else:
-            graph.plan.run(rank_filters=filtered)
+            graph.plan.run(rank_form=form)
 
-    def _rank_filtered(self) -> bool:
-        """Whether a lane that samples this round filters by rank (top-k, top-p or min-p): otherwise
-        the round runs its graph's form without the sampler's rank stage (kernels/sampling.py)."""
+    def _rank_form(self) -> str:
+        """The round's rank form (kernels/sampling.py): "off" where no lane that samples this round
+        filters by rank (top-k, top-p or min-p), "sort" where one's filters could make a chunked rank
+        stage stream its row (`needs_sort`; plans without a chunked sampler run their own form then),
+        else "own"."""
         columns = self._columns
         if not self._rank_filtering:  # no slot's request filters by rank: nothing to look at per lane
-            return False
-        return any(lane.samples and lane.sampling.rank_filtered for lane in columns.lanes)
+            return "off"
+        lanes = [lane for lane in columns.lanes if lane.samples and lane.sampling.rank_filtered]
+        if not lanes:
+            return "off"
+        if self._rank_sorting and any(lane.slot in self._rank_sorting for lane in lanes):
+            return "sort"
+        return "own"
 
     def _lane_columns(self, lanes: Sequence[LaneInput]) -> LaneColumns:
         """The columns packing built for this round's lanes (or new ones for other lanes)."""

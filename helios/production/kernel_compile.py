@@ -237,9 +237,8 @@ def discover(plans: Iterable[LaunchPlan], extra: Iterable[Callable[[], None]] = 
     knobs.runtime.jit_cache_hook = record
     try:
         for plan in plans:
-            plan.run()
-            if plan.rank_filters is not None:  # a sampling plan's second form (captured too)
-                plan.run(rank_filters=False)
+            for form in plan.forms():  # a sampling plan's other forms (captured too)
+                plan.run(rank_form=form)
         for run in extra:
             run()
     finally:

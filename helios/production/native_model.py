@@ -14,8 +14,9 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            tensors: no serving plan ever sees a TUNED buffer unfilled);
   kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
            the plans launch, many at once (kernel_compile.py: discovered, or read from the record of
-           an earlier load of the same identity, `_load_identity`), then run each plan once, which
-           measures the transient memory the plans need; time the product shapes (or take the
+           an earlier load of the same identity, `_load_identity`), then run each plan once (a sampling
+           plan also in its sort form where its rank stage is chunked), which measures the transient
+           memory the plans need; time the product shapes (or take the
            decisions the same identity recorded);
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
@@ -244,8 +245,10 @@ class NativeModel:
                 compiled = compile_plans(warm.values(), device, extra=policy.pending_runs(), identity=identity)
                 marks.append(time.perf_counter())
                 before = compiled_kernels()
-                for plan in warm.values():
-                    plan.run()
+                for plan in warm.values():  # the sort beside a chunked rank stage: its memory is measured too
+                    for form in plan.forms():
+                        if form != "off":
+                            plan.run(rank_form=form)
                 if compiled.record is not None and compiled_kernels() > before:
                     _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
                               "discovers them again", compiled_kernels() - before)

@@ -53,7 +53,8 @@ class LaunchPlan:
     tensors: Mapping[str, torch.Tensor]  # the weight and buffer tensors the plan binds, by tensor name
     operator_count: int  # operators in the program (each covered by exactly one launch)
     # The device's rank-filter switch when the plan samples (kernels/sampling.py), else None: such a
-    # plan has two forms, with and without the rank stage, chosen per round by the executor.
+    # plan has two forms, with and without the rank stage (three where a sampler's rank stage is the
+    # chunked form: the torch sort beside it), chosen per round by the executor.
     rank_filters: RankFilters | None = None
     # Inspection (read only by tools, e.g. the conformance trace recorder): scratch tensors by tensor
     # name whose storage no later launch of this plan reuses, so each holds its program value after
@@ -67,26 +68,35 @@ class LaunchPlan:
             raise ValueError(f"plan {self.graph!r}: launches must cover each operator exactly once, got {covered}")
         object.__setattr__(self, "interpreted", not any(t.is_cuda for t in self.tensors.values()))
 
-    def run(self, *, rank_filters: bool = True) -> None:
-        """Every launch in order; `rank_filters=False` runs the sampling launches without the rank
-        stage (only for a round none of whose sampling lanes filters by rank). On a CPU, one plan at
-        a time in the process (module docstring)."""
+    def run(self, *, rank_form: str = "own") -> None:
+        """Every launch in order, the sampling launches in `rank_form` ("own": the samplers' rank
+        forms; "off": without the rank stage, only for a round none of whose sampling lanes filters
+        by rank; "sort": the torch sort where a sampler is chunked). On a CPU, one plan at a time in
+        the process (module docstring)."""
         if self.interpreted:
             with INTERPRETED_PLANS:
-                self._run(rank_filters)
+                self._run(rank_form)
         else:
-            self._run(rank_filters)
+            self._run(rank_form)
 
-    def _run(self, rank_filters: bool) -> None:
-        switch = self.rank_filters if not rank_filters else None
+    def _run(self, rank_form: str) -> None:
+        switch = self.rank_filters if rank_form != "own" else None
         if switch is not None:
-            switch.enabled = False
+            switch.form = rank_form
         try:
             for launch in self.launches:
                 launch.run()
         finally:
             if switch is not None:
-                switch.enabled = True
+                switch.form = "own"
+
+    def forms(self) -> tuple[str, ...]:
+        """The rank forms this plan runs in (each captured on a GPU): "own", then "off" and "sort" where
+        its samplers have them."""
+        switch = self.rank_filters
+        if switch is None:
+            return ("own",)
+        return ("own", "off", "sort") if switch.sorts else ("own", "off")
 
     @property
     def kernels(self) -> tuple[str, ...]:

@@ -68,7 +68,7 @@ def test_without_the_rank_stage_rows_that_filter_nothing_draw_the_same():
     switch = sampling.RankFilters()
     sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_filters=switch)
     out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
-    switch.enabled = False
+    switch.form = "off"
     sampler.kept.fill_(-5)
     sampler(tensor(logits, torch.float32), tensor(seed), tensor(positions), tensor(parameters, torch.float32),
             tensor(histogram), tensor(grammar_mask), out, draw_index=1)
@@ -165,6 +165,29 @@ def test_chunked_rank_stage_keeps_the_reference_weights_on_every_path():
         if np.any(z > -np.inf):
             paths.add(_chunked_path(z, parameters[row], candidates))
     assert paths == {"first launch", "candidates", "streamed"}
+
+
+def test_a_chunked_sampler_runs_the_torch_sort_where_the_switch_says():
+    """A device whose sampler is chunked has the sort beside it (`RankFilters.sorts`): in a round whose
+    switch says "sort" (a lane `needs_sort`) it sorts, with the same kept weights; and the host's rule
+    sends to the sort exactly the filters the chunked form could stream."""
+    rng = np.random.default_rng()
+    logits, seed, positions, parameters, histogram, grammar_mask = _inputs(rng)
+    switch = sampling.RankFilters()
+    chunked = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_filters=switch, **CHUNKED)
+    assert switch.sorts
+    inputs = (tensor(logits, torch.float32), tensor(parameters, torch.float32), tensor(histogram),
+              tensor(grammar_mask))
+    switch.form = "sort"
+    chunked.candidate_count.fill_(-7)
+    kept = chunked.kept_weights(*inputs).cpu().numpy()
+    assert (chunked.candidate_count == -7).all()  # the chunked launches did not run
+    by_sort = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_form="sort")
+    np.testing.assert_array_equal(kept, by_sort.kept_weights(*inputs, rank_stage=True).cpu().numpy())
+    candidates = sampling.RANK_CANDIDATES
+    assert not sampling.needs_sort(0.0, 10**6, 0.5)  # greedy: no draw
+    assert not sampling.needs_sort(0.7, candidates, 0.5) and not sampling.needs_sort(0.7, 0, 1.0)
+    assert sampling.needs_sort(0.7, candidates + 1, 1.0) and sampling.needs_sort(0.7, 0, 0.95)
 
 
 def test_rank_forms_and_their_sizes_are_checked():

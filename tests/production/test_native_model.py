@@ -193,7 +193,9 @@ def _weights(native, program):
 
 def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(cores, monkeypatch):
     """top-k, top-p or min-p on a lane that samples this round selects the graph's form with the
-    sampler's rank stage; greedy lanes, plain temperature and lanes that do not sample do not."""
+    sampler's rank stage, the torch sort's where the filters could make a chunked rank stage stream
+    the row (top-p without top-k, a top-k past its candidates); greedy lanes, plain temperature and
+    lanes that do not sample select the form without one."""
     import dataclasses
 
     from helios.production.plan import LaunchPlan
@@ -201,27 +203,31 @@ def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(c
     native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
     graph = native.graphs["prefill_p16"]
     assert graph.plan.rank_filters is not None
-    forms: list[bool] = []
+    forms: list[str] = []
     capture = native.executor.capture
     if capture is not None:  # a GPU replays the captured form
         replay = capture.replay
-        monkeypatch.setattr(capture, "replay", lambda name, *, rank_filters=True: (
-            forms.append(rank_filters), replay(name, rank_filters=rank_filters)))
+        monkeypatch.setattr(capture, "replay", lambda name, *, rank_form="own": (
+            forms.append(rank_form), replay(name, rank_form=rank_form)))
     else:  # a CPU runs the plan
         run = LaunchPlan.run
-        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_filters=True: (
-            forms.append(rank_filters), run(plan, rank_filters=rank_filters)))
+        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_form="own": (
+            forms.append(rank_form), run(plan, rank_form=rank_form)))
     plain = _lane(0, PROMPT[:16])
-    for sampling, samples, expected in [(SamplingParams(temperature=0.0, top_k=3), True, False),
-                                        (SamplingParams(temperature=0.8), True, False),
-                                        (SamplingParams(temperature=0.8, top_p=0.5), True, True),
-                                        (SamplingParams(temperature=0.8, top_k=4), True, True),
-                                        (SamplingParams(temperature=0.8, min_p=0.1), True, True),
-                                        (SamplingParams(temperature=0.8, top_k=4), False, False)]:
-        assert sampling.rank_filtered is (expected or not samples)
+    for sampling, samples, expected in [(SamplingParams(temperature=0.0, top_k=3), True, "off"),
+                                        (SamplingParams(temperature=0.8), True, "off"),
+                                        (SamplingParams(temperature=0.8, top_p=0.5), True, "sort"),
+                                        (SamplingParams(temperature=0.8, top_k=300, top_p=0.5), True, "sort"),
+                                        (SamplingParams(temperature=0.8, top_k=4, top_p=0.5), True, "own"),
+                                        (SamplingParams(temperature=0.8, top_k=4), True, "own"),
+                                        (SamplingParams(temperature=0.8, min_p=0.1), True, "own"),
+                                        (SamplingParams(temperature=0.8, top_k=4), False, "off")]:
+        assert sampling.rank_filtered is (expected != "off" or not samples)
         native.run_round("prefill_p16", [dataclasses.replace(plain, sampling=sampling, samples=samples)])
-        assert forms.pop() is expected
-        assert graph.plan.rank_filters.enabled  # the switch is set again after the round
+        assert forms.pop() == expected
+        assert graph.plan.rank_filters.form == "own"  # the switch is set again after the round
+    # this core's vocabulary fits the fused rank stage: no sort form is captured beside it
+    assert graph.plan.forms() == ("own", "off")
 
 
 def test_request_rows_are_packed_again_when_their_request_changes(cores):

@@ -23,9 +23,11 @@ wherever `exp` agrees:
      threshold, over the candidates exactly as the fused kernel does over a row (the row's leading
      ids are all among them, and the ids a chunk left out rank after them); any other row (a larger
      top-k, a flat row's top-p) is streamed, each cutoff found 4 bits at a time by a pass counting or
-     summing over the row for 16 keys at once. `Sampler(rank_form="sort")` is one stable descending
-     torch sort over static buffers and the filters as torch operations (about thirty launches: the
-     tests' oracle on the device). A round none of whose sampling lanes filters by rank
+     summing over the row for 16 keys at once (correct, but milliseconds for a flat row: a round
+     with a lane that could need it, `needs_sort`, takes the sort form instead). The sort form
+     (`Sampler(rank_form="sort")`, and beside every chunked sampler) is one stable descending torch
+     sort over static buffers and the filters as torch operations (about thirty launches). A round
+     none of whose sampling lanes filters by rank
      (`SamplingParams.rank_filtered`) skips this stage (`RankFilters`): with top-k 0, top-p 1 and
      min-p 0 the stage only drops ids of weight 0, which no draw can pick, so the kept weights are
      the weights and the draw is the same;
@@ -58,14 +60,27 @@ RANK_FORMS = ("fused", "chunked", "sort")
 
 
 class RankFilters:
-    """Whether the samplers of a device run the rank stage (2 above). One switch per device, read
-    when a sampler launches: the executor clears it for a round without rank-filtered lanes, and
-    on a GPU each sampling graph is captured once with it set and once cleared."""
+    """Which rank stage (2 above) the samplers of a device run: one switch per device, read when a
+    sampler launches, set by the executor for each round. `form`: "own" (the sampler's rank form),
+    "off" (no rank stage: a round without rank-filtered lanes) or "sort" (the torch sort: a round with
+    a lane whose filters the chunked form would stream, `needs_sort`). On a GPU each sampling graph is
+    captured in each form the device's samplers have ("sort" only where one is chunked: `sorts`)."""
 
-    __slots__ = ("enabled",)
+    __slots__ = ("form", "sorts")
 
     def __init__(self) -> None:
-        self.enabled = True
+        self.form = "own"
+        self.sorts = False  # a sampler of this device has the chunked form (and the sort beside it)
+
+
+def needs_sort(temperature: float, top_k: int, top_p: float) -> bool:
+    """Whether a draw's filters could make the chunked form (vocabularies past FUSED_RANK_VOCAB) stream
+    its row: a top-k past RANK_CANDIDATES (one at least the vocabulary, which disables top-k, is
+    counted too: the host does not look the vocabulary up), or top-p without a top-k (decided over the
+    candidates only where a row's leading ids reach the threshold, which the host cannot know). A
+    round with such a lane runs the torch sort instead: a flat row streamed costs milliseconds
+    (BENCHMARKS.md). Min-p alone and top-k up to RANK_CANDIDATES never stream."""
+    return temperature > 0.0 and (top_k > RANK_CANDIDATES or (top_k <= 0 and top_p < 1.0))
 
 
 @triton.jit
@@ -548,7 +563,9 @@ class Sampler:
             self.candidate_count = torch.zeros((rows, self.chunks), dtype=torch.int32, device=device)
             self.candidate_ids = torch.zeros((rows, self.chunks, candidates), dtype=torch.int32, device=device)
             self.chunk_total = torch.zeros((rows, self.chunks), **i64)  # [B, chunks] i64: live weight a chunk
-        if self.rank_form == "sort":  # the torch sort's static buffers
+        if self.rank_form == "chunked":
+            self.rank_filters.sorts = True
+        if self.rank_form in ("sort", "chunked"):  # the torch sort's static buffers (the chunked form's beside it)
             self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
             self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
             self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
@@ -568,14 +585,15 @@ class Sampler:
              grammar_mask: torch.Tensor, *, rank_stage: bool | None = None) -> torch.Tensor:
         """Stages 1 and 2: each row's kept weights, [rows, V] i64 in id order (a static buffer of this
         sampler), with their per-block sums in `block_sum` and the rows' greedy ids in `greedy` (-1:
-        the mask allows nothing). `rank_stage` None: as the device's `RankFilters` switch says."""
+        the mask allows nothing). `rank_stage` None: as the device's `RankFilters` switch says; True:
+        the sampler's own rank form; False: none."""
         rows, vocab = self.rows, self.vocab
         grid = (rows, self.blocks)
         _filter_kernel[grid](logits, parameters, histogram, grammar_mask, self.z, self.block_max, self.block_id,
                              vocab, histogram.shape[1], grammar_mask.shape[1], self.blocks, BLOCK=self.block,
                              **dependent(logits))
-        if rank_stage is None:
-            rank_stage = self.rank_filters.enabled
+        form = self.rank_filters.form if rank_stage is None else ("own" if rank_stage else "off")
+        rank_stage = form != "off"
         _weights_kernel[grid](parameters, self.z, self.e, self.weights, self.block_max, self.block_id, self.greedy,
                               self.block_sum, vocab, self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2,
                               RANK_STAGE=rank_stage, **dependent(logits))
@@ -587,7 +605,7 @@ class Sampler:
                                   self.blocks, BLOCK=self.block, BLOCKS=self.blocks_pow2, WIDTH=width,
                                   num_warps=16 if width > 4096 else 8, **dependent(logits))
             return self.kept
-        if self.rank_form == "chunked":
+        if self.rank_form == "chunked" and form != "sort":
             buffers = (self.kept, self.block_sum, self.candidate_count, self.candidate_ids, self.chunk_total)
             _chunk_rank_kernel[(rows, self.chunks)](parameters, self.z, self.e, self.weights, self.block_max, *buffers,
                                                     vocab, self.blocks, self.chunks, BLOCK=self.block,
