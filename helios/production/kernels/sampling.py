@@ -160,6 +160,45 @@ def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexp
 
 
 @triton.jit
+def _leading(key, live, count, search):
+    # the first `count` live ids in rank order (key descending, then id ascending): those above `cut`,
+    # the greatest key with `count` live ids at or above it, and of the ids at it the lowest ids that
+    # fill the count (a cumulative sum over the tie). Without `search` every live id (the initial cut
+    # is below every key)
+    cut = tl.full((), -2147483648, tl.int64)
+    high = tl.full((), 2147483647, tl.int64)
+    for _ in range(0, tl.where(search, 32, 0)):
+        middle = (cut + high + 1) >> 1
+        enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= count
+        cut = tl.where(enough, middle, cut)
+        high = tl.where(enough, high, middle - 1)
+    above = live & (key > cut)
+    tie = (live & (key == cut)).to(tl.int32)
+    room = count - tl.sum(above.to(tl.int64), axis=0)
+    return above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))
+
+
+@triton.jit
+def _within_top_p(key, ordered, threshold, search):
+    # top-p over `ordered` (the weights still in): an id stays while the weight ranked before it is
+    # below `threshold`. `cut`, the least key with less than that above it: every id above it stays
+    # (what precedes it is above `cut` too), none below it does, and at it the weight before an id is
+    # that above plus its tie's lower ids'. Without `search` (p >= 1) every id stays (weights below
+    # the total are all above the initial cut; ids past it weigh 0); with p = 0 no key qualifies and
+    # none stays (the caller keeps rank 0)
+    cut = tl.full((), -2147483648, tl.int64)
+    high = tl.full((), 2147483648, tl.int64)
+    for _ in range(0, tl.where(search, 33, 0)):
+        middle = (cut + high) >> 1
+        below = tl.sum(tl.where(key > middle, ordered, 0), axis=0).to(tl.float64) < threshold
+        high = tl.where(below, middle, high)
+        cut = tl.where(below, cut, middle + 1)
+    tied = tl.where(key == cut, ordered, 0)
+    before = tl.sum(tl.where(key > cut, ordered, 0), axis=0) + tl.cumsum(tied, axis=0) - tied
+    return (key > cut) | ((key == cut) & (before.to(tl.float64) < threshold))
+
+
+@triton.jit
 def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexpr,
                  BLOCKS: tl.constexpr, WIDTH: tl.constexpr, PDL: tl.constexpr):
     wait_for_prior(PDL)
@@ -181,38 +220,13 @@ def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab
     live = real & (z > float("-inf"))
     top = tl.max(tl.where(real, key, -4294967296), axis=0)
     first = ids == tl.min(tl.where(real & (key == top), ids, WIDTH), axis=0)  # rank 0
-    # top-k: `cut`, the greatest key with k live ids at or above it; of the ids at it, the lowest
-    # ids fill the k (no step runs without a top-k: every live id is above the initial cut)
+    # top-k (every live id without one), then top-p over the survivors' weights, p * their total
     top_k = tl.load(params_ptr + row * 7 + 2).to(tl.int64)  # truncated, as the reference's int()
-    cut = tl.full((), -2147483648, tl.int64)
-    high = tl.full((), 2147483647, tl.int64)
-    for _ in range(0, tl.where((top_k > 0) & (top_k < vocab), 32, 0)):
-        middle = (cut + high + 1) >> 1
-        enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= top_k
-        cut = tl.where(enough, middle, cut)
-        high = tl.where(enough, high, middle - 1)
-    above = live & (key > cut)
-    tie = (live & (key == cut)).to(tl.int32)
-    room = top_k - tl.sum(above.to(tl.int64), axis=0)
-    survivors = above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))
-    # top-p: an id survives while the weight ranked before it is below p * total. `cut`, the least
-    # key with less than that above it: every id above it survives (what precedes it is above `cut`
-    # too), none below it does, and at it the weight before an id is that above plus its tie's
-    # lower ids'. No step runs at p >= 1 (weights below the total are all above the initial cut;
-    # ids past it weigh 0, kept or not)
+    survivors = _leading(key, live, top_k, (top_k > 0) & (top_k < vocab))
     ordered = tl.where(survivors, weight, 0)
     top_p = tl.load(params_ptr + row * 7 + 1)
     threshold = top_p.to(tl.float64) * tl.sum(ordered, axis=0).to(tl.float64)
-    cut = tl.full((), -2147483648, tl.int64)
-    high = tl.full((), 2147483648, tl.int64)  # no key: only rank 0 survives (p = 0)
-    for _ in range(0, tl.where(top_p < 1.0, 33, 0)):
-        middle = (cut + high) >> 1
-        below = tl.sum(tl.where(key > middle, ordered, 0), axis=0).to(tl.float64) < threshold
-        high = tl.where(below, middle, high)
-        cut = tl.where(below, cut, middle + 1)
-    tied = tl.where(key == cut, ordered, 0)
-    before = tl.sum(tl.where(key > cut, ordered, 0), axis=0) + tl.cumsum(tied, axis=0) - tied
-    survivors &= (key > cut) | ((key == cut) & (before.to(tl.float64) < threshold)) | first
+    survivors &= _within_top_p(key, ordered, threshold, top_p < 1.0) | first
     survivors &= (e >= tl.load(params_ptr + row * 7 + 3)) | first  # min-p
     kept = tl.where(survivors, weight, 0)
     tl.store(kept_ptr + at, kept, mask=real)
@@ -255,18 +269,8 @@ def _chunk_rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, block_max_ptr, kept_ptr,
     by_k = (top_k > 0) & (top_k < vocab)
     ranked = by_k | (top_p < 1.0)
     count = tl.where(by_k & (top_k < CANDIDATES), top_k, CANDIDATES)
-    cut = tl.full((), -2147483648, tl.int64)  # the greatest key with `count` live ids at or above it
-    high = tl.full((), 2147483647, tl.int64)
-    for _ in range(0, tl.where(ranked, 32, 0)):
-        middle = (cut + high + 1) >> 1
-        enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= count
-        cut = tl.where(enough, middle, cut)
-        high = tl.where(enough, high, middle - 1)
-    above = live & (key > cut)
-    tie = (live & (key == cut)).to(tl.int32)
-    room = count - tl.sum(above.to(tl.int64), axis=0)
     ranked_ids = (tl.zeros_like(ids) + ranked.to(tl.int32)) > 0  # (a scalar bool, for every id)
-    chosen = (above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))) & ranked_ids
+    chosen = _leading(key, live, count, ranked) & ranked_ids
     slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
     cell = row * chunks + chunk
     tl.store(candidate_ptr + cell * CANDIDATES + slot, ids, mask=chosen)
@@ -335,17 +339,7 @@ def _merge_rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr,
         top = tl.max(tl.where(real, key, -4294967296), axis=0)
         first = slots == tl.min(tl.where(real & (key == top), slots, CHUNKS * CANDIDATES), axis=0)
         count = tl.where(by_k & (top_k < CANDIDATES), top_k, CANDIDATES)
-        cut = tl.full((), -2147483648, tl.int64)
-        high = tl.full((), 2147483647, tl.int64)
-        for _ in range(0, 32):
-            middle = (cut + high + 1) >> 1
-            enough = tl.sum((live & (key >= middle)).to(tl.int32), axis=0) >= count
-            cut = tl.where(enough, middle, cut)
-            high = tl.where(enough, high, middle - 1)
-        above = live & (key > cut)
-        tie = (live & (key == cut)).to(tl.int32)
-        room = count - tl.sum(above.to(tl.int64), axis=0)
-        leading = above | ((tie > 0) & (tl.cumsum(tie, axis=0) - tie < room))
+        leading = _leading(key, live, count, count > 0)  # the row's first `count` ids (count >= 1)
         survivors = tl.where(by_k, leading, live)
         ordered = tl.where(survivors, weight, 0)
         total = tl.sum(tl.load(total_ptr + row * chunks + tl.arange(0, CHUNKS), mask=tl.arange(0, CHUNKS) < chunks,
@@ -355,16 +349,7 @@ def _merge_rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr,
         leading_weight = tl.sum(tl.where(leading, weight, 0), axis=0).to(tl.float64)
         decided = tl.where(by_k, top_k <= CANDIDATES, leading_weight >= threshold)
         if decided:
-            cut = tl.full((), -2147483648, tl.int64)
-            high = tl.full((), 2147483648, tl.int64)  # no key: only rank 0 survives (p = 0)
-            for _ in range(0, tl.where(top_p < 1.0, 33, 0)):
-                middle = (cut + high) >> 1
-                below = tl.sum(tl.where(key > middle, ordered, 0), axis=0).to(tl.float64) < threshold
-                high = tl.where(below, middle, high)
-                cut = tl.where(below, cut, middle + 1)
-            tied = tl.where(key == cut, ordered, 0)
-            before = tl.sum(tl.where(key > cut, ordered, 0), axis=0) + tl.cumsum(tied, axis=0) - tied
-            survivors &= (key > cut) | ((key == cut) & (before.to(tl.float64) < threshold)) | first
+            survivors &= _within_top_p(key, ordered, threshold, top_p < 1.0) | first
             e = tl.load(e_ptr + row * vocab + ids, mask=real, other=0.0)
             survivors &= (e >= min_p) | first
             kept = tl.where(survivors, weight, 0)
