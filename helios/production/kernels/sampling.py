@@ -356,13 +356,13 @@ def _merge_rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr,
             tl.store(kept_ptr + row * vocab + ids, kept, mask=real & survivors)
             tl.atomic_add(block_sum_ptr + row * blocks + ids // BLOCK, kept, mask=real & survivors & (kept > 0))
         else:
-            _stream_rank(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, row, vocab, blocks, top_k, top_p,
-                         min_p, by_k, BLOCK, SPAN)
+            _stream_rank(z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, row, vocab, blocks, top_k, top_p, min_p, by_k,
+                         BLOCK, SPAN)
 
 
 @triton.jit
-def _stream_rank(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, row, vocab, blocks, top_k, top_p, min_p,
-                 by_k, BLOCK: tl.constexpr, SPAN: tl.constexpr):
+def _stream_rank(z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, row, vocab, blocks, top_k, top_p, min_p, by_k,
+                 BLOCK: tl.constexpr, SPAN: tl.constexpr):
     # One row's rank stage streamed in spans of SPAN ids (a divisor of BLOCK). Each cutoff is found
     # 4 bits at a time: 16 candidate keys t_j = low + j * step, one pass counting (top-k) or summing
     # (top-p) over the row for all 16 at once, the search range narrowed to one step; 9 passes
