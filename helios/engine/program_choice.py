@@ -16,26 +16,25 @@ draft of acceptance p is rejected once for every p / (1 - p) proposals it has ac
 PRIOR_ROUNDS rounds of it are w = PRIOR_ROUNDS / (1 - p) observations (`prior_weight`, at most
 PRIOR_WEIGHT_LIMIT). The prior is the acceptance pooled over every completed lane of the scheduler
 (itself starting from a uniform prior, mean 1/2), so a new request starts from what the draft has
-done so far and its own rounds take over after a few. Rounds, not a fixed count: measured on an H100
-with the demo pair at temperature 0.7 (BENCHMARKS.md, issue #18), a fixed two pseudo-observations
-sent requests of about 50 tokens (7 W8 rounds) to plain decoding after one or two early rejections,
-and four still sent a request of the copying workload there after one round rejected at its first
-proposal (4 p / 5 = 0.66 at p = 0.82, below W8's break-even against plain decoding at one request):
-30 of its runs' 357 rounds were plain or narrower, and the runs served 0.94 of a fixed W8's rate. At
-p = 1/2 the rule gives the four of before; at p = 0.82, 11 (one immediate rejection: 0.75). A
-request whose draft really accepts poorly (a = 0.3 among requests pooled at 0.82) is sent to plain
-decoding after three or four rounds. While plain decoding is chosen nothing new is observed, so the
-pooled counts decay (by POOLED_DECAY for each PLAIN_TOKENS tokens of the plain stint chosen,
-`plain_decay`: the scheduler's stints start at PLAIN_TOKENS, the sequential engine chooses again
-after each plain token) back toward the uniform prior, and the request's own counts alike toward the
-pooled mean: a draft judged poor, on earlier requests or on a request's first rounds, is tried again
-once the evidence has aged, instead of never. While the pooled evidence is under
-EXPLORATION_EVIDENCE observations (a fresh runtime, or evidence aged that far), acceptance is
-unknown and no rate can be expected: the lanes run the configured width (`explores`), as with
-unknown costs, and their completed round is the observation the choice then rests on. Without this a
-uniform prior that makes plain decoding win would never be tested, however well the draft accepts;
-with it, a poor draft costs one round at the configured width after each ~15 plain stints' worth of
-aging.
+done so far and its own rounds take over after a few. Rounds, not a fixed count: with a fixed four,
+one round rejected at its first proposal gave 4 p / 5 = 0.66 at p = 0.82, below W8's break-even
+against plain decoding at one request (a fixed two had sent requests of about 50 tokens, 7 W8
+rounds, to plain decoding after one or two early rejections: BENCHMARKS.md, issue #18); two rounds
+of the pooled draft give the four of before at p = 1/2 and 11 at p = 0.82 (one immediate rejection:
+0.75). Measured after the change on an H100, the copying workload at one request still ran one or
+two plain stints in a run of 32 requests (longer runs of rejections). A request whose draft really
+accepts poorly (a = 0.3 among requests pooled at 0.82) is sent to plain decoding after three or four
+rounds. While plain decoding is chosen nothing new is observed, so the pooled counts decay (by
+POOLED_DECAY for each PLAIN_TOKENS tokens of the plain stint chosen, `plain_decay`: the scheduler's
+stints start at PLAIN_TOKENS, the sequential engine chooses again after each plain token) back
+toward the uniform prior, and the request's own counts alike toward the pooled mean: a draft judged
+poor, on earlier requests or on a request's first rounds, is tried again once the evidence has aged,
+instead of never. While the pooled evidence is under EXPLORATION_EVIDENCE observations (a fresh
+runtime, or evidence aged that far), acceptance is unknown and no rate can be expected: the lanes
+run the configured width (`explores`), as with unknown costs, and their completed round is the
+observation the choice then rests on. Without this a uniform prior that makes plain decoding win
+would never be tested, however well the draft accepts; with it, a poor draft costs one round at the
+configured width after each ~15 plain stints' worth of aging.
 
 Expected tokens. A lane whose next round offers it `limit` target rows (the pending token and
 limit - 1 proposals) emits sum_{k=0}^{limit-1} a^k tokens in expectation: the pending token always,
