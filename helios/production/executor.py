@@ -592,12 +592,15 @@ class NativeExecutor:
         columns = self._columns
         if not self._rank_filtering:  # no slot's request filters by rank: nothing to look at per lane
             return "off"
-        lanes = [lane for lane in columns.lanes if lane.samples and lane.sampling.rank_filtered]
-        if not lanes:
-            return "off"
-        if self._rank_sorting and any(lane.slot in self._rank_sorting for lane in lanes):
-            return "sort"
-        return "own"
+        sorting, form = self._rank_sorting, "off"
+        for lane in columns.lanes:
+            if lane.samples and lane.sampling.rank_filtered:
+                if lane.slot in sorting:
+                    return "sort"
+                form = "own"
+                if not sorting:  # no slot's request could need the sort: the first such lane decides
+                    break
+        return form
 
     def _lane_columns(self, lanes: Sequence[LaneInput]) -> LaneColumns:
         """The columns packing built for this round's lanes (or new ones for other lanes)."""

@@ -160,6 +160,15 @@ def _block_sum_kernel(kept_ptr, block_sum_ptr, vocab, blocks, BLOCK: tl.constexp
 
 
 @triton.jit
+def _order_key(z):
+    # an order-preserving integer of each float (negative floats' magnitude bits flipped; -0.0 read
+    # as 0.0, equal to it as the reference compares): rank order is key descending, then id ascending
+    bits = z.to(tl.int32, bitcast=True)
+    bits = tl.where(bits == -2147483648, 0, bits)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+
+
+@triton.jit
 def _leading(key, live, count, search):
     # the first `count` live ids in rank order (key descending, then id ascending): those above `cut`,
     # the greatest key with `count` live ids at or above it, and of the ids at it the lowest ids that
@@ -214,9 +223,7 @@ def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab
     z = tl.load(z_ptr + at, mask=real, other=float("-inf"))
     weight = tl.load(w_ptr + at, mask=real, other=0)
     e = tl.load(e_ptr + at, mask=real, other=0.0)
-    bits = z.to(tl.int32, bitcast=True)
-    bits = tl.where(bits == -2147483648, 0, bits)  # -0.0's bits (compared as integers: no float fold applies)
-    key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+    key = _order_key(z)
     live = real & (z > float("-inf"))
     top = tl.max(tl.where(real, key, -4294967296), axis=0)
     first = ids == tl.min(tl.where(real & (key == top), ids, WIDTH), axis=0)  # rank 0
@@ -234,15 +241,6 @@ def _rank_kernel(params_ptr, z_ptr, e_ptr, w_ptr, kept_ptr, block_sum_ptr, vocab
     block = tl.where(real, ids // BLOCK, BLOCKS)
     sums = tl.sum(tl.where(block[:, None] == b[None, :], kept[:, None], 0), axis=0)
     tl.store(block_sum_ptr + row * blocks + b, sums, mask=b < blocks)
-
-
-@triton.jit
-def _order_key(z):
-    # an order-preserving integer of each float (negative floats' magnitude bits flipped; -0.0 read
-    # as 0.0, equal to it as the reference compares): rank order is key descending, then id ascending
-    bits = z.to(tl.int32, bitcast=True)
-    bits = tl.where(bits == -2147483648, 0, bits)
-    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
 
 
 @triton.jit
@@ -548,7 +546,6 @@ class Sampler:
             self.candidate_count = torch.zeros((rows, self.chunks), dtype=torch.int32, device=device)
             self.candidate_ids = torch.zeros((rows, self.chunks, candidates), dtype=torch.int32, device=device)
             self.chunk_total = torch.zeros((rows, self.chunks), **i64)  # [B, chunks] i64: live weight a chunk
-        if self.rank_form == "chunked":
             self.rank_filters.sorts = True
         if self.rank_form in ("sort", "chunked"):  # the torch sort's static buffers (the chunked form's beside it)
             self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
