@@ -230,6 +230,45 @@ def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(c
     assert graph.plan.forms() == ("own", "off")
 
 
+def test_a_chunked_sampler_draws_the_reference_engine_tokens_in_each_of_its_forms(cores, monkeypatch):
+    """A vocabulary past the fused rank stage's (made small here: 288 ids in one chunk of 512, 8
+    candidates) gets the chunked sampler and a third form of each sampling graph with the torch sort;
+    seeded draws equal the reference engine's whichever form a round selects: the chunked form for
+    top-k within the candidates (alone, with top-p) and min-p alone, the sort for top-p alone and a
+    top-k past the candidates."""
+    from helios.production.kernels import sampling as kernels
+    from helios.production.plan import LaunchPlan
+
+    monkeypatch.setattr(kernels, "FUSED_RANK_VOCAB", 64)
+    monkeypatch.setattr(kernels, "RANK_CANDIDATES", 8)
+    monkeypatch.setattr(kernels, "RANK_SPAN", 32)
+    core = cores("qwen3")
+    reference = ReferenceEngine.load(core, pages=PAGES)
+    driven = ReferenceEngine.load(core, pages=PAGES)
+    native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
+    driven.executor = native.executor
+    assert native.graphs["prefill_p16"].plan.forms() == ("own", "off", "sort")
+    forms: list[str] = []
+    capture = native.executor.capture
+    if capture is not None:  # a GPU replays the captured forms
+        replay = capture.replay
+        monkeypatch.setattr(capture, "replay", lambda name, *, rank_form="own": (
+            forms.append(rank_form), replay(name, rank_form=rank_form)))
+    else:
+        run = LaunchPlan.run
+        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_form="own": (
+            forms.append(rank_form), run(plan, rank_form=rank_form)))
+    for expected, sampling in [("own", SamplingParams(temperature=0.9, top_k=6, seed=11)),
+                               ("own", SamplingParams(temperature=0.9, top_k=8, top_p=0.6, seed=12)),
+                               ("own", SamplingParams(temperature=0.9, min_p=0.2, seed=13)),
+                               ("sort", SamplingParams(temperature=0.9, top_p=0.8, seed=14)),
+                               ("sort", SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=15))]:
+        forms.clear()
+        tokens = _greedy(driven, 4, sampling)
+        assert tokens == _greedy(reference, 4, sampling), sampling
+        assert set(forms) - {"off"} == {expected}, (sampling, forms)  # "off": rounds that sample nothing
+
+
 def test_request_rows_are_packed_again_when_their_request_changes(cores):
     """Rows packed once per request (seed, histogram, ...) follow a new request in the same slot,
     even one that reuses the slot's generation."""

@@ -512,8 +512,8 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
-                 rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int = RANK_CHUNK,
-                 candidates: int = RANK_CANDIDATES, span: int = RANK_SPAN) -> None:
+                 rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int | None = None,
+                 candidates: int | None = None, span: int | None = None) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
         # the rank stage (module docstring, stage 2): "fused" (`_rank_kernel`, a row in one program's
@@ -536,6 +536,9 @@ class Sampler:
         self.greedy = torch.zeros((rows,), dtype=torch.int32, device=device)  # [B] i32
         self.kept = torch.zeros((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
         if self.rank_form == "chunked":  # CHUNK ids a program, a whole number of blocks
+            chunk = RANK_CHUNK if chunk is None else chunk
+            candidates = RANK_CANDIDATES if candidates is None else candidates
+            span = RANK_SPAN if span is None else span
             self.chunk = max(min(chunk, triton.next_power_of_2(vocab)), self.block)
             if self.chunk % self.block or self.chunk & (self.chunk - 1) or candidates & (candidates - 1) \
                     or self.block % min(span, self.block):
