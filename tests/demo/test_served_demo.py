@@ -60,7 +60,7 @@ def client(tmp_path_factory):
 # One held-out prompt (seed 1, by index) of each kind the committed model answers, none in a phrasing
 # the README uses (tests/demo/test_checkpoint.py checks the same indices with HF transformers).
 HELD_OUT = {TaskKind.TOOL_CALL: 353, TaskKind.JSON_EXTRACTION: 37, TaskKind.TOOL_ANSWER: 9,
-            TaskKind.NO_TOOL: 10, TaskKind.IDENTITY: 27}
+            TaskKind.NO_TOOL: 25, TaskKind.IDENTITY: 27}
 SCHEMA_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
 
 
