@@ -12,12 +12,8 @@ from helios.demo import CHECKPOINT_DIR, DRAFTER_DIR
 from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED
 from helios.demo.tasks import TaskKind, held_out_examples
 from helios.demo.tokenizer import MARKUP_TOKENS, SPECIAL_TOKENS
+from tests.demo.known_good import KNOWN_GOOD
 
-# Held-out prompts (seed 1) the committed checkpoint answers correctly, one of each kind it answers
-# at all; BENCHMARKS.md has its score on every kind.
-KNOWN_GOOD = {"addition": 0, "subtraction": 1, "division": 3, "unit_conversion": 4, "reverse": 6,
-              "tool_answer": 9, "no_tool": 25, "small_talk": 26, "identity": 27, "out_of_domain": 13,
-              "multi_turn": 14, "multiplication": 17, "copy": 20, "json_extraction": 37, "tool_call": 353}
 MAX_BYTES = 26 * 10**6  # both checkpoints together travel with the working tree
 
 
@@ -92,13 +88,13 @@ def greedy(offline):
 
 def test_greedy_answers_on_held_out_prompts(greedy):
     chosen, verdicts, completions, _, _ = greedy
-    assert {str(example.kind): index for index, example in zip(sorted(KNOWN_GOOD.values()), chosen, strict=True)} \
+    assert {example.kind: index for index, example in zip(sorted(KNOWN_GOOD.values()), chosen, strict=True)} \
         == KNOWN_GOOD
+    assert set(KNOWN_GOOD) == set(TaskKind)  # one prompt of every task kind
     wrong = [(e.question, text, v.reason) for e, v, text in zip(chosen, verdicts, completions, strict=True)
              if not v.correct]
     assert not wrong
     assert all(text.startswith("<think>\n") for text in completions)
-    assert {example.kind for example in chosen} <= set(TaskKind)
 
 
 def test_the_drafter_proposes_the_targets_next_token(greedy):

@@ -1,6 +1,7 @@
 """`make demo` end to end: prepare the committed demo checkpoint, serve it as a real process, and ask
-through the official openai client for a tool call, a JSON answer and worded answers, in phrasings
-the README does not use, and for the README's own examples, which must answer as the README shows."""
+through the official openai client one held-out prompt of every task kind (tests/demo/known_good.py:
+a tool call, a JSON answer and worded answers, in phrasings the README does not use), and for the
+README's own examples, which must answer as the README shows."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import openai
 import pytest
 
 from helios.demo import __main__ as demo
-from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED
 from helios.demo.scoring import score_reply
-from helios.demo.tasks import TaskKind, held_out_examples
+from helios.demo.tasks import TaskKind
+from tests.demo.known_good import known_good
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -57,17 +58,7 @@ def client(tmp_path_factory):
     process.wait(timeout=30)
 
 
-# One held-out prompt (seed 1, by index) of each kind the committed model answers, none in a phrasing
-# the README uses (tests/demo/test_checkpoint.py checks the same indices with HF transformers).
-HELD_OUT = {TaskKind.TOOL_CALL: 353, TaskKind.JSON_EXTRACTION: 37, TaskKind.TOOL_ANSWER: 9,
-            TaskKind.NO_TOOL: 25, TaskKind.IDENTITY: 27}
 SCHEMA_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
-
-
-def _example(kind: TaskKind):
-    example = held_out_examples(HELD_OUT_SEED, HELD_OUT_COUNT)[HELD_OUT[kind]]
-    assert example.kind is kind
-    return example
 
 
 def _ask(client, example):
@@ -77,7 +68,7 @@ def _ask(client, example):
 
 
 def test_tool_prompt_produces_the_right_call(client):
-    example = _example(TaskKind.TOOL_CALL)
+    example = known_good(TaskKind.TOOL_CALL)
     choice = _ask(client, example).choices[0]
     assert choice.finish_reason == "tool_calls"
     calls = [call.model_dump() for call in choice.message.tool_calls]
@@ -91,16 +82,19 @@ def test_tool_prompt_produces_the_right_call(client):
 
 
 def test_json_answer_parses_and_is_right(client):
-    example = _example(TaskKind.JSON_EXTRACTION)
+    example = known_good(TaskKind.JSON_EXTRACTION)
     message = _ask(client, example).choices[0].message
     json.loads(message.content)  # the answer is a JSON document
     verdict = score_reply(example.expectation, message.content)
     assert verdict.correct, f"{example.question!r}: {verdict.reason} (content {message.content!r})"
 
 
-@pytest.mark.parametrize("kind", [TaskKind.TOOL_ANSWER, TaskKind.NO_TOOL, TaskKind.IDENTITY])
+@pytest.mark.parametrize("kind", [kind for kind in TaskKind if kind not in (TaskKind.TOOL_CALL,
+                                                                           TaskKind.JSON_EXTRACTION)])
 def test_worded_answers(client, kind):
-    example = _example(kind)
+    """Every other task kind (arithmetic, conversions, copy and reverse, answers from a tool result or
+    without a fitting tool, small talk, identity, refusals, follow-ups): a worded answer, right."""
+    example = known_good(kind)
     choice = _ask(client, example).choices[0]
     assert choice.finish_reason == "stop" and not choice.message.tool_calls
     verdict = score_reply(example.expectation, choice.message.content)
