@@ -70,6 +70,7 @@ from helios.production.kernel_compile import (
     source_digest,
 )
 from helios.production.lowering import lower_program
+from helios.production.lowering.context import sampler_storage
 from helios.production.lowering.product_choice import (
     PATHS,
     Decision,
@@ -293,6 +294,7 @@ class NativeModel:
                 capture = GraphCapture(device)
                 persistent = [buffers[b.name] for b in manifest.buffers
                               if b.role in (M.BUFFER_ROLE_STATE, M.BUFFER_ROLE_COMPLETION)]
+                sampler_storage(arena).freeze()  # the graphs hold its buffers' addresses
                 capture.capture(plans, preserve=persistent)
                 _log.info("graphs phase: lowered %.2f s, %d graphs captured in %.2f s", lowered - lowering,
                           len(plans), time.perf_counter() - lowered)

@@ -209,3 +209,33 @@ def test_argmax_lowest_index_and_nan_never_wins():
     out = torch.empty(5, dtype=torch.int32, device=DEVICE)
     sampling.argmax(tensor(logits, torch.float32), out, block=256)
     np.testing.assert_array_equal(out.cpu().numpy(), ref.argmax(logits))
+
+
+@pytest.mark.parametrize("form", [dict(rank_form="fused"), CHUNKED, dict(rank_form="sort")],
+                         ids=["fused", "chunked", "sorted-by-torch"])
+def test_samplers_sharing_one_storage_each_draw_the_reference_tokens(form):
+    """Samplers of several row counts over one `SamplerStorage` (as a device's plans hold them) run in
+    turn, each over what the one before left in the shared buffers, and each draws the reference's
+    tokens; the storage holds the most rows once, not every sampler's; a sampler of another slot has
+    buffers of its own; once frozen, a sampler needing more rows is refused."""
+    rng = np.random.default_rng()
+    storage = sampling.SamplerStorage(DEVICE)
+    samplers = [sampling.Sampler(rows, VOCAB, DEVICE, block=128, storage=storage, **form) for rows in (3, ROWS, 5)]
+    other = sampling.Sampler(4, VOCAB, DEVICE, block=128, storage=storage, slot=1, **form)
+    largest = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, **form)  # its own storage
+    own = largest.storage.bytes
+    assert storage.bytes == own + sampling.Sampler(4, VOCAB, DEVICE, block=128, **form).storage.bytes
+    assert samplers[0].z.data_ptr() == samplers[1].z.data_ptr() != other.z.data_ptr()
+    for sampler in [*samplers, other, samplers[0], samplers[1]]:
+        logits, seed, positions, parameters, histogram, grammar_mask = _inputs(rng)
+        rows = sampler.rows
+        inputs = (logits[:rows], seed[:rows], positions[:rows], parameters[:rows], histogram[:rows],
+                  grammar_mask[:rows])
+        out = torch.empty(rows, dtype=torch.int32, device=DEVICE)
+        sampler(tensor(inputs[0], torch.float32), tensor(inputs[1]), tensor(inputs[2]), tensor(inputs[3], torch.float32),
+                tensor(inputs[4]), tensor(inputs[5]), out, draw_index=2)
+        np.testing.assert_array_equal(out.cpu().numpy(), ref.sample(*inputs, draw_index=2))
+    storage.freeze()
+    sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, storage=storage, **form)  # fits: views again
+    with pytest.raises(RuntimeError, match="frozen"):
+        sampling.Sampler(ROWS + 1, VOCAB, DEVICE, block=128, storage=storage, **form)

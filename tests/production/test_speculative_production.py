@@ -87,3 +87,26 @@ def test_production_adaptive_choice_gives_the_plain_greedy_tokens(cores):
     assert m.speculative_rounds + m.plain_choices >= 1 and m.fallback_choices >= 1
     assert sum(m.speculative_rounds_by_width.values()) == m.speculative_rounds
     assert sum(m.offered_by_position.values()) == m.offered_drafts
+
+
+@CPU_FP32
+def test_a_loads_samplers_share_one_storage_of_the_most_rows(cores, monkeypatch):
+    """Every sampler a load makes (each graph's sampling rows, the verifier's target and draft rows,
+    the proposals' probabilities) holds its [rows, V] buffers in the device's one `SamplerStorage`:
+    as many rows as the largest sampler of its slot (the verifier's draft rows in a slot of their
+    own), not the sum over the core's capacities."""
+    from helios.production.kernels import sampling
+    from helios.production.loading import load_native_model
+
+    made: list[sampling.Sampler] = []
+    init = sampling.Sampler.__init__
+    monkeypatch.setattr(sampling.Sampler, "__init__", lambda self, *a, **k: (init(self, *a, **k), made.append(self))[0])
+    load_native_model(cores["rectangular"], device="cpu", pages=40, speculative_width=4)
+    monkeypatch.undo()
+    (storage,) = {id(s.storage): s.storage for s in made}.values()
+    vocab = made[0].vocab
+    per_row = sampling.Sampler(1, vocab, "cpu", block=made[0].block).storage.bytes  # one row's buffers
+    most = {slot: max(s.rows for s in made if s.slot == slot) for slot in (0, 1)}
+    assert len({s.rows for s in made if s.slot == 0}) > 2  # several shapes share slot 0
+    assert storage.bytes == (most[0] + most[1]) * per_row
+    assert storage.bytes < sum(s.rows for s in made) * per_row  # what a buffer set for each shape held

@@ -508,14 +508,73 @@ def argmax(logits: torch.Tensor, out: torch.Tensor, *, block: int = 4096) -> Non
     _argmax_kernel[(rows,)](logits, out, vocab, BLOCK=min(block, triton.next_power_of_2(vocab)), **dependent(out))
 
 
+class SamplerStorage:
+    """The [rows, V] buffers of a device's samplers, shared. A sampler's buffers are dead once its
+    call returns (its kept weights and draws are read within it), and a device runs one plan at a
+    time (one stream, one submission at a time), so the samplers of one `slot` (0, or 1 for the
+    verifier's draft rows, read together with its target rows) can hold their buffers in one tensor
+    of each name: as many rows as the largest of them, each sampler a view of its first rows. Without
+    it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB a row of 151,936 ids in
+    the chunked form with the sort beside it: gigabytes over a core's capacities. Grows while plans
+    are lowered; `freeze` before graphs capture the addresses."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self._tensors: dict[tuple[int, str, torch.dtype, int], torch.Tensor] = {}
+        self._frozen = False
+
+    def rows(self, slot: int, name: str, dtype: torch.dtype, rows: int, vocab: int) -> torch.Tensor:
+        """The first `rows` rows of buffer `name` of `slot` ([rows, vocab] of `dtype`, contiguous)."""
+        key = (slot, name, dtype, vocab)
+        tensor = self._tensors.get(key)
+        if tensor is None or tensor.shape[0] < rows:
+            if self._frozen:
+                raise RuntimeError(f"sampler buffer {name!r} of slot {slot} needs {rows} rows after the storage "
+                                   "was frozen (graphs hold its addresses): every sampler is made before capture")
+            tensor = torch.zeros((rows, vocab), dtype=dtype, device=self.device)  # zeroed once, as the arena's
+            self._tensors[key] = tensor
+        return tensor[:rows]
+
+    def freeze(self) -> None:
+        """No buffer grows from here on (a captured graph holds their addresses)."""
+        self._frozen = True
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._tensors.values())
+
+
+def _row_buffer(name: str, dtype: torch.dtype, doc: str) -> property:
+    def get(self: Sampler) -> torch.Tensor:
+        return self.storage.rows(self.slot, name, dtype, self.rows, self.vocab)
+
+    return property(get, doc=doc)
+
+
 class Sampler:
-    """Static buffers and launches of `sample` for one (rows, vocab) shape on one device."""
+    """Static buffers and launches of `sample` for one (rows, vocab) shape on one device; its [rows, V]
+    buffers are views into `storage` (its own where none is given)."""
+
+    z = _row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits")
+    e = _row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)")
+    weights = _row_buffer("weights", torch.int64, "[B, V] i64: floor(e * 2^24)")
+    kept = _row_buffer("kept", torch.int64, "[B, V] i64: kept weights in id order")
+    # the torch sort's (the sort form, and the chunked form's beside it)
+    sorted_z = _row_buffer("sorted_z", torch.float32, "[B, V] f32, rank order")
+    order = _row_buffer("order", torch.int64, "[B, V] i64: id at each rank")
+    ordered = _row_buffer("ordered", torch.int64, "[B, V] i64: weights in rank order")
+    before = _row_buffer("before", torch.int64, "[B, V] i64: exclusive cumulative weights")
+    sorted_e = _row_buffer("sorted_e", torch.float32, "[B, V] f32: e in rank order")
+    keep = _row_buffer("keep", torch.bool, "[B, V] bool: kept in rank order")
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
                  rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int | None = None,
-                 candidates: int | None = None, span: int | None = None) -> None:
+                 candidates: int | None = None, span: int | None = None, storage: SamplerStorage | None = None,
+                 slot: int = 0) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
+        self.storage = storage if storage is not None else SamplerStorage(device)
+        self.slot = slot
         # the rank stage (module docstring, stage 2): "fused" (`_rank_kernel`, a row in one program's
         # registers), "chunked" (`_chunk_rank_kernel` and `_merge_rank_kernel`) or "sort" (torch)
         self.rank_form = rank_form or ("fused" if vocab <= FUSED_RANK_VOCAB else "chunked")
@@ -528,13 +587,9 @@ class Sampler:
         self.block_max = torch.zeros((rows, self.blocks), dtype=torch.float32, device=device)
         self.block_id = torch.zeros((rows, self.blocks), dtype=torch.int32, device=device)
         self.block_sum = torch.zeros((rows, self.blocks), dtype=torch.int64, device=device)
-        f32 = dict(dtype=torch.float32, device=device)
         i64 = dict(dtype=torch.int64, device=device)
-        self.z = torch.zeros((rows, vocab), **f32)  # [B, V] f32: filtered, tempered logits
-        self.e = torch.zeros((rows, vocab), **f32)  # [B, V] f32: exp(z - max)
-        self.weights = torch.zeros((rows, vocab), **i64)  # [B, V] i64: floor(e * 2^24)
         self.greedy = torch.zeros((rows,), dtype=torch.int32, device=device)  # [B] i32
-        self.kept = torch.zeros((rows, vocab), **i64)  # [B, V] i64: kept weights in id order
+        buffers = ["z", "e", "weights", "kept"]
         if self.rank_form == "chunked":  # CHUNK ids a program, a whole number of blocks
             chunk = RANK_CHUNK if chunk is None else chunk
             candidates = RANK_CANDIDATES if candidates is None else candidates
@@ -551,14 +606,11 @@ class Sampler:
             self.chunk_total = torch.zeros((rows, self.chunks), **i64)  # [B, chunks] i64: live weight a chunk
             self.rank_filters.sorts = True
         if self.rank_form in ("sort", "chunked"):  # the torch sort's static buffers (the chunked form's beside it)
-            self.sorted_z = torch.zeros((rows, vocab), **f32)  # [B, V] f32, rank order
-            self.order = torch.zeros((rows, vocab), **i64)  # [B, V] i64: id at each rank
-            self.ordered = torch.zeros((rows, vocab), **i64)  # [B, V] i64: weights in rank order
-            self.before = torch.zeros((rows, vocab), **i64)  # [B, V] i64: exclusive cumulative weights
-            self.sorted_e = torch.zeros((rows, vocab), **f32)
-            self.keep = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
+            buffers += ["sorted_z", "order", "ordered", "before", "sorted_e", "keep"]
             self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
             self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
+        for name in buffers:  # sized now, while plans are lowered (the storage grows to the most rows)
+            getattr(self, name)
 
     def __call__(self, logits: torch.Tensor, seed: torch.Tensor, positions: torch.Tensor, parameters: torch.Tensor,
                  histogram: torch.Tensor, grammar_mask: torch.Tensor, out: torch.Tensor, *, draw_index: int = 0

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from helios.production.kernels.sampling import RankFilters, Sampler
+from helios.production.kernels.sampling import RankFilters, Sampler, SamplerStorage
 from helios.program.speculative import ACCEPTANCE_DRAW, TARGET_DRAW
 
 _BIG = 2**30  # larger than any length, slot or submission row
@@ -55,8 +55,9 @@ class ProbabilityScorer:
     """Static buffers and launches of `token_probability` for one (rows, vocab) shape."""
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
-                 rank_filters: RankFilters | None = None) -> None:
-        self.sampler = Sampler(rows, vocab, device, block=block, rank_filters=rank_filters or RankFilters())
+                 rank_filters: RankFilters | None = None, storage: SamplerStorage | None = None) -> None:
+        self.sampler = Sampler(rows, vocab, device, block=block, rank_filters=rank_filters or RankFilters(),
+                               storage=storage)
         # [rows, 7] f32: the rows' parameters, a greedy row's scored at temperature 1 without rank filters
         self.scored = torch.zeros((rows, 7), dtype=torch.float32, device=device)
         # temperature, top_p, top_k, min_p of a greedy row's score
@@ -285,11 +286,14 @@ class Verifier:
     never submits), the kernels stay inside their buffers: rows clamp to P - 1, lengths to D + 1."""
 
     def __init__(self, packed: int, lanes: int, drafts: int, vocab: int, histogram_width: int, mask_words: int,
-                 device: torch.device | str, *, block: int = 4096, rank_filters: RankFilters | None = None) -> None:
+                 device: torch.device | str, *, block: int = 4096, rank_filters: RankFilters | None = None,
+                 storage: SamplerStorage | None = None) -> None:
         self.packed, self.lanes, self.drafts, self.vocab = packed, lanes, drafts, vocab
         switch = rank_filters or RankFilters()
-        self.target = Sampler(packed, vocab, device, block=block, rank_filters=switch)
-        self.draft = Sampler(lanes * drafts, vocab, device, block=block, rank_filters=switch)
+        storage = storage if storage is not None else SamplerStorage(device)
+        # the draft rows' buffers beside the target rows' (slot 1): the verification reads both
+        self.target = Sampler(packed, vocab, device, block=block, rank_filters=switch, storage=storage)
+        self.draft = Sampler(lanes * drafts, vocab, device, block=block, rank_filters=switch, storage=storage, slot=1)
         i32 = dict(dtype=torch.int32, device=device)
         self.row_lane = torch.zeros(packed, **i32)  # [P] i32: each target row's submission row, -1 padding
         self.row_positions = torch.zeros(packed, **i32)  # [P] i32: its position (consumed + k)

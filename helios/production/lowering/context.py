@@ -16,7 +16,7 @@ import torch
 from helios.errors import HeliosError
 from helios.production.buffers import ScratchArena, torch_dtype
 from helios.production.gpu_paths import GpuPaths
-from helios.production.kernels.sampling import RankFilters
+from helios.production.kernels.sampling import RankFilters, SamplerStorage
 from helios.production.lowering.product_choice import LinearPolicy
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
@@ -56,3 +56,9 @@ def rank_filters(arena: ScratchArena) -> RankFilters:
     """The device's one rank-filter switch: every sampler of its plans reads it, the executor sets it
     for each round from its lanes."""
     return arena.memo(("rank_filters",), RankFilters)
+
+
+def sampler_storage(arena: ScratchArena) -> SamplerStorage:
+    """The device's one storage of sampler buffers (`SamplerStorage`): every sampler of its plans holds
+    its [rows, V] buffers there; frozen before graph capture."""
+    return arena.memo(("sampler_storage",), lambda: SamplerStorage(arena.device))

@@ -26,7 +26,7 @@ import torch
 
 from helios.production.kernels import activation, attention, copies, gather, norm, sampling
 from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
-from helios.production.lowering.context import Context, Lowering, rank_filters
+from helios.production.lowering.context import Context, Lowering, rank_filters, sampler_storage
 from helios.production.lowering.engram import lower_engram_gather
 from helios.production.lowering.latent import lower_head_matmul, lower_latent_attention
 from helios.production.lowering.linear import lower_logits, lower_matmul
@@ -146,8 +146,10 @@ def _sample(c: Context, op: ValidatedOperator):
     rows, vocab = logits.shape
     switch = rank_filters(c.arena)
     block = 4096 if c.gpu_paths is None else c.gpu_paths.vocab_block
+    storage = sampler_storage(c.arena)
     sampler = c.arena.memo(("sampler", rows, vocab, block),
-                           lambda: sampling.Sampler(rows, vocab, c.device, block=block, rank_filters=switch))
+                           lambda: sampling.Sampler(rows, vocab, c.device, block=block, rank_filters=switch,
+                                                    storage=storage))
     draw_index = int(op.attributes.get("draw_index", 0))
     return lambda: sampler(logits, seed, positions, parameters, histogram, mask, out, draw_index=draw_index)
 

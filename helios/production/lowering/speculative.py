@@ -8,7 +8,7 @@ weights at once. Both follow the device's `RankFilters` switch, as the plain sam
 from __future__ import annotations
 
 from helios.production.kernels import speculative
-from helios.production.lowering.context import Context, rank_filters
+from helios.production.lowering.context import Context, rank_filters, sampler_storage
 from helios.program.validate import ValidatedOperator
 
 
@@ -26,9 +26,10 @@ def lower_token_probability(c: Context, op: ValidatedOperator):
     rows, vocab = logits.shape
     block = _vocab_block(c)
     switch = rank_filters(c.arena)
+    storage = sampler_storage(c.arena)
     scorer = c.arena.memo(("token_probability", rows, vocab, block),
                           lambda: speculative.ProbabilityScorer(rows, vocab, c.device, block=block,
-                                                                rank_filters=switch))
+                                                                rank_filters=switch, storage=storage))
     return lambda: scorer(logits, ids, parameters, histogram, mask, out)
 
 
@@ -56,9 +57,10 @@ def lower_speculative_verify(c: Context, op: ValidatedOperator):
     block = _vocab_block(c)
     key = ("speculative_verify", packed, lanes, drafts, vocab, histogram.shape[1], mask.shape[1], block)
     switch = rank_filters(c.arena)
+    storage = sampler_storage(c.arena)
     verifier = c.arena.memo(key, lambda: speculative.Verifier(packed, lanes, drafts, vocab, histogram.shape[1],
                                                               mask.shape[1], c.device, block=block,
-                                                              rank_filters=switch))
+                                                              rank_filters=switch, storage=storage))
     return lambda: verifier(logits, draft_logits, candidates, lengths, consumed, seed, parameters, histogram, mask,
                             ids, accepted)
 
