@@ -191,6 +191,24 @@ def _weights(native, program):
             if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
 
 
+def _recorded_forms(native: NativeModel, monkeypatch) -> list[str]:
+    """The rank form of every sampling run from here on, in order: a GPU's replays of the captured
+    forms, a CPU's plan runs."""
+    from helios.production.plan import LaunchPlan
+
+    forms: list[str] = []
+    capture = native.executor.capture
+    if capture is not None:
+        replay = capture.replay
+        monkeypatch.setattr(capture, "replay", lambda name, *, rank_form="own": (
+            forms.append(rank_form), replay(name, rank_form=rank_form)))
+    else:
+        run = LaunchPlan.run
+        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_form="own": (
+            forms.append(rank_form), run(plan, rank_form=rank_form)))
+    return forms
+
+
 def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(cores, monkeypatch):
     """top-k, top-p or min-p on a lane that samples this round selects the graph's form with the
     sampler's rank stage, the torch sort's where the filters could make a chunked rank stage stream
@@ -198,21 +216,10 @@ def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(c
     lanes that do not sample select the form without one."""
     import dataclasses
 
-    from helios.production.plan import LaunchPlan
-
     native = NativeModel.load(cores("qwen3"), LoadOptions(device=str(DEVICE), pages=PAGES))
     graph = native.graphs["prefill_p16"]
     assert graph.plan.rank_filters is not None
-    forms: list[str] = []
-    capture = native.executor.capture
-    if capture is not None:  # a GPU replays the captured form
-        replay = capture.replay
-        monkeypatch.setattr(capture, "replay", lambda name, *, rank_form="own": (
-            forms.append(rank_form), replay(name, rank_form=rank_form)))
-    else:  # a CPU runs the plan
-        run = LaunchPlan.run
-        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_form="own": (
-            forms.append(rank_form), run(plan, rank_form=rank_form)))
+    forms = _recorded_forms(native, monkeypatch)
     plain = _lane(0, PROMPT[:16])
     for sampling, samples, expected in [(SamplingParams(temperature=0.0, top_k=3), True, "off"),
                                         (SamplingParams(temperature=0.8), True, "off"),
@@ -237,7 +244,6 @@ def test_a_chunked_sampler_draws_the_reference_engine_tokens_in_each_of_its_form
     top-k within the candidates (alone, with top-p) and min-p alone, the sort for top-p alone and a
     top-k past the candidates."""
     from helios.production.kernels import sampling as kernels
-    from helios.production.plan import LaunchPlan
 
     monkeypatch.setattr(kernels, "FUSED_RANK_VOCAB", 64)
     monkeypatch.setattr(kernels, "RANK_CANDIDATES", 8)
@@ -248,16 +254,7 @@ def test_a_chunked_sampler_draws_the_reference_engine_tokens_in_each_of_its_form
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
     driven.executor = native.executor
     assert native.graphs["prefill_p16"].plan.forms() == ("own", "off", "sort")
-    forms: list[str] = []
-    capture = native.executor.capture
-    if capture is not None:  # a GPU replays the captured forms
-        replay = capture.replay
-        monkeypatch.setattr(capture, "replay", lambda name, *, rank_form="own": (
-            forms.append(rank_form), replay(name, rank_form=rank_form)))
-    else:
-        run = LaunchPlan.run
-        monkeypatch.setattr(LaunchPlan, "run", lambda plan, *, rank_form="own": (
-            forms.append(rank_form), run(plan, rank_form=rank_form)))
+    forms = _recorded_forms(native, monkeypatch)
     for expected, sampling in [("own", SamplingParams(temperature=0.9, top_k=6, seed=11)),
                                ("own", SamplingParams(temperature=0.9, top_k=8, top_p=0.6, seed=12)),
                                ("own", SamplingParams(temperature=0.9, min_p=0.2, seed=13)),
