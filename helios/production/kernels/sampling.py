@@ -41,6 +41,8 @@ wherever `exp` agrees:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -509,14 +511,14 @@ def argmax(logits: torch.Tensor, out: torch.Tensor, *, block: int = 4096) -> Non
 
 
 class SamplerStorage:
-    """The [rows, V] buffers of a device's samplers, shared. A sampler's buffers are dead once its
-    call returns (its kept weights and draws are read within it), and a device runs one plan at a
-    time (one stream, one submission at a time), so the samplers of one `slot` (0, or 1 for the
-    verifier's draft rows, read together with its target rows) can hold their buffers in one tensor
-    of each name: as many rows as the largest of them, each sampler a view of its first rows. Without
-    it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB a row of 151,936 ids in
-    the chunked form with the sort beside it: gigabytes over a core's capacities. Grows while plans
-    are lowered; `freeze` before graphs capture the addresses."""
+    """The [rows, V] buffers of a device's samplers (and prompt scorers, `kernels/scores.py`), shared.
+    A sampler's buffers are dead once its call returns (its kept weights and draws are read within
+    it), and a device runs one plan at a time (one stream, one submission at a time), so the samplers
+    of one `slot` (0, or 1 for the verifier's draft rows, read together with its target rows) can hold
+    their buffers in one tensor of each name: as many rows as the largest of them, each sampler a view
+    of its first rows. Without it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB
+    a row of 151,936 ids in the chunked form with the sort beside it: gigabytes over a core's
+    capacities. Grows while plans are lowered; `freeze` before graphs capture the addresses."""
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
@@ -544,8 +546,10 @@ class SamplerStorage:
         return sum(t.numel() * t.element_size() for t in self._tensors.values())
 
 
-def _row_buffer(name: str, dtype: torch.dtype, doc: str) -> property:
-    def get(self: Sampler) -> torch.Tensor:
+def row_buffer(name: str, dtype: torch.dtype, doc: str) -> property:
+    """A property: the owner's first `rows` rows of buffer `name` of its storage's `slot`."""
+
+    def get(self: Any) -> torch.Tensor:
         return self.storage.rows(self.slot, name, dtype, self.rows, self.vocab)
 
     return property(get, doc=doc)
@@ -555,17 +559,17 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device; its [rows, V]
     buffers are views into `storage` (its own where none is given)."""
 
-    z = _row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits")
-    e = _row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)")
-    weights = _row_buffer("weights", torch.int64, "[B, V] i64: floor(e * 2^24)")
-    kept = _row_buffer("kept", torch.int64, "[B, V] i64: kept weights in id order")
+    z = row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits")
+    e = row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)")
+    weights = row_buffer("weights", torch.int64, "[B, V] i64: floor(e * 2^24)")
+    kept = row_buffer("kept", torch.int64, "[B, V] i64: kept weights in id order")
     # the torch sort's (the sort form, and the chunked form's beside it)
-    sorted_z = _row_buffer("sorted_z", torch.float32, "[B, V] f32, rank order")
-    order = _row_buffer("order", torch.int64, "[B, V] i64: id at each rank")
-    ordered = _row_buffer("ordered", torch.int64, "[B, V] i64: weights in rank order")
-    before = _row_buffer("before", torch.int64, "[B, V] i64: exclusive cumulative weights")
-    sorted_e = _row_buffer("sorted_e", torch.float32, "[B, V] f32: e in rank order")
-    keep = _row_buffer("keep", torch.bool, "[B, V] bool: kept in rank order")
+    sorted_z = row_buffer("sorted_z", torch.float32, "[B, V] f32, rank order")
+    order = row_buffer("order", torch.int64, "[B, V] i64: id at each rank")
+    ordered = row_buffer("ordered", torch.int64, "[B, V] i64: weights in rank order")
+    before = row_buffer("before", torch.int64, "[B, V] i64: exclusive cumulative weights")
+    sorted_e = row_buffer("sorted_e", torch.float32, "[B, V] f32: e in rank order")
+    keep = row_buffer("keep", torch.bool, "[B, V] bool: kept in rank order")
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
                  rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int | None = None,

@@ -4,26 +4,35 @@ A scored prefill's packed rows each get the FP32 log-softmax of their logits at 
 their K most likely ids (docs/operators.md, "Prompt scores"; `helios.reference.scores` is the
 definition). The work is one pass of row reductions and one stable sort per round, on P rows a
 prompt chunk: torch's reductions and sort already run at the memory bandwidth they need, so no
-Triton kernel is written for it. Every tensor is allocated once, when the program is lowered, so a
-captured replay allocates nothing.
+Triton kernel is written for it. Every tensor is allocated when the program is lowered, so a captured
+replay allocates nothing; the [rows, V] workspaces are rows of the device's sampler storage
+(`SamplerStorage`, slot 0: dead once a call returns, as a sampler's are), not one set per shape.
 """
 
 from __future__ import annotations
 
 import torch
 
+from helios.production.kernels.sampling import SamplerStorage, row_buffer
+
 
 class PromptScorer:
-    """Static workspaces for `rows` x `vocab` logits and the top `top` ids (see the module docstring)."""
+    """Static workspaces for `rows` x `vocab` logits and the top `top` ids (see the module docstring);
+    the [rows, V] ones are views into `storage` (its own where none is given)."""
 
-    def __init__(self, rows: int, vocab: int, top: int, device: torch.device) -> None:
-        self.top = top
+    lp = row_buffer("z", torch.float32, "[P, V] f32: the log-softmax")
+    weights = row_buffer("e", torch.float32, "[P, V] f32: exp(x - max)")
+    sorted = row_buffer("sorted_z", torch.float32, "[P, V] f32: the log-softmax in rank order")
+    order = row_buffer("order", torch.int64, "[P, V] i64: id at each rank")
+
+    def __init__(self, rows: int, vocab: int, top: int, device: torch.device,
+                 storage: SamplerStorage | None = None) -> None:
+        self.rows, self.vocab, self.top, self.slot = rows, vocab, top, 0
+        self.storage = storage if storage is not None else SamplerStorage(device)
+        for name in ("lp", "weights", "sorted", "order"):  # sized now, while plans are lowered
+            getattr(self, name)
         self.peak = torch.zeros((rows, 1), dtype=torch.float32, device=device)
         self.total = torch.zeros((rows, 1), dtype=torch.float32, device=device)
-        self.lp = torch.zeros((rows, vocab), dtype=torch.float32, device=device)  # the log-softmax
-        self.weights = torch.zeros((rows, vocab), dtype=torch.float32, device=device)
-        self.sorted = torch.zeros((rows, vocab), dtype=torch.float32, device=device)
-        self.order = torch.zeros((rows, vocab), dtype=torch.int64, device=device)
         self.index = torch.zeros((rows, 1), dtype=torch.int64, device=device)
         self.valid = torch.zeros((rows, 1), dtype=torch.bool, device=device)
         self.picked = torch.zeros((rows, 1), dtype=torch.float32, device=device)
@@ -31,20 +40,21 @@ class PromptScorer:
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, scores: torch.Tensor, ids: torch.Tensor) -> None:
         rows, vocab = logits.shape
+        lp, ranked, order = self.lp, self.sorted, self.order
         # (x - max) - log(sum(exp(x - max))), in FP32: the reference's order of operations
         torch.amax(logits, dim=1, keepdim=True, out=self.peak)
-        torch.sub(logits, self.peak, out=self.lp)
-        torch.exp(self.lp, out=self.weights)
+        torch.sub(logits, self.peak, out=lp)
+        torch.exp(lp, out=self.weights)
         torch.sum(self.weights, dim=1, keepdim=True, out=self.total)
         torch.log(self.total, out=self.total)
-        self.lp.sub_(self.total)
+        lp.sub_(self.total)
         target = targets.reshape(rows, 1)
         torch.logical_and(target >= 0, target < vocab, out=self.valid)
         self.index.copy_(target)
         self.index.masked_fill_(~self.valid, 0)
-        torch.gather(self.lp, 1, self.index, out=self.picked)
+        torch.gather(lp, 1, self.index, out=self.picked)
         scores[:rows, 0:1].copy_(torch.where(self.valid, self.picked, self.zero))
         # a stable sort: decreasing log-probability, the lower id first among equal ones
-        torch.sort(self.lp, dim=1, descending=True, stable=True, out=(self.sorted, self.order))
-        scores[:rows, 1:].copy_(self.sorted[:, :self.top])
-        ids[:rows].copy_(self.order[:, :self.top])
+        torch.sort(lp, dim=1, descending=True, stable=True, out=(ranked, order))
+        scores[:rows, 1:].copy_(ranked[:, :self.top])
+        ids[:rows].copy_(order[:, :self.top])
