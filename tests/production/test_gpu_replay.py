@@ -67,15 +67,15 @@ def test_a_thousand_rounds_allocate_compile_and_capture_nothing(tiny_checkpoint)
     torch.cuda.synchronize()
     capture = model.executor.capture
     before, compiled = _counters(), compile_count()
-    captured = (dict(capture.graphs), dict(capture.unfiltered))
-    assert compiled > 0 and len(captured[0]) == len(model.graphs) and decode in captured[1]
+    captured = (dict(capture.graphs), dict(capture.forms))
+    assert compiled > 0 and len(captured[0]) == len(model.graphs) and (decode, "off") in captured[1]
     for i in range(1000):
         rows = model.run_round(decode, [lane(s, 16 + i % 200, (7 + i % 50,), 0) for s in range(4)])
         assert all(0 <= row.sampled_id < model.contract.vocabulary.sampled_tokens for row in rows)
     torch.cuda.synchronize()
     assert _counters() == before
     assert compile_count() == compiled
-    assert (capture.graphs, capture.unfiltered) == captured
+    assert (capture.graphs, capture.forms) == captured
     assert captured_graphs() >= len(model.graphs)
 
 
@@ -182,7 +182,7 @@ def test_serving_every_round_kind_in_both_frames_allocates_compiles_and_captures
     torch.cuda.synchronize()
     before, compiled, captures = _counters(), compile_count(), captured_graphs()
     capture = model.executor.capture
-    graphs = (dict(capture.graphs), dict(capture.unfiltered))
+    graphs = (dict(capture.graphs), dict(capture.forms))
     assert compiled > 0 and captures >= len(model.graphs) == len(graphs[0])
     assert {g.operation for g in model.graphs.values()} >= {C.OPERATION_INITIALIZATION, C.OPERATION_MIXED,
                                                              C.OPERATION_SPECULATIVE, C.OPERATION_RESTORATION}
@@ -194,7 +194,7 @@ def test_serving_every_round_kind_in_both_frames_allocates_compiles_and_captures
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
     assert compile_count() == compiled
     assert captured_graphs() == captures
-    assert (capture.graphs, capture.unfiltered) == graphs
+    assert (capture.graphs, capture.forms) == graphs
     m = runtime.metrics()
     assert (m.graphs_captured, m.kernels_compiled) == (startup.graphs_captured, startup.kernels_compiled)
     assert (m.graphs_captured, m.kernels_compiled) == (captures, compiled)
