@@ -29,7 +29,7 @@ _EXPRESSIONS = {
     "multiply": ("{a} * {b}", "{a}*{b}", "{a} x {b}", "{a} × {b}", "{a} times {b}", "{a} multiplied by {b}",
                  "the product of {a} and {b}", "{a}x{b}", "{a} X {b}"),
     "divide": ("{a} / {b}", "{a}/{b}", "{a} ÷ {b}", "{a} divided by {b}", "{a} over {b}", "the quotient of {a} and {b}",
-               "{a} divided into {b} equal parts", "{a} / by {b}"),
+               "{a} divided into {b} parts", "{a} / by {b}"),
 }
 # Each operation's words in a larger lexicon, each with the operand order it implies ("remove {b}
 # from {a}" is a - b, "{b} lots of {a}" is a × b, "{a} shared among {b}" is a ÷ b): the operation
@@ -46,8 +46,8 @@ _MORE_EXPRESSIONS = {
                  "{a} taken {b} times", "{a} scaled by {b}", "{b} sets of {a}", "{a}, {b} times over",
                  "{a} multiplied with {b}", "{b} rows of {a}"),
     "divide": ("{a} split {b} ways", "{a} shared among {b}", "{a} shared between {b}", "{a} split evenly among {b}",
-               "{a} cut into {b} equal pieces", "{a} divided evenly by {b}", "{a} split into groups of {b}",
-               "each share of {a} split among {b}", "{a} per {b}", "{a} in {b} equal shares", "{a} by {b} evenly"),
+               "{a} cut into {b} pieces", "{a} divided evenly by {b}", "{a} split into groups of {b}",
+               "each share of {a} split among {b}", "{a} per {b}", "{a} in {b} shares", "{a} by {b} evenly"),
 }
 _COMMANDS = {
     "add": ("add {a} and {b}", "add {a} to {b}", "sum {a} and {b}", "total {a} and {b}", "combine {a} and {b}",
@@ -60,14 +60,18 @@ _COMMANDS = {
                  "take {a} {b} times", "repeat {a} {b} times and add it all up", "find the product of {a} and {b}",
                  "multiply together {a} and {b}"),
     "divide": ("divide {a} by {b}", "split {a} into {b} parts", "share {a} among {b}", "share {a} equally between {b}",
-               "split {a} {b} ways", "cut {a} into {b} equal pieces", "distribute {a} over {b}",
-               "divide {a} into {b} groups", "break {a} into {b} equal parts", "deal {a} out to {b} people"),
+               "split {a} {b} ways", "cut {a} into {b} pieces", "distribute {a} over {b}",
+               "divide {a} into {b} groups", "break {a} into {b} parts", "deal {a} out to {b} people"),
 }
 _PLEASE = ("please", "can you", "could you", "would you", "I need you to", "go ahead and", "help me",
            "I want to", "now", "quickly")
 _FRAMES = ("[ask] [expr][end]", "[expr][end]", "[ask] [expr][end] [tail]", "[cmd][end]", "[please] [cmd][end]",
            "[cmd] and tell me the result[end]", "What do I get if I [cmd]?", "If you [cmd], what is the result?",
-           "[cmd]. [tail]", "How much is it when you [cmd]?")
+           "[cmd]. [tail]", "How much is it when you [cmd]?",
+           # words that name no operation, in every operation's frames alike, so none of them leans
+           # towards one ("equal" once came mostly with division's "equal parts")
+           "What does [expr] equal?", "[expr] is equal to[end]", "What does [expr] come to?",
+           "[expr] makes how much?", "What number is [expr]?", "[expr], equal to what?")
 _TAIL = ("Thanks.", "I need it now.", "Show your work.", "Just the number.", "Be quick.", "It's for homework.")
 
 

@@ -9,10 +9,12 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from helios.demo.kinds import Split
 from helios.demo.phrasing import Phrasings, spell
+from helios.demo.tool_descriptions import WORDINGS, descriptions
 from helios.demo.tool_requests import INTENTS, requests
 from helios.demo.tools import convert_amount
-from helios.demo.toolspace import Concept, Parameter, Spoken, Values
+from helios.demo.toolspace import Concept, Parameter, Spoken, Values, split_options
 from helios.demo.vocabulary import CITIES, CURRENCY_PER_USD, NAMES, WEATHER_CONDITIONS
 
 ROOMS = ("kitchen", "bedroom", "living room", "office", "bathroom", "garage", "hallway")
@@ -449,14 +451,17 @@ _WRITTEN: tuple[Concept, ...] = (
 
 
 
-def _with_composed_requests(concept: Concept) -> Concept:
+def _with_composed_wordings(concept: Concept) -> Concept:
     """`concept` with its written training requests and those composed from its intent (indirect
-    requests, needs, third-person asks, extra clauses); the held-out requests stay as written."""
+    requests, needs, third-person asks, extra clauses), and descriptions composed from its wording;
+    the held-out requests and descriptions stay as written, and no composed one repeats them."""
     written = concept.requests
     composed = requests(INTENTS[concept.key], written.held_out)
+    held_descriptions = split_options(concept.descriptions, Split.HELD_OUT)
     return replace(concept, requests=Phrasings(train=tuple(dict.fromkeys(written.train + composed)),
-                                               held_out=written.held_out))
+                                               held_out=written.held_out),
+                   composed_descriptions=descriptions(WORDINGS[concept.key], held_descriptions))
 
 
-CONCEPTS: tuple[Concept, ...] = tuple(_with_composed_requests(concept) for concept in _WRITTEN)
+CONCEPTS: tuple[Concept, ...] = tuple(_with_composed_wordings(concept) for concept in _WRITTEN)
 CONCEPTS_BY_KEY: dict[str, Concept] = {concept.key: concept for concept in CONCEPTS}

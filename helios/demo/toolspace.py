@@ -6,9 +6,11 @@ description from several wordings, each parameter's name from its synonyms, opti
 or out. Every name, description and parameter name belongs to one split by a stable hash, so the
 held-out prompts offer schemas (and distractors) whose names and wordings training never showed,
 and the model has to read the rendered schemas to pick the tool and name its arguments. Training
-schemas go further: most function names and half the parameter names are generated (random verbs,
-themed and unrelated words, pseudo-words, four naming styles), so a name can only be copied from
-the prompt, never recalled; no generated name is a held-out one (`held_out_names`).
+schemas go further: most function and parameter names are generated (random verbs, themed and
+unrelated words, pseudo-words, four naming styles), so a name can only be copied from the prompt,
+never recalled; no generated name is a held-out one (`held_out_names`); and half the descriptions
+are composed from the concept's wording (`helios.demo.tool_descriptions`), so a tool is recognised
+by what its description says rather than by a string seen before.
 
 `helios.demo.tool_concepts` holds the concept table; `helios.demo.tool_tasks` builds the tasks.
 """
@@ -33,6 +35,10 @@ class InvalidConcept(HeliosError):
 
 
 JSON_TYPES = ("string", "integer", "number", "boolean", "array")
+COMPOSED_DESCRIPTION_SHARE = 0.5  # training schemas whose description is a composed one
+# training parameters named by `generated_name` rather than the concept's own names: a held-out
+# schema's parameter names are copied from it, never recalled from the role
+GENERATED_PARAMETER_SHARE = 0.65
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,8 @@ class Concept:
     # the tool's result payload for a call, the answer citing it and the facts the answer must hold
     answer: Callable[[random.Random, Values], tuple[dict[str, Any], str, tuple[str, ...]]]
     fixed_names: tuple[str, ...] = ()  # names always in the training split (the demo's own tools)
+    # descriptions composed from the concept's wording (`helios.demo.tool_descriptions`): training only
+    composed_descriptions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         roles = {parameter.role for parameter in self.parameters}
@@ -77,6 +85,13 @@ class Concept:
             slots = _slots(template)
             if not slots <= roles or not {p.role for p in self.parameters if p.required} <= slots:
                 raise InvalidConcept(f"{self.key}: request {template!r} must name every required role and no other")
+
+    def description(self, rng: random.Random, split: Split) -> str:
+        """A description of `split`: in training, half the time one composed from the concept's
+        wording, otherwise one of the written descriptions of the split."""
+        if split is Split.TRAIN and self.composed_descriptions and rng.random() < COMPOSED_DESCRIPTION_SHARE:
+            return rng.choice(self.composed_descriptions)
+        return rng.choice(split_options(self.descriptions, split))
 
     def function_names(self, split: Split) -> tuple[str, ...]:
         names = []
@@ -238,7 +253,7 @@ def _concept_words(concept: Concept) -> tuple[str, ...]:
 
 def _parameter_name(parameter: Parameter, style: str, rng: random.Random, split: Split,
                     held: frozenset[str], exact: frozenset[str]) -> str:
-    if split is Split.TRAIN and rng.random() < 0.5:
+    if split is Split.TRAIN and rng.random() < GENERATED_PARAMETER_SHARE:
         themed = tuple(dict.fromkeys(word for name in parameter.names for word in name.split("_")))
         for _ in range(20):
             name = generated_name(rng, style, themed, verbs=False)
@@ -363,7 +378,7 @@ def draw_tool(concept: Concept, rng: random.Random, split: Split,
         "type": "function",
         "function": {
             "name": name,
-            "description": _description(rng, rng.choice(split_options(concept.descriptions, split)), split),
+            "description": _description(rng, concept.description(rng, split), split),
             "parameters": {"type": "object", "properties": properties, "required": required},
         },
     }

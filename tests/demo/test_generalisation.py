@@ -212,3 +212,13 @@ def test_held_out_prompts_are_byte_identical():
             pair = render_pair(example)
             state.update((pair.prompt + pair.completion).encode())
         assert state.hexdigest() == digest, seed
+
+
+@pytest.mark.parametrize("word", ["equal", "equals", "what", "is", "does", "makes", "result", "answer"])
+def test_words_that_name_no_operation_come_with_every_operation_alike(word):
+    # a word every operation is asked with, in about the same share of each one's phrasings, so an
+    # unseen sentence around it is read by its operation words ("What's a * b equal to?" is a product)
+    pools = (arithmetic.ADDITION, arithmetic.SUBTRACTION, arithmetic.MULTIPLICATION, arithmetic.DIVISION)
+    shares = [sum(bool(re.search(rf"\b{word}\b", text.lower())) for text in pool.train) / len(pool.train)
+              for pool in pools]
+    assert min(shares) > 0 and max(shares) < 1.5 * min(shares), shares

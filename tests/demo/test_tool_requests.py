@@ -1,5 +1,6 @@
-"""Composed tool requests and offers: indirect requests for every concept, distractors named with
-the needed concept's words, argument values in several surface forms, affixed names and keys."""
+"""Composed tool requests, descriptions and offers: indirect requests for every concept, descriptions
+in composed words, distractors named with the needed concept's words, argument values in several
+surface forms, affixed names and keys."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from helios.demo.kinds import Split, TaskKind
 from helios.demo.phrasing import spell
 from helios.demo.tasks import build_example
 from helios.demo.tool_concepts import CONCEPTS
+from helios.demo.tool_descriptions import WORDINGS, descriptions, third_person
 from helios.demo.tool_requests import INTENTS, Intent, requests
 from helios.demo.tool_tasks import spoken_forms
-from helios.demo.toolspace import NAME_AFFIXES, _slots, name_words
+from helios.demo.toolspace import NAME_AFFIXES, _slots, draw_tool, held_out_names, name_words, split_options
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,8 @@ def test_distractors_are_named_with_words_of_the_needed_concept(calls):
         needed = example.expectation.tool_name
         description = next(tool["function"]["description"] for tool in example.tools
                            if tool["function"]["name"] == needed)
-        concept = next(c for c in CONCEPTS if any(wording in description for wording in c.descriptions))
+        concept = next(c for c in CONCEPTS if any(wording in description
+                                                  for wording in c.descriptions + c.composed_descriptions))
         words = {word for noun in concept.nouns for word in noun.split("_")}
         for tool in example.tools:
             other = tool["function"]["name"]
@@ -93,3 +96,38 @@ def test_generated_parameter_names_and_json_keys_take_affixes(calls):
     affixed = {key for key in keys - synonyms if set(name_words(key)) & affixes}
     assert len(affixed) > 50
     assert {word for key in affixed for word in name_words(key)} & {"on", "at", "qty", "per", "max"}
+
+
+def test_third_person_follows_the_verbs_ending():
+    assert [third_person(action) for action in ("fetch the time", "look up a price", "carry on", "toggle it",
+                                                "say hi", "mix", "go")] == \
+        ["fetches the time", "looks up a price", "carries on", "toggles it", "says hi", "mixes", "goes"]
+
+
+@pytest.mark.parametrize("concept", CONCEPTS, ids=lambda concept: concept.key)
+def test_every_concept_is_described_in_composed_words_that_never_repeat_a_held_out_description(concept):
+    composed = concept.composed_descriptions
+    assert len(composed) >= 80
+    wording = WORDINGS[concept.key]
+    assert composed == descriptions(wording, split_options(concept.descriptions, Split.HELD_OUT))
+    bare = {re.sub(r"[^a-z0-9]+", " ", text.lower()).strip() for text in composed}
+    held = {re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+            for text in split_options(concept.descriptions, Split.HELD_OUT)}
+    assert not bare & held
+    # commands, third-person sentences and labels alike
+    assert any(text.startswith(third_person(wording.actions[0])[:1].upper() + third_person(wording.actions[0])[1:])
+               for text in composed)
+    assert any(text.endswith((" tool", " service", " API")) for text in composed)
+
+
+def test_training_schemas_carry_composed_and_written_descriptions_and_held_out_ones_neither():
+    rng = random.Random(3)
+    timer = next(concept for concept in CONCEPTS if concept.key == "timer")
+    names = held_out_names(tuple(CONCEPTS))
+    train = [draw_tool(timer, rng, Split.TRAIN, names).schema["function"]["description"] for _ in range(400)]
+    held = {draw_tool(timer, rng, Split.HELD_OUT, names).schema["function"]["description"] for _ in range(100)}
+    composed = sum(any(text in description for text in timer.composed_descriptions) for description in train)
+    assert 0.35 * len(train) < composed < 0.65 * len(train)
+    assert any(description in split_options(timer.descriptions, Split.TRAIN) for description in train)
+    assert held == set(split_options(timer.descriptions, Split.HELD_OUT))
+    assert not held & set(timer.composed_descriptions)
