@@ -18,7 +18,9 @@ tokenizer included), trains:
 It saves both as Hugging Face checkpoints (bf16 safetensors, config, generation config, tokenizer,
 chat template), then reports the target's greedy accuracy on the validation and held-out prompts
 and the drafter's acceptance per draft position on the held-out completions. It runs on a CPU or a
-CUDA GPU; `--help` says how.
+CUDA GPU; `--help` says how. A step is eager PyTorch unless `--compile` names a torch.compile
+backend for the losses; `bench/demo_train_step.py` measures, on a machine, what compiling and larger
+batches give over the committed recipe.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -115,6 +117,9 @@ class TrainingPlan:
     minutes: float = 8.0  # the whole run's budget, from start to the reported scores
     distillation_prompts: int = 20_000  # training prompts the target continues for the drafter (at most)
     distillation_batch: int = 256  # sequences per distillation step
+    # a torch.compile backend for the training losses' forward and backward ("inductor" on a GPU:
+    # fused kernels, far fewer launches a step), or "" for eager PyTorch
+    compile: str = ""
 
     def __post_init__(self) -> None:
         if self.seed in (HELD_OUT_SEED, VALIDATION_SEED):
@@ -130,6 +135,11 @@ class TrainingPlan:
                 raise InvalidTrainingPlan(f"{name} must be in (0, 1), got {getattr(self, name)}")
         if self.weight_decay < 0:
             raise InvalidTrainingPlan("weight_decay must be >= 0")
+        if self.compile:
+            backends = torch._dynamo.list_backends(exclude_tags=())
+            if self.compile not in backends:
+                raise InvalidTrainingPlan(f"compile backend {self.compile!r} is not one of torch.compile's: "
+                                          f"{', '.join(backends)}")
 
 
 def build_model(shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) -> torch.nn.Module:
@@ -329,6 +339,19 @@ def _completion_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torc
     return F.cross_entropy(logits.float(), targets.view(-1).index_select(0, rows))
 
 
+LossFunction = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def completion_loss_function(backend: str, autocast: torch.autocast) -> LossFunction:
+    """`_completion_loss` under `autocast` as a function of (model, inputs, targets, rows), compiled by
+    torch.compile with `backend` (dynamic shapes: sequence lengths and completion rows vary by batch,
+    so each model compiles once) or eager where `backend` is ""."""
+    def loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return _completion_loss(model, inputs, targets, autocast, rows)
+
+    return torch.compile(loss, backend=backend, dynamic=True) if backend else loss
+
+
 def _validate(model: torch.nn.Module, tokenizer, label: str, count: int) -> None:
     model.eval()
     examples = held_out_examples(VALIDATION_SEED, count)
@@ -382,6 +405,7 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
+    loss_of = completion_loss_function(plan.compile, autocast)
 
     # Phase 1: the target (and the drafter beside it) on the corpus completions. With --steps the
     # cosine schedule runs over the steps; otherwise over the phase's share of the budget, by time.
@@ -427,9 +451,9 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
             group["lr"] = rate(plan.learning_rate)
         for group in drafter_optimizer.param_groups:
             group["lr"] = rate(plan.drafter_learning_rate)
-        loss = _completion_loss(model, inputs, targets, autocast, rows)
+        loss = loss_of(model, inputs, targets, rows)
         _step(model, optimizer, loss)
-        drafter_loss = _completion_loss(drafter, inputs, targets, autocast, rows)
+        drafter_loss = loss_of(drafter, inputs, targets, rows)
         _step(drafter, drafter_optimizer, drafter_loss)
         step += 1
         trained_tokens += inputs.numel()
@@ -569,6 +593,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
             flag = f"--{prefix}{name.replace('_', '-')}"
             parser.add_argument(flag, type=int, default=getattr(shape, name), help="(default %(default)s)")
+    parser.add_argument("--compile", nargs="?", const="inductor", default=defaults.compile, metavar="BACKEND",
+                        help="compile the training losses with torch.compile (BACKEND, default inductor: fused "
+                             "kernels on a GPU, each model compiled once at its first step, within the budget); "
+                             "bench/demo_train_step.py measures what it gives on a machine (default: eager)")
     parser.add_argument("--workers", type=int, default=max(1, min(15, (multiprocessing.cpu_count() or 1) - 1)),
                         help="corpus encoding processes (default: CPUs - 1, at most 15)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
@@ -581,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
                             learning_rate=args.lr, minutes=args.minutes,
                             warmup_steps=min(defaults.warmup_steps, max(1, args.steps // 10)) if args.steps
                             else defaults.warmup_steps,
-                            distillation_prompts=args.distillation_prompts)
+                            distillation_prompts=args.distillation_prompts, compile=args.compile)
         shapes = tuple(
             ModelShape(**{name: getattr(args, f"{prefix}{name}") for name in
                           ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")})

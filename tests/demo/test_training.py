@@ -102,3 +102,33 @@ def test_the_completion_loss_computes_logits_at_completion_rows_only():
     expected = F.cross_entropy(full.view(-1, full.shape[-1]), targets.view(-1), ignore_index=-100)
     assert seen[0] == int((targets != -100).sum()) == 4
     assert torch.allclose(loss, expected, atol=1e-6)
+
+
+def test_the_compiled_completion_loss_equals_the_eager_one_over_varying_lengths():
+    """`--compile`: the losses' forward and backward through torch.compile (the aot_eager backend here:
+    the same graph capture and autograd as inductor, without code generation) give the eager loss and
+    gradients, for batches of several lengths; an unknown backend is refused by the plan."""
+    train = pytest.importorskip("helios.demo.train")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = train.build_model(train.ModelShape(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                                               num_kv_heads=2), 200, 0, 1)
+    autocast = torch.autocast("cpu", enabled=False)
+    compiled = train.completion_loss_function("aot_eager", autocast)
+    eager = train.completion_loss_function("", autocast)
+    for length in (21, 34):
+        inputs = torch.randint(2, 200, (3, length))
+        targets = torch.full((3, length), -100)
+        targets[:, length // 2:] = inputs[:, length // 2:]
+        rows = train.completion_rows(targets)
+        results = []
+        for loss_of in (compiled, eager):
+            model.zero_grad()
+            loss = loss_of(model, inputs, targets, rows)
+            loss.backward()
+            results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
+        torch.testing.assert_close(results[0][0], results[1][0])
+        for got, want in zip(results[0][1], results[1][1], strict=True):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(train.InvalidTrainingPlan, match="compile backend 'fast'"):
+        train.TrainingPlan(compile="fast")

@@ -92,21 +92,36 @@ def test_production_adaptive_choice_gives_the_plain_greedy_tokens(cores):
 @CPU_FP32
 def test_a_loads_samplers_share_one_storage_of_the_most_rows(cores, monkeypatch):
     """Every sampler a load makes (each graph's sampling rows, the verifier's target and draft rows,
-    the proposals' probabilities) holds its [rows, V] buffers in the device's one `SamplerStorage`:
-    as many rows as the largest sampler of its slot (the verifier's draft rows in a slot of their
-    own), not the sum over the core's capacities."""
-    from helios.production.kernels import sampling
+    the proposals' probabilities) and every prompt scorer holds its [rows, V] buffers in the device's
+    one `SamplerStorage`: as many rows as the largest user of each buffer in its slot (the verifier's
+    draft rows in a slot of their own), not the sum over the core's capacities."""
+    from helios.production.kernels import sampling, scores
     from helios.production.loading import load_native_model
 
     made: list[sampling.Sampler] = []
-    init = sampling.Sampler.__init__
-    monkeypatch.setattr(sampling.Sampler, "__init__", lambda self, *a, **k: (init(self, *a, **k), made.append(self))[0])
+    scorers: list[scores.PromptScorer] = []
+    for cls, into in ((sampling.Sampler, made), (scores.PromptScorer, scorers)):
+        monkeypatch.setattr(cls, "__init__", lambda self, *a, _init=cls.__init__, _into=into, **k:
+                            (_init(self, *a, **k), _into.append(self))[0])
     load_native_model(cores["rectangular"], device="cpu", pages=40, speculative_width=4)
     monkeypatch.undo()
-    (storage,) = {id(s.storage): s.storage for s in made}.values()
+    (storage,) = {id(s.storage): s.storage for s in [*made, *scorers]}.values()
     vocab = made[0].vocab
     per_row = sampling.Sampler(1, vocab, "cpu", block=made[0].block).storage.bytes  # one row's buffers
     most = {slot: max(s.rows for s in made if s.slot == slot) for slot in (0, 1)}
     assert len({s.rows for s in made if s.slot == 0}) > 2  # several shapes share slot 0
-    assert storage.bytes == (most[0] + most[1]) * per_row
+    # each buffer holds the most rows of its users: the samplers of its slot (the sort's buffers where
+    # a sampler has that form) and, in slot 0, the prompt scorers' log-softmax, sort and order rows
+    held: dict[tuple[int, str], int] = {}
+    for sampler in made:
+        names = ["z", "e", "weights", "kept"]
+        if sampler.rank_form in ("sort", "chunked"):
+            names += ["sorted_z", "order", "ordered", "before", "sorted_e", "keep"]
+        for name in names:
+            held[sampler.slot, name] = max(held.get((sampler.slot, name), 0), sampler.rows)
+    for scorer in scorers:
+        for name in ("z", "e", "sorted_z", "order"):
+            held[0, name] = max(held.get((0, name), 0), scorer.rows)
+    assert scorers and storage.rows_held == held  # the core scores prompts: its scorers share the storage
+    assert storage.bytes >= (most[0] + most[1]) * per_row
     assert storage.bytes < sum(s.rows for s in made) * per_row  # what a buffer set for each shape held

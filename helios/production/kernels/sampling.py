@@ -545,6 +545,11 @@ class SamplerStorage:
     def bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._tensors.values())
 
+    @property
+    def rows_held(self) -> dict[tuple[int, str], int]:
+        """(slot, buffer name) -> the rows the storage holds for it."""
+        return {(slot, name): tensor.shape[0] for (slot, name, _, _), tensor in self._tensors.items()}
+
 
 def row_buffer(name: str, dtype: torch.dtype, doc: str) -> property:
     """A property: the owner's first `rows` rows of buffer `name` of its storage's `slot`."""
