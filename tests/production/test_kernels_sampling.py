@@ -239,3 +239,21 @@ def test_samplers_sharing_one_storage_each_draw_the_reference_tokens(form):
     sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, storage=storage, **form)  # fits: views again
     with pytest.raises(RuntimeError, match="frozen"):
         sampling.Sampler(ROWS + 1, VOCAB, DEVICE, block=128, storage=storage, **form)
+
+
+def test_the_sort_form_sorts_rows_in_groups_and_draws_the_reference_tokens(monkeypatch):
+    """A sampler of more rows than SORT_ROWS (a verifier's B (W + 1)) runs the torch sort's rank stage
+    a group of rows at a time over buffers of one group's rows (the last group partial): each row
+    keeps the reference's weights and draws its token, and the storage holds one group's sort rows."""
+    monkeypatch.setattr(sampling, "SORT_ROWS", 5)
+    rng = np.random.default_rng()
+    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_form="sort")
+    assert sampler.sort_rows == 5 and sampler.order.shape == (5, VOCAB) and sampler.kept.shape == (ROWS, VOCAB)
+    held = sampler.storage.rows_held
+    assert held[0, "order"] == held[0, "keep"] == 5 and held[0, "kept"] == ROWS
+    for _ in range(2):
+        inputs = _inputs(rng)
+        out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
+        sampler(tensor(inputs[0], torch.float32), tensor(inputs[1]), tensor(inputs[2]), tensor(inputs[3], torch.float32),
+                tensor(inputs[4]), tensor(inputs[5]), out, draw_index=1)
+        np.testing.assert_array_equal(out.cpu().numpy(), ref.sample(*inputs, draw_index=1))

@@ -110,15 +110,16 @@ def test_a_loads_samplers_share_one_storage_of_the_most_rows(cores, monkeypatch)
     per_row = sampling.Sampler(1, vocab, "cpu", block=made[0].block).storage.bytes  # one row's buffers
     most = {slot: max(s.rows for s in made if s.slot == slot) for slot in (0, 1)}
     assert len({s.rows for s in made if s.slot == 0}) > 2  # several shapes share slot 0
-    # each buffer holds the most rows of its users: the samplers of its slot (the sort's buffers where
-    # a sampler has that form) and, in slot 0, the prompt scorers' log-softmax, sort and order rows
+    # each buffer holds the most rows of its users: the samplers of its slot (the sort's buffers, a
+    # group of rows, where a sampler has that form) and, in slot 0, the prompt scorers' log-softmax,
+    # sort and order rows
     held: dict[tuple[int, str], int] = {}
     for sampler in made:
-        names = ["z", "e", "weights", "kept"]
-        if sampler.rank_form in ("sort", "chunked"):
-            names += ["sorted_z", "order", "ordered", "before", "sorted_e", "keep"]
-        for name in names:
-            held[sampler.slot, name] = max(held.get((sampler.slot, name), 0), sampler.rows)
+        names = {name: sampler.rows for name in ("z", "e", "weights", "kept")}
+        if sampler.rank_form in ("sort", "chunked"):  # the sort's rows, a group of them at a time
+            names |= {name: sampler.sort_rows for name in ("sorted_z", "order", "ordered", "before", "sorted_e", "keep")}
+        for name, rows in names.items():
+            held[sampler.slot, name] = max(held.get((sampler.slot, name), 0), rows)
     for scorer in scorers:
         for name in ("z", "e", "sorted_z", "order"):
             held[0, name] = max(held.get((0, name), 0), scorer.rows)
