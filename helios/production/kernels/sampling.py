@@ -519,9 +519,10 @@ class SamplerStorage:
     """The [rows, V] buffers of a device's samplers (and prompt scorers, `kernels/scores.py`), shared.
     A sampler's buffers are dead once its call returns (its kept weights and draws are read within
     it), and a device runs one plan at a time (one stream, one submission at a time), so the samplers
-    of one `slot` (0, or 1 for the verifier's draft rows, read together with its target rows) can hold
-    their buffers in one tensor of each name: as many rows as the largest of them, each sampler a view
-    of its first rows. Without it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB
+    of one `slot` (0, or 1 for the verifier's draft rows, whose kept weights are read together with its
+    target rows': only those live in slot 1, the draft's scratch rows are slot 0's) can hold their
+    buffers in one tensor of each name: as many rows as the largest of them, each sampler a view of
+    its first rows. Without it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB
     a row of 151,936 ids in the chunked form with the sort beside it: gigabytes over a core's
     capacities. Grows while plans are lowered; `freeze` before graphs capture the addresses."""
 
@@ -556,12 +557,14 @@ class SamplerStorage:
         return {(slot, name): tensor.shape[0] for (slot, name, _, _), tensor in self._tensors.items()}
 
 
-def row_buffer(name: str, dtype: torch.dtype, doc: str, rows: str = "rows") -> property:
+def row_buffer(name: str, dtype: torch.dtype, doc: str, rows: str = "rows", *, scratch: bool = False
+               ) -> property:
     """A property: the owner's first `getattr(owner, rows)` rows of buffer `name` of its storage's
-    `slot`."""
+    `slot`, or of slot 0 for a `scratch` buffer (one no reader needs once the owner's call returns,
+    so a sampler of any slot may overwrite another's)."""
 
     def get(self: Any) -> torch.Tensor:
-        return self.storage.rows(self.slot, name, dtype, getattr(self, rows), self.vocab)
+        return self.storage.rows(0 if scratch else self.slot, name, dtype, getattr(self, rows), self.vocab)
 
     return property(get, doc=doc)
 
@@ -570,18 +573,21 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device; its [rows, V]
     buffers are views into `storage` (its own where none is given)."""
 
-    z = row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits")
-    e = row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)")
+    # What `kept_weights` returns, read after it (by `draw`, a verifier): `kept`, or `weights` where the
+    # rank stage is off; the rest is scratch, in slot 0 whatever the sampler's slot.
     weights = row_buffer("weights", torch.int64, "[B, V] i64: floor(e * 2^24)")
     kept = row_buffer("kept", torch.int64, "[B, V] i64: kept weights in id order")
+    z = row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits", scratch=True)
+    e = row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)", scratch=True)
     # the torch sort's (the sort form, and the chunked form's beside it): a group of G = min(B,
     # SORT_ROWS) rows at a time
-    sorted_z = row_buffer("sorted_z", torch.float32, "[G, V] f32, rank order", "sort_rows")
-    order = row_buffer("order", torch.int64, "[G, V] i64: id at each rank", "sort_rows")
-    ordered = row_buffer("ordered", torch.int64, "[G, V] i64: weights in rank order", "sort_rows")
-    before = row_buffer("before", torch.int64, "[G, V] i64: exclusive cumulative weights", "sort_rows")
-    sorted_e = row_buffer("sorted_e", torch.float32, "[G, V] f32: e in rank order", "sort_rows")
-    keep = row_buffer("keep", torch.bool, "[G, V] bool: kept in rank order", "sort_rows")
+    sorted_z = row_buffer("sorted_z", torch.float32, "[G, V] f32, rank order", "sort_rows", scratch=True)
+    order = row_buffer("order", torch.int64, "[G, V] i64: id at each rank", "sort_rows", scratch=True)
+    ordered = row_buffer("ordered", torch.int64, "[G, V] i64: weights in rank order", "sort_rows", scratch=True)
+    before = row_buffer("before", torch.int64, "[G, V] i64: exclusive cumulative weights", "sort_rows",
+                        scratch=True)
+    sorted_e = row_buffer("sorted_e", torch.float32, "[G, V] f32: e in rank order", "sort_rows", scratch=True)
+    keep = row_buffer("keep", torch.bool, "[G, V] bool: kept in rank order", "sort_rows", scratch=True)
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
                  rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int | None = None,
