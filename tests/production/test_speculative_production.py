@@ -124,7 +124,7 @@ def test_a_loads_samplers_share_one_storage_of_the_most_rows(cores, monkeypatch)
             held[key] = max(held.get(key, 0), rows)
     for scorer in scorers:
         for name in ("z", "e", "sorted_z", "order"):
-            held[0, name] = max(held.get((0, name), 0), scorer.rows)
+            held[0, name] = max(held.get((0, name), 0), scorer.group_rows)
     assert scorers and storage.rows_held == held  # the core scores prompts: its scorers share the storage
     assert storage.bytes >= most[0] * per_row + most[1] * vocab * (8 + 8)
     assert storage.bytes < sum(s.rows for s in made) * per_row  # what a buffer set for each shape held
