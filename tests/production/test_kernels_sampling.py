@@ -217,15 +217,17 @@ def test_samplers_sharing_one_storage_each_draw_the_reference_tokens(form):
     """Samplers of several row counts over one `SamplerStorage` (as a device's plans hold them) run in
     turn, each over what the one before left in the shared buffers, and each draws the reference's
     tokens; the storage holds the most rows once, not every sampler's; a sampler of another slot has
-    buffers of its own; once frozen, a sampler needing more rows is refused."""
+    kept weights of its own (its scratch rows are slot 0's); once frozen, a sampler needing more rows
+    is refused."""
     rng = np.random.default_rng()
     storage = sampling.SamplerStorage(DEVICE)
     samplers = [sampling.Sampler(rows, VOCAB, DEVICE, block=128, storage=storage, **form) for rows in (3, ROWS, 5)]
     other = sampling.Sampler(4, VOCAB, DEVICE, block=128, storage=storage, slot=1, **form)
     largest = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, **form)  # its own storage
     own = largest.storage.bytes
-    assert storage.bytes == own + sampling.Sampler(4, VOCAB, DEVICE, block=128, **form).storage.bytes
-    assert samplers[0].z.data_ptr() == samplers[1].z.data_ptr() != other.z.data_ptr()
+    assert storage.bytes == own + 4 * VOCAB * (8 + 8)  # slot 1: the other sampler's weights and kept
+    assert samplers[0].kept.data_ptr() == samplers[1].kept.data_ptr() != other.kept.data_ptr()
+    assert samplers[1].z.data_ptr() == other.z.data_ptr()
     for sampler in [*samplers, other, samplers[0], samplers[1]]:
         logits, seed, positions, parameters, histogram, grammar_mask = _inputs(rng)
         rows = sampler.rows
@@ -239,3 +241,21 @@ def test_samplers_sharing_one_storage_each_draw_the_reference_tokens(form):
     sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, storage=storage, **form)  # fits: views again
     with pytest.raises(RuntimeError, match="frozen"):
         sampling.Sampler(ROWS + 1, VOCAB, DEVICE, block=128, storage=storage, **form)
+
+
+def test_the_sort_form_sorts_rows_in_groups_and_draws_the_reference_tokens(monkeypatch):
+    """A sampler of more rows than SORT_ROWS (a verifier's B (W + 1)) runs the torch sort's rank stage
+    a group of rows at a time over buffers of one group's rows (the last group partial): each row
+    keeps the reference's weights and draws its token, and the storage holds one group's sort rows."""
+    monkeypatch.setattr(sampling, "SORT_ROWS", 5)
+    rng = np.random.default_rng()
+    sampler = sampling.Sampler(ROWS, VOCAB, DEVICE, block=128, rank_form="sort")
+    assert sampler.sort_rows == 5 and sampler.order.shape == (5, VOCAB) and sampler.kept.shape == (ROWS, VOCAB)
+    held = sampler.storage.rows_held
+    assert held[0, "order"] == held[0, "keep"] == 5 and held[0, "kept"] == ROWS
+    for _ in range(2):
+        inputs = _inputs(rng)
+        out = torch.empty(ROWS, dtype=torch.int32, device=DEVICE)
+        sampler(tensor(inputs[0], torch.float32), tensor(inputs[1]), tensor(inputs[2]), tensor(inputs[3], torch.float32),
+                tensor(inputs[4]), tensor(inputs[5]), out, draw_index=1)
+        np.testing.assert_array_equal(out.cpu().numpy(), ref.sample(*inputs, draw_index=1))

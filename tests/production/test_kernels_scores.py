@@ -4,6 +4,7 @@ fresh random logits, alone and with its workspaces shared with samplers."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from helios.production.kernels import sampling
@@ -39,10 +40,15 @@ def _logits(rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray
     return logits, targets
 
 
-def test_prompt_scores_equal_the_reference_and_keep_rows_past_the_chunk():
+@pytest.mark.parametrize("group", [256, 4], ids=["one-group", "groups-of-4"])
+def test_prompt_scores_equal_the_reference_and_keep_rows_past_the_chunk(group, monkeypatch):
+    """9 rows scored at once, or a group of 4 at a time over workspaces of 4 rows (the last partial)."""
+    monkeypatch.setattr(sampling, "SORT_ROWS", group)
     rng = np.random.default_rng()
     logits, targets = _logits(rng, 9)
-    scores, ids = _scored(PromptScorer(9, VOCAB, TOP, torch.device(DEVICE)), logits, targets)
+    scorer = PromptScorer(9, VOCAB, TOP, torch.device(DEVICE))
+    assert scorer.lp.shape == (min(group, 9), VOCAB)
+    scores, ids = _scored(scorer, logits, targets)
     want_scores, want_ids = _expected(logits, targets)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)

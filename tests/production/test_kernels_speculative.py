@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from helios.production.kernels import gather, speculative
+from helios.production.kernels import sampling as sampling_kernels
 from helios.program.speculative import PROPOSAL_DRAW
 from helios.reference import operators as ref
 from helios.reference import sampling
@@ -95,8 +96,10 @@ def run_verify(inputs, verify_tokens: int, *, block: int = BLOCK):
     logits, draft_logits = inputs[0], inputs[1]
     lanes, drafts, vocab = draft_logits.shape
     histogram, mask = inputs[7], inputs[8]
+    # one storage for both sides, as a load makes it: the draft rows' scratch over the target rows'
     verifier = speculative.Verifier(logits.shape[0], lanes, drafts, vocab, histogram.shape[1], mask.shape[1], DEVICE,
-                                    block=block)
+                                    block=block, storage=sampling_kernels.SamplerStorage(DEVICE))
+    assert verifier.target.z.data_ptr() == verifier.draft.z.data_ptr() != verifier.target.kept.data_ptr()
     ids, accepted = _i32(lanes, verify_tokens), _i32(lanes)
     verifier(*(_t(a) for a in inputs), ids, accepted)
     return numpy(ids), numpy(accepted)

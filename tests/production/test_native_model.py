@@ -242,9 +242,10 @@ def test_a_chunked_sampler_draws_the_reference_engine_tokens_in_each_of_its_form
     candidates) gets the chunked sampler and a third form of each sampling graph with the torch sort;
     seeded draws equal the reference engine's whichever form a round selects: the chunked form for
     top-k within the candidates (alone, with top-p) and min-p alone, the sort for top-p alone and a
-    top-k past the candidates."""
+    top-k past the candidates (sorting a graph's rows two at a time)."""
     from helios.production.kernels import sampling as kernels
 
+    monkeypatch.setattr(kernels, "SORT_ROWS", 2)
     monkeypatch.setattr(kernels, "FUSED_RANK_VOCAB", 64)
     monkeypatch.setattr(kernels, "RANK_CANDIDATES", 8)
     monkeypatch.setattr(kernels, "RANK_SPAN", 32)

@@ -94,7 +94,7 @@ def test_a_loads_samplers_share_one_storage_of_the_most_rows(cores, monkeypatch)
     """Every sampler a load makes (each graph's sampling rows, the verifier's target and draft rows,
     the proposals' probabilities) and every prompt scorer holds its [rows, V] buffers in the device's
     one `SamplerStorage`: as many rows as the largest user of each buffer in its slot (the verifier's
-    draft rows in a slot of their own), not the sum over the core's capacities."""
+    draft rows' kept weights in a slot of their own), not the sum over the core's capacities."""
     from helios.production.kernels import sampling, scores
     from helios.production.loading import load_native_model
 
@@ -110,18 +110,21 @@ def test_a_loads_samplers_share_one_storage_of_the_most_rows(cores, monkeypatch)
     per_row = sampling.Sampler(1, vocab, "cpu", block=made[0].block).storage.bytes  # one row's buffers
     most = {slot: max(s.rows for s in made if s.slot == slot) for slot in (0, 1)}
     assert len({s.rows for s in made if s.slot == 0}) > 2  # several shapes share slot 0
-    # each buffer holds the most rows of its users: the samplers of its slot (the sort's buffers where
-    # a sampler has that form) and, in slot 0, the prompt scorers' log-softmax, sort and order rows
+    # each buffer holds the most rows of its users: the samplers of its slot (slot 0 for scratch rows;
+    # the sort's buffers, a group of rows, where a sampler has that form) and, in slot 0, the prompt
+    # scorers' log-softmax, sort and order rows
     held: dict[tuple[int, str], int] = {}
-    for sampler in made:
-        names = ["z", "e", "weights", "kept"]
-        if sampler.rank_form in ("sort", "chunked"):
-            names += ["sorted_z", "order", "ordered", "before", "sorted_e", "keep"]
-        for name in names:
-            held[sampler.slot, name] = max(held.get((sampler.slot, name), 0), sampler.rows)
+    for sampler in made:  # weights and kept in the sampler's slot, its scratch rows in slot 0
+        names = {(sampler.slot, name): sampler.rows for name in ("weights", "kept")}
+        names |= {(0, name): sampler.rows for name in ("z", "e")}
+        if sampler.rank_form in ("sort", "chunked"):  # the sort's rows, a group of them at a time
+            names |= {(0, name): sampler.sort_rows
+                      for name in ("sorted_z", "order", "ordered", "before", "sorted_e", "keep")}
+        for key, rows in names.items():
+            held[key] = max(held.get(key, 0), rows)
     for scorer in scorers:
         for name in ("z", "e", "sorted_z", "order"):
-            held[0, name] = max(held.get((0, name), 0), scorer.rows)
+            held[0, name] = max(held.get((0, name), 0), scorer.group_rows)
     assert scorers and storage.rows_held == held  # the core scores prompts: its scorers share the storage
-    assert storage.bytes >= (most[0] + most[1]) * per_row
+    assert storage.bytes >= most[0] * per_row + most[1] * vocab * (8 + 8)
     assert storage.bytes < sum(s.rows for s in made) * per_row  # what a buffer set for each shape held

@@ -59,6 +59,11 @@ RANK_CHUNK = 8192
 RANK_CANDIDATES = 256
 RANK_SPAN = 1024
 RANK_FORMS = ("fused", "chunked", "sort")
+# Rows the torch sort's rank stage takes at a time: its [rows, V] buffers (37 bytes an id a row, and
+# the temporaries of its comparisons) hold this many rows, and a sampler of more rows (a verifier's
+# P = B (W + 1)) sorts them in groups. At least a decode graph's largest batch, so decode rounds sort
+# in one group; each group of a 151,936-id vocabulary is large enough to fill the GPU.
+SORT_ROWS = 256
 
 
 class RankFilters:
@@ -514,9 +519,10 @@ class SamplerStorage:
     """The [rows, V] buffers of a device's samplers (and prompt scorers, `kernels/scores.py`), shared.
     A sampler's buffers are dead once its call returns (its kept weights and draws are read within
     it), and a device runs one plan at a time (one stream, one submission at a time), so the samplers
-    of one `slot` (0, or 1 for the verifier's draft rows, read together with its target rows) can hold
-    their buffers in one tensor of each name: as many rows as the largest of them, each sampler a view
-    of its first rows. Without it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB
+    of one `slot` (0, or 1 for the verifier's draft rows, whose kept weights are read together with its
+    target rows': only those live in slot 1, the draft's scratch rows are slot 0's) can hold their
+    buffers in one tensor of each name: as many rows as the largest of them, each sampler a view of
+    its first rows. Without it each (rows, V) shape of a large vocabulary held its own, e.g. 8.7 MB
     a row of 151,936 ids in the chunked form with the sort beside it: gigabytes over a core's
     capacities. Grows while plans are lowered; `freeze` before graphs capture the addresses."""
 
@@ -551,11 +557,14 @@ class SamplerStorage:
         return {(slot, name): tensor.shape[0] for (slot, name, _, _), tensor in self._tensors.items()}
 
 
-def row_buffer(name: str, dtype: torch.dtype, doc: str) -> property:
-    """A property: the owner's first `rows` rows of buffer `name` of its storage's `slot`."""
+def row_buffer(name: str, dtype: torch.dtype, doc: str, rows: str = "rows", *, scratch: bool = False
+               ) -> property:
+    """A property: the owner's first `getattr(owner, rows)` rows of buffer `name` of its storage's
+    `slot`, or of slot 0 for a `scratch` buffer (one no reader needs once the owner's call returns,
+    so a sampler of any slot may overwrite another's)."""
 
     def get(self: Any) -> torch.Tensor:
-        return self.storage.rows(self.slot, name, dtype, self.rows, self.vocab)
+        return self.storage.rows(0 if scratch else self.slot, name, dtype, getattr(self, rows), self.vocab)
 
     return property(get, doc=doc)
 
@@ -564,23 +573,28 @@ class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device; its [rows, V]
     buffers are views into `storage` (its own where none is given)."""
 
-    z = row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits")
-    e = row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)")
+    # What `kept_weights` returns, read after it (by `draw`, a verifier): `kept`, or `weights` where the
+    # rank stage is off; the rest is scratch, in slot 0 whatever the sampler's slot.
     weights = row_buffer("weights", torch.int64, "[B, V] i64: floor(e * 2^24)")
     kept = row_buffer("kept", torch.int64, "[B, V] i64: kept weights in id order")
-    # the torch sort's (the sort form, and the chunked form's beside it)
-    sorted_z = row_buffer("sorted_z", torch.float32, "[B, V] f32, rank order")
-    order = row_buffer("order", torch.int64, "[B, V] i64: id at each rank")
-    ordered = row_buffer("ordered", torch.int64, "[B, V] i64: weights in rank order")
-    before = row_buffer("before", torch.int64, "[B, V] i64: exclusive cumulative weights")
-    sorted_e = row_buffer("sorted_e", torch.float32, "[B, V] f32: e in rank order")
-    keep = row_buffer("keep", torch.bool, "[B, V] bool: kept in rank order")
+    z = row_buffer("z", torch.float32, "[B, V] f32: filtered, tempered logits", scratch=True)
+    e = row_buffer("e", torch.float32, "[B, V] f32: exp(z - max)", scratch=True)
+    # the torch sort's (the sort form, and the chunked form's beside it): a group of G = min(B,
+    # SORT_ROWS) rows at a time
+    sorted_z = row_buffer("sorted_z", torch.float32, "[G, V] f32, rank order", "sort_rows", scratch=True)
+    order = row_buffer("order", torch.int64, "[G, V] i64: id at each rank", "sort_rows", scratch=True)
+    ordered = row_buffer("ordered", torch.int64, "[G, V] i64: weights in rank order", "sort_rows", scratch=True)
+    before = row_buffer("before", torch.int64, "[G, V] i64: exclusive cumulative weights", "sort_rows",
+                        scratch=True)
+    sorted_e = row_buffer("sorted_e", torch.float32, "[G, V] f32: e in rank order", "sort_rows", scratch=True)
+    keep = row_buffer("keep", torch.bool, "[G, V] bool: kept in rank order", "sort_rows", scratch=True)
 
     def __init__(self, rows: int, vocab: int, device: torch.device | str, *, block: int = 4096,
                  rank_filters: RankFilters | None = None, rank_form: str | None = None, chunk: int | None = None,
                  candidates: int | None = None, span: int | None = None, storage: SamplerStorage | None = None,
                  slot: int = 0) -> None:
         self.rows, self.vocab, self.block = rows, vocab, min(block, triton.next_power_of_2(vocab))
+        self.sort_rows = min(rows, SORT_ROWS)
         self.rank_filters = rank_filters if rank_filters is not None else RankFilters()
         self.storage = storage if storage is not None else SamplerStorage(device)
         self.slot = slot
@@ -616,8 +630,8 @@ class Sampler:
             self.rank_filters.sorts = True
         if self.rank_form in ("sort", "chunked"):  # the torch sort's static buffers (the chunked form's beside it)
             buffers += ["sorted_z", "order", "ordered", "before", "sorted_e", "keep"]
-            self.rank = torch.arange(vocab, device=device).expand(rows, vocab)  # [B, V] i64 (view)
-            self.threshold = torch.zeros((rows, 1), dtype=torch.float64, device=device)
+            self.rank = torch.arange(vocab, device=device).expand(self.sort_rows, vocab)  # [G, V] i64 (view)
+            self.threshold = torch.zeros((self.sort_rows, 1), dtype=torch.float64, device=device)
         for name in buffers:  # sized now, while plans are lowered (the storage grows to the most rows)
             getattr(self, name)
 
@@ -676,22 +690,30 @@ class Sampler:
                                    **dependent(kept))
 
     def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
-        """Top-k, top-p and min-p in rank order by torch sort; the kept weights in id order."""
-        vocab = self.vocab
-        torch.sort(self.z, dim=1, descending=True, stable=True, out=(self.sorted_z, self.order))
-        torch.gather(self.weights, 1, self.order, out=self.ordered)
-        keep = self.keep
-        torch.gt(self.sorted_z, float("-inf"), out=keep)
-        top_k = parameters[:, 2:3]
-        # top-k (0 or >= V: disabled): rank < k
-        keep &= (self.rank < top_k) | (top_k <= 0) | (top_k >= vocab)
-        self.ordered.mul_(keep)
-        torch.cumsum(self.ordered, dim=1, out=self.before)
-        torch.mul(parameters[:, 1:2].double(), self.before[:, -1:].double(), out=self.threshold)
-        self.before.sub_(self.ordered)
-        keep &= (self.before.double() < self.threshold) | (self.rank == 0)
-        torch.gather(self.e, 1, self.order, out=self.sorted_e)
-        keep &= (self.sorted_e >= parameters[:, 3:4]) | (self.rank == 0)
-        self.ordered.mul_(keep)
-        self.kept.scatter_(1, self.order, self.ordered)
-        return self.kept
+        """Top-k, top-p and min-p in rank order by torch sort, `sort_rows` rows at a time; the kept
+        weights in id order."""
+        vocab, group = self.vocab, self.sort_rows
+        z, weights, e, kept = self.z, self.weights, self.e, self.kept
+        buffers = (self.sorted_z, self.order, self.ordered, self.before, self.sorted_e, self.keep, self.rank,
+                   self.threshold)
+        for start in range(0, self.rows, group):
+            stop = min(start + group, self.rows)
+            sorted_z, order, ordered, before, sorted_e, keep, rank, threshold = (
+                buffer[:stop - start] for buffer in buffers)
+            rows = slice(start, stop)
+            torch.sort(z[rows], dim=1, descending=True, stable=True, out=(sorted_z, order))
+            torch.gather(weights[rows], 1, order, out=ordered)
+            torch.gt(sorted_z, float("-inf"), out=keep)
+            top_k = parameters[rows, 2:3]
+            # top-k (0 or >= V: disabled): rank < k
+            keep &= (rank < top_k) | (top_k <= 0) | (top_k >= vocab)
+            ordered.mul_(keep)
+            torch.cumsum(ordered, dim=1, out=before)
+            torch.mul(parameters[rows, 1:2].double(), before[:, -1:].double(), out=threshold)
+            before.sub_(ordered)
+            keep &= (before.double() < threshold) | (rank == 0)
+            torch.gather(e[rows], 1, order, out=sorted_e)
+            keep &= (sorted_e >= parameters[rows, 3:4]) | (rank == 0)
+            ordered.mul_(keep)
+            kept[rows].scatter_(1, order, ordered)
+        return kept

@@ -6,28 +6,32 @@ definition). The work is one pass of row reductions and one stable sort per roun
 prompt chunk: torch's reductions and sort already run at the memory bandwidth they need, so no
 Triton kernel is written for it. Every tensor is allocated when the program is lowered, so a captured
 replay allocates nothing; the [rows, V] workspaces are rows of the device's sampler storage
-(`SamplerStorage`, slot 0: dead once a call returns, as a sampler's are), not one set per shape.
+(`SamplerStorage`, slot 0: dead once a call returns, as a sampler's are), not one set per shape,
+and hold one group of `SORT_ROWS` rows: a chunk's rows are scored a group at a time.
 """
 
 from __future__ import annotations
 
 import torch
 
+from helios.production.kernels import sampling
 from helios.production.kernels.sampling import SamplerStorage, row_buffer
 
 
 class PromptScorer:
     """Static workspaces for `rows` x `vocab` logits and the top `top` ids (see the module docstring);
-    the [rows, V] ones are views into `storage` (its own where none is given)."""
+    the [G, V] ones are views into `storage` (its own where none is given), G = min(rows, SORT_ROWS):
+    the rows are scored a group at a time, as the sampler's sort form sorts them."""
 
-    lp = row_buffer("z", torch.float32, "[P, V] f32: the log-softmax")
-    weights = row_buffer("e", torch.float32, "[P, V] f32: exp(x - max)")
-    sorted = row_buffer("sorted_z", torch.float32, "[P, V] f32: the log-softmax in rank order")
-    order = row_buffer("order", torch.int64, "[P, V] i64: id at each rank")
+    lp = row_buffer("z", torch.float32, "[G, V] f32: the log-softmax", "group_rows")
+    weights = row_buffer("e", torch.float32, "[G, V] f32: exp(x - max)", "group_rows")
+    sorted = row_buffer("sorted_z", torch.float32, "[G, V] f32: the log-softmax in rank order", "group_rows")
+    order = row_buffer("order", torch.int64, "[G, V] i64: id at each rank", "group_rows")
 
     def __init__(self, rows: int, vocab: int, top: int, device: torch.device,
                  storage: SamplerStorage | None = None) -> None:
         self.rows, self.vocab, self.top, self.slot = rows, vocab, top, 0
+        self.group_rows = min(rows, sampling.SORT_ROWS)
         self.storage = storage if storage is not None else SamplerStorage(device)
         for name in ("lp", "weights", "sorted", "order"):  # sized now, while plans are lowered
             getattr(self, name)
@@ -40,21 +44,26 @@ class PromptScorer:
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, scores: torch.Tensor, ids: torch.Tensor) -> None:
         rows, vocab = logits.shape
-        lp, ranked, order = self.lp, self.sorted, self.order
-        # (x - max) - log(sum(exp(x - max))), in FP32: the reference's order of operations
-        torch.amax(logits, dim=1, keepdim=True, out=self.peak)
-        torch.sub(logits, self.peak, out=lp)
-        torch.exp(lp, out=self.weights)
-        torch.sum(self.weights, dim=1, keepdim=True, out=self.total)
-        torch.log(self.total, out=self.total)
-        lp.sub_(self.total)
         target = targets.reshape(rows, 1)
         torch.logical_and(target >= 0, target < vocab, out=self.valid)
         self.index.copy_(target)
         self.index.masked_fill_(~self.valid, 0)
-        torch.gather(lp, 1, self.index, out=self.picked)
+        buffers = (self.lp, self.weights, self.sorted, self.order)
+        for start in range(0, rows, self.group_rows):
+            stop = min(start + self.group_rows, rows)
+            lp, weights, ranked, order = (buffer[:stop - start] for buffer in buffers)
+            group = slice(start, stop)
+            peak, total = self.peak[group], self.total[group]
+            # (x - max) - log(sum(exp(x - max))), in FP32: the reference's order of operations
+            torch.amax(logits[group], dim=1, keepdim=True, out=peak)
+            torch.sub(logits[group], peak, out=lp)
+            torch.exp(lp, out=weights)
+            torch.sum(weights, dim=1, keepdim=True, out=total)
+            torch.log(total, out=total)
+            lp.sub_(total)
+            torch.gather(lp, 1, self.index[group], out=self.picked[group])
+            # a stable sort: decreasing log-probability, the lower id first among equal ones
+            torch.sort(lp, dim=1, descending=True, stable=True, out=(ranked, order))
+            scores[start:stop, 1:].copy_(ranked[:, :self.top])
+            ids[start:stop].copy_(order[:, :self.top])
         scores[:rows, 0:1].copy_(torch.where(self.valid, self.picked, self.zero))
-        # a stable sort: decreasing log-probability, the lower id first among equal ones
-        torch.sort(lp, dim=1, descending=True, stable=True, out=(ranked, order))
-        scores[:rows, 1:].copy_(ranked[:, :self.top])
-        ids[:rows].copy_(order[:, :self.top])

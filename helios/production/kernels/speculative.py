@@ -290,8 +290,8 @@ class Verifier:
                  storage: SamplerStorage | None = None) -> None:
         self.packed, self.lanes, self.drafts, self.vocab = packed, lanes, drafts, vocab
         switch = rank_filters or RankFilters()
-        # in a shared storage the draft rows' buffers lie beside the target rows' (slot 1): the
-        # verification reads both
+        # in a shared storage the draft rows' kept weights lie beside the target rows' (slot 1): the
+        # verification reads both (their scratch rows are slot 0's, dead by then)
         self.target = Sampler(packed, vocab, device, block=block, rank_filters=switch, storage=storage)
         self.draft = Sampler(lanes * drafts, vocab, device, block=block, rank_filters=switch, storage=storage, slot=1)
         i32 = dict(dtype=torch.int32, device=device)
