@@ -349,6 +349,18 @@ def _description(rng: random.Random, description: str, split: Split) -> str:
     return f"{rng.choice(DESCRIPTION_LEADS)}{description}{rng.choice(DESCRIPTION_TAILS)}"
 
 
+def undecorated(description: str) -> str:
+    """`description` without the boilerplate `_description` may have wrapped it in."""
+    for lead in DESCRIPTION_LEADS:
+        if lead and description.startswith(lead):
+            description = description[len(lead):]
+            break
+    for tail in DESCRIPTION_TAILS:
+        if tail and description.endswith(tail):
+            return description[:-len(tail)]
+    return description
+
+
 def draw_tool(concept: Concept, rng: random.Random, split: Split,
               held_out: tuple[frozenset[str], frozenset[str]]) -> DrawnTool:
     """A schema for `concept` from the names and wordings of `split`; optional parameters in or out.
