@@ -178,23 +178,26 @@ def test_serving_every_round_kind_in_both_frames_allocates_compiles_and_captures
     no higher; no Triton kernel compiled; no CUDA graph captured. The runtime's own metrics say the
     same (helios_graphs_captured_total, helios_kernels_compiled_total)."""
     model, runtime = serving_runtime(serving_core(tiny_checkpoint, tiny_draft), "cuda")
-    gc.collect()
-    torch.cuda.synchronize()
-    before, compiled, captures = _counters(), compile_count(), captured_graphs()
-    capture = model.executor.capture
-    graphs = (dict(capture.graphs), dict(capture.forms))
-    assert compiled > 0 and captures >= len(model.graphs) == len(graphs[0])
-    assert {g.operation for g in model.graphs.values()} >= {C.OPERATION_INITIALIZATION, C.OPERATION_MIXED,
-                                                             C.OPERATION_SPECULATIVE, C.OPERATION_RESTORATION}
-    startup = runtime.metrics()
-    serve_workload(runtime)
-    torch.cuda.synchronize()
-    after = _counters()
-    check_every_round_kind_ran(runtime)
-    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-    assert compile_count() == compiled
-    assert captured_graphs() == captures
-    assert (capture.graphs, capture.forms) == graphs
-    m = runtime.metrics()
-    assert (m.graphs_captured, m.kernels_compiled) == (startup.graphs_captured, startup.kernels_compiled)
-    assert (m.graphs_captured, m.kernels_compiled) == (captures, compiled)
+    try:  # NOTE: a worker left running would outlive the test in its process
+        gc.collect()
+        torch.cuda.synchronize()
+        before, compiled, captures = _counters(), compile_count(), captured_graphs()
+        capture = model.executor.capture
+        graphs = (dict(capture.graphs), dict(capture.forms))
+        assert compiled > 0 and captures >= len(model.graphs) == len(graphs[0])
+        assert {g.operation for g in model.graphs.values()} >= {C.OPERATION_INITIALIZATION, C.OPERATION_MIXED,
+                                                                 C.OPERATION_SPECULATIVE, C.OPERATION_RESTORATION}
+        startup = runtime.metrics()
+        serve_workload(runtime)
+        torch.cuda.synchronize()
+        after = _counters()
+        check_every_round_kind_ran(runtime)
+        assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+        assert compile_count() == compiled
+        assert captured_graphs() == captures
+        assert (capture.graphs, capture.forms) == graphs
+        m = runtime.metrics()
+        assert (m.graphs_captured, m.kernels_compiled) == (startup.graphs_captured, startup.kernels_compiled)
+        assert (m.graphs_captured, m.kernels_compiled) == (captures, compiled)
+    finally:
+        runtime.shutdown()
