@@ -32,19 +32,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from helios.demo import CHECKPOINT_DIR  # noqa: E402
 from helios.demo import train as T  # noqa: E402
-from helios.demo.corpus import encode_training_slice, held_out_questions  # noqa: E402
 from helios.demo.tokenizer import EOS_TOKEN, PAD_TOKEN  # noqa: E402
 
 
-def encode(examples: int, workers: int, max_tokens: int) -> T.EncodedCorpus:
-    tokenizer = str(CHECKPOINT_DIR / "tokenizer.json")
-    excluded = held_out_questions()
-    tasks = [(T.TRAIN_SEED, start, min(start + T.SLICE, examples), tokenizer, excluded, max_tokens)
-             for start in range(0, examples, T.SLICE)]
-    if workers <= 1:
-        return T._joined([encode_training_slice(*task) for task in tasks])
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        return T._joined(pool.starmap(encode_training_slice, tasks))
+def encode(examples: int, workers: int) -> T.EncodedCorpus:
+    """The first `examples` training examples, encoded as the training script encodes them, whole."""
+    encoding = T.CorpusEncoding(T.TrainingPlan(examples=examples), CHECKPOINT_DIR / "tokenizer.json", workers)
+    corpus = encoding.first
+    while encoding.pending:
+        rest = encoding.rest()
+        if rest is None:
+            time.sleep(0.1)
+        else:
+            corpus = T.extended(corpus, rest)
+    return corpus
 
 
 def measure(corpus: T.EncodedCorpus, pad: int, eos: int, vocab: int, device: str, batch_size: int, backend: str,
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = Tokenizer.from_file(str(CHECKPOINT_DIR / "tokenizer.json"))
     pad, eos = tokenizer.token_to_id(PAD_TOKEN), tokenizer.token_to_id(EOS_TOKEN)
     started = time.perf_counter()
-    corpus = encode(args.examples, args.workers, T.TrainingPlan().max_tokens)
+    corpus = encode(args.examples, args.workers)
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     print(f"device: {name}; {len(corpus.lengths)} examples encoded in {time.perf_counter() - started:.1f}s, "
           f"{corpus.lengths.mean():.0f} tokens each on average", flush=True)
