@@ -96,18 +96,28 @@ def register(subparsers) -> None:
 
 
 class _ProgressBar:
-    """A one-line progress bar on stderr, redrawn in place."""
+    """Weight conversion progress on stderr: a bar redrawn in place on a terminal; elsewhere (a log
+    file, CI, a pipe) a line at every tenth of the weights, so a log holds no carriage-return runs."""
 
     width = 30
 
     def __init__(self, stream=None) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.in_place = bool(isatty and isatty())
+        self._tenths = -1
 
     def __call__(self, done: int, total: int, name: str) -> None:
-        filled = self.width * done // max(total, 1)
-        bar = "#" * filled + "." * (self.width - filled)
-        line = f"\rconverting weights [{bar}] {done}/{total}"
-        self.stream.write(line + ("\n" if done == total else ""))
+        if self.in_place:
+            filled = self.width * done // max(total, 1)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\rconverting weights [{bar}] {done}/{total}" + ("\n" if done == total else ""))
+        else:
+            tenths = 10 * done // max(total, 1)
+            if tenths == self._tenths:
+                return
+            self._tenths = tenths
+            self.stream.write(f"converting weights: {done}/{total} ({100 * done // max(total, 1)}%)\n")
         self.stream.flush()
 
 

@@ -30,7 +30,10 @@ def test_prepare_verify_generate_json(family, tiny_checkpoint, hf_model, key, tm
     core = tmp_path / "model.hcore"
     assert main(["prepare", str(tiny_checkpoint(family)), "--out", str(core), "--publisher", "acme/tests",
                  "--key", str(key), *CAPACITIES]) == 0
-    assert "converting weights [" in capsys.readouterr().err
+    progress = capsys.readouterr().err.splitlines()
+    conversion = [line for line in progress if line.startswith("converting weights: ")]
+    assert conversion and conversion[-1].endswith("(100%)") and "\r" not in "".join(progress)
+    assert len(conversion) <= 11  # a line at each tenth off a terminal
     assert main(["verify", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub"]) == 0
     capsys.readouterr()
     assert main(["generate", str(core), "--accept", "acme/tests", "--trust", f"{key}.pub", "--prompt",
@@ -90,3 +93,23 @@ def test_unsupported_checkpoint_fails_with_one_line(tiny_checkpoint, key, tmp_pa
                  str(key)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "num_local_experts" in err
+
+
+def test_the_progress_bar_redraws_in_place_only_on_a_terminal():
+    import io
+
+    from helios.cli.prepare import _ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        bar = _ProgressBar(stream)
+        for done in range(1, 77):
+            bar(done, 76, f"w{done}")
+    assert terminal.getvalue().count("\r") == 76 and terminal.getvalue().endswith("] 76/76\n")
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "converting weights: 1/76 (1%)" and lines[-1] == "converting weights: 76/76 (100%)"
+    assert len(lines) == 11 and "\r" not in log.getvalue()
