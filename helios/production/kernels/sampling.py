@@ -41,6 +41,7 @@ wherever `exp` agrees:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -569,6 +570,15 @@ def row_buffer(name: str, dtype: torch.dtype, doc: str, rows: str = "rows", *, s
     return property(get, doc=doc)
 
 
+def row_groups(rows: int, group: int, buffers: tuple[torch.Tensor, ...]
+               ) -> Iterator[tuple[slice, tuple[torch.Tensor, ...]]]:
+    """`rows` rows `group` at a time (the last group partial): each group's rows, and the first rows of
+    each of `buffers` (workspaces of `group` rows) that hold it."""
+    for start in range(0, rows, group):
+        stop = min(start + group, rows)
+        yield slice(start, stop), tuple(buffer[:stop - start] for buffer in buffers)
+
+
 class Sampler:
     """Static buffers and launches of `sample` for one (rows, vocab) shape on one device; its [rows, V]
     buffers are views into `storage` (its own where none is given)."""
@@ -692,15 +702,12 @@ class Sampler:
     def _rank_stage(self, parameters: torch.Tensor) -> torch.Tensor:
         """Top-k, top-p and min-p in rank order by torch sort, `sort_rows` rows at a time; the kept
         weights in id order."""
-        vocab, group = self.vocab, self.sort_rows
+        vocab = self.vocab
         z, weights, e, kept = self.z, self.weights, self.e, self.kept
         buffers = (self.sorted_z, self.order, self.ordered, self.before, self.sorted_e, self.keep, self.rank,
                    self.threshold)
-        for start in range(0, self.rows, group):
-            stop = min(start + group, self.rows)
-            sorted_z, order, ordered, before, sorted_e, keep, rank, threshold = (
-                buffer[:stop - start] for buffer in buffers)
-            rows = slice(start, stop)
+        for rows, (sorted_z, order, ordered, before, sorted_e, keep, rank, threshold) in row_groups(
+                self.rows, self.sort_rows, buffers):
             torch.sort(z[rows], dim=1, descending=True, stable=True, out=(sorted_z, order))
             torch.gather(weights[rows], 1, order, out=ordered)
             torch.gt(sorted_z, float("-inf"), out=keep)

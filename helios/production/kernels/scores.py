@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from helios.production.kernels import sampling
-from helios.production.kernels.sampling import SamplerStorage, row_buffer
+from helios.production.kernels.sampling import SamplerStorage, row_buffer, row_groups
 
 
 class PromptScorer:
@@ -49,10 +49,7 @@ class PromptScorer:
         self.index.copy_(target)
         self.index.masked_fill_(~self.valid, 0)
         buffers = (self.lp, self.weights, self.sorted, self.order)
-        for start in range(0, rows, self.group_rows):
-            stop = min(start + self.group_rows, rows)
-            lp, weights, ranked, order = (buffer[:stop - start] for buffer in buffers)
-            group = slice(start, stop)
+        for group, (lp, weights, ranked, order) in row_groups(rows, self.group_rows, buffers):
             peak, total = self.peak[group], self.total[group]
             # (x - max) - log(sum(exp(x - max))), in FP32: the reference's order of operations
             torch.amax(logits[group], dim=1, keepdim=True, out=peak)
@@ -64,6 +61,6 @@ class PromptScorer:
             torch.gather(lp, 1, self.index[group], out=self.picked[group])
             # a stable sort: decreasing log-probability, the lower id first among equal ones
             torch.sort(lp, dim=1, descending=True, stable=True, out=(ranked, order))
-            scores[start:stop, 1:].copy_(ranked[:, :self.top])
-            ids[start:stop].copy_(order[:, :self.top])
+            scores[group, 1:].copy_(ranked[:, :self.top])
+            ids[group].copy_(order[:, :self.top])
         scores[:rows, 0:1].copy_(torch.where(self.valid, self.picked, self.zero))
