@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             times, kept = {}, {}
             for name, (rank_stage, form) in forms.items():
                 sampler = Sampler(rows, vocab, device, rank_form=form)
-                sampler.rank_filters.enabled = rank_stage
+                sampler.rank_filters.form = "own" if rank_stage else "off"
                 out = torch.empty(rows, dtype=torch.int32, device=device)
 
                 inputs = (logits, seed, positions, params, histogram, mask, out)
