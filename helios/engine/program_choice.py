@@ -82,8 +82,14 @@ has OBSERVED_ROUNDS observations, an observation counts at most SPIKE_LIMIT time
 estimate (the pause is real time, but not this graph's round). And a graph not served for
 STALE_ROUNDS served rounds of other graphs has its observations forgotten: it costs its (calibrated)
 table entry again, is chosen when that makes it best and is measured anew, as a graph never served
-is. A program that really is slower costs at most OBSERVED_ROUNDS rounds of it per
-STALE_ROUNDS (about 1%); aging the estimate toward an optimistic floor instead would retry it far
+is. A program that really is slower is re-measured at longer and longer intervals: each time a
+graph's observations are forgotten its next expiry waits twice as long, up to STALE_LIMIT rounds,
+and a graph served while it has a served cost of its own (chosen on its measured cost) waits
+STALE_ROUNDS again. With a fixed interval, the demo pair at one request on an H100 re-measured W2
+and W4 in 12 rounds each of about 600, W8 chosen in the rest (BENCHMARKS.md, issue #18): rounds of a
+third and three fifths of W8's tokens at acceptance 0.9, about 1% of the rate in every run however
+long; backed off, a slower program costs OBSERVED_ROUNDS rounds per doubling interval, a share that
+vanishes as a server runs. Aging the estimate toward an optimistic floor instead would retry it far
 more often (the table is far below served costs where the host's share is large, and the fastest
 interval of pipelined rounds can be near zero). A forgotten graph is calibrated by its program's
 other graphs' observations while theirs are not forgotten, and never by its own forgotten ones.
@@ -130,6 +136,7 @@ OBSERVED_ROUNDS = 3  # served rounds of a graph after which its observed wall ti
 OBSERVED_WEIGHT = 0.2  # the newest observation's weight in a graph's moving average
 SPIKE_LIMIT = 4.0  # an observation counts at most this many times the graph's estimate (once it has one)
 STALE_ROUNDS = 256  # served rounds of other graphs after which a graph's observations are forgotten
+STALE_LIMIT = 16 * STALE_ROUNDS  # the longest a graph's expiry waits, doubled at each forgetting
 PLAIN_TOKENS = 8  # tokens of plain stint that age the pooled counts by one POOLED_DECAY
 
 
@@ -238,12 +245,15 @@ def best(candidates: Sequence[Candidate]) -> Candidate:
 @dataclass(slots=True)
 class _Served:
     """One graph's served rounds: how many in all (the metric) and since its observations were last
-    forgotten, their moving average, and the count of every graph's served rounds at its last."""
+    forgotten, their moving average, the count of every graph's served rounds at its last, and how
+    many rounds of other graphs forget them (`stale_after`: STALE_ROUNDS, doubled at each forgetting
+    up to STALE_LIMIT, STALE_ROUNDS again once the graph is served on its measured cost)."""
 
     total: int
     count: int
     mean: float
     at: int
+    stale_after: int = STALE_ROUNDS
 
 
 class ServedCosts:
@@ -263,7 +273,7 @@ class ServedCosts:
         self._last = 0.0  # the clock at the last completion (or failure)
 
     def _stale(self, served: _Served) -> bool:
-        return self._rounds - served.at > STALE_ROUNDS
+        return self._rounds - served.at > served.stale_after
 
     def observe(self, graph: str, seconds: float) -> None:
         """A served round of `graph` cost `seconds` of wall time; a non-positive interval (a frozen or
@@ -275,10 +285,12 @@ class ServedCosts:
         if served is None:
             self._observed[graph] = _Served(1, 1, seconds, self._rounds)
             return
-        if self._stale(served):  # forgotten: measured anew from this round
+        if self._stale(served):  # forgotten: measured anew from this round, forgotten later next time
             served.count, served.mean = 0, seconds
-        elif served.count >= OBSERVED_ROUNDS:
+            served.stale_after = min(2 * served.stale_after, STALE_LIMIT)
+        elif served.count >= OBSERVED_ROUNDS:  # chosen on its own measured cost
             seconds = min(seconds, SPIKE_LIMIT * served.mean)
+            served.stale_after = STALE_ROUNDS
         served.mean = seconds if served.count == 0 else served.mean + OBSERVED_WEIGHT * (seconds - served.mean)
         served.count += 1
         served.total += 1
@@ -539,5 +551,5 @@ class ProgramChoice:
 
 
 __all__ = ["ChoiceMemory", "EXPLORATION_EVIDENCE", "OBSERVED_ROUNDS", "OBSERVED_WEIGHT", "PLAIN_TOKENS", "POOLED_DECAY", "PRIOR_ROUNDS", "PRIOR_WEIGHT_LIMIT",
-           "SPIKE_LIMIT", "STALE_ROUNDS", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
+           "SPIKE_LIMIT", "STALE_LIMIT", "STALE_ROUNDS", "AcceptanceEstimate", "Candidate", "CopiedChoice", "ProgramChoice", "ProposalSources", "ServedCosts", "best",
            "expected_round_tokens", "expected_tokens", "prior_weight"]

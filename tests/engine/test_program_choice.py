@@ -20,9 +20,11 @@ from helios.engine.program_choice import (
     PRIOR_ROUNDS,
     PRIOR_WEIGHT_LIMIT,
     SPIKE_LIMIT,
+    STALE_LIMIT,
     STALE_ROUNDS,
     AcceptanceEstimate,
     ProgramChoice,
+    ServedCosts,
     best,
     expected_round_tokens,
     expected_tokens,
@@ -532,22 +534,45 @@ def test_a_stale_inflated_cost_expires_and_the_program_is_measured_again():
     assert choice.served.rounds("speculative_b1_w4") == 2 * OBSERVED_ROUNDS + 1  # the metric counts every round
 
 
-def test_a_program_slow_every_time_is_retried_at_most_observed_rounds_per_stale_rounds():
+def test_a_program_slow_every_time_is_retried_at_doubling_intervals():
     """W4's served rounds always cost 4.0 s (rate 0.55 against plain's 1.0): serving 20 STALE_ROUNDS
-    rounds, the choice re-measures it after each expiry and runs it at most OBSERVED_ROUNDS times a
-    cycle."""
+    rounds, the choice re-measures it after each expiry, OBSERVED_ROUNDS rounds a time, and each
+    expiry waits twice the one before: after 1, 2, 4 and 8 STALE_ROUNDS (the next, 16, past the
+    run), so 5 measurements in all where a fixed interval made 20."""
     choice = _one_lane_choice()
-    speculative = 0
-    for _ in range(20 * STALE_ROUNDS):
+    measured_at = []
+    for i in range(20 * STALE_ROUNDS):
         if choice.choose([0.6], [10]).speculative:
-            speculative += 1
+            if choice.served.seconds("speculative_b1_w4") is None and choice.served.rounds("speculative_b1_w4") % OBSERVED_ROUNDS == 0:
+                measured_at.append(i)
             choice.observe("speculative_b1_w4", 4.0)
         else:
             choice.observe("decode_b1", 1.0)
-    assert OBSERVED_ROUNDS <= speculative <= 20 * OBSERVED_ROUNDS
-    assert speculative / (20 * STALE_ROUNDS) < 0.015
+    assert choice.served.rounds("speculative_b1_w4") == 5 * OBSERVED_ROUNDS
+    gaps = [b - a - OBSERVED_ROUNDS for a, b in itertools.pairwise(measured_at)]
+    assert gaps == [STALE_ROUNDS + 1, 2 * STALE_ROUNDS + 1, 4 * STALE_ROUNDS + 1, 8 * STALE_ROUNDS + 1]
 
 
+def test_the_expiry_backs_off_to_its_limit_and_resets_once_chosen_on_its_cost():
+    """A graph forgotten again and again waits at most STALE_LIMIT rounds; served on its own measured
+    cost (its OBSERVED_ROUNDS observations not forgotten) it waits STALE_ROUNDS again."""
+    served = ServedCosts()
+    interval = STALE_ROUNDS
+    for _ in range(8):
+        for _ in range(OBSERVED_ROUNDS):
+            served.observe("w4", 4.0)
+        for _ in range(interval):
+            served.observe("decode", 1.0)
+        assert served.seconds("w4") == 4.0, "forgotten early"
+        served.observe("decode", 1.0)
+        assert served.seconds("w4") is None, "never forgotten"
+        interval = min(2 * interval, STALE_LIMIT)
+    assert interval == STALE_LIMIT
+    for _ in range(OBSERVED_ROUNDS + 1):  # measured anew, then served on that cost
+        served.observe("w4", 4.0)
+    for _ in range(STALE_ROUNDS + 1):
+        served.observe("decode", 1.0)
+    assert served.seconds("w4") is None
 def test_the_scheduler_reports_each_served_rounds_wall_time_and_the_choice_follows():
     """Through the scheduler: the table ranks speculation first (a = 0.9: 3.4 tokens for 1.5 s against
     1 for 1 s), but served speculative rounds take 8 s of wall time, host work and lost overlap
