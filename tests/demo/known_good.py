@@ -11,7 +11,7 @@ from helios.demo.tasks import Example, TaskKind, held_out_examples
 KNOWN_GOOD = {TaskKind.ADDITION: 0, TaskKind.SUBTRACTION: 1, TaskKind.DIVISION: 3, TaskKind.UNIT_CONVERSION: 4,
               TaskKind.REVERSE: 6, TaskKind.TOOL_ANSWER: 9, TaskKind.NO_TOOL: 25, TaskKind.SMALL_TALK: 26,
               TaskKind.IDENTITY: 27, TaskKind.OUT_OF_DOMAIN: 13, TaskKind.MULTI_TURN: 14,
-              TaskKind.MULTIPLICATION: 17, TaskKind.COPY: 20, TaskKind.JSON_EXTRACTION: 37, TaskKind.TOOL_CALL: 353}
+              TaskKind.MULTIPLICATION: 17, TaskKind.COPY: 20, TaskKind.JSON_EXTRACTION: 37, TaskKind.TOOL_CALL: 8}
 
 
 def known_good(kind: TaskKind) -> Example:
