@@ -911,9 +911,11 @@ def run_operator_case(operator: str, variant: str, cohort: Cohort, build: Builde
 
 
 def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = ("f32",),
-                  only: Sequence[str] | None = None, gpu_paths: bool = False) -> LevelResult:
+                  only: Sequence[str] | None = None, gpu_paths: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> LevelResult:
     """Every case of every operator (or of `only`), in every dtype; each case a fresh random draw;
-    `gpu_paths`: production in the GPU-paths mode (the module docstring)."""
+    `gpu_paths`: production in the GPU-paths mode (the module docstring); `progress(done, total)`
+    before the first case and after each."""
     known = set(OPERATORS) | set(FUSIONS) | set(PRODUCT_FUSIONS)
     unknown = sorted(set(only or ()) - known)
     if unknown:
@@ -923,11 +925,13 @@ def run_operators(cases: OperatorCases, *, device: str, dtypes: Sequence[str] = 
     if missing:
         raise ValueError(f"operators without a conformance case: {missing}")
     rng = np.random.default_rng(cases.seed)
+    # f32-only operators' inputs are f32 logits, integers or no tensor at all: the f32 pass covers them
+    runs = [(dtype, case) for dtype in dtypes for case in builders if dtype == "f32" or case[0] not in F32_ONLY]
+    report = progress or (lambda done, total: None)
+    report(0, len(runs))
     results = []
-    for dtype in dtypes:
-        for operator, variant, cohort, build in builders:
-            if dtype != "f32" and operator in F32_ONLY:
-                continue  # their inputs are f32 logits, integers or no tensor at all: the f32 pass covers them
-            results.append(run_operator_case(operator, variant, cohort, build, cases, dtype, device, rng,
-                                             gpu_paths=gpu_paths))
+    for dtype, (operator, variant, cohort, build) in runs:
+        results.append(run_operator_case(operator, variant, cohort, build, cases, dtype, device, rng,
+                                         gpu_paths=gpu_paths))
+        report(len(results), len(runs))
     return LevelResult("operators", tuple(results))

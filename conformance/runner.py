@@ -19,8 +19,9 @@ table (`coverage.py`), required by default for the generated workloads only (`re
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,9 @@ class ConformOptions:
     gpu_paths: bool = False  # production (operators level and Production) in the GPU-paths mode
     history_drafting: bool = False  # both runtimes' speculative rounds carry copied proposals (--history-drafting)
     ranks: Any = None  # a tensor-parallel core: production ranks' RankOptions (Production.ranks)
+    # progress(what, done, total): ("operator cases", ...) before the first case and after each,
+    # ("workloads", ...) before the first workload and after each; None reports nothing
+    progress: Callable[[str, int, int], None] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.levels) - set(LEVELS))
@@ -195,8 +199,9 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
 
         dtypes = options.dtypes or (("f32",) if device == "cpu" else ("f32", "bf16"))
         cases = OperatorCases.from_json(load_operator_cases(options.operator_cases))
+        counted = None if options.progress is None else functools.partial(options.progress, "operator cases")
         results.append(run_operators(cases, device=device, dtypes=dtypes, only=options.operators or None,
-                                     gpu_paths=options.gpu_paths))
+                                     gpu_paths=options.gpu_paths, progress=counted))
     coverage = None
     if "trace" in levels or "e2e" in levels:
         dtype = core_dtype(core.manifest)
@@ -206,7 +211,9 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
         trace_cases: list[CaseResult] = []
         e2e_cases: list[CaseResult] = []
         tie_check = reference_tie_check(core, dtype) if "e2e" in levels else None
-        for workload in workloads:
+        progress = options.progress or (lambda what, done, total: None)
+        progress("workloads", 0, len(workloads))
+        for done, workload in enumerate(workloads, 1):
             copies = prepare_workload(core, workload, copies=2 if "e2e" in levels else 1)
             sink = TraceList()
             runtime, header = production.runtime(core, workload, sink)
@@ -233,6 +240,7 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
             (trace_cases if "trace" in levels else e2e_cases).extend(leaked)
             if "e2e" in levels:
                 e2e_cases.extend(resource_cases(account(reference, f"{workload.name}/resources/reference")))
+            progress("workloads", done, len(workloads))
         if "trace" in levels:
             # startup tuning (conformance/tuning.py): both runtimes' TUNED buffers after load
             trace_cases.extend(tuned_buffer_cases(core, device=device, dtype=dtype, gpu_paths=options.gpu_paths))

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from helios.cli.progress import ProgressBar
 from helios.errors import HeliosError
 
 LEVEL_CHOICES = ("operators", "trace", "e2e", "all")
@@ -55,7 +56,8 @@ def register(subparsers) -> None:
             "Exit status: 0 pass (nothing diverged, coverage complete), 1 divergence, 4 incomplete\n"
             "(nothing diverged, a supported mechanism not exercised), 2 or 3 when the core or an option\n"
             "is unusable. On a machine without CUDA the production kernels run in the Triton interpreter\n"
-            "(slow: the generated workloads are a few tokens each)."
+            "(slow: the generated workloads are a few tokens each). Progress (operator cases, workloads)\n"
+            "goes to stderr: a bar on a terminal, a line at every tenth elsewhere."
         ),
         epilog=(
             "examples:\n"
@@ -100,6 +102,17 @@ def register(subparsers) -> None:
     parser.set_defaults(func=_conform)
 
 
+class _Progress:
+    """The run's progress on stderr: a `ProgressBar` for the operator cases and one for the workloads."""
+
+    def __init__(self) -> None:
+        self.bars: dict[str, ProgressBar] = {}
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if total:
+            self.bars.setdefault(what, ProgressBar(what, sys.stderr))(done, total)
+
+
 def _conform(args) -> int:
     from conformance.runner import ConformOptions, audit_file, conform
     from helios.cli.compose import rank_options
@@ -118,7 +131,8 @@ def _conform(args) -> int:
                                      workload_names=tuple(args.workload), operators=tuple(args.operator),
                                      trace_dir=args.trace_dir, require_coverage=args.require_coverage,
                                      gpu_paths=args.gpu_paths, history_drafting=args.history_drafting,
-                                     ranks=rank_options(args.core, args.trust, args.accept, "threads", None, 30.0))
+                                     ranks=rank_options(args.core, args.trust, args.accept, "threads", None, 30.0),
+                                     progress=_Progress())
             report = conform(core, options)
     print(report.to_json() if args.json else report.table())
     sys.stdout.flush()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from helios.cli.progress import ProgressBar
+
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
@@ -95,32 +97,6 @@ def register(subparsers) -> None:
     parser.set_defaults(func=_prepare)
 
 
-class _ProgressBar:
-    """Weight conversion progress on stderr: a bar redrawn in place on a terminal; elsewhere (a log
-    file, CI, a pipe) a line at every tenth of the weights, so a log holds no carriage-return runs."""
-
-    width = 30
-
-    def __init__(self, stream=None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        isatty = getattr(self.stream, "isatty", None)
-        self.in_place = bool(isatty and isatty())
-        self._tenths = -1
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        if self.in_place:
-            filled = self.width * done // max(total, 1)
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\rconverting weights [{bar}] {done}/{total}" + ("\n" if done == total else ""))
-        else:
-            tenths = 10 * done // max(total, 1)
-            if tenths == self._tenths:
-                return
-            self._tenths = tenths
-            self.stream.write(f"converting weights: {done}/{total} ({100 * done // max(total, 1)}%)\n")
-        self.stream.flush()
-
-
 def _prepare(args) -> int:
     from helios.core.envelope import check_namespace
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
@@ -137,7 +113,8 @@ def _prepare(args) -> int:
                                  prompt_score_top=args.prompt_score_top, snapshot_capacity=args.snapshot_capacity,
                                  image_feature_slots=args.image_feature_slots)
     prepared = prepare_checkpoint(args.checkpoint, options)
-    seal(prepared, args.out, publisher=args.publisher, signing_key=args.key, progress=_ProgressBar(sys.stderr))
+    seal(prepared, args.out, publisher=args.publisher, signing_key=args.key,
+         progress=ProgressBar("converting weights", sys.stderr))
     graphs = len(prepared.manifest.graphs)
     weights = sum(1 for r in prepared.resources if r.kind == core_pb2.RESOURCE_KIND_WEIGHT)
     ranks = f", {prepared.manifest.ranks} ranks" if prepared.manifest.ranks > 1 else ""

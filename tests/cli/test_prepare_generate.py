@@ -98,7 +98,7 @@ def test_unsupported_checkpoint_fails_with_one_line(tiny_checkpoint, key, tmp_pa
 def test_the_progress_bar_redraws_in_place_only_on_a_terminal():
     import io
 
-    from helios.cli.prepare import _ProgressBar
+    from helios.cli.progress import ProgressBar
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -106,7 +106,7 @@ def test_the_progress_bar_redraws_in_place_only_on_a_terminal():
 
     terminal, log = Terminal(), io.StringIO()
     for stream in (terminal, log):
-        bar = _ProgressBar(stream)
+        bar = ProgressBar("converting weights", stream)
         for done in range(1, 77):
             bar(done, 76, f"w{done}")
     assert terminal.getvalue().count("\r") == 76 and terminal.getvalue().endswith("] 76/76\n")

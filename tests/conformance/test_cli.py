@@ -20,13 +20,19 @@ def test_json_output_of_the_operators_level(signed_core, capsys):
     capsys.readouterr()
     code = main(_args(signed_core, "--level", "operators", "--operator", "paged_attention", "--operator",
                       "rotary+paged_cache_write", "--json"))
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     data = json.loads(out)
     assert code == 0 and out.count("\n") == 1
     assert data["verdict"] == "pass"
     (level,) = data["levels"]
     assert set(level) == {"level", "cases", "passed", "numeric_ties", "divergences"}
     assert level["level"] == "operators" and level["cases"] == level["passed"] >= 8
+    # progress on stderr (not a terminal here): a line at every tenth of the cases, the JSON alone on stdout
+    progress = captured.err.splitlines()
+    cases = level["cases"]
+    assert progress[0] == f"operator cases: 0/{cases} (0%)" and progress[-1] == f"operator cases: {cases}/{cases} (100%)"
+    assert len(progress) <= 11 and all(line.startswith("operator cases: ") for line in progress)
 
 
 def test_trace_written_then_audited(signed_core, tmp_path, capsys):
@@ -35,8 +41,10 @@ def test_trace_written_then_audited(signed_core, tmp_path, capsys):
                                      "requests": [{"prompt": [3, 3, 3], "max_tokens": 2, "temperature": 0}]}))
     assert main(_args(signed_core, "--level", "trace", "--workloads", str(workloads),
                       "--trace-dir", str(tmp_path))) == 0
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
     assert table.splitlines()[0].split()[:3] == ["level", "case", "verdict"] and "trace  one" in table
+    assert captured.err.splitlines() == ["workloads: 0/1 (0%)", "workloads: 1/1 (100%)"]
     assert main(_args(signed_core, "--audit", str(tmp_path / "one.trace"), "--json")) == 0
     assert json.loads(capsys.readouterr().out)["levels"][0]["passed"] == 1
 
