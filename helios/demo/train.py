@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             "drafter on the corpus completions, then the drafter distilled on the target's greedy continuations. "
             "Prints loss, tokens/s and validation accuracy as it goes, saves both Hugging Face checkpoints and "
             f"prints greedy accuracy on {HELD_OUT_COUNT} held-out prompts (seed {HELD_OUT_SEED}) and the drafter's "
-            "acceptance per draft position. The committed checkpoints came from one H200 run with --minutes 8.5 "
+            "acceptance per draft position. The committed checkpoints came from one H100 run with --minutes 8.5 "
             "(BENCHMARKS.md); on a CPU, use small shapes, "
             "--steps and --examples."
         ),
