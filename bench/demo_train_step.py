@@ -37,6 +37,8 @@ from helios.demo import CHECKPOINT_DIR  # noqa: E402
 from helios.demo import train as T  # noqa: E402
 from helios.demo.tokenizer import EOS_TOKEN, PAD_TOKEN  # noqa: E402
 
+RECIPE = T.TrainingPlan()  # the committed recipe: its batch size and compilation are the baseline
+
 
 def encode(examples: int, workers: int) -> T.EncodedCorpus:
     """The first `examples` training examples, encoded as the training script encodes them, whole."""
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="encoding processes (default: CPUs - 1, at most 15)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 256, 512],
                         help="batch sizes to time (default %(default)s; the committed recipe's, "
-                             f"{T.TrainingPlan().batch_size}, is always timed)")
+                             f"{RECIPE.batch_size}, is always timed)")
     parser.add_argument("--compile", default="", metavar="BACKEND",
                         help="also time each batch size with the losses compiled by this torch.compile backend")
     parser.add_argument("--warmup", type=int, default=8,
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     configurations = [(size, "") for size in args.batch_sizes]
     if args.compile:
         configurations += [(size, args.compile) for size in args.batch_sizes]
-    recipe = (T.TrainingPlan().batch_size, T.TrainingPlan().compile)  # the committed recipe's
+    recipe = (RECIPE.batch_size, RECIPE.compile)
     if recipe in configurations:
         configurations.remove(recipe)
     configurations.insert(0, recipe)  # the baseline, first

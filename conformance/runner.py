@@ -194,14 +194,15 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
     production = options.production or Production(device, gpu_paths=options.gpu_paths,
                                                   history_drafting=options.history_drafting, ranks=options.ranks)
     results: list[LevelResult] = []
+    progress = options.progress or (lambda what, done, total: None)
     if "operators" in levels:
         from conformance.operators import OperatorCases, run_operators
 
         dtypes = options.dtypes or (("f32",) if device == "cpu" else ("f32", "bf16"))
         cases = OperatorCases.from_json(load_operator_cases(options.operator_cases))
-        counted = None if options.progress is None else functools.partial(options.progress, "operator cases")
         results.append(run_operators(cases, device=device, dtypes=dtypes, only=options.operators or None,
-                                     gpu_paths=options.gpu_paths, progress=counted))
+                                     gpu_paths=options.gpu_paths,
+                                     progress=functools.partial(progress, "operator cases")))
     coverage = None
     if "trace" in levels or "e2e" in levels:
         dtype = core_dtype(core.manifest)
@@ -211,7 +212,6 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
         trace_cases: list[CaseResult] = []
         e2e_cases: list[CaseResult] = []
         tie_check = reference_tie_check(core, dtype) if "e2e" in levels else None
-        progress = options.progress or (lambda what, done, total: None)
         progress("workloads", 0, len(workloads))
         for done, workload in enumerate(workloads, 1):
             copies = prepare_workload(core, workload, copies=2 if "e2e" in levels else 1)
