@@ -29,6 +29,10 @@ Observed from what ran, never from what a workload intended:
   string stop      -                                                finish reason stop otherwise (a stop string)
   grammar          a sampling lane with a grammar mask (or the      a grammar-constrained request that finished
                    per-position masks of its copied proposals)
+  speculative      a sampling lane of a SPECULATIVE round (its      the same, on a lane of the request
+  round            offer, acceptance and emitted ids audited)
+  copied proposal  a speculative lane carrying proposals copied     the same, on a lane of the request
+                   from its request's tokens (history drafting)
   tool call        -                                                a tool call its output pipeline parsed
   output filter    -                                                a request with an output filter that released text
   no output filter -                                                a token-observed request without an output filter
@@ -52,8 +56,12 @@ SCORED = "scored prefill"
 RESTORE = "snapshot restore"  # a preempted request's partial page snapshotted, restored and resumed
 MIDPAGE = "mid-page hit"  # a prefix ending inside a page served from a published continuation row
 HOST = "host readmission"  # a prefix page evicted to the host tier, readmitted on a hit
+SPECULATIVE = "speculative round"  # a lane's proposals verified on the device (learned or copied)
+COPIED = "copied proposal"  # a speculative lane's proposals copied from its own tokens (history drafting)
 MECHANISMS = (CHUNKED, REUSE, PREEMPTION, RESTORE, MIDPAGE, HOST, WINDOW, TOKEN_STOP, SEQUENCE_STOP, STRING_STOP,
-              GRAMMAR, TOOL, FILTERED, UNFILTERED, SCORED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
+              GRAMMAR, TOOL, FILTERED, UNFILTERED, SCORED, SPECULATIVE, COPIED)  # the EOS rows ("eos <id>", one per EOS id) follow WINDOW
+# what a request's own lanes show the e2e level (the rest of `_lane_mechanisms` it reads from the result)
+LANE_E2E = frozenset({CHUNKED, SPECULATIVE, COPIED})
 # NOTE: the trace audit compares a scored round's completion rows, not its prompt scores: scores are
 # compared end to end only.
 HOST_ONLY = frozenset({TOKEN_STOP, SEQUENCE_STOP, STRING_STOP, TOOL, FILTERED, UNFILTERED, SCORED})
@@ -84,6 +92,10 @@ def _lane_mechanisms(lanes: Iterable[Any], rows: Iterable[Any], window: int | No
             out.add(GRAMMAR)
         if row.emitted and lane.samples and row.sampled_id in lane.eos_ids:
             out.add(eos_mechanism(int(row.sampled_id)))
+        if lane.samples and row.offer >= 0:  # only a SPECULATIVE graph's rows carry an offer
+            out.add(SPECULATIVE)
+            if lane.copied:
+                out.add(COPIED)
     return out
 
 
@@ -234,7 +246,7 @@ class Observed:
             prompt = tuple(item.generation.prompt_token_ids)
             lanes = by_prompt.get(prompt, [])
             device = _lane_mechanisms([lane for lane, _ in lanes], [row for _, row in lanes], self.window)
-            seen |= device & {CHUNKED}
+            seen |= device & LANE_E2E
             if prompt in hits:
                 seen.add(MIDPAGE)
             if prompt in readmitted:

@@ -29,6 +29,10 @@ actually reached):
     tool            where the core has a tool syntax: a chat request forced to call a registered
                     function (`tool_choice` naming it); the seed under which the reference's call is
                     shortest
+    copying         where the core has SPECULATIVE graphs: a greedy prompt stating one short run of
+                    ids three times, the first of a few whose reference stream repeats a pair of ids
+                    of its history within the output, so a run with history drafting copies proposals
+                    (and every run verifies speculative rounds)
   pressure  two requests and two cache pages: the older one's decode needs the page the younger
             holds, so production preempts it and readmits it later (the shape is checked on the
             reference's batching run before it is kept)
@@ -96,6 +100,7 @@ class Geometry:
     snapshots: bool = False  # RESTORATION graphs and continuation storage (preemption snapshots, restores)
     recurrent: bool = False  # a RECURRENT history region: no prefix is reused (docs/recurrent.md)
     image_size: int = 0  # the image preparation's image size (0: the core takes no images)
+    speculative: bool = False  # SPECULATIVE graphs: learned speculation (history drafting needs it too)
 
     @classmethod
     def of(cls, core: CoreSource) -> Geometry:
@@ -124,7 +129,8 @@ class Geometry:
                    snapshots=(contract.snapshot_capacity > 0 and any(g.operation == Operation.RESTORATION
                                                                      for g in contract.graphs)),
                    recurrent=any(h.kind == HistoryKind.RECURRENT for h in contract.cache.histories),
-                   image_size=frontend.image_settings.image_size if contract.vision.feature_slots and chat else 0)
+                   image_size=frontend.image_settings.image_size if contract.vision.feature_slots and chat else 0,
+                   speculative=any(g.operation == Operation.SPECULATIVE for g in contract.graphs))
 
     def prompt(self, length: int, salt: int = 0) -> list[int]:
         """`length` deterministic ids (a fixed walk through `prompt_ids`; `salt` picks another walk)."""
@@ -143,11 +149,16 @@ class Geometry:
     def window_crossable(self) -> bool:
         return self.window_tokens is not None and self.window_tokens + 2 + 2 <= self.context_tokens
 
-    def unsupported(self) -> dict[str, str]:
-        """Mechanism -> why this core cannot reach it (the coverage table's "not supported" rows)."""
+    def unsupported(self, *, history_drafting: bool = False) -> dict[str, str]:
+        """Mechanism -> why this core (or a run without `history_drafting`) cannot reach it: the
+        coverage table's "not supported" rows."""
         from conformance import coverage as c
 
         out: dict[str, str] = {}
+        if not self.speculative:
+            out[c.SPECULATIVE] = out[c.COPIED] = "not supported by the core (no SPECULATIVE graphs)"
+        elif not history_drafting:
+            out[c.COPIED] = "not supported by the core in a run without history drafting"
         if self.window_tokens is None:
             out[c.WINDOW] = "not supported by the core (no sliding window)"
         elif not self.window_crossable:
@@ -228,6 +239,8 @@ def generated_workloads(core: CoreSource, geometry: Geometry | None = None) -> t
         requests.extend(_shortest(core, "tool", {
             "messages": [{"role": "user", "content": "f?"}], "max_tokens": 48, "tools": [TOOL],
             "tool_choice": {"type": "function", "function": {"name": "f"}}}, needs_call=True))
+    if c.SPECULATIVE not in unsupported:
+        requests.append(_copying_request(core, geometry, draws))
     workloads = [Workload("geometry", tuple(requests), max_active=min(2, geometry.slots),
                           queue_capacity=len(requests),
                           description="fitted to the core: chunked prefill, prefix reuse, window, stops, "
@@ -381,6 +394,35 @@ def _stop_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[
     if stop is not None:
         out.append(_request("string-stop", {**base, "stop": [stop]}))
     return out
+
+
+COPYING_RUN = 4  # ids in the run the copying request's prompt states three times
+COPYING_TOKENS = 16  # its output, at most: room for its stream to repeat a pair of ids
+
+
+def _copying_request(core: CoreSource, geometry: Geometry, draws: _Draws) -> WorkloadRequest:
+    """`copying` (module docstring): the first of a few prompts whose reference stream (as served:
+    greedy, EOS ending it) would have history drafting propose before its last token, matching as an
+    unconstrained lane beside a learned draft does (`DRAFTED_MIN_NGRAM` ids), and whose draws are
+    clear of numeric ties; else the first prompt (the coverage table then says whether a run copied)."""
+    from helios.runtime.history_drafting import HistoryIndex
+
+    prompt_length = COPYING_RUN * 3
+    tokens = max(1, min(COPYING_TOKENS, geometry.context_tokens - prompt_length - 2))
+    bodies = [{"prompt": geometry.prompt(COPYING_RUN, salt=20 + salt) * 3, "max_tokens": tokens, "temperature": 0}
+              for salt in range(GREEDY_CANDIDATES)]
+    for body in bodies:
+        (result,) = _reference_results(core, Workload("probe", (_request("probe", body),)))
+        history, index = list(body["prompt"]), HistoryIndex()
+        proposes = False
+        for token in result.token_ids[:-1]:  # a proposal needs a token after it to verify
+            history.append(token)
+            if index.propose(history, 1, drafted=True):
+                proposes = True
+                break
+        if proposes and draws.robust(body):
+            return _request("copying", body)
+    return _request("copying", bodies[0])
 
 
 def _eos_requests(core: CoreSource, geometry: Geometry, draws: _Draws) -> list[WorkloadRequest]:

@@ -248,7 +248,8 @@ def conform(core: CoreSource, options: ConformOptions | None = None) -> Report:
         if "e2e" in levels:
             results.append(LevelResult("e2e", tuple(e2e_cases)))
         required = generated if options.require_coverage is None else options.require_coverage
-        coverage = observed.coverage(levels, geometry.unsupported(), geometry.eos_ids, required=required)
+        coverage = observed.coverage(levels, geometry.unsupported(history_drafting=options.history_drafting),
+                                        geometry.eos_ids, required=required)
     return Report(tuple(results), coverage)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from conformance import coverage as c
+from conformance.generate import generated_workloads
 from conformance.runner import ConformOptions, Production, conform
 from tests.conformance.conftest import CAPACITIES, DEVICE
 from tests.conformance.helpers import workload
@@ -59,6 +61,26 @@ def test_trace_and_e2e_pass_with_history_drafting(core):
     assert copied and any(row.accepted_drafts > 0 for _, row in copied)
     constrained = [(lane, row) for lane, row in copied if lane.candidate_masks is not None]
     assert constrained and any(row.accepted_drafts > 0 for _, row in constrained)  # audited with its masks
+
+
+def test_generated_workloads_reach_speculative_rounds_and_copied_proposals(core):
+    """Without workloads given, the coverage table requires a verified speculative round and a lane
+    carrying copied proposals at both levels: the generated `copying` request reaches both."""
+    report = conform(core, ConformOptions(levels=("trace", "e2e"), device=DEVICE, history_drafting=True))
+    assert report.verdict == "pass" and report.coverage.required and not report.coverage.missing, report.table()
+    for level in ("trace", "e2e"):
+        assert report.coverage.state(c.SPECULATIVE, level) == c.EXERCISED, report.table()
+        assert report.coverage.state(c.COPIED, level) == c.EXERCISED, report.table()
+
+
+def test_copied_proposals_are_required_only_of_a_run_with_history_drafting(core):
+    from conformance.generate import Geometry
+
+    geometry = Geometry.of(core)
+    assert geometry.speculative and c.SPECULATIVE not in geometry.unsupported()
+    assert "without history drafting" in geometry.unsupported()[c.COPIED]
+    assert c.COPIED not in geometry.unsupported(history_drafting=True)
+    assert "copying" in {r.name for r in generated_workloads(core, geometry)[0].requests}
 
 
 def test_history_drafting_on_a_core_without_copied_inputs_fails_in_one_line(tiny_checkpoint):
