@@ -89,6 +89,43 @@ def test_rows_within_p_go_where_they_are_worth_most():
         assert expected_round_tokens(acceptances, limits, packed) == pytest.approx(brute)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_large_cohort_weighs_each_program_as_its_lanes_do_one_by_one(seed, monkeypatch):
+    """From VECTOR_LANES lanes on, the candidates' expected tokens come from one NumPy pass of power
+    sums (rectangular programs whose limit every room holds): they equal `expected_round_tokens` over
+    the lanes one by one, whatever the widths, capacities, rooms and acceptances (0 and 1 included)."""
+    from helios.engine import program_choice
+    from helios.engine.program_choice import VECTOR_LANES
+
+    passes = []
+    power_sums = program_choice._power_sums
+    monkeypatch.setattr(program_choice, "_power_sums", lambda *args: passes.append(1) or power_sums(*args))
+    rng = random.Random(seed)
+    variants = [GraphVariant("initialization", INIT, 1, 1, True), GraphVariant("prefill_p16", PREFILL, 1, 16, True)]
+    variants += [GraphVariant(f"decode_b{b}", DECODE, b, b, True) for b in (1, 64, 256)]
+    for width in (2, 3, 4, 8):
+        for b in (1, 64, 256):
+            packed = b * width if rng.random() < 0.7 else rng.randrange(b, b * width)
+            variants.append(GraphVariant(f"speculative_b{b}_w{width}", SPEC, b, packed, True, width=width,
+                                         drafts=width - 1, lane_limit=width,
+                                         check=SpeculativeRound(packed, exact=packed == b * width)))
+    graphs = GraphCatalog(variants)
+    choice = ProgramChoice(graphs, costs_for(graphs, rng))
+    for _ in range(20):
+        n = rng.choice((VECTOR_LANES, 100, 256, 300))
+        acceptances = [rng.choice((0.0, 1.0, rng.random(), rng.uniform(0.85, 1.0))) for _ in range(n)]
+        short = rng.random() < 0.3  # some lanes with less room than a width: lane by lane
+        rooms = [rng.choice((1, 3, 100)) if short and rng.random() < 0.1 else 100 for _ in range(n)]
+        for candidate in choice.candidates(acceptances, rooms):
+            if not candidate.speculative:
+                continue
+            limit, lanes = candidate.variant.lane_limit, candidate.lanes
+            limits = [min(limit, room) for room in rooms[:lanes]]
+            direct = expected_round_tokens(acceptances[:lanes], limits, candidate.variant.packed_token_capacity)
+            assert candidate.expected == pytest.approx(direct, rel=1e-12), (candidate.variant.name, n)
+    assert passes  # the NumPy pass was taken
+
+
 def test_acceptance_estimate_counts_a_rejection_once_a_round():
     estimate = AcceptanceEstimate()
     estimate.observe(3, 3)  # all accepted: no rejection
