@@ -24,6 +24,7 @@ vector. Host only: no device, no torch.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import sys
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             program_choice.VECTOR_LANES = threshold
             try:
                 chosen[form] = choice.decide(pooled, estimates, rooms)
-                timed[form] = min(timeit.repeat(lambda: choice.decide(pooled, estimates, rooms),
+                timed[form] = min(timeit.repeat(functools.partial(choice.decide, pooled, estimates, rooms),
                                                 number=args.number, repeat=args.repeats)) / args.number * 1e6
             finally:
                 program_choice.VECTOR_LANES = vector_lanes
