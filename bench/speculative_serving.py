@@ -27,8 +27,9 @@ server's rounds would: its first run learns them, the later ones start from them
 Printed per workload, temperature and concurrency: output tokens per second of each mode, the best
 fixed choice (off or a width), auto / best of the medians (issue #18's target: >= 0.97 at every
 concurrency) and `paired`: the median over repeats of auto / the best fixed mode of that repeat (a
-repeat's modes run back to back, so a host that slows for a while slows them alike), then what the
-adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it decoded plainly,
+repeat's modes run back to back, so a host that slows for a while slows them alike), how far each
+mode's repeats spread (largest over smallest, less one: a gap between modes below it is not resolved
+by the medians; 6% to 30% within one mode on an H100 at 32 requests), then what the adaptive choice did in each of its runs: SPECULATIVE rounds by width, cohorts it decoded plainly,
 rounds at the fallback width (costs unknown or stale), rounds of a wider program run to measure it
 and the proposals accepted.
 `--json` also keeps every run's choices and, per point, the measured and served round costs the
@@ -289,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
                                     "choices": chosen, "auto_costs": read_costs})
                     print(f"{workload:>10} {temperature:>5.2f} {c:>4} " + " ".join(f"{rates[n]:>9.1f}" for n in names)
                           + f" {best:>6} {rates['auto'] / fixed[best]:>9.2f} {paired:>9.2f}")
+                    # how far one mode's repeats spread (the largest over the smallest, less one): a gap
+                    # between modes smaller than this is not resolved by the point's medians
+                    print(f"{'':>21} spread: " + ", ".join(f"{n} {max(runs[n]) / min(runs[n]) - 1:.0%}" for n in names))
                     for choice in chosen["auto"]:
                         print(f"{'':>21} auto: {describe(choice)}")
                     if args.json:  # after every point: a run cut short keeps what it measured
