@@ -30,6 +30,9 @@ longer launch costs a compile; one that misses a kernel leaves it to compile at 
 inside startup, and the caller then forgets the record (`forget_specializations`), so the next
 load discovers again. Beside it (`PRODUCTS_DIR`) the load records the product decisions it timed
 (lowering/product_choice.py): a later load of the same identity takes them instead of timing again.
+And (`LOADS_DIR`) the device memory its plans needed (`LoadMemory`): with the three records a later load
+of the identity compiles the recorded set before lowering anything (`compile_recorded`) and lowers
+its plans once, over the final cache (native_model.py, the warm start).
 
 A set of specializations compiled once is recorded in Triton's cache directory (`RECORDS_DIR`, an
 empty file named by the set's digest: kernel sources, cache keys, Triton version, device
@@ -93,6 +96,7 @@ _FORKED: list[Specialization] = []  # NOTE: what forked prefill workers inherit;
 
 SETS_DIR = "helios-specializations"  # in Triton's cache directory: a load's specializations by its identity
 PRODUCTS_DIR = "helios-products"  # ... and the product decisions it measured
+LOADS_DIR = "helios-loads"  # ... and the device memory its plans needed (LoadMemory)
 
 
 def _cache_directory() -> Path | None:
@@ -124,6 +128,46 @@ def products_record(identity: str) -> Path | None:
     specializations (lowering/product_choice.py `save_decisions`; None without a Triton cache)."""
     directory = _cache_directory()
     return directory / PRODUCTS_DIR / f"{identity}.json" if directory else None
+
+
+def load_record(identity: str) -> Path | None:
+    """Where a load of `identity` records the device memory its plans need beyond their buffers
+    (`LoadMemory`), beside its specializations: a later load of it takes that instead of running
+    its plans to measure it (helios/production/native_model.py, the warm start). None without a
+    Triton cache."""
+    directory = _cache_directory()
+    return directory / LOADS_DIR / f"{identity}.json" if directory else None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMemory:
+    """What a load's kernels phase measured on the device, in bytes: the transient memory its plans'
+    runs need (the allocator's peak above what stays allocated), and what the phase left reserved
+    (scratch, samplers, workspaces, the allocator's cached blocks) that the cache is sized after."""
+
+    transient: int
+    kept: int
+
+
+def save_load_record(record: Path | None, memory: LoadMemory) -> bool:
+    """Records a load's measured memory at `record`; False where it cannot be."""
+    return record is not None and write_record(record, {"transient_bytes": int(memory.transient),
+                                                        "kept_bytes": int(memory.kept)})
+
+
+def recorded_load_memory(record: Path | None) -> LoadMemory | None:
+    """The memory recorded at `record`; None where there is none or it cannot be read."""
+    if record is None or not record.exists():
+        return None
+    try:
+        entry = json.loads(record.read_text())
+        values = (entry["transient_bytes"], entry["kept_bytes"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        _log.info("load record %s not used (%s)", record.name, error)
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return None
+    return LoadMemory(*values)
 
 
 def _function_name(function: object) -> tuple[str, str] | None:
@@ -185,7 +229,7 @@ def recorded_specializations(record: Path | None) -> list[Specialization] | None
 
 
 def forget_specializations(record: Path | None) -> None:
-    """Removes a record found incomplete (best effort)."""
+    """Removes a record found incomplete (best effort; any record of this module, e.g. `load_record`)."""
     if record is not None:
         record.unlink(missing_ok=True)
 
@@ -401,15 +445,30 @@ def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: in
     processes and the compiling threads (default `default_compile_threads()`; 1: one by one). With
     `identity` (what decides the load's specializations; module docstring) they are read from its
     record where there is one, and recorded where they were discovered."""
+    compiled = _compile(list(plans), device, threads, list(extra), identity)
+    assert compiled is not None  # with plans to discover, never None
+    return compiled
+
+
+def compile_recorded(identity: str, device: torch.device, threads: int | None = None) -> CompiledPlans | None:
+    """`compile_plans` from the record of `identity` alone, before any plan is lowered (a warm start:
+    helios/production/native_model.py); None where there is no usable record (nothing was compiled
+    from it, and a record that failed to compile is forgotten)."""
+    return _compile(None, device, threads, [], identity)
+
+
+def _compile(plans: list[LaunchPlan] | None, device: torch.device, threads: int | None,
+             extra: list[Callable[[], None]], identity: str | None) -> CompiledPlans | None:
     if device.type != "cuda":
         return CompiledPlans(0)
-    plans, extra = list(plans), list(extra)
     threads = default_compile_threads() if threads is None else threads
     with torch.cuda.device(device):
         start = time.perf_counter()
         record = specializations_record(identity) if identity else None
         specializations = recorded_specializations(record)
         if specializations is None:
+            if plans is None:
+                return None
             specializations = discover(plans, extra)
             save_specializations(record, specializations)
             used = None
@@ -431,7 +490,7 @@ def compile_plans(plans: Iterable[LaunchPlan], device: torch.device, threads: in
                 raise
             _log.warning("recorded kernel specializations did not compile (%s); discovering them again", error)
             forget_specializations(used)
-            return compile_plans(plans, device, threads, extra, identity)
+            return None if plans is None else _compile(plans, device, threads, extra, identity)
         compiled = time.perf_counter()
         loaded = load_kernels(specializations, index, threads)
         if not failed:

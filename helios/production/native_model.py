@@ -12,18 +12,28 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            in verify) into the TUNED buffers, before any serving plan runs: the kernels phase's
            warm-up, capture, cost measurement and every round read the filled buffers (the same
            tensors: no serving plan ever sees a TUNED buffer unfilled);
-  kernels  lower every selected program into a launch plan, compile every Triton kernel specialization
-           the plans launch, many at once (kernel_compile.py: discovered, or read from the record of
-           an earlier load of the same identity, `_load_identity`), then run each plan once (a sampling
-           plan also in its sort form where its rank stage is chunked), which measures the transient
-           memory the plans need; time the product shapes (or take the
-           decisions the same identity recorded);
+  kernels  lower every selected program into a launch plan over placeholder buffers (a one-page
+           cache), compile every Triton kernel specialization the plans launch, many at once
+           (kernel_compile.py: discovered, or read from the record of an earlier load of the same
+           identity, `_load_identity`), then run each plan once (a sampling plan also in its sort form
+           where its rank stage is chunked), which measures the transient memory the plans need; time
+           the product shapes (or take the decisions the same identity recorded); record under the
+           identity the transient memory and what the phase left reserved (scratch, samplers,
+           workspaces: `kernel_compile.LoadMemory`). A warm start (an earlier load of the identity
+           recorded its specializations, product decisions and memory; CUDA graphs on) only compiles
+           the recorded specializations and gives the policy the recorded decisions, and the cache is
+           sized after the recorded memory (the reserve its own lowering has not made yet counted as
+           transient): its plans are lowered once, in the graphs phase, and first run by the capture's
+           warm-up (a product shape the
+           record lacks is timed there and the plans lowered again; a kernel it lacks compiles at that
+           warm-up, inside startup, and the records are forgotten);
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need and the host-tier copies' device staging (sized from the tier, at most
            256 MiB); never more pages than max_concurrency full contexts;
-  graphs   re-bind the plans to the final cache planes and capture one CUDA graph per selected
-           (operation, capacity) variant (on a CPU the plans stay eager);
+  graphs   lower the plans again over the final cache planes (bound to them: the placeholder plans
+           are dropped) and capture one CUDA graph per selected (operation, capacity) variant (on a
+           CPU the plans stay eager);
   costs    with `measure_costs` (adaptive speculation): time each DECODE and SPECULATIVE graph's
            round, `cost_repeats` replays of its CUDA graph after capture (the median), or one eager
            run on a CPU, over the idle zeroed transport, persistent state and completion records
@@ -63,11 +73,18 @@ from helios.production.engram import engram_gatherers
 from helios.production.executor import ExecutorGraph, NativeExecutor, copy_staging_pages
 from helios.production.gpu_paths import GpuPaths
 from helios.production.kernel_compile import (
+    CompiledPlans,
+    LoadMemory,
     compile_plans,
+    compile_recorded,
     compiled_kernels,
     forget_specializations,
+    load_record,
     products_record,
+    recorded_load_memory,
+    save_load_record,
     source_digest,
+    specializations_record,
 )
 from helios.production.lowering import lower_program
 from helios.production.lowering.context import sampler_storage
@@ -231,48 +248,65 @@ class NativeModel:
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+            reserved = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
             marks = [time.perf_counter()]
-            placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
-            warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
-                    for name, item in programs.items()}
             packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
                         for name in programs}
-            marks.append(time.perf_counter())
-            identity = None  # what decides the load's kernels and products: the key of their records
-            if device.type == "cuda":  # the CPU interpreter has nothing to compile
-                # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
-                # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
-                identity = _load_identity(serving, manifest, programs, options, policy, _platform(device))
-                compiled = compile_plans(warm.values(), device, extra=policy.pending_runs(), identity=identity)
+            # what decides the load's kernels and products: the key of their records (None on a CPU,
+            # whose interpreter has nothing to compile)
+            identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
+                        if device.type == "cuda" else None)
+            recorded = _recorded_load(identity, policy, device) if options.cuda_graphs else None
+            if recorded is not None:  # a warm start: lowered once, in the graphs phase (module docstring)
+                # what the cold load's phase left reserved and this one has not (its lowering comes later)
+                transient = recorded.memory.transient + max(
+                    0, recorded.memory.kept - (torch.cuda.memory_reserved(device) - reserved))
+                _log.info("kernels phase: %d specializations and %d product decisions as recorded, compiled "
+                          "%.2f s; the plans are lowered once, over the final cache", recorded.compiled.count,
+                          recorded.decisions, time.perf_counter() - marks[0])
+            else:
+                transient = 0
+                placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
+                warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
+                        for name, item in programs.items()}
                 marks.append(time.perf_counter())
-                before = compiled_kernels()
-                for plan in warm.values():  # the sort beside a chunked rank stage: its memory is measured too
-                    for form in plan.forms():
-                        if form != "off":
-                            plan.run(rank_form=form)
-                if compiled.record is not None and compiled_kernels() > before:
-                    _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
-                              "discovers them again", compiled_kernels() - before)
-                    forget_specializations(compiled.record)
-            transient = 0
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-                transient = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
-            marks.append(time.perf_counter())
-            # Triton or torch for each product shape, its kernels now compiled: as an earlier load of this
-            # identity measured them, or timed now (and recorded for the next)
-            products = products_record(identity) if identity else None
-            adopted = policy.adopt(recorded_decisions(products) or {})
-            timed = policy.measure_pending()
-            if timed:
-                save_decisions(products, policy.decisions)
-            marks.append(time.perf_counter())
-            del placeholder, warm
-            steps = ("lowered", "compiled", "warm-up run", "products timed") if len(marks) == 5 else (
-                "lowered", "ran", "products timed")
-            _log.info("kernels phase: %s (%d product shapes timed, %d as recorded)", ", ".join(
-                f"{step} {b - a:.2f} s" for step, a, b in zip(steps, marks[:-1], marks[1:], strict=True)), timed,
-                adopted)
+                complete = identity is not None
+                if device.type == "cuda":
+                    # NOTE: zeroed transport is a valid submission (lane 0 at position 0 on page 0 of the
+                    # one-page placeholder cache), so each plan runs in bounds; its kernels are compiled first.
+                    compiled = compile_plans(warm.values(), device, extra=policy.pending_runs(), identity=identity)
+                    marks.append(time.perf_counter())
+                    before = compiled_kernels()
+                    for plan in warm.values():  # the sort beside a chunked rank stage: its memory is measured too
+                        for form in plan.forms():
+                            if form != "off":
+                                plan.run(rank_form=form)
+                    if compiled.record is not None and compiled_kernels() > before:
+                        _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
+                                  "discovers them again", compiled_kernels() - before)
+                        forget_specializations(compiled.record)
+                        complete = False
+                    torch.cuda.synchronize(device)
+                    transient = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
+                marks.append(time.perf_counter())
+                # Triton or torch for each product shape, its kernels now compiled: as an earlier load of this
+                # identity measured them, or timed now (and recorded for the next)
+                products = products_record(identity) if identity else None
+                adopted = policy.adopt(recorded_decisions(products) or {})
+                timed = policy.measure_pending()
+                if timed:
+                    complete = save_decisions(products, policy.decisions) and complete
+                marks.append(time.perf_counter())
+                del placeholder, warm
+                kernels = specializations_record(identity) if complete else None
+                if kernels is not None and kernels.exists() and options.cuda_graphs:  # a later load may lower once
+                    save_load_record(load_record(identity), LoadMemory(
+                        transient, max(0, torch.cuda.memory_reserved(device) - reserved)))
+                steps = ("lowered", "compiled", "warm-up run", "products timed") if len(marks) == 5 else (
+                    "lowered", "ran", "products timed")
+                _log.info("kernels phase: %s (%d product shapes timed, %d as recorded)", ", ".join(
+                    f"{step} {b - a:.2f} s" for step, a, b in zip(steps, marks[:-1], marks[1:], strict=True)),
+                    timed, adopted)
         with phase("cache"):
             page_bytes = manifest_page_bytes(manifest)
             host = host_pages(options.host_cache_gib, page_bytes)
@@ -288,6 +322,11 @@ class NativeModel:
             lowering = time.perf_counter()
             plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
                      for name, item in programs.items()}
+            if recorded is not None and policy.measure_pending():  # a product shape without its record's
+                _log.info("a product shape the load's record lacks was timed; the plans are lowered again")
+                save_decisions(products_record(identity), policy.decisions)
+                plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
+                         for name, item in programs.items()}
             lowered = time.perf_counter()
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
@@ -298,6 +337,11 @@ class NativeModel:
                 capture.capture(plans, preserve=persistent)
                 _log.info("graphs phase: lowered %.2f s, %d graphs captured in %.2f s", lowered - lowering,
                           len(plans), time.perf_counter() - lowered)
+                if recorded is not None and compiled_kernels() > recorded.kernels:
+                    _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
+                              "discovers them again", compiled_kernels() - recorded.kernels)
+                    forget_specializations(recorded.compiled.record)
+                    forget_specializations(load_record(identity))
             graphs = {name: ExecutorGraph(name, item.handle.operation, item.handle.batch_capacity,
                                           item.handle.packed_token_capacity, plans[name], packings[name])
                       for name, item in programs.items()}
@@ -356,6 +400,34 @@ def _load_identity(serving: contract_pb2.ServingContract, manifest: manifest_pb2
     digest.update(repr((options.linear, options.gpu_paths, options.rank, group, known, source_digest(),
                         platform)).encode())
     return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordedLoad:
+    """What a warm start takes from the records of an earlier load of its identity."""
+
+    memory: LoadMemory  # the device memory its plans needed beyond their buffers
+    compiled: CompiledPlans  # the specializations compiled from its record
+    decisions: int  # product decisions recorded (given to the policy before lowering)
+    kernels: int  # `compiled_kernels()` once they were compiled: more after capture, the record missed some
+
+
+def _recorded_load(identity: str | None, policy: LinearPolicy, device: torch.device) -> _RecordedLoad | None:
+    """A warm start's records (module docstring): the load record's memory, the kernel
+    specializations compiled from theirs, the product decisions preloaded into `policy`; None where
+    any is missing or unusable (the load then measures as a cold one does)."""
+    if identity is None:
+        return None
+    memory = recorded_load_memory(load_record(identity))
+    if memory is None:
+        return None
+    compiled = compile_recorded(identity, device)
+    if compiled is None:
+        forget_specializations(load_record(identity))
+        return None
+    decisions = recorded_decisions(products_record(identity)) or {}
+    policy.preload(decisions)
+    return _RecordedLoad(memory, compiled, len(decisions), compiled_kernels())
 
 
 def _platform(device: torch.device) -> str:

@@ -3,6 +3,7 @@ interprets and compiles nothing; the GPU path is covered by test_native_model's 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -153,6 +154,42 @@ def test_records_live_in_tritons_cache_directory(tmp_path, monkeypatch):
     assert kernel_compile.prefill_record("abc") == tmp_path / kernel_compile.RECORDS_DIR / "abc"
     assert kernel_compile.specializations_record("abc") == tmp_path / kernel_compile.SETS_DIR / "abc.json"
     assert kernel_compile.products_record("abc") == tmp_path / kernel_compile.PRODUCTS_DIR / "abc.json"
+    assert kernel_compile.load_record("abc") == tmp_path / kernel_compile.LOADS_DIR / "abc.json"
+
+
+def test_a_loads_memory_is_recorded_read_back_and_forgotten(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    record = kernel_compile.load_record("identity")
+    assert kernel_compile.recorded_load_memory(record) is None  # nothing recorded yet
+    memory = kernel_compile.LoadMemory(transient=123_456_789, kept=987_654_321)
+    assert kernel_compile.save_load_record(record, memory)
+    assert kernel_compile.recorded_load_memory(record) == memory
+    zero = kernel_compile.LoadMemory(0, 0)
+    assert kernel_compile.save_load_record(record, zero) and kernel_compile.recorded_load_memory(record) == zero
+    kernel_compile.forget_specializations(record)
+    assert kernel_compile.recorded_load_memory(record) is None
+    assert not kernel_compile.save_load_record(None, memory)
+    assert kernel_compile.recorded_load_memory(None) is None
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", "{}", '{"transient_bytes": 1}', '{"kept_bytes": 1}',
+                                  '{"transient_bytes": -1, "kept_bytes": 1}', '{"transient_bytes": 1.5, "kept_bytes": 1}',
+                                  '{"transient_bytes": 1, "kept_bytes": true}', '{"transient_bytes": "8", "kept_bytes": 1}'])
+def test_a_load_record_that_cannot_be_read_is_not_used(tmp_path, text):
+    record = tmp_path / "load.json"
+    record.write_text(text)
+    assert kernel_compile.recorded_load_memory(record) is None
+
+
+def test_compile_recorded_compiles_nothing_without_a_record_and_nothing_on_a_cpu(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert kernel_compile.compile_recorded("identity", torch.device("cpu")) == kernel_compile.CompiledPlans(0)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    # on a GPU device without a record: None (the load measures as a cold one), and nothing is discovered
+    monkeypatch.setattr(kernel_compile, "discover", lambda *a: pytest.fail("discovered without plans"))
+    assert kernel_compile.compile_recorded("identity", torch.device("cuda")) is None
 
 
 # ------------------------------------------------------------------ a load's specializations, recorded

@@ -128,3 +128,28 @@ def test_a_products_record_that_cannot_be_read_is_not_used(tmp_path, text):
     record.write_text(text)
     assert product_choice.recorded_decisions(record) is None
     assert product_choice.recorded_decisions(tmp_path / "absent.json") is None
+
+
+def test_preloaded_decisions_answer_the_lowering_as_recorded_and_leave_only_unrecorded_shapes_pending(monkeypatch):
+    """A warm start gives its recorded decisions before lowering (`preload`): the lowering's first
+    question for a recorded shape gets the recorded path, not the provisional "triton", and only a
+    shape the record lacks stays pending (timed, then lowered again: native_model.py)."""
+    monkeypatch.setattr(product_choice, "_MEASURED", {})
+    timed = []
+    policy = MeasuredPolicy(lambda run: timed.append(run) or 1e-6, key="cuda:0", deferred=True)
+    fresh = ProductShape(4, (16,), 16, "bfloat16xbfloat16->bfloat16", "matmul")
+    recorded = {SHAPE: Decision(SHAPE, "torch", 3.5, 1.25)}
+    policy.preload(recorded)
+    assert policy.choose(SHAPE, lambda: pytest.fail("a recorded shape is not timed")) == "torch"
+    assert policy.choose(fresh, lambda: ("triton run", "torch run")) == "triton"  # provisional
+    assert [d.shape for d in policy.decisions] == [SHAPE]  # what the lowering asked for, as asked
+    assert product_choice._MEASURED[("cuda:0", SHAPE)] == recorded[SHAPE]
+    assert policy.measure_pending() == 1 and timed == ["triton run", "torch run"]
+    assert policy.measure_pending() == 0  # nothing left: the plans lowered after it are final
+    # a decision this process measured itself outranks the record
+    product_choice._MEASURED[("cuda:0", fresh)] = Decision(fresh, "triton", 1.0, 2.0)
+    other = MeasuredPolicy(lambda run: 1e-6, key="cuda:0", deferred=True)
+    other.preload({fresh: Decision(fresh, "torch", 2.0, 1.0)})
+    assert other.choose(fresh, lambda: ("a", "b")) == "triton"
+    FixedPolicy("torch").preload(recorded)  # other policies take nothing
+    assert FixedPolicy("torch").choose(SHAPE, lambda: ("a", "b")) == "torch"

@@ -498,15 +498,12 @@ def test_a_tampered_weight_chunk_fails_the_load(sealed, tmp_path, monkeypatch):
         NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="needs a CUDA device: on a CPU Triton interprets, nothing compiles")
-def test_every_kernel_compiles_ahead_of_the_warm_run(cores):
-    """The kernels phase compiles every specialization before any plan runs: with Triton's in-memory
-    caches emptied, loading compiles each kernel ahead (concurrently) and none at a launch."""
+def _forget_compiled_kernels() -> None:
+    """Empties every production kernel's in-memory cache, as a fresh process starts (compiled again
+    from Triton's disk cache at worst)."""
     import importlib
     import pkgutil
 
-    from triton import knobs
     from triton.runtime.jit import JITFunction
 
     import helios.production.kernels as kernels
@@ -514,7 +511,20 @@ def test_every_kernel_compiles_ahead_of_the_warm_run(cores):
     for info in pkgutil.iter_modules(kernels.__path__):
         for value in vars(importlib.import_module(f"{kernels.__name__}.{info.name}")).values():
             if isinstance(value, JITFunction):
-                value.device_caches.clear()  # NOTE: compiled again from Triton's disk cache at worst
+                value.device_caches.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="needs a CUDA device: on a CPU Triton interprets, nothing compiles")
+def test_every_kernel_compiles_ahead_of_the_warm_run(cores, tmp_path, monkeypatch):
+    """The kernels phase compiles every specialization before any plan runs: with Triton's in-memory
+    caches emptied, loading compiles each kernel ahead (concurrently) and none at a launch. (A cache
+    directory of its own, as a fresh process's: a record discovered by an earlier load of this process
+    misses the kernels that process had compiled for other loads.)"""
+    from triton import knobs
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    _forget_compiled_kernels()
     compiles: dict[str, list[str]] = {"ahead": [], "at_launch": []}
 
     def count(*, is_manual_warmup, **kwargs) -> None:
@@ -527,6 +537,53 @@ def test_every_kernel_compiles_ahead_of_the_warm_run(cores):
     finally:
         knobs.runtime.jit_post_compile_hook = previous
     assert compiles["ahead"] and not compiles["at_launch"], compiles["at_launch"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="needs a CUDA device: on a CPU nothing is compiled or recorded")
+def test_a_warm_start_lowers_its_plans_once_and_serves_as_the_cold_one(cores, tmp_path, monkeypatch, caplog):
+    """A load records its kernels, product decisions and device memory under its identity; the
+    next load of that identity takes them, lowers each plan once (over the final cache), compiles
+    nothing at a launch, sizes the same cache and decodes the same greedy tokens."""
+    import logging
+
+    from triton import knobs
+
+    from helios.production import kernel_compile, native_model
+    from helios.production.lowering.product_choice import forget_measurements
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # records of this test alone
+    lowered: list[str] = []
+    lower = native_model._lower
+
+    def counted(item, *args, **kwargs):
+        lowered.append(item.handle.name)
+        return lower(item, *args, **kwargs)
+
+    monkeypatch.setattr(native_model, "_lower", counted)
+    at_launch: list[str] = []
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook",
+                        lambda *, is_manual_warmup, **kw: None if is_manual_warmup else at_launch.append(kw["repr"]))
+    core = cores("qwen3")
+    options = LoadOptions(device=str(DEVICE), host_cache_gib=0.0, startup=StartupOptions(max_concurrency=2))
+    runs = []
+    for _ in range(2):
+        forget_measurements()  # a fresh process's product decisions and kernels: the identity is the same
+        _forget_compiled_kernels()
+        lowered.clear()
+        with caplog.at_level(logging.INFO, logger="helios.production.native_model"):
+            caplog.clear()
+            native = NativeModel.load(core, options)
+        driven = ReferenceEngine.load(core, pages=PAGES)
+        driven.executor = native.executor
+        runs.append((list(lowered), native.pages, {d.shape: d.path for d in native.linear_decisions},
+                     _greedy(driven, 6), caplog.text))
+    (cold_lowered, cold_pages, cold_paths, cold_tokens, cold_log), (warm_lowered, *warm, warm_log) = runs
+    assert len(cold_lowered) == 2 * len(native.graphs) and sorted(warm_lowered) == sorted(native.graphs)
+    assert "lowered once" not in cold_log and "lowered once, over the final cache" in warm_log, warm_log
+    assert warm == [cold_pages, cold_paths, cold_tokens]
+    assert not at_launch, at_launch
+    assert len(list((tmp_path / kernel_compile.LOADS_DIR).iterdir())) == 1
 
 
 def test_a_cpu_load_after_compiled_kernel_definitions_fails_in_one_line(cores, monkeypatch):

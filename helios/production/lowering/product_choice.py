@@ -25,7 +25,9 @@ once, then the final pass), so the warm pass names every Triton specialization t
 while lowering would compile each specialization on its own, one after another. A load records the
 decisions it timed (`save_decisions`) under its identity beside its kernel specializations
 (helios/production/kernel_compile.py): a later load of the same identity (the same core, options,
-Helios source, versions and device) takes them (`adopt`) instead of timing again.
+Helios source, versions and device) takes them (`adopt`) instead of timing again; a warm start,
+which lowers every plan once, gives them before lowering (`preload`): the lowering asks for a shape
+and gets its recorded decision, not the provisional answer.
 
 Timing (`GraphTimer`): each candidate is captured `calls` times into one CUDA graph, each call
 preceded by a write over twice the L2 cache so weights come from HBM as they do in a decode step;
@@ -144,6 +146,10 @@ class LinearPolicy:
         """Takes recorded decisions for the shapes still to be timed (nothing for other policies)."""
         return 0
 
+    def preload(self, recorded: Mapping[ProductShape, Decision]) -> None:
+        """Answers each shape `recorded` decides as recorded when the lowering first asks for it,
+        instead of provisionally (a warm start lowers its plans once: nothing for other policies)."""
+
     def pending_runs(self) -> list[Run]:
         """The runs `measure_pending` will time (none for other policies), built now, so that the
         kernels phase compiles their kernels ahead with the plans'."""
@@ -189,8 +195,11 @@ class MeasuredPolicy(LinearPolicy):
         self.key = key
         self.deferred = deferred
         self._pending: dict[ProductShape, Candidates] = {}
+        self._preloaded: dict[ProductShape, Decision] = {}
 
     def choose(self, shape: ProductShape, candidates: Candidates) -> str:
+        if shape not in self._table and (self.key, shape) not in _MEASURED and shape in self._preloaded:
+            self._table[shape] = _MEASURED[(self.key, shape)] = self._preloaded[shape]
         if self.deferred and shape not in self._table and (self.key, shape) not in _MEASURED:
             self._pending.setdefault(shape, candidates)
             return "triton"
@@ -217,6 +226,9 @@ class MeasuredPolicy(LinearPolicy):
             del self._pending[shape]
             self._table[shape] = _MEASURED[(self.key, shape)] = recorded[shape]
         return len(taken)
+
+    def preload(self, recorded: Mapping[ProductShape, Decision]) -> None:
+        self._preloaded = dict(recorded)
 
     def measure_pending(self) -> int:
         pending, self._pending = self._pending, {}
