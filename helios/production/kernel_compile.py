@@ -65,8 +65,9 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -239,6 +240,12 @@ def compiled_kernels() -> int:
     entries of the in-memory kernel cache, on every device, of every JIT function the modules of
     `helios.production.kernels` define (a launch that compiles adds one). 0 on a CPU, where Triton
     interprets and compiles nothing."""
+    return sum(len(cache) for cache in _kernel_caches())
+
+
+def _kernel_caches() -> list[dict]:
+    """The in-memory kernel cache (cache key -> compiled kernel) of every JIT function the modules of
+    `helios.production.kernels` define, on every device."""
     from triton.runtime.jit import JITFunction
 
     functions: dict[int, JITFunction] = {}
@@ -248,7 +255,25 @@ def compiled_kernels() -> int:
                 if isinstance(value, JITFunction):
                     functions.setdefault(id(value), value)
     # NOTE: each device's cache entry is a tuple whose first item is the kernel cache (key -> kernel)
-    return sum(len(caches[0]) for function in functions.values() for caches in function.device_caches.values())
+    return [caches[0] for function in functions.values() for caches in function.device_caches.values()]
+
+
+@contextmanager
+def _as_in_a_fresh_process() -> Iterator[None]:
+    """Every production kernel's in-memory cache emptied for the duration and given back afterwards:
+    discovery then meets each specialization the plans launch as a fresh process would, including
+    those this process already compiled for another load (Triton asks its cache hook only on a miss,
+    so a record discovered beside them would miss them, and a later process would compile them at a
+    launch)."""
+    caches = _kernel_caches()
+    held = [dict(cache) for cache in caches]
+    for cache in caches:
+        cache.clear()
+    try:
+        yield
+    finally:
+        for cache, entries in zip(caches, held, strict=True):
+            cache.update(entries)
 
 
 def default_compile_threads() -> int:
@@ -264,7 +289,9 @@ def discover(plans: Iterable[LaunchPlan], extra: Iterable[Callable[[], None]] = 
     """The distinct specializations that running `plans` (and the `extra` runs: the product
     candidates a deferred policy will time) would compile, in first-launch order.
 
-    Runs each plan once with compilation intercepted: launches of kernels not yet compiled do not run.
+    Runs each plan once with compilation intercepted and every production kernel's in-memory cache
+    hidden (`_as_in_a_fresh_process`): no kernel launches, and each specialization is met as a fresh
+    process meets it.
     NOTE: Triton's hook is process-wide: no other thread may launch Triton kernels meanwhile (at
     startup none does).
     """
@@ -280,11 +307,12 @@ def discover(plans: Iterable[LaunchPlan], extra: Iterable[Callable[[], None]] = 
     previous = knobs.runtime.jit_cache_hook
     knobs.runtime.jit_cache_hook = record
     try:
-        for plan in plans:
-            for form in plan.forms():  # a sampling plan's other forms (captured too)
-                plan.run(rank_form=form)
-        for run in extra:
-            run()
+        with _as_in_a_fresh_process():
+            for plan in plans:
+                for form in plan.forms():  # a sampling plan's other forms (captured too)
+                    plan.run(rank_form=form)
+            for run in extra:
+                run()
     finally:
         knobs.runtime.jit_cache_hook = previous
     return list(found.values())

@@ -104,6 +104,40 @@ def test_compiled_kernels_counts_every_cache_entry_of_the_kernel_modules_once(mo
     assert kernel_compile.compiled_kernels() == base + 4
 
 
+def test_discovery_meets_every_specialization_as_a_fresh_process_would(monkeypatch):
+    """Triton asks its cache hook only on an in-memory miss, so discovery in a process that already
+    compiled some of a load's kernels (for another load) would leave them out of the load's record
+    and a fresh process would compile them at a launch. Discovery hides every production kernel's
+    in-memory cache while the plans run and gives it back afterwards, also when a run fails."""
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    function = JITFunction(_body)
+    held = {"compiled before": object()}
+    function.device_caches[0] = (dict(held), {}, None, None, None)
+    monkeypatch.setitem(sys.modules, "helios.production.kernels._hidden", types.SimpleNamespace(kernel=function))
+    seen = []
+
+    class Plan:
+        def forms(self):
+            return ("own",)
+
+        def run(self, rank_form):
+            seen.append(dict(function.device_caches[0][0]))
+
+    assert kernel_compile.discover([Plan()]) == [] and seen == [{}]  # hidden while the plan ran
+    assert function.device_caches[0][0] == held  # given back
+
+    def fails():
+        assert not function.device_caches[0][0]
+        raise RuntimeError("a run failed")
+
+    with pytest.raises(RuntimeError, match="a run failed"):
+        kernel_compile.discover([], extra=[fails])
+    assert function.device_caches[0][0] == held
+
+
 class Keyed(Recorder):
     """A recorder with a JIT function's source hash (`cache_key`)."""
 
