@@ -20,20 +20,20 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            the product shapes (or take the decisions the same identity recorded); record under the
            identity the transient memory and what the phase left reserved (scratch, samplers,
            workspaces: `kernel_compile.LoadMemory`). A warm start (an earlier load of the identity
-           recorded its specializations, product decisions and memory; CUDA graphs on) only compiles
-           the recorded specializations and gives the policy the recorded decisions, and the cache is
-           sized after the recorded memory (the reserve its own lowering has not made yet counted as
-           transient): its plans are lowered once, in the graphs phase, and first run by the capture's
-           warm-up (a product shape the
-           record lacks is timed there and the plans lowered again; a kernel it lacks compiles at that
-           warm-up, inside startup, and the records are forgotten);
+           recorded its specializations, product decisions and memory; CUDA graphs on; on a core of
+           several ranks, every rank found its records) only compiles the recorded specializations
+           and gives the policy the recorded decisions, and the cache is sized after the recorded
+           memory (the reserve its own lowering has not made yet counted as transient): its plans are
+           lowered once, in the graphs phase, and first run by the capture's warm-up (a product shape
+           the record lacks is timed there and the plans lowered again; a kernel it lacks compiles at
+           that warm-up, inside startup, and the records are forgotten);
   cache    size the physical cache planes from the memory that remains: `gpu_memory_fraction` of the
            device minus what is allocated (weights, static buffers, scratch) minus the measured
            transient need and the host-tier copies' device staging (sized from the tier, at most
            256 MiB); never more pages than max_concurrency full contexts;
-  graphs   lower the plans again over the final cache planes (bound to them: the placeholder plans
-           are dropped) and capture one CUDA graph per selected (operation, capacity) variant (on a
-           CPU the plans stay eager);
+  graphs   lower the plans (again, but on a warm start) over the final cache planes (bound to them:
+           the placeholder plans are dropped) and capture one CUDA graph per selected (operation,
+           capacity) variant (on a CPU the plans stay eager);
   costs    with `measure_costs` (adaptive speculation): time each DECODE and SPECULATIVE graph's
            round, `cost_repeats` replays of its CUDA graph after capture (the median), or one eager
            run on a CPU, over the idle zeroed transport, persistent state and completion records
@@ -48,7 +48,8 @@ The phases are timed by `helios.runtime.startup.PhaseClock` and exported on /met
 kernels compiled in this process (`helios_graphs_captured_total`, `helios_kernels_compiled_total`).
 
 NOTE: the cache is sized before capture because a CUDA graph records buffer addresses; the memory
-the graphs hold is what the kernels phase measured, so "after graphs are loaded" holds in substance.
+the graphs hold is what the kernels phase measured (on a warm start, what the identity's earlier
+load measured), so "after graphs are loaded" holds in substance.
 `NativeModel.manifests` is the resulting execution geometry per rank: the selected graphs and the
 manifest's buffers with cache planes at their physical page count.
 """
@@ -257,6 +258,8 @@ class NativeModel:
             identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
                         if device.type == "cuda" else None)
             recorded = _recorded_load(identity, policy, device) if options.cuda_graphs else None
+            if options.group is not None and device.type == "cuda" and not options.group.minimum(int(recorded is not None)):
+                recorded = None  # every rank runs the same phases, or the plans' collectives would not meet
             if recorded is not None:  # a warm start: lowered once, in the graphs phase (module docstring)
                 # what the cold load's phase left reserved and this one has not (its lowering comes later)
                 transient = recorded.memory.transient + max(
