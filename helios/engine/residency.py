@@ -558,7 +558,7 @@ class RequestResidency:
             self._stop_running(s)
         if s in self._readmit:
             self._readmit.remove(s)
-        if s in self._pending:
+        if not s.admitted and s in self._pending:  # (an admitted one left the deque: no scan of a long queue)
             self._pending.remove(s)
         self._all.pop(s.request.request_id, None)
         if s.cancelled:

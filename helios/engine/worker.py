@@ -287,16 +287,23 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
                 self._ingress_drained()  # submitters waiting for ingress room check again
             if self._status != "ok" and scheduler.idle and not self._ingress:
                 return False
-            submitted = []
-            while (plan := scheduler.schedule()) is not None:
-                submitted.append(plan)
-                try:
-                    self._executor.submit(plan)
-                except Exception as error:  # the executor refused the submission: that round failed
-                    self._abort(plan, f"model execution failed: {type(error).__name__}: {error}")
+            plan = scheduler.schedule()
+            if plan is None and not scheduler.outstanding:
+                self._lock.wait(0.05)  # nothing can run until a request arrives, ends or is cancelled
+                return True
+        # Each round is submitted outside the lock, and the next scheduled once it is (or failed): an
+        # executor that runs the round in `submit` (the reference's) would otherwise hold every
+        # submission, cancellation and metrics read of the event loop for the whole round, and
+        # requests arriving meanwhile would miss the rounds after it.
+        while plan is not None:
+            try:
+                self._executor.submit(plan)
+            except Exception as error:  # the executor refused the submission: that round failed
+                self._abort(plan, f"model execution failed: {type(error).__name__}: {error}")
+            with self._lock:
+                plan = scheduler.schedule()
+        with self._lock:
             if not scheduler.outstanding:
-                if not submitted:
-                    self._lock.wait(0.05)  # nothing can run until a request arrives, ends or is cancelled
                 return True
         oldest = self._oldest()
         try:

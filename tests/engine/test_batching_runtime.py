@@ -522,3 +522,56 @@ def test_a_request_without_eos_ids_ends_at_the_cores(core):
                                            observe_tokens=True)])
     assert result.tokens == expected[: expected.index(expected[2]) + 1]
     assert result.terminal.termination is Termination.EOS
+
+
+def test_the_event_loop_is_not_held_while_a_round_runs_in_submit(core):
+    """The reference executor runs a round inside `submit`: the worker calls it outside its lock, so
+    submissions, cancellations and metrics reads on the event loop go on while a round runs, and a
+    request submitted meanwhile is served."""
+    import threading
+
+    rt = runtime(core, pages=24)
+    engine = rt._executor
+    running, release = threading.Event(), threading.Event()
+
+    class Slow:
+        frames = engine.frames
+        held = False
+
+        def submit(self, plan):
+            if not Slow.held:  # the first round waits until the test has done its reads
+                Slow.held = True
+                running.set()
+                assert release.wait(10)
+            engine.submit(plan)
+
+        def collect(self, plan):
+            return engine.collect(plan)
+
+    rt._executor = Slow()
+    greedy = SamplingParams(temperature=0.0)
+
+    def request(name: str, first: int) -> PreparedRequest:
+        return PreparedRequest(name, GenerationRequest(tuple(range(first, first + 5)), max_tokens=3, sampling=greedy,
+                                                       ignore_eos=True))
+
+    async def main():
+        rt.start()
+        first = asyncio.ensure_future(_collect(rt.submit(request("first", 10))))
+        assert await asyncio.to_thread(running.wait, 10)
+        # the worker is inside the executor's submit: none of these waits for the round
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        second = rt.submit(request("second", 40))
+        metrics = rt.metrics()
+        rt.cancel("nobody")
+        elapsed = loop.time() - started
+        release.set()
+        results = [await asyncio.wait_for(first, 30), await asyncio.wait_for(_collect(second), 30)]
+        rt.shutdown()
+        return elapsed, metrics, results
+
+    elapsed, metrics, results = asyncio.run(main())
+    assert elapsed < 5.0  # the round waits for 10 s: a read that waited for it would take that long
+    assert metrics.requests_submitted == 2
+    assert all(isinstance(r.terminal, Finished) and r.terminal.output_tokens == 3 for r in results), results
