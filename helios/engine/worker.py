@@ -303,9 +303,9 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
             with self._lock:
                 plan = scheduler.schedule()
         with self._lock:
-            if not scheduler.outstanding:
-                return True
-        oldest = self._oldest()
+            oldest = scheduler.oldest()
+        if oldest is None:  # every round of the step failed at its submission
+            return True
         try:
             rows = self._executor.collect(oldest)
         except Exception as error:  # the executor failed this round
@@ -326,12 +326,6 @@ class BatchingRuntime(TokenDelivery, ThreadedModelRuntime):
         stamp = self.clock.now_ns() if timed else None
         self._deliver_round(outcomes, entries, stamp, scored)
         return True
-
-    def _oldest(self) -> RoundPlan:
-        with self._lock:
-            plan = self._scheduler.oldest()
-        assert plan is not None
-        return plan
 
     def _abort(self, plan: RoundPlan, message: str) -> None:
         with self._lock:

@@ -27,7 +27,7 @@ load's options, the product decisions already known, Helios's source, the Triton
 and the device). A later load of the same identity reads the list instead of discovering it (about
 1.6 s of a warm start of the 28-layer shape on an H100). A record that names a kernel the plans no
 longer launch costs a compile; one that misses a kernel leaves it to compile at the warm-up run,
-inside startup, and the caller then forgets the record (`forget_specializations`), so the next
+inside startup, and the caller then forgets the record (`forget_record`), so the next
 load discovers again. Beside it (`PRODUCTS_DIR`) the load records the product decisions it timed
 (lowering/product_choice.py): a later load of the same identity takes them instead of timing again.
 And (`LOADS_DIR`) the device memory its plans needed (`LoadMemory`): with the three records a later load
@@ -229,8 +229,9 @@ def recorded_specializations(record: Path | None) -> list[Specialization] | None
         return None
 
 
-def forget_specializations(record: Path | None) -> None:
-    """Removes a record found incomplete (best effort; any record of this module, e.g. `load_record`)."""
+def forget_record(record: Path | None) -> None:
+    """Removes a record of this module found incomplete or unusable (a specializations record,
+    `load_record`; best effort)."""
     if record is not None:
         record.unlink(missing_ok=True)
 
@@ -517,7 +518,7 @@ def _compile(plans: list[LaunchPlan] | None, device: torch.device, threads: int 
             if used is None:
                 raise
             _log.warning("recorded kernel specializations did not compile (%s); discovering them again", error)
-            forget_specializations(used)
+            forget_record(used)
             return None if plans is None else _compile(plans, device, threads, extra, identity)
         compiled = time.perf_counter()
         loaded = load_kernels(specializations, index, threads)

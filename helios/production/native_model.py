@@ -79,7 +79,7 @@ from helios.production.kernel_compile import (
     compile_plans,
     compile_recorded,
     compiled_kernels,
-    forget_specializations,
+    forget_record,
     load_record,
     products_record,
     recorded_load_memory,
@@ -246,6 +246,11 @@ class NativeModel:
         with phase("tuning"):
             tuned = _run_tuning(tuning, manifest, weights, arena, device, paths, options)
         untuned = [b.name for b in manifest.buffers if b.name not in tuned]
+
+        def lower_all(buffers: Mapping[str, torch.Tensor]) -> dict[str, LaunchPlan]:
+            return {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
+                    for name, item in programs.items()}
+
         with phase("kernels"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -270,8 +275,7 @@ class NativeModel:
             else:
                 transient = 0
                 placeholder = {**manifest_buffers(manifest, device, pages=1, names=untuned), **tuned}
-                warm = {name: _lower(item, weights, placeholder, arena, device, policy, paths, options.group)
-                        for name, item in programs.items()}
+                warm = lower_all(placeholder)
                 marks.append(time.perf_counter())
                 complete = identity is not None
                 if device.type == "cuda":
@@ -287,7 +291,7 @@ class NativeModel:
                     if compiled.record is not None and compiled_kernels() > before:
                         _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
                                   "discovers them again", compiled_kernels() - before)
-                        forget_specializations(compiled.record)
+                        forget_record(compiled.record)
                         complete = False
                     torch.cuda.synchronize(device)
                     transient = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
@@ -323,13 +327,11 @@ class NativeModel:
             buffers = {**manifest_buffers(manifest, device, pages=pages, names=untuned), **tuned}
         with phase("graphs"):
             lowering = time.perf_counter()
-            plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
-                     for name, item in programs.items()}
+            plans = lower_all(buffers)
             if recorded is not None and policy.measure_pending():  # a product shape without its record's
                 _log.info("a product shape the load's record lacks was timed; the plans are lowered again")
                 save_decisions(products_record(identity), policy.decisions)
-                plans = {name: _lower(item, weights, buffers, arena, device, policy, paths, options.group)
-                         for name, item in programs.items()}
+                plans = lower_all(buffers)
             lowered = time.perf_counter()
             capture = None
             if device.type == "cuda" and options.cuda_graphs:
@@ -343,8 +345,8 @@ class NativeModel:
                 if recorded is not None and compiled_kernels() > recorded.kernels:
                     _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
                               "discovers them again", compiled_kernels() - recorded.kernels)
-                    forget_specializations(recorded.compiled.record)
-                    forget_specializations(load_record(identity))
+                    forget_record(recorded.compiled.record)
+                    forget_record(load_record(identity))
             graphs = {name: ExecutorGraph(name, item.handle.operation, item.handle.batch_capacity,
                                           item.handle.packed_token_capacity, plans[name], packings[name])
                       for name, item in programs.items()}
@@ -426,7 +428,7 @@ def _recorded_load(identity: str | None, policy: LinearPolicy, device: torch.dev
         return None
     compiled = compile_recorded(identity, device)
     if compiled is None:
-        forget_specializations(load_record(identity))
+        forget_record(load_record(identity))
         return None
     decisions = recorded_decisions(products_record(identity)) or {}
     policy.preload(decisions)

@@ -200,7 +200,7 @@ def test_a_loads_memory_is_recorded_read_back_and_forgotten(tmp_path, monkeypatc
     assert kernel_compile.recorded_load_memory(record) == memory
     zero = kernel_compile.LoadMemory(0, 0)
     assert kernel_compile.save_load_record(record, zero) and kernel_compile.recorded_load_memory(record) == zero
-    kernel_compile.forget_specializations(record)
+    kernel_compile.forget_record(record)
     assert kernel_compile.recorded_load_memory(record) is None
     assert not kernel_compile.save_load_record(None, memory)
     assert kernel_compile.recorded_load_memory(None) is None
@@ -257,9 +257,9 @@ def test_a_loads_specializations_are_recorded_and_read_back_with_their_functions
     assert kernel_compile.save_specializations(record, items)
     assert kernel_compile.recorded_specializations(record) == items  # the same functions, keys and data, in order
     assert [p.name for p in record.parent.iterdir()] == ["identity.json"]  # written whole: no partial file left
-    kernel_compile.forget_specializations(record)
+    kernel_compile.forget_record(record)
     assert kernel_compile.recorded_specializations(record) is None
-    kernel_compile.forget_specializations(record)  # forgetting twice is no error
+    kernel_compile.forget_record(record)  # forgetting twice is no error
     assert not kernel_compile.save_specializations(None, items)  # no cache directory: nothing recorded
 
 
