@@ -178,7 +178,7 @@ def decode_rate(model, batch: int, context: int, steps: int) -> dict:
         start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start_event.record()
         for _ in range(steps):
-            capture.replay(graph.name, rank_filters=False)  # greedy rounds: the form the steps ran
+            capture.replay(graph.name, rank_form="off")  # greedy rounds: the form the steps ran
         end_event.record()
         end_event.synchronize()
         result["replay_ms"] = start_event.elapsed_time(end_event) / steps
@@ -192,11 +192,11 @@ def profile(model, graph_name: str, rows: int = 18) -> str:
     from torch.profiler import profile as torch_profile
 
     for _ in range(2):
-        model.executor.capture.replay(graph_name, rank_filters=False)
+        model.executor.capture.replay(graph_name, rank_form="off")
     torch.cuda.synchronize()
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
-            model.executor.capture.replay(graph_name, rank_filters=False)
+            model.executor.capture.replay(graph_name, rank_form="off")
         torch.cuda.synchronize()
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60)
 

@@ -112,7 +112,7 @@ def prefill_round(model, batch: int, prompt: int, repeats: int) -> dict:
             start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start_event.record()
             for _ in range(batch):
-                capture.replay(graph.name, rank_filters=False)
+                capture.replay(graph.name, rank_form="off")
             end_event.record()
             end_event.synchronize()
             replays.append(start_event.elapsed_time(end_event) / 1e3)

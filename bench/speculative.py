@@ -67,11 +67,11 @@ def replay_ms(model, graph: str, batch: int, context: int, limit: int, steps: in
             model.run_round(graph, lanes)
         return 1e3 * (time.perf_counter() - start_s) / steps
     for _ in range(3):
-        capture.replay(graph, rank_filters=False)
+        capture.replay(graph, rank_form="off")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(steps):
-        capture.replay(graph, rank_filters=False)
+        capture.replay(graph, rank_form="off")
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / steps
