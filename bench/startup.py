@@ -4,13 +4,18 @@
 
 The parent writes a random bf16 checkpoint of the shape (bench/decode.py's), prepares and seals it
 into a signed core (`helios prepare`'s code path; not timed as startup), then starts a fresh Python
-process twice on the same core: first with an empty Triton cache directory, then with the cache the
-first run filled. Each child reports, from its own process start: imports, verifying and opening
+process on the same core: first with an empty Triton cache directory, then (`--warm-runs` times) with
+the cache the first run filled. Each child reports, from its own process start: imports, verifying and opening
 the core, every `NativeModel.load` phase (verify, weights, kernels, cache, tuning, graphs), and the
 first token (an INITIALIZATION round and one PREFILL round of an 8-token prompt), and how long after
 it the host tier's pinned allocation (on a thread from the load on) still ran. It also counts Triton
 compiles (cache hits on disk included): those ahead of time by the kernels phase's concurrent
 compile, and those at a launch (a specialization first met after it, e.g. by graph capture).
+
+`--profile N` and `--imports N` start a third child on the warm cache (its figures are not the warm
+start's: the tracing slows it) and print its N most expensive functions of the open, the load and
+the first round (cProfile: own time, then cumulative) and its N slowest imports (`python -X
+importtime`, cumulative): where a warm start's seconds go on this machine.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ PROMPT = (5, 17, 99, 200, 33, 1, 2, 3)
 
 
 def child(core_path: str, trust: str, accept: str, device: str, started: float, linear: str,
-          host_cache_gib: float | None) -> dict:
+          host_cache_gib: float | None, profile_rows: int = 0) -> dict:
     marks = {}
     import torch  # noqa: F401
 
@@ -54,6 +59,12 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float, 
         from triton import knobs
 
         knobs.runtime.jit_post_compile_hook = count
+    profiler = None
+    if profile_rows:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t = time.perf_counter()
     core = open_core(core_path, trusted_keys=trust, accept=accept)
     marks["open_core"] = time.perf_counter() - t
@@ -79,10 +90,36 @@ def child(core_path: str, trust: str, accept: str, device: str, started: float, 
     marks["first_round"] = time.perf_counter() - t
     marks["first_token"] = row.sampled_id
     marks["to_first_token"] = time.time() - started
+    if profiler is not None:
+        profiler.disable()
+        marks["profile"] = profile_table(profiler, profile_rows)
     t = time.perf_counter()
     _ = model.executor.host  # the host tier's pinned allocation, finished on its thread after the load
     marks["host_tier_after"] = time.perf_counter() - t
     return marks
+
+
+def profile_table(profiler, rows: int) -> str:
+    """The `rows` functions of most own time, then of most cumulative time, as pstats prints them."""
+    import io
+    import pstats
+
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs()
+    stats.sort_stats("tottime").print_stats(rows)
+    stats.sort_stats("cumulative").print_stats(rows)
+    return "\n".join(line for line in out.getvalue().splitlines() if line.strip())
+
+
+def slowest_imports(stderr: str, rows: int) -> list[str]:
+    """The `rows` imports of most cumulative time in `python -X importtime` output."""
+    found = []
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            _, cumulative, name = line[len("import time:"):].split("|", 2)
+            if cumulative.strip().isdigit():
+                found.append((int(cumulative), name.rstrip()))
+    return [f"{us / 1e6:7.3f}s {name}" for us, name in sorted(found, reverse=True)[:rows]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,12 +133,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the host tier's size (default: the runtime's, a quarter of available memory up to "
                              "4 GiB and twice the device cache; 0: none), to see what its pinned allocation adds "
                              "to startup")
+    parser.add_argument("--warm-runs", type=int, default=1, metavar="N",
+                        help="start N times on the warm cache (default %(default)s): the spread of a warm start")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="a third start on the warm cache under cProfile: print its N most expensive functions")
+    parser.add_argument("--imports", type=int, default=0, metavar="N",
+                        help="a third start on the warm cache: print its N slowest imports (python -X importtime, cumulative)")
+    parser.add_argument("--child-profile", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=4, metavar=("CORE", "TRUST", "ACCEPT", "STARTED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         core_path, trust, accept, started = args.child
         print(json.dumps(child(core_path, trust, accept, args.device, float(started), args.linear,
-                               args.host_cache_gib)))
+                               args.host_cache_gib, args.child_profile)))
         return 0
 
     from decode import make_checkpoint
@@ -122,12 +166,17 @@ def main(argv: list[str] | None = None) -> int:
           f"({core_path.stat().st_size / 1e9:.2f} GB core); default capacities", flush=True)
     cache = root / "triton-cache"
     results = {}
-    for label in ("empty kernel cache", "warm kernel cache"):
+    warm = ["warm kernel cache"] + [f"warm kernel cache, run {i}" for i in range(2, args.warm_runs + 1)]
+    labels = ["empty kernel cache", *warm] + (
+        ["warm kernel cache, profiled"] if args.profile or args.imports else [])
+    for label in labels:
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
         started = time.time()
         tier = [] if args.host_cache_gib is None else ["--host-cache-gib", repr(args.host_cache_gib)]
-        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--linear", args.linear, *tier,
-                              "--child", str(core_path),
+        profiled = ["--child-profile", str(args.profile)] if label.endswith("profiled") and args.profile else []
+        importtime = ["-X", "importtime"] if args.imports and label.endswith("profiled") else []
+        out = subprocess.run([sys.executable, *importtime, __file__, "--device", args.device, "--linear",
+                              args.linear, *tier, *profiled, "--child", str(core_path),
                               str(key) + ".pub", "bench/models", repr(started)],
                              env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
@@ -144,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in out.stderr.splitlines():
             if line.startswith("helios."):
                 print(f"    {line}", flush=True)
+        if importtime:
+            print("  the slowest imports (cumulative):\n    " + "\n    ".join(slowest_imports(out.stderr, args.imports)))
+        if "profile" in marks:
+            print(marks.pop("profile"), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
