@@ -312,7 +312,7 @@ class GraphTimer:
         torch.cuda.current_stream(device).wait_stream(stream)
         torch.cuda.synchronize(device)
         graph = torch.cuda.CUDAGraph()
-        with capturing(graph):
+        with capturing(graph, stream):
             for _ in range(self.calls):
                 body()
         graph.replay()
