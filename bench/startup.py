@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the host tier's size (default: the runtime's, a quarter of available memory up to "
                              "4 GiB and twice the device cache; 0: none), to see what its pinned allocation adds "
                              "to startup")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the core and the kernel cache here, and reuse them on a later run (which then "
+                             "makes no empty-cache start): warm starts of two trees can alternate (default: a "
+                             "temporary directory)")
     parser.add_argument("--warm-runs", type=int, default=1, metavar="N",
                         help="start N times on the warm cache (default %(default)s): the spread of a warm start")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -154,20 +158,22 @@ def main(argv: list[str] | None = None) -> int:
     from helios.ignition.prepare import PreparationOptions, prepare_checkpoint
     from helios.ignition.seal import seal
 
-    root = Path(tempfile.mkdtemp(prefix="helios-startup-"))
-    t = time.perf_counter()
-    directory = make_checkpoint(args.shape, root / args.shape, args.device)
-    key = root / "publisher.key"
-    generate_keypair(key)
-    core_path = root / "model.hcore"
-    seal(prepare_checkpoint(directory, PreparationOptions(dtype="bf16")), core_path, publisher="bench/models",
-         signing_key=key)
-    print(f"{args.shape}: checkpoint, prepare and seal {time.perf_counter() - t:.1f}s "
-          f"({core_path.stat().st_size / 1e9:.2f} GB core); default capacities", flush=True)
-    cache = root / "triton-cache"
+    root = Path(tempfile.mkdtemp(prefix="helios-startup-")) if args.workdir is None else args.workdir
+    key, core_path, cache = root / "publisher.key", root / "model.hcore", root / "triton-cache"
+    if core_path.exists():
+        print(f"{args.shape}: the core of {root} ({core_path.stat().st_size / 1e9:.2f} GB)", flush=True)
+    else:
+        t = time.perf_counter()
+        directory = make_checkpoint(args.shape, root / args.shape, args.device)
+        generate_keypair(key)
+        seal(prepare_checkpoint(directory, PreparationOptions(dtype="bf16")), core_path, publisher="bench/models",
+             signing_key=key)
+        print(f"{args.shape}: checkpoint, prepare and seal {time.perf_counter() - t:.1f}s "
+              f"({core_path.stat().st_size / 1e9:.2f} GB core); default capacities", flush=True)
     results = {}
     warm = ["warm kernel cache"] + [f"warm kernel cache, run {i}" for i in range(2, args.warm_runs + 1)]
-    labels = ["empty kernel cache", *warm] + (
+    empty = [] if cache.exists() and any(cache.iterdir()) else ["empty kernel cache"]  # a --workdir used before
+    labels = [*empty, *warm] + (
         ["warm kernel cache, profiled"] if args.profile or args.imports else [])
     for label in labels:
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}

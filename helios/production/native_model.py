@@ -22,7 +22,8 @@ Startup phases, each timed and reported in `NativeModel.startup`:
            workspaces: `kernel_compile.LoadMemory`). A warm start (an earlier load of the identity
            recorded its specializations, product decisions and memory; CUDA graphs on; on a core of
            several ranks, every rank found its records) only compiles the recorded specializations
-           and gives the policy the recorded decisions, and the cache is sized after the recorded
+           (on a thread started at the end of verify, while the weights load: the phase waits for
+           it) and gives the policy the recorded decisions, and the cache is sized after the recorded
            memory (the reserve its own lowering has not made yet counted as transient): its plans are
            lowered once, in the graphs phase, and first run by the capture's warm-up (a product shape
            the record lacks is timed there and the plans lowered again; a kernel it lacks compiles at
@@ -60,6 +61,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +235,12 @@ class NativeModel:
             programs = _programs(core, manifest, serving, {g.name: g.lane_rows for g in selection.graphs}, options)
             tuning = _tuning(core, serving, manifest, programs)
             slots = selection.max_concurrency
+        paths = options.gpu_paths
+        policy = policy_for(options.linear, device, deferred=True, gpu_paths=paths is not None)
+        # A warm start's recorded kernels compile on a thread while the weights load (Triton's disk
+        # cache and module loads beside the weights' reads, decompression and copies); the kernels
+        # phase takes them where its identity is the one guessed here (tuning may time products).
+        ahead = _RecordedAhead.start(serving, manifest, programs, options, policy, device)
         with phase("weights"):
             weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
                                                                *(p.programs[options.rank if options.rank < len(p.programs) else 0]
@@ -240,8 +248,6 @@ class NativeModel:
                                           for decl in _weight_declarations(program)), device)
             weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         arena = ScratchArena(device)
-        paths = options.gpu_paths
-        policy = policy_for(options.linear, device, deferred=True, gpu_paths=paths is not None)
         contracts = {g.name: g for g in serving.model.graphs}
         with phase("tuning"):
             tuned = _run_tuning(tuning, manifest, weights, arena, device, paths, options)
@@ -262,7 +268,8 @@ class NativeModel:
             # whose interpreter has nothing to compile)
             identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
                         if device.type == "cuda" else None)
-            recorded = _recorded_load(identity, policy, device) if options.cuda_graphs else None
+            compiled = ahead.result(identity) if ahead is not None else None
+            recorded = _recorded_load(identity, policy, device, compiled) if options.cuda_graphs else None
             if options.group is not None and device.type == "cuda" and not options.group.minimum(int(recorded is not None)):
                 recorded = None  # every rank runs the same phases, or the plans' collectives would not meet
             if recorded is not None:  # a warm start: lowered once, in the graphs phase (module docstring)
@@ -417,16 +424,50 @@ class _RecordedLoad:
     kernels: int  # `compiled_kernels()` once they were compiled: more after capture, the record missed some
 
 
-def _recorded_load(identity: str | None, policy: LinearPolicy, device: torch.device) -> _RecordedLoad | None:
+class _RecordedAhead:
+    """The recorded kernel specializations of the identity a warm start expects, compiled on a thread
+    from the end of verify (`compile_recorded`), so they compile while the weights load."""
+
+    def __init__(self, identity: str, device: torch.device) -> None:
+        self.identity = identity
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="helios-kernels")
+        self._future = self._pool.submit(compile_recorded, identity, device)
+
+    @classmethod
+    def start(cls, serving, manifest, programs, options: LoadOptions, policy: LinearPolicy,
+              device: torch.device) -> _RecordedAhead | None:
+        """Started where a warm start is expected (CUDA graphs on, the identity's load record present);
+        None otherwise."""
+        if device.type != "cuda" or not options.cuda_graphs:
+            return None
+        identity = _load_identity(serving, manifest, programs, options, policy, _platform(device))
+        if identity is None or recorded_load_memory(load_record(identity)) is None:
+            return None
+        return cls(identity, device)
+
+    def result(self, identity: str | None) -> CompiledPlans | None:
+        """What the thread compiled, where `identity` is the one it compiled for; None otherwise (or
+        where it found no usable record). Waits for the thread either way; its failure is raised."""
+        try:
+            compiled = self._future.result()
+        finally:
+            self._pool.shutdown()
+        return compiled if identity == self.identity else None
+
+
+def _recorded_load(identity: str | None, policy: LinearPolicy, device: torch.device,
+                   compiled: CompiledPlans | None = None) -> _RecordedLoad | None:
     """A warm start's records (module docstring): the load record's memory, the kernel
-    specializations compiled from theirs, the product decisions preloaded into `policy`; None where
-    any is missing or unusable (the load then measures as a cold one does)."""
+    specializations compiled from theirs (`compiled`: already, by `_RecordedAhead`), the product
+    decisions preloaded into `policy`; None where any is missing or unusable (the load then measures
+    as a cold one does)."""
     if identity is None:
         return None
     memory = recorded_load_memory(load_record(identity))
     if memory is None:
         return None
-    compiled = compile_recorded(identity, device)
+    if compiled is None:
+        compiled = compile_recorded(identity, device)
     if compiled is None:
         forget_record(load_record(identity))
         return None

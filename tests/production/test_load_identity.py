@@ -153,3 +153,32 @@ def test_preloaded_decisions_answer_the_lowering_as_recorded_and_leave_only_unre
     assert other.choose(fresh, lambda: ("a", "b")) == "triton"
     FixedPolicy("torch").preload(recorded)  # other policies take nothing
     assert FixedPolicy("torch").choose(SHAPE, lambda: ("a", "b")) == "torch"
+
+
+def test_the_recorded_kernels_compiled_ahead_are_taken_only_for_the_identity_they_were_compiled_for(monkeypatch):
+    """A warm start compiles its recorded kernels on a thread while the weights load; the kernels
+    phase takes that result only where the identity it computes then is the one guessed at the end
+    of verify, and a failure on the thread is raised there."""
+    calls = []
+
+    def compile_recorded(identity, device):
+        calls.append(identity)
+        if identity == "broken":
+            raise RuntimeError("the recorded kernels did not load")
+        return native_model.CompiledPlans(3)
+
+    monkeypatch.setattr(native_model, "compile_recorded", compile_recorded)
+    cpu = native_model.torch.device("cpu")
+    assert native_model._RecordedAhead("a", cpu).result("a") == native_model.CompiledPlans(3)
+    assert native_model._RecordedAhead("a", cpu).result("b") is None  # tuning changed what the load decides
+    assert native_model._RecordedAhead("a", cpu).result(None) is None
+    with pytest.raises(RuntimeError, match="did not load"):
+        native_model._RecordedAhead("broken", cpu).result("broken")
+    assert calls == ["a", "a", "a", "broken"]
+
+
+def test_no_kernels_are_compiled_ahead_on_a_cpu(loaded):
+    core, programs, options = loaded
+    policy = FixedPolicy("triton")
+    cpu = native_model.torch.device("cpu")
+    assert native_model._RecordedAhead.start(core.contract, core.manifest, programs, options, policy, cpu) is None
