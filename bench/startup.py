@@ -118,7 +118,7 @@ def slowest_imports(stderr: str, rows: int) -> list[str]:
         if line.startswith("import time:") and "|" in line:
             _, cumulative, name = line[len("import time:"):].split("|", 2)
             if cumulative.strip().isdigit():
-                found.append((int(cumulative), name.rstrip()))
+                found.append((int(cumulative), name.rstrip().removeprefix(" ")))  # nesting kept
     return [f"{us / 1e6:7.3f}s {name}" for us, name in sorted(found, reverse=True)[:rows]]
 
 
