@@ -19,7 +19,9 @@ It saves both as Hugging Face checkpoints (bf16 safetensors, config, generation 
 chat template), then reports the target's greedy accuracy on the validation and held-out prompts
 and the drafter's acceptance per draft position on the held-out completions. It runs on a CPU or a
 CUDA GPU; `--help` says how. A step is eager PyTorch unless `--compile` names a torch.compile
-backend for the losses; `bench/demo_train_step.py` measures, on a machine, what compiling and larger
+backend for the losses; `--form stacked` trains both models in the stacked form of
+`training_model.py` (the same Llama in fewer kernel launches a step, saved as the Llama);
+`bench/demo_train_step.py` measures, on a machine, what compiling, the stacked form and larger
 batches give over the committed recipe.
 """
 
@@ -101,6 +103,9 @@ TARGET_SHAPE = ModelShape()
 DRAFTER_SHAPE = ModelShape(hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4, num_kv_heads=2)
 
 
+TRAINING_FORMS = ("hf", "stacked")
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingPlan:
     """Everything a training run depends on; the same plan on the same machine reproduces the run."""
@@ -122,8 +127,13 @@ class TrainingPlan:
     # a torch.compile backend for the training losses' forward and backward ("inductor" on a GPU:
     # fused kernels, far fewer launches a step), or "" for eager PyTorch
     compile: str = ""
+    # the models' training form: "hf" (transformers' LlamaForCausalLM) or "stacked"
+    # (training_model.TrainingLlama: the same function in fewer launches a step; saved as the former)
+    form: str = "hf"
 
     def __post_init__(self) -> None:
+        if self.form not in TRAINING_FORMS:
+            raise InvalidTrainingPlan(f"form must be one of {', '.join(TRAINING_FORMS)}, got {self.form!r}")
         if self.seed in (HELD_OUT_SEED, VALIDATION_SEED):
             raise InvalidTrainingPlan(f"seed {self.seed} is reserved for held-out or validation prompts")
         for name in ("examples", "batch_size", "warmup_steps", "max_tokens", "distillation_prompts",
@@ -165,6 +175,15 @@ def build_model(shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) ->
         mlp_bias=False,
     )
     return LlamaForCausalLM(config)
+
+
+def training_model(form: str, shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) -> torch.nn.Module:
+    """The model a plan of `form` trains: `build_model`'s Llama, or its stacked training form."""
+    if form == "stacked":
+        from helios.demo.training_model import TrainingLlama
+
+        return TrainingLlama(shape, vocab_size)
+    return build_model(shape, vocab_size, pad_id, eos_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +308,14 @@ def decayed_rate(peak: float, progress: float) -> float:
 
 
 def save_checkpoint(model: torch.nn.Module, tokenizer_dir: Path, out_dir: Path, pad_id: int, eos_id: int) -> None:
-    """bf16 safetensors, config, generation config (EOS ids, recommended sampling), tokenizer files."""
+    """bf16 safetensors, config, generation config (EOS ids, recommended sampling), tokenizer files;
+    a model in the stacked training form is saved as the Llama it computes."""
     from transformers import GenerationConfig
+
+    from helios.demo.training_model import TrainingLlama, as_hf
+
+    if isinstance(model, TrainingLlama):
+        model = as_hf(model, pad_id, eos_id)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
@@ -395,11 +420,12 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
     print(corpus_line(", first wave" if encoding.pending else ""), flush=True)
 
     vocab_size = tokenizer.get_vocab_size()
-    model = build_model(shapes[0], vocab_size, pad_id, eos_id).to(device)
-    drafter = build_model(shapes[1], vocab_size, pad_id, eos_id).to(device)
+    model = training_model(plan.form, shapes[0], vocab_size, pad_id, eos_id).to(device)
+    drafter = training_model(plan.form, shapes[1], vocab_size, pad_id, eos_id).to(device)
     parameters = sum(parameter.numel() for parameter in model.parameters())
     drafter_parameters = sum(parameter.numel() for parameter in drafter.parameters())
-    print(f"target: {parameters / 1e6:.2f}M parameters, {asdict(shapes[0])}", flush=True)
+    print(f"target: {parameters / 1e6:.2f}M parameters, {asdict(shapes[0])}, trained in the {plan.form} form",
+          flush=True)
     print(f"drafter: {drafter_parameters / 1e6:.2f}M parameters, {asdict(shapes[1])}", flush=True)
     optimizer = _optimizer(model, plan, plan.learning_rate, device)
     drafter_optimizer = _optimizer(drafter, plan, plan.drafter_learning_rate, device)
@@ -599,6 +625,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile the training losses with torch.compile (BACKEND, default inductor: fused "
                              "kernels on a GPU, each model compiled once at its first step, within the budget); "
                              "bench/demo_train_step.py measures what it gives on a machine (default: eager)")
+    parser.add_argument("--form", choices=TRAINING_FORMS, default=defaults.form,
+                        help="the models' training form: hf (transformers' LlamaForCausalLM) or stacked (the "
+                             "same function with q/k/v and gate/up as one product each and fused norms: fewer "
+                             "kernel launches a step; saved as the same Llama); bench/demo_train_step.py "
+                             "--forms compares them (default %(default)s)")
     parser.add_argument("--workers", type=int, default=max(1, min(15, (multiprocessing.cpu_count() or 1) - 1)),
                         help="corpus encoding processes (default: CPUs - 1, at most 15)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
@@ -611,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
                             learning_rate=args.lr, minutes=args.minutes,
                             warmup_steps=min(defaults.warmup_steps, max(1, args.steps // 10)) if args.steps
                             else defaults.warmup_steps,
-                            distillation_prompts=args.distillation_prompts, compile=args.compile)
+                            distillation_prompts=args.distillation_prompts, compile=args.compile, form=args.form)
         shapes = tuple(
             ModelShape(**{name: getattr(args, f"{prefix}{name}") for name in
                           ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")})

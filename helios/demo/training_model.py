@@ -1,0 +1,170 @@
+"""A Llama for training the demo pair in fewer kernel launches (device side: imports torch and
+transformers; preparation, not serving).
+
+`python -m helios.demo.train` trains in eager PyTorch, where a step of the demo's small shapes is
+bound by its kernel launches, not its arithmetic (BENCHMARKS.md, "The training step"). Hugging
+Face's `LlamaForCausalLM` spends many launches a layer on bookkeeping: its RMS norm is five
+elementwise kernels in FP32, q, k and v are three products of one input, gate and up two more, and
+rotary embedding is applied to q and to k apart. `TrainingLlama` computes the same function in
+fewer: one fused RMS norm (`F.rms_norm`), one product for q, k and v and one for gate and up (their
+weights stacked), rotary embedding applied to q and k together, attention by
+`F.scaled_dot_product_attention` over grouped heads.
+
+It is a training form only: `as_hf` returns the `LlamaForCausalLM` with the same weights (the
+stacked products split by rows into `q_proj`, `k_proj`, `v_proj`, `gate_proj` and `up_proj`), which
+is what is saved, evaluated and served; `from_hf` is the inverse. It exposes the surface the training
+loop and the drafter's distillation read from an HF model: `model.model(input_ids=...)
+.last_hidden_state`, `model.lm_head(hidden)` (the tied embedding) and `model(input_ids=...).logits`.
+tests/demo/test_training_model.py checks that both forms compute the same logits and gradients.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from helios.demo.train import ModelShape
+
+ROPE_THETA = 10000.0  # `build_model`'s rope_parameters
+RMS_EPS = 1e-6  # `build_model`'s rms_norm_eps
+
+
+class _Layer(nn.Module):
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__()
+        hidden, self.heads, self.kv_heads = shape.hidden_size, shape.num_heads, shape.num_kv_heads
+        self.head_dim = hidden // shape.num_heads
+        self.input_norm = nn.Parameter(torch.ones(hidden))
+        self.qkv = nn.Linear(hidden, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=False)
+        self.o = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        self.post_norm = nn.Parameter(torch.ones(hidden))
+        self.gate_up = nn.Linear(hidden, 2 * shape.intermediate_size, bias=False)
+        self.down = nn.Linear(shape.intermediate_size, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, length, hidden = x.shape
+        h = F.rms_norm(x, (hidden,), self.input_norm, RMS_EPS)
+        qkv = self.qkv(h).view(batch, length, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
+        qk, v = qkv.split([self.heads + self.kv_heads, self.kv_heads], dim=1)
+        qk = _rotary(qk, cos.to(qk.dtype), sin.to(qk.dtype))
+        q, k = qk.split([self.heads, self.kv_heads], dim=1)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.heads != self.kv_heads)
+        x = x + self.o(attended.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+        gate, up = self.gate_up(F.rms_norm(x, (hidden,), self.post_norm, RMS_EPS)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Llama's rotary embedding (halves rotated, as `rotate_half`) of x [B, heads, T, D]."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+class _Decoder(nn.Module):
+    def __init__(self, shape: ModelShape, vocab_size: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, shape.hidden_size)
+        self.layers = nn.ModuleList(_Layer(shape) for _ in range(shape.num_layers))
+        self.norm = nn.Parameter(torch.ones(shape.hidden_size))
+        head_dim = shape.hidden_size // shape.num_heads
+        inverse = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inverse_frequencies", inverse, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor) -> SimpleNamespace:
+        x = self.embed(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device, dtype=torch.float32)
+        angles = torch.outer(positions, self.inverse_frequencies)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return SimpleNamespace(last_hidden_state=F.rms_norm(x, (x.shape[-1],), self.norm, RMS_EPS))
+
+
+class _TiedHead(nn.Module):
+    """The output product with the input embedding's weights (`tie_word_embeddings`)."""
+
+    def __init__(self, embed: nn.Embedding) -> None:
+        super().__init__()
+        self._embed = [embed]  # a list: not registered twice as a submodule
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self._embed[0].weight)
+
+
+class TrainingLlama(nn.Module):
+    """The training form of `build_model`'s Llama (module docstring)."""
+
+    def __init__(self, shape: ModelShape, vocab_size: int) -> None:
+        super().__init__()
+        self.shape, self.vocab_size = shape, vocab_size
+        self.model = _Decoder(shape, vocab_size)
+        self.lm_head = _TiedHead(self.model.embed)
+        self.apply(_initialize)
+
+    def forward(self, input_ids: torch.Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.lm_head(self.model(input_ids=input_ids).last_hidden_state))
+
+
+def _initialize(module: nn.Module) -> None:
+    """Hugging Face's Llama initialization: normal(0, 0.02) products and embedding."""
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+
+def hf_state_dict(model: TrainingLlama) -> dict[str, torch.Tensor]:
+    """`model`'s weights under `LlamaForCausalLM`'s names (the stacked products split by rows)."""
+    shape, decoder = model.shape, model.model
+    head_dim = shape.hidden_size // shape.num_heads
+    q_rows, kv_rows = shape.num_heads * head_dim, shape.num_kv_heads * head_dim
+    state = {"model.embed_tokens.weight": decoder.embed.weight, "model.norm.weight": decoder.norm}
+    for i, layer in enumerate(decoder.layers):
+        prefix = f"model.layers.{i}."
+        q, k, v = layer.qkv.weight.split([q_rows, kv_rows, kv_rows])
+        gate, up = layer.gate_up.weight.chunk(2)
+        state |= {
+            prefix + "input_layernorm.weight": layer.input_norm,
+            prefix + "self_attn.q_proj.weight": q, prefix + "self_attn.k_proj.weight": k,
+            prefix + "self_attn.v_proj.weight": v, prefix + "self_attn.o_proj.weight": layer.o.weight,
+            prefix + "post_attention_layernorm.weight": layer.post_norm,
+            prefix + "mlp.gate_proj.weight": gate, prefix + "mlp.up_proj.weight": up,
+            prefix + "mlp.down_proj.weight": layer.down.weight,
+        }
+    return {name: tensor.detach() for name, tensor in state.items()}
+
+
+def as_hf(model: TrainingLlama, pad_id: int, eos_id: int) -> nn.Module:
+    """The `LlamaForCausalLM` (`build_model`) holding `model`'s weights, on its device, in FP32."""
+    from helios.demo.train import build_model
+
+    hf = build_model(model.shape, model.vocab_size, pad_id, eos_id).to(model.model.embed.weight.device)
+    missing, unexpected = hf.load_state_dict(hf_state_dict(model), strict=False)
+    # the tied lm_head is the embedding: the only key the state leaves out
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ValueError(f"the training form's weights do not map onto the Llama: missing {missing}, "
+                         f"unexpected {unexpected}")
+    return hf
+
+
+def from_hf(hf: nn.Module, shape: ModelShape) -> TrainingLlama:
+    """The training form holding `hf`'s weights (the inverse of `as_hf`)."""
+    state = {name: tensor.detach() for name, tensor in hf.state_dict().items()}
+    model = TrainingLlama(shape, hf.config.vocab_size).to(state["model.embed_tokens.weight"].device)
+    with torch.no_grad():
+        decoder = model.model
+        decoder.embed.weight.copy_(state["model.embed_tokens.weight"])
+        decoder.norm.copy_(state["model.norm.weight"])
+        for i, layer in enumerate(decoder.layers):
+            prefix = f"model.layers.{i}."
+            layer.input_norm.copy_(state[prefix + "input_layernorm.weight"])
+            layer.qkv.weight.copy_(torch.cat([state[prefix + f"self_attn.{p}_proj.weight"] for p in "qkv"]))
+            layer.o.weight.copy_(state[prefix + "self_attn.o_proj.weight"])
+            layer.post_norm.copy_(state[prefix + "post_attention_layernorm.weight"])
+            layer.gate_up.weight.copy_(torch.cat([state[prefix + f"mlp.{p}_proj.weight"] for p in ("gate", "up")]))
+            layer.down.weight.copy_(state[prefix + "mlp.down_proj.weight"])
+    return model
