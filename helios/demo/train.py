@@ -315,7 +315,7 @@ def save_checkpoint(model: torch.nn.Module, tokenizer_dir: Path, out_dir: Path, 
     from helios.demo.training_model import TrainingLlama, as_hf
 
     if isinstance(model, TrainingLlama):
-        model = as_hf(model, pad_id, eos_id)
+        model = as_hf(model, build_model(model.shape, model.vocab_size, pad_id, eos_id))
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(

@@ -10,7 +10,7 @@ fewer: one fused RMS norm (`F.rms_norm`), one product for q, k and v and one for
 weights stacked), rotary embedding applied to q and k together, attention by
 `F.scaled_dot_product_attention` over grouped heads.
 
-It is a training form only: `as_hf` returns the `LlamaForCausalLM` with the same weights (the
+It is a training form only: `as_hf` fills a `LlamaForCausalLM` with the same weights (the
 stacked products split by rows into `q_proj`, `k_proj`, `v_proj`, `gate_proj` and `up_proj`), which
 is what is saved, evaluated and served; `from_hf` is the inverse. It exposes the surface the training
 loop and the drafter's distillation read from an HF model: `model.model(input_ids=...)
@@ -21,17 +21,24 @@ tests/demo/test_training_model.py checks that both forms compute the same logits
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from helios.demo.train import ModelShape
+ROPE_THETA = 10000.0  # `train.build_model`'s rope_parameters
+RMS_EPS = 1e-6  # `train.build_model`'s rms_norm_eps
 
-ROPE_THETA = 10000.0  # `build_model`'s rope_parameters
-RMS_EPS = 1e-6  # `build_model`'s rms_norm_eps
+
+class ModelShape(Protocol):
+    """A Llama geometry (`train.ModelShape`)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
 
 
 class _Layer(nn.Module):
@@ -98,7 +105,7 @@ class _TiedHead(nn.Module):
 
 
 class TrainingLlama(nn.Module):
-    """The training form of `build_model`'s Llama (module docstring)."""
+    """The training form of `train.build_model`'s Llama (module docstring)."""
 
     def __init__(self, shape: ModelShape, vocab_size: int) -> None:
         super().__init__()
@@ -138,11 +145,10 @@ def hf_state_dict(model: TrainingLlama) -> dict[str, torch.Tensor]:
     return {name: tensor.detach() for name, tensor in state.items()}
 
 
-def as_hf(model: TrainingLlama, pad_id: int, eos_id: int) -> nn.Module:
-    """The `LlamaForCausalLM` (`build_model`) holding `model`'s weights, on its device, in FP32."""
-    from helios.demo.train import build_model
-
-    hf = build_model(model.shape, model.vocab_size, pad_id, eos_id).to(model.model.embed.weight.device)
+def as_hf(model: TrainingLlama, hf: nn.Module) -> nn.Module:
+    """`hf`, a `LlamaForCausalLM` of `model`'s shape (`train.build_model`), holding `model`'s weights
+    on `model`'s device."""
+    hf = hf.to(model.model.embed.weight.device)
     missing, unexpected = hf.load_state_dict(hf_state_dict(model), strict=False)
     # the tied lm_head is the embedding: the only key the state leaves out
     if unexpected or set(missing) - {"lm_head.weight"}:

@@ -35,7 +35,7 @@ def test_both_forms_give_the_same_logits_and_gradients(name):
         for parameter in model.parameters():
             if parameter.dim() == 1:
                 parameter.uniform_(0.5, 1.5)
-    hf = as_hf(model, PAD, EOS)
+    hf = as_hf(model, build_model(shape, VOCAB, PAD, EOS))
     inputs = _inputs(1)
     ours = model(input_ids=inputs).logits
     theirs = hf(input_ids=inputs).logits
