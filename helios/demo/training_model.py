@@ -1,12 +1,13 @@
-"""A Llama for training the demo pair in fewer kernel launches (device side: imports torch and
-transformers; preparation, not serving).
+"""A Llama for training the demo pair in fewer kernel launches (device side: imports torch;
+preparation, not serving).
 
 `python -m helios.demo.train` trains in eager PyTorch, where a step of the demo's small shapes is
 bound by its kernel launches, not its arithmetic (BENCHMARKS.md, "The training step"). Hugging
-Face's `LlamaForCausalLM` spends many launches a layer on bookkeeping: its RMS norm is five
-elementwise kernels in FP32, q, k and v are three products of one input, gate and up two more, and
-rotary embedding is applied to q and to k apart. `TrainingLlama` computes the same function in
-fewer: one fused RMS norm (`F.rms_norm`), one product for q, k and v and one for gate and up (their
+Face's `LlamaForCausalLM` spends many launches a layer on bookkeeping: its RMS norm is several
+elementwise kernels in FP32, q, k and v are three products of one input, gate and up two more, each
+weight is cast for autocast apart, and rotary embedding is applied to q and to k apart.
+`TrainingLlama` computes the same function in fewer: torch's RMS norm (`F.rms_norm`, fused where
+torch has a fused kernel for the device), one product for q, k and v and one for gate and up (their
 weights stacked), rotary embedding applied to q and k together, attention by
 `F.scaled_dot_product_attention` over grouped heads.
 
