@@ -125,25 +125,36 @@ def _initialize(module: nn.Module) -> None:
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
 
-def hf_state_dict(model: TrainingLlama) -> dict[str, torch.Tensor]:
-    """`model`'s weights under `LlamaForCausalLM`'s names (the stacked products split by rows)."""
+def _named(model: TrainingLlama) -> list[tuple[torch.Tensor, tuple[str, ...], tuple[int, ...]]]:
+    """Each of `model`'s tensors with the `LlamaForCausalLM` weights it holds, stacked by rows in
+    that order, and their row counts: the one table both directions of the mapping read."""
     shape, decoder = model.shape, model.model
     head_dim = shape.hidden_size // shape.num_heads
-    q_rows, kv_rows = shape.num_heads * head_dim, shape.num_kv_heads * head_dim
-    state = {"model.embed_tokens.weight": decoder.embed.weight, "model.norm.weight": decoder.norm}
+    q_rows, kv_rows, inner = shape.num_heads * head_dim, shape.num_kv_heads * head_dim, shape.intermediate_size
+
+    def whole(tensor: torch.Tensor, name: str) -> tuple[torch.Tensor, tuple[str, ...], tuple[int, ...]]:
+        return tensor, (name,), (tensor.shape[0],)
+
+    named = [whole(decoder.embed.weight, "model.embed_tokens.weight"), whole(decoder.norm, "model.norm.weight")]
     for i, layer in enumerate(decoder.layers):
         prefix = f"model.layers.{i}."
-        q, k, v = layer.qkv.weight.split([q_rows, kv_rows, kv_rows])
-        gate, up = layer.gate_up.weight.chunk(2)
-        state |= {
-            prefix + "input_layernorm.weight": layer.input_norm,
-            prefix + "self_attn.q_proj.weight": q, prefix + "self_attn.k_proj.weight": k,
-            prefix + "self_attn.v_proj.weight": v, prefix + "self_attn.o_proj.weight": layer.o.weight,
-            prefix + "post_attention_layernorm.weight": layer.post_norm,
-            prefix + "mlp.gate_proj.weight": gate, prefix + "mlp.up_proj.weight": up,
-            prefix + "mlp.down_proj.weight": layer.down.weight,
-        }
-    return {name: tensor.detach() for name, tensor in state.items()}
+        named += [
+            whole(layer.input_norm, prefix + "input_layernorm.weight"),
+            (layer.qkv.weight, tuple(prefix + f"self_attn.{p}_proj.weight" for p in "qkv"), (q_rows, kv_rows, kv_rows)),
+            whole(layer.o.weight, prefix + "self_attn.o_proj.weight"),
+            whole(layer.post_norm, prefix + "post_attention_layernorm.weight"),
+            (layer.gate_up.weight, (prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight"), (inner, inner)),
+            whole(layer.down.weight, prefix + "mlp.down_proj.weight"),
+        ]
+    return named
+
+
+def hf_state_dict(model: TrainingLlama) -> dict[str, torch.Tensor]:
+    """`model`'s weights under `LlamaForCausalLM`'s names (the stacked products split by rows)."""
+    state = {}
+    for tensor, names, rows in _named(model):
+        state |= dict(zip(names, tensor.detach().split(list(rows)), strict=True))
+    return state
 
 
 def as_hf(model: TrainingLlama, hf: nn.Module) -> nn.Module:
@@ -163,15 +174,6 @@ def from_hf(hf: nn.Module, shape: ModelShape) -> TrainingLlama:
     state = {name: tensor.detach() for name, tensor in hf.state_dict().items()}
     model = TrainingLlama(shape, hf.config.vocab_size).to(state["model.embed_tokens.weight"].device)
     with torch.no_grad():
-        decoder = model.model
-        decoder.embed.weight.copy_(state["model.embed_tokens.weight"])
-        decoder.norm.copy_(state["model.norm.weight"])
-        for i, layer in enumerate(decoder.layers):
-            prefix = f"model.layers.{i}."
-            layer.input_norm.copy_(state[prefix + "input_layernorm.weight"])
-            layer.qkv.weight.copy_(torch.cat([state[prefix + f"self_attn.{p}_proj.weight"] for p in "qkv"]))
-            layer.o.weight.copy_(state[prefix + "self_attn.o_proj.weight"])
-            layer.post_norm.copy_(state[prefix + "post_attention_layernorm.weight"])
-            layer.gate_up.weight.copy_(torch.cat([state[prefix + f"mlp.{p}_proj.weight"] for p in ("gate", "up")]))
-            layer.down.weight.copy_(state[prefix + "mlp.down_proj.weight"])
+        for tensor, names, _ in _named(model):
+            tensor.copy_(torch.cat([state[name] for name in names]))
     return model
