@@ -118,6 +118,7 @@ class OperatorSpec:
     in_place: tuple[tuple[int, int], ...] = ()  # (output index, input index): the output IS that input
     since: int = 1  # the operator-set version that introduced the operator
     attribute_map: Mapping[str, AttributeSpec] = field(init=False, repr=False, compare=False)
+    updated_inputs: frozenset[str] = field(init=False, repr=False, compare=False)  # the in_place inputs' names
 
     def __post_init__(self) -> None:
         if not self.outputs:
@@ -133,6 +134,7 @@ class OperatorSpec:
         if self.since < 1:
             raise ValueError(f"operator {self.name}: since must be >= 1")
         object.__setattr__(self, "attribute_map", {a.name: a for a in self.attributes})
+        object.__setattr__(self, "updated_inputs", frozenset(self.inputs[i] for _, i in self.in_place))
 
     @property
     def min_inputs(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helios.errors import HeliosError
-from helios.program import OPERATOR_SET_VERSION, validate_program
+from helios.program import OPERATOR_SET_VERSION, ProgramBuilder, validate_program
 from helios.program import errors as E
 from helios.proto import manifest_pb2, program_pb2
 from tests.program.tiny import tiny_buffers, tiny_builder
@@ -221,3 +221,36 @@ def test_buffer_dtype_shape_and_role_must_agree(program):
     buffers["cache.k"].role = manifest_pb2.BUFFER_ROLE_STATE
     with pytest.raises(E.NonStaticExtent, match="CACHE"):
         validate_program(program, buffers)
+
+
+def test_a_combination_that_passed_once_is_still_checked_exactly_in_another_operator(program):
+    """Validation keeps what passed (the same op, attributes and types recur across a core's programs);
+    a value equal to a passed one but of another kind or sign is not that combination."""
+    validate_program(program)  # every combination of the program passes, and is kept
+    i = op_index(program, "last_row_gather")
+    lanes = program.operators[i].attributes[0]
+    lanes.f = float(lanes.i)  # 2.0 == 2, but a float where the operator takes an int
+    with pytest.raises(E.AttributeTypeMismatch, match="lanes"):
+        validate_program(program)
+
+    def norm_offsets(value: float) -> list[float]:
+        fresh = tiny_builder().build()
+        for operator in fresh.operators:
+            if operator.op == "rms_norm":
+                operator.attributes.append(program_pb2.Attribute(name="weight_offset", f=value))
+        return [str(v.attributes["weight_offset"]) for v in validate_program(fresh) if v.op == "rms_norm"]
+
+    assert set(norm_offsets(0.0)) == {"0.0"}
+    assert set(norm_offsets(-0.0)) == {"-0.0"}  # equal to 0.0, but not the value the program gave
+
+
+def test_an_operator_passed_at_one_version_is_checked_again_at_another():
+    builder = ProgramBuilder("e")
+    builder.embedding(builder.transport("ids", "ids", "i32", [3]),
+                      builder.weight("table", resource="w", dtype="f32", shape=[4, 8]), row_offset=4)
+    program = builder.build()
+    assert program.operator_set_version == 4  # the attribute row_offset came with version 4
+    validate_program(program)  # passes, and is kept
+    program.operator_set_version = 3
+    with pytest.raises(E.OperatorNewerThanProgram, match="attribute row_offset of embedding"):
+        validate_program(program)
