@@ -12,6 +12,11 @@ Checks, in order, before any byte of a program is used:
      producer fills: `produces`), and every SCRATCH or COMPLETION tensor (and every produced TUNED
      tensor) is written before it is read;
   5. with the manifest's buffers, every non-scratch, non-weight tensor agrees with its buffer.
+
+Step 3's spec check (attributes resolved, the shape-and-dtype rule, the operator-set version) is a
+function of the operator's op, attributes, tensor types and the program's version alone; the
+combinations that passed are kept (`_PASSED`, process-wide), so a core's programs, which repeat a
+few hundred combinations over thousands of operators, check each once. A failure is never kept.
 """
 
 from __future__ import annotations
