@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -227,18 +227,25 @@ class Responder:
         self.record(context, 200, finish_reason, event.output_tokens)
         return _PermitJSONResponse(body, permit)
 
-    async def stream_chat(
-        self,
-        stream: EventStream,
-        presenter: ChatPresenter,
-        pipeline: Any,
-        permit: Permit,
-        context: RequestContext,
-    ) -> AsyncIterator[str]:
+    def stream_chat(self, stream: EventStream, presenter: ChatPresenter, pipeline: Any, permit: Permit,
+                    context: RequestContext) -> AsyncIterator[str]:
+        """A chat completion's SSE stream (`_stream`)."""
+        return self._stream(stream, _ChatStream(presenter, pipeline, context.timing), permit, context)
+
+    def stream_text(self, stream: EventStream, presenter: CompletionPresenter, permit: Permit,
+                    context: RequestContext) -> AsyncIterator[str]:
+        """A text completion's SSE stream (`_stream`)."""
+        return self._stream(stream, _TextStream(presenter), permit, context)
+
+    async def _stream(self, stream: EventStream, body: _StreamBody, permit: Permit,
+                      context: RequestContext) -> AsyncIterator[str]:
+        """The SSE stream of one request, as its events arrive; what each write holds is `body`'s."""
         outcome, status, output_tokens = "dropped", 200, 0
         self.state.drain.track(stream)
         try:
-            yield sse(presenter.first_chunk())
+            opening = body.opening()
+            if opening:
+                yield "".join(opening)
             while True:
                 # NOTE: events that arrived while the previous write was in flight go out in one
                 # write; their text is parsed together (fewer, larger deltas, the same result).
@@ -248,10 +255,7 @@ class Responder:
                 for event in [await stream.next(), *stream.ready()]:
                     if isinstance(event, TokenEvent):
                         output_tokens += 1
-                        if presenter.observe_tokens:
-                            out.extend(sse(presenter.delta_chunk(d)) for d in pipeline.feed(pieces))
-                            pieces = []
-                            out.append(sse(presenter.token_chunk(event.token_id, event.timestamp_ns)))
+                        out.extend(body.token(event, pieces))
                         pieces.extend(_pieces(event))
                     elif not isinstance(event, PromptScoreEvent):  # scores go in whole responses only
                         terminal = event
@@ -260,15 +264,12 @@ class Responder:
                         outcome = "cancelled"
                         return
                     pieces.extend(_pieces(terminal))
-                out.extend(sse(presenter.delta_chunk(d)) for d in pipeline.feed(pieces))
+                out.extend(body.text(pieces))
                 if isinstance(terminal, Finished):
-                    out.extend(sse(presenter.delta_chunk(d)) for d in pipeline.finish())
-                    usage = Usage(
-                        terminal.prompt_tokens, terminal.output_tokens, terminal.reused_prompt_tokens
-                    )
-                    outcome = _finish_reason(terminal, pipeline.tool_calls)
+                    usage = Usage(terminal.prompt_tokens, terminal.output_tokens, terminal.reused_prompt_tokens)
+                    outcome, closing = body.finish(terminal, usage)
                     output_tokens = terminal.output_tokens
-                    out.extend(sse(chunk) for chunk in presenter.final_chunks(outcome, usage, context.timing))
+                    out.extend(closing)
                     out.append(SSE_DONE)
                 elif terminal is not None:
                     outcome, status = _sse_error(terminal)
@@ -298,50 +299,73 @@ class Responder:
         permit.release()
         self.record(context, status, outcome, output_tokens)
 
-    async def stream_text(
-        self, stream: EventStream, presenter: CompletionPresenter, permit: Permit, context: RequestContext
-    ) -> AsyncIterator[str]:
-        outcome, status, output_tokens = "dropped", 200, 0
-        self.state.drain.track(stream)
-        try:
-            while True:
-                text: list[str] = []
-                terminal: Finished | Failed | Rejected | ShuttingDown | None = None
-                for event in [await stream.next(), *stream.ready()]:
-                    if isinstance(event, TokenEvent):
-                        output_tokens += 1
-                        text.extend(p.text for p in _pieces(event))
-                    elif not isinstance(event, PromptScoreEvent):  # scores go in whole responses only
-                        terminal = event
-                if isinstance(terminal, Finished):
-                    if terminal.termination is Termination.CANCELLED:
-                        outcome = "cancelled"
-                        return
-                    text.extend(p.text for p in _pieces(terminal))
-                out = [sse(presenter.text_chunk("".join(text)))] if "".join(text) else []
-                if isinstance(terminal, Finished):
-                    usage = Usage(
-                        terminal.prompt_tokens, terminal.output_tokens, terminal.reused_prompt_tokens
-                    )
-                    outcome = _finish_reason(terminal, 0)
-                    output_tokens = terminal.output_tokens
-                    out.extend(sse(chunk) for chunk in presenter.final_chunks(outcome, usage))
-                    out.append(SSE_DONE)
-                elif terminal is not None:
-                    outcome, status = _sse_error(terminal)
-                    out.append(sse(_sse_error_body(terminal)))
-                if out:
-                    yield "".join(out)
-                if terminal is not None:
-                    return
-        except Exception as error:  # a bug while presenting: the stream still ends with its error event
-            outcome = "failed"
-            log.error("%s %s presentation failed: %s at %s", context.request_id, context.path, type(error).__name__,
-                      where(error))  # fmt: skip
-            yield sse(error_body(f"output presentation failed ({type(error).__name__})", kind="server_error",
-                                 code="output_failed"))  # fmt: skip
-        finally:
-            self.close_stream(stream, permit, context, status, outcome, output_tokens)
+
+class _StreamBody(Protocol):
+    """What a streamed response of one kind writes (SSE lines), for `Responder._stream`."""
+
+    def opening(self) -> list[str]:
+        """Before any event."""
+
+    def token(self, event: TokenEvent, pieces: list[Piece]) -> list[str]:
+        """As a token arrives, before its pieces join `pieces` (this write's text so far, which it may
+        write and clear)."""
+
+    def text(self, pieces: list[Piece]) -> list[str]:
+        """The text of one write's events."""
+
+    def finish(self, finished: Finished, usage: Usage) -> tuple[str, list[str]]:
+        """The finish reason and the closing chunks, after the last text (the stream's end follows)."""
+
+
+@dataclass(slots=True)
+class _ChatStream:
+    """A chat completion: its role chunk first, parsed deltas (content, reasoning, tool calls), a token
+    chunk beside each token where the request observes tokens, the finish reason counting tool calls."""
+
+    presenter: ChatPresenter
+    pipeline: Any
+    timing: Timing | None
+
+    def opening(self) -> list[str]:
+        return [sse(self.presenter.first_chunk())]
+
+    def token(self, event: TokenEvent, pieces: list[Piece]) -> list[str]:
+        if not self.presenter.observe_tokens:
+            return []
+        out = self.text(pieces)  # the text before this token, in order with the token's chunk
+        pieces.clear()
+        out.append(sse(self.presenter.token_chunk(event.token_id, event.timestamp_ns)))
+        return out
+
+    def text(self, pieces: list[Piece]) -> list[str]:
+        return [sse(self.presenter.delta_chunk(d)) for d in self.pipeline.feed(pieces)]
+
+    def finish(self, finished: Finished, usage: Usage) -> tuple[str, list[str]]:
+        out = [sse(self.presenter.delta_chunk(d)) for d in self.pipeline.finish()]
+        outcome = _finish_reason(finished, self.pipeline.tool_calls)
+        out.extend(sse(chunk) for chunk in self.presenter.final_chunks(outcome, usage, self.timing))
+        return outcome, out
+
+
+@dataclass(slots=True)
+class _TextStream:
+    """A text completion: each write's text as one chunk."""
+
+    presenter: CompletionPresenter
+
+    def opening(self) -> list[str]:
+        return []
+
+    def token(self, event: TokenEvent, pieces: list[Piece]) -> list[str]:
+        return []
+
+    def text(self, pieces: list[Piece]) -> list[str]:
+        text = "".join(p.text for p in pieces)
+        return [sse(self.presenter.text_chunk(text))] if text else []
+
+    def finish(self, finished: Finished, usage: Usage) -> tuple[str, list[str]]:
+        outcome = _finish_reason(finished, 0)
+        return outcome, [sse(chunk) for chunk in self.presenter.final_chunks(outcome, usage)]
 
 
 def _sse_error(event: Failed | Rejected | ShuttingDown) -> tuple[str, int]:
