@@ -64,6 +64,7 @@ from helios.demo.tokenizer import (
     train_tokenizer,
     write_tokenizer_files,
 )
+from helios.demo.training_model import RMS_EPS, ROPE_THETA, TrainingLlama, as_hf
 from helios.errors import HeliosError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
@@ -165,8 +166,8 @@ def build_model(shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) ->
         num_attention_heads=shape.num_heads,
         num_key_value_heads=shape.num_kv_heads,
         max_position_embeddings=shape.max_positions,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rms_norm_eps=RMS_EPS,
+        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=eos_id,
@@ -180,8 +181,6 @@ def build_model(shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) ->
 def training_model(form: str, shape: ModelShape, vocab_size: int, pad_id: int, eos_id: int) -> torch.nn.Module:
     """The model a plan of `form` trains: `build_model`'s Llama, or its stacked training form."""
     if form == "stacked":
-        from helios.demo.training_model import TrainingLlama
-
         return TrainingLlama(shape, vocab_size)
     return build_model(shape, vocab_size, pad_id, eos_id)
 
@@ -311,8 +310,6 @@ def save_checkpoint(model: torch.nn.Module, tokenizer_dir: Path, out_dir: Path, 
     """bf16 safetensors, config, generation config (EOS ids, recommended sampling), tokenizer files;
     a model in the stacked training form is saved as the Llama it computes."""
     from transformers import GenerationConfig
-
-    from helios.demo.training_model import TrainingLlama, as_hf
 
     if isinstance(model, TrainingLlama):
         model = as_hf(model, build_model(model.shape, model.vocab_size, pad_id, eos_id))

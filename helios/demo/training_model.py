@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROPE_THETA = 10000.0  # `train.build_model`'s rope_parameters
-RMS_EPS = 1e-6  # `train.build_model`'s rms_norm_eps
+# the demo Llama's rotary base and norm epsilon, in both forms (`train.build_model` reads them)
+ROPE_THETA = 10000.0
+RMS_EPS = 1e-6
 
 
 class ModelShape(Protocol):
