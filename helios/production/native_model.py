@@ -241,16 +241,21 @@ class NativeModel:
         # cache and module loads beside the weights' reads, decompression and copies); the kernels
         # phase takes them where its identity is the one guessed here (tuning may time products).
         ahead = _RecordedAhead.start(serving, manifest, programs, options, policy, device)
-        with phase("weights"):
-            weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
-                                                               *(p.programs[options.rank if options.rank < len(p.programs) else 0]
-                                                                 for p in tuning.producers)]
-                                          for decl in _weight_declarations(program)), device)
-            weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
-        arena = ScratchArena(device)
+        try:
+            with phase("weights"):
+                weights = load_weights(core, (decl for program in [*(item.program for item in programs.values()),
+                                                                   *(p.programs[options.rank if options.rank < len(p.programs) else 0]
+                                                                     for p in tuning.producers)]
+                                              for decl in _weight_declarations(program)), device)
+                weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
+            arena = ScratchArena(device)
+            with phase("tuning"):
+                tuned = _run_tuning(tuning, manifest, weights, arena, device, paths, options)
+        except BaseException:
+            if ahead is not None:  # a failed load leaves no thread compiling behind it
+                ahead.abandon()
+            raise
         contracts = {g.name: g for g in serving.model.graphs}
-        with phase("tuning"):
-            tuned = _run_tuning(tuning, manifest, weights, arena, device, paths, options)
         untuned = [b.name for b in manifest.buffers if b.name not in tuned]
 
         def lower_all(buffers: Mapping[str, torch.Tensor]) -> dict[str, LaunchPlan]:
@@ -268,7 +273,7 @@ class NativeModel:
             # whose interpreter has nothing to compile)
             identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
                         if device.type == "cuda" else None)
-            compiled = ahead.result(identity) if ahead is not None else None
+            compiled = ahead.result(identity) if ahead is not None else _NOT_READ
             recorded = _recorded_load(identity, policy, device, compiled) if options.cuda_graphs else None
             if options.group is not None and device.type == "cuda" and not options.group.minimum(int(recorded is not None)):
                 recorded = None  # every rank runs the same phases, or the plans' collectives would not meet
@@ -445,28 +450,37 @@ class _RecordedAhead:
             return None
         return cls(identity, device)
 
-    def result(self, identity: str | None) -> CompiledPlans | None:
-        """What the thread compiled, where `identity` is the one it compiled for; None otherwise (or
-        where it found no usable record). Waits for the thread either way; its failure is raised."""
+    def result(self, identity: str | None) -> CompiledPlans | None | object:
+        """What the thread compiled where `identity` is the one it compiled for (None: it found no usable
+        record, which `_recorded_load` then does not read again), `_NOT_READ` otherwise. Waits for the
+        thread either way; its failure is raised."""
         try:
             compiled = self._future.result()
         finally:
             self._pool.shutdown()
-        return compiled if identity == self.identity else None
+        return compiled if identity == self.identity else _NOT_READ
+
+    def abandon(self) -> None:
+        """The load failed before taking the result: waits for the thread, whose outcome nobody reads."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+# `_recorded_load`'s compiled specializations where no `_RecordedAhead` read them for the identity
+_NOT_READ = object()
 
 
 def _recorded_load(identity: str | None, policy: LinearPolicy, device: torch.device,
-                   compiled: CompiledPlans | None = None) -> _RecordedLoad | None:
+                   compiled: CompiledPlans | None | object = _NOT_READ) -> _RecordedLoad | None:
     """A warm start's records (module docstring): the load record's memory, the kernel
-    specializations compiled from theirs (`compiled`: already, by `_RecordedAhead`), the product
-    decisions preloaded into `policy`; None where any is missing or unusable (the load then measures
-    as a cold one does)."""
+    specializations compiled from theirs (`compiled`: already, by `_RecordedAhead`, None where it found
+    them unusable; `_NOT_READ`: compiled here), the product decisions preloaded into `policy`; None
+    where any is missing or unusable (the load then measures as a cold one does)."""
     if identity is None:
         return None
     memory = recorded_load_memory(load_record(identity))
     if memory is None:
         return None
-    if compiled is None:
+    if compiled is _NOT_READ:
         compiled = compile_recorded(identity, device)
     if compiled is None:
         forget_record(load_record(identity))

@@ -169,12 +169,49 @@ def test_the_recorded_kernels_compiled_ahead_are_taken_only_for_the_identity_the
 
     monkeypatch.setattr(native_model, "compile_recorded", compile_recorded)
     cpu = native_model.torch.device("cpu")
+    not_read = native_model._NOT_READ
     assert native_model._RecordedAhead("a", cpu).result("a") == native_model.CompiledPlans(3)
-    assert native_model._RecordedAhead("a", cpu).result("b") is None  # tuning changed what the load decides
-    assert native_model._RecordedAhead("a", cpu).result(None) is None
+    assert native_model._RecordedAhead("a", cpu).result("b") is not_read  # tuning changed what the load decides
+    assert native_model._RecordedAhead("a", cpu).result(None) is not_read
     with pytest.raises(RuntimeError, match="did not load"):
         native_model._RecordedAhead("broken", cpu).result("broken")
     assert calls == ["a", "a", "a", "broken"]
+
+
+def test_a_record_the_thread_found_unusable_is_not_read_again(monkeypatch):
+    """Where the thread found the identity's recorded kernels unusable (None), the kernels phase
+    forgets the load record and measures as a cold load, without compiling the record a second time;
+    where no thread read them for the identity, it compiles them itself."""
+    calls, forgotten = [], []
+    monkeypatch.setattr(native_model, "recorded_load_memory", lambda record: native_model.LoadMemory(1, 2))
+    monkeypatch.setattr(native_model, "forget_record", forgotten.append)
+    monkeypatch.setattr(native_model, "compile_recorded", lambda identity, device: calls.append(identity))
+    cpu = native_model.torch.device("cpu")
+    policy = FixedPolicy("triton")
+    assert native_model._recorded_load("a", policy, cpu, None) is None
+    assert calls == [] and forgotten == [native_model.load_record("a")]
+    assert native_model._recorded_load("a", policy, cpu) is None  # not read ahead: compiled here, unusable too
+    assert calls == ["a"] and len(forgotten) == 2
+
+
+def test_a_failed_load_waits_for_the_thread_compiling_ahead(monkeypatch):
+    """A load that fails before its kernels phase takes the thread's result leaves no thread running:
+    `abandon` returns once the compile it started has ended."""
+    import threading
+    import time
+
+    started, ended = threading.Event(), threading.Event()
+
+    def compile_recorded(identity, device):
+        started.set()
+        time.sleep(0.2)
+        ended.set()
+
+    monkeypatch.setattr(native_model, "compile_recorded", compile_recorded)
+    ahead = native_model._RecordedAhead("a", native_model.torch.device("cpu"))
+    assert started.wait(5)
+    ahead.abandon()
+    assert ended.is_set()
 
 
 def test_no_kernels_are_compiled_ahead_on_a_cpu(loaded):
