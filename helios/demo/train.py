@@ -376,10 +376,14 @@ def completion_loss_function(backend: str, autocast: torch.autocast) -> LossFunc
     return torch.compile(loss, backend=backend, dynamic=True) if backend else loss
 
 
-def _validate(model: torch.nn.Module, tokenizer, label: str, count: int) -> None:
+def _validate(model: torch.nn.Module, tokenizer, label: str, count: int, pad_id: int, eos_id: int) -> None:
+    """Greedy answers to `count` validation prompts, scored and printed; a model in the stacked
+    training form answers as the Llama it computes (which generates)."""
     model.eval()
     examples = held_out_examples(VALIDATION_SEED, count)
-    verdicts, _, _ = evaluate_with_ids(model, tokenizer, examples, batch_size=count)
+    answering = (as_hf(model, build_model(model.shape, model.vocab_size, pad_id, eos_id))
+                 if isinstance(model, TrainingLlama) else model)
+    verdicts, _, _ = evaluate_with_ids(answering, tokenizer, examples, batch_size=count)
     print(f"validation ({count} prompts, held-out phrasings) {label}: "
           f"{format_report(summarize(verdicts))}", flush=True)
     model.train()
@@ -491,7 +495,7 @@ def train(plan: TrainingPlan, shapes: tuple[ModelShape, ModelShape], tokenizer_d
             window_start, window_tokens = time.perf_counter(), 0
         if validations < 2 and progress() >= (validations + 1) / 3:
             validations += 1
-            _validate(model, tokenizer, f"at step {step}", min(VALIDATION_PROMPTS, eval_count))
+            _validate(model, tokenizer, f"at step {step}", min(VALIDATION_PROMPTS, eval_count), pad_id, eos_id)
         if plan.steps and time.perf_counter() > target_end:
             print(f"the target's share of the budget is spent: stopping at step {step} of {plan.steps}", flush=True)
             stopped_by_time = True

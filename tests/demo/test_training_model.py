@@ -117,3 +117,19 @@ def test_a_plan_names_a_known_training_form():
 
     with pytest.raises(train.InvalidTrainingPlan, match="form must be one of hf, stacked"):
         train.TrainingPlan(form="fast")
+
+
+def test_a_stacked_model_is_validated_mid_training_as_the_llama_it_computes(capsys):
+    """The loop scores validation prompts twice during a run; a model in the stacked form, which has
+    no `generate`, answers them as the Llama it computes, and stays in training mode after."""
+    from tokenizers import Tokenizer
+
+    from helios.demo import CHECKPOINT_DIR, train
+
+    tokenizer = Tokenizer.from_file(str(CHECKPOINT_DIR / "tokenizer.json"))
+    pad, eos = tokenizer.token_to_id(train.PAD_TOKEN), tokenizer.token_to_id(train.EOS_TOKEN)
+    torch.manual_seed(5)
+    model = train.training_model("stacked", SHAPES["grouped"], tokenizer.get_vocab_size(), pad, eos)
+    train._validate(model, tokenizer, "at step 7", 2, pad, eos)
+    assert "validation (2 prompts, held-out phrasings) at step 7:" in capsys.readouterr().out
+    assert model.training
