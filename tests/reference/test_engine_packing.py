@@ -120,6 +120,15 @@ def test_seed_bits_and_sampling_parameters():
     assert buffers["mask"][:, 0].tolist() == [-1, 5]  # no grammar: every token allowed
 
 
+@pytest.mark.parametrize("ids", [(2, 5), (-1, 2)])
+def test_a_prompt_id_outside_the_histogram_is_refused(ids):
+    manifest = _manifest(("hist", M.DTYPE_I32, [2, 5], None))
+    graph = _graph(_binding("hist", C.VALUE_SOURCE_PROMPT_HISTOGRAM, C.INDEXING_SUBMISSION_ROW))
+    packing = GraphPacking.resolve(graph, manifest, physical_rows=2)
+    with pytest.raises(LaneOverflow, match=f"prompt id {ids[0] if ids[0] < 0 else ids[1]} outside histogram width 5"):
+        packing.pack([_lane(0, 0, (1,), 1, prompt_token_ids=ids)], _buffers(manifest))
+
+
 def test_initialize_fills_padding():
     manifest = _manifest(("params", M.DTYPE_F32, [2, 7], None))
     graph = _graph(_binding("params", C.VALUE_SOURCE_SAMPLING_PARAMETERS, C.INDEXING_PHYSICAL_REQUEST_ROW, padding=1))
