@@ -10,8 +10,8 @@ a block of HEAD_BLOCK heads (padded to 16 rows for `tl.dot`) and one context spl
     out[t, h] = sum_j softmax_j(s_h) c_j            (the output stays in the latent space)
 
 With S = 1 the program normalizes and stores its rows directly; with S > 1 it stores its unnormalized
-partial (running max m, sum l, accumulator) and `attention._combine_kernel` merges the splits, as in
-paged attention. Padding rows (token_lane < 0) give zeros.
+partial (running max m, sum l, accumulator) and `attention._combine_kernel` merges the splits in a launch
+after it (paged attention merges in its last-arriving split instead). Padding rows (token_lane < 0) give zeros.
 """
 
 from __future__ import annotations
