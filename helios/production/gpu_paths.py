@@ -5,7 +5,7 @@ products on torch, every kernel over one large tile, attention in one pass over 
 executor's host staging *is* the device buffer, so uploads are no-ops. The branches a GPU takes are
 then reached only by single kernel tests: the multi-output product's per-group tile offsets, the
 column and K tiling, programs of one or a few rows (norm, rotary: row offsets from the program id),
-the context splits and their merge, blocked vocabulary scans (sampler, argmax), blocked row
+the context splits and their combine pass, blocked vocabulary scans (sampler, argmax), blocked row
 copies, and the page-table uploads (whole rows and entry slices) out of separate staging.
 
 `LoadOptions(gpu_paths=GpuPaths())` (and `lower_program(..., gpu_paths=...)`, `NativeExecutor(...,
@@ -16,7 +16,7 @@ once on store). What it forces, per launch:
   products   Triton (the "auto" policy becomes "triton", so the q/k/v and gate/up fusions are taken),
              at least two column tiles per output group and at least two K steps (`product_blocks`);
   norm, rotary   `rows_per_program` rows a program: several programs, each at a row offset;
-  attention  `attention_splits` context splits and their merge, at every context length,
+  attention  `attention_splits` context splits with the combine pass, at every context length,
              walking `attention_keys` keys a program iteration;
   sampler, argmax   `vocab_block` ids a program (several blocks a row, the last one partial);
   gathers, activation   `copy_block` elements a program iteration (several iterations a row);
@@ -47,7 +47,7 @@ class GpuPaths:
     """The GPU's branches forced at small shapes (see the module docstring)."""
 
     rows_per_program: int = 4  # norm and rotary: rows a program (a GPU takes 1, the CPU default all)
-    attention_splits: int = 2  # context splits of every attention launch (> 1: the splits' merge runs)
+    attention_splits: int = 2  # context splits of every attention launch (> 1: the combine pass runs)
     attention_keys: int = 16  # keys a program iteration of attention (AttentionTile.block_n, >= 16)
     vocab_block: int = 128  # ids a program of the sampler's kernels and argmax
     copy_block: int = 16  # elements a program iteration of the row gathers and the gated activation
@@ -58,7 +58,7 @@ class GpuPaths:
             if not isinstance(value, int) or not _power_of_two(value):
                 raise GpuPathsError(f"GpuPaths.{name} must be a positive power of two, got {value!r}")
         if self.attention_splits < 2:
-            raise GpuPathsError(f"GpuPaths.attention_splits must be at least 2 (the splits' merge), "
+            raise GpuPathsError(f"GpuPaths.attention_splits must be at least 2 (the combine pass), "
                                 f"got {self.attention_splits}")
         if self.attention_keys < 16:
             raise GpuPathsError(f"GpuPaths.attention_keys must be at least 16 (tl.dot), got {self.attention_keys}")

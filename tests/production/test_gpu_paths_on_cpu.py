@@ -1,7 +1,7 @@
 """The GPU-paths mode on a CPU (helios/production/gpu_paths.py): the production lowering and executor
 take the GPU's branches at small tiles, in the Triton interpreter, and still produce the reference's
 tokens; the forced branches really run; and bugs that live only on those branches (a rotary that
-loads positions relative to its program's block, a merge that drops the last context split, a
+loads positions relative to its program's block, a combine that drops the last context split, a
 q/k/v launch with a wrong tile offset, a page-table slice upload that loses an entry) are caught in
 this mode and not in the default CPU mode."""
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the mode exis
 
 @pytest.fixture(autouse=True)
 def _quiet_interpreter():
-    # the split merge computes exp(-inf - -inf) for empty splits and masks it: NumPy warns in the interpreter
+    # the combine pass computes exp(-inf - -inf) for empty splits and masks it: NumPy warns in the interpreter
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
         yield
@@ -144,7 +144,7 @@ def test_the_gpu_paths_run_and_the_tokens_equal_the_reference(cores, monkeypatch
     attention = launched["_attention_kernel"]
     assert attention and all(meta["SPLITS"] == paths.attention_splits == grid[2] and
                              meta["BLOCK_N"] == paths.attention_keys for grid, meta in attention)
-    assert "_combine_kernel" not in launched  # the split arriving last merges them, in the same launch
+    assert len(launched["_combine_kernel"]) == len(attention)
     pairs = launched["_rotary_pair_kernel"]
     assert all(meta["ROWS"] == paths.rows_per_program for _, meta in pairs)
     assert any(grid[0] > 1 for grid, _ in pairs)  # prefill rows: several programs, each at a row offset
@@ -171,6 +171,7 @@ def test_the_default_cpu_mode_is_unchanged(cores, monkeypatch):
     model.run_round("decode_b1", [_lane(0, (5,))])
     attention = [meta for name, _, meta in log if name == "_attention_kernel"]
     assert attention and all(meta["SPLITS"] == 1 for meta in attention)
+    assert not any(name == "_combine_kernel" for name, _, _ in log)
 
 
 def _lane(slot: int, tokens: tuple[int, ...]):
@@ -189,10 +190,10 @@ MUTATIONS = {
         "rotary", ("_rotary_cache_kernel", "_rotary_pair_kernel"),
         "positions = tl.load(positions_ptr + r, mask=row_mask, other=0)",
         "positions = tl.load(positions_ptr + (r - first_row), mask=row_mask, other=0)", "rotary/ragged"),
-    "the merge drops the last context split": (
-        "attention", ("_attention_kernel",),
-        "            for s in tl.static_range(SPLITS):\n",
-        "            for s in tl.static_range(SPLITS - 1):\n",
+    "the combine drops the last context split": (
+        "attention", ("_combine_kernel",),
+        "    m = tl.load(part_m_ptr + part)\n",
+        "    m = tl.load(part_m_ptr + part, mask=s < SPLITS - 1, other=float(\"-inf\"))\n",
         "paged_attention/split_context/full"),
     "the q/k/v launch's third group at the second group's tile offset": (
         "linear", ("_linear_kernel",),

@@ -9,13 +9,9 @@ and one context split:
     split s of S covers j in [first + s * chunk, first + (s + 1) * chunk) ∩ [first, p]
 
 With S = 1 the program normalizes and stores its output row directly. With S > 1 it stores its
-unnormalized partial (running max m, sum l, accumulator), counts its arrival for its (row, kv head)
-with an atomic, and the split that arrives last merges the S partials of its query heads:
-out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s, then sets the count back to zero for the next
-launch (`SplitScratch.arrivals`). Decode at small batch uses S > 1 so that a long context still
-spreads over the GPU; merging in the last split spares the step one launch a layer (before, a
-`_combine_kernel` launch after every split attention; latent attention, kernels/latent.py, still
-launches it).
+unnormalized partial (running max m, sum l, accumulator) and `_combine_kernel` merges the splits:
+out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s. Decode at small batch uses S > 1 so that a long
+context still spreads over the GPU.
 
 The tiled kernel (`_tiled_attention_kernel`, graphs of many rows: prefill chunks): every row of a
 prefill chunk reads the same history, so one program owns a tile of BLOCK_M consecutive packed rows
@@ -40,7 +36,6 @@ Tiled launches use one context split (S = 1). Padding rows (token_lane < 0) give
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import triton
@@ -63,7 +58,7 @@ def _single_lane_tile(lane_ptr, tile, rows, BLOCK_M: tl.constexpr):
 
 @triton.jit
 def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_ptr, out_ptr,
-                      part_acc_ptr, part_m_ptr, part_l_ptr, arrivals_ptr,
+                      part_acc_ptr, part_m_ptr, part_l_ptr,
                       rows, heads, kv_heads, group, page_tokens, max_pages, scale, window, softcap,
                       head_dim, DIM_BLOCK: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -140,30 +135,6 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, lane_ptr, positions_ptr, page_table_p
         tl.store(part_m_ptr + part, m_i, mask=head_mask)
         tl.store(part_l_ptr + part, l_i, mask=head_mask)
         tl.store(part_acc_ptr + part[:, None] * DIM_BLOCK + d[None, :], acc, mask=head_mask[:, None])
-        # The split that arrives last merges the row's splits for this kv head's query heads (module
-        # docstring). Every thread's partial is stored before the arrival is counted (the barrier),
-        # the count is a release and an acquire at GPU scope, and the last split reads the others'
-        # partials from L2 (.cg), where their stores went, not from its own L1.
-        tl.debug_barrier()
-        arrival = arrivals_ptr + row * kv_heads + kv_head
-        if tl.atomic_add(arrival, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
-            parts = (row * heads + head)[:, None] * SPLITS + tl.arange(0, SPLITS)[None, :]
-            m_s = tl.load(part_m_ptr + parts, mask=head_mask[:, None], other=float("-inf"), cache_modifier=".cg")
-            top = tl.max(m_s, axis=1)
-            top = tl.where(top > float("-inf"), top, 0.0)
-            total = tl.zeros((GROUP_BLOCK,), tl.float32)
-            out = tl.zeros((GROUP_BLOCK, DIM_BLOCK), tl.float32)
-            for s in tl.static_range(SPLITS):
-                one = (row * heads + head) * SPLITS + s
-                m_one = tl.load(part_m_ptr + one, mask=head_mask, other=float("-inf"), cache_modifier=".cg")
-                weight = tl.where(m_one > float("-inf"), tl.exp(m_one - top), 0.0)
-                total += weight * tl.load(part_l_ptr + one, mask=head_mask, other=0.0, cache_modifier=".cg")
-                out += weight[:, None] * tl.load(part_acc_ptr + one[:, None] * DIM_BLOCK + d[None, :],
-                                                 mask=head_mask[:, None], other=0.0, cache_modifier=".cg")
-            out = out / tl.where(total > 0, total, 1.0)[:, None]
-            tl.store(out_ptr + row * heads * head_dim + head[:, None] * head_dim + d[None, :],
-                     out.to(out_ptr.dtype.element_ty), mask=head_mask[:, None] & d_mask[None, :])
-            tl.store(arrival, 0)  # ready for the next launch: every split of this one has arrived
 
 
 @triton.jit
@@ -301,22 +272,13 @@ def dim_block(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-class SplitScratch(NamedTuple):
-    """Static buffers of a launch with `splits` > 1 (`split_scratch`)."""
-
-    acc: torch.Tensor  # [rows * heads * splits, dim block]: each split's unnormalized accumulator
-    m: torch.Tensor  # [rows * heads * splits]: its running maximum
-    l: torch.Tensor  # [rows * heads * splits]: its sum  # noqa: E741
-    arrivals: torch.Tensor  # [rows * heads] int32: splits arrived a (row, kv head); zero between launches
-
-
-def split_scratch(rows: int, heads: int, head_dim: int, splits: int, device: torch.device | str) -> SplitScratch:
-    """Static partial-result buffers for `splits` > 1 (rows of at most `heads` kv heads counted)."""
+def split_scratch(rows: int, heads: int, head_dim: int, splits: int, device: torch.device | str
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Static partial-result buffers for `splits` > 1: (acc [rows*heads*splits, dim block], m, l)."""
     count = rows * heads * splits
-    return SplitScratch(torch.zeros((count, dim_block(head_dim)), dtype=torch.float32, device=device),
-                        torch.zeros((count,), dtype=torch.float32, device=device),
-                        torch.zeros((count,), dtype=torch.float32, device=device),
-                        torch.zeros((rows * heads,), dtype=torch.int32, device=device))
+    return (torch.zeros((count, dim_block(head_dim)), dtype=torch.float32, device=device),
+            torch.zeros((count,), dtype=torch.float32, device=device),
+            torch.zeros((count,), dtype=torch.float32, device=device))
 
 
 def choose_splits(rows: int, kv_heads: int, context: int, *, target_programs: int = 264,
@@ -419,7 +381,7 @@ def choose_query_tile(rows: int, group: int, *, cuda: bool, lane_rows: int | Non
 def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, token_lane: torch.Tensor,
                     positions: torch.Tensor, page_table: torch.Tensor, out: torch.Tensor, *, scale: float,
                     sliding_window: int | None = None, softcap: float | None = None, splits: int = 1,
-                    scratch: SplitScratch | None = None,
+                    scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                     tile: AttentionTile | None = None, query_tile: QueryTile | None = None,
                     one_lane: bool = False) -> None:
     """Attention of each packed row of `q` over its lane's cached history (docs/operators.md).
@@ -437,12 +399,12 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
         raise ValueError("paged_attention with splits > 1 needs its static scratch (split_scratch)")
     if splits > 1 and query_tile is not None:
         raise ValueError("paged_attention with a query_tile runs one context split, got splits > 1")
-    acc, m, l_s, arrivals = scratch if scratch is not None else (out, out, out, token_lane)
+    acc, m, l_s = scratch if scratch is not None else (out, out, out)
     common = (heads, kv_heads, group, page_tokens, page_table.shape[1], float(scale),
               int(sliding_window or 0), float(softcap or 1.0), head_dim)
     if not (one_lane and query_tile is not None):
         _attention_kernel[(rows, kv_heads, splits)](
-            q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s, arrivals, rows, *common,
+            q, key_cache, value_cache, token_lane, positions, page_table, out, acc, m, l_s, rows, *common,
             DIM_BLOCK=dim_block(head_dim),
             GROUP_BLOCK=max(16 if tile.dot else 1, triton.next_power_of_2(group)), BLOCK_N=tile.block_n,
             SPLITS=splits, HAS_WINDOW=sliding_window is not None, HAS_SOFTCAP=softcap is not None,
@@ -460,3 +422,6 @@ def paged_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch
             HAS_SOFTCAP=softcap is not None, LOW_PRECISION_PV=key_cache.dtype != torch.float32,
             num_warps=query_tile.num_warps, **stages, **dependent(q),
         )
+    if splits > 1:
+        _combine_kernel[(rows, heads)](out, acc, m, l_s, heads, head_dim, DIM_BLOCK=dim_block(head_dim),
+                                       SPLITS=splits, **dependent(out))

@@ -10,8 +10,8 @@ a block of HEAD_BLOCK heads (padded to 16 rows for `tl.dot`) and one context spl
     out[t, h] = sum_j softmax_j(s_h) c_j            (the output stays in the latent space)
 
 With S = 1 the program normalizes and stores its rows directly; with S > 1 it stores its unnormalized
-partial (running max m, sum l, accumulator) and `attention._combine_kernel` merges the splits in a launch
-after it (paged attention merges in its last-arriving split instead). Padding rows (token_lane < 0) give zeros.
+partial (running max m, sum l, accumulator) and `attention._combine_kernel` merges the splits, as in
+paged attention. Padding rows (token_lane < 0) give zeros.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from helios.production.kernels.attention import SplitScratch, _combine_kernel, dim_block
+from helios.production.kernels.attention import _combine_kernel, dim_block
 
 
 @triton.jit
@@ -94,7 +94,7 @@ HEAD_BLOCK = 16  # query heads a program: the smallest tl.dot tile
 def latent_attention(q_latent: torch.Tensor, q_rope: torch.Tensor, latent_cache: torch.Tensor,
                      rope_cache: torch.Tensor, token_lane: torch.Tensor, positions: torch.Tensor,
                      page_table: torch.Tensor, out: torch.Tensor, *, scale: float, splits: int = 1,
-                     scratch: SplitScratch | None = None,
+                     scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                      block_n: int = 32) -> None:
     """Latent attention of each packed row over its lane's records (docs/operators.md). With
     `splits` > 1, `scratch` is `attention.split_scratch(rows, heads, L, splits)`."""
@@ -104,7 +104,7 @@ def latent_attention(q_latent: torch.Tensor, q_rope: torch.Tensor, latent_cache:
     heads = q_latent.shape[1] // latent
     if splits > 1 and scratch is None:
         raise ValueError("latent_attention with splits > 1 needs its static scratch (attention.split_scratch)")
-    acc, m, l_s = (scratch.acc, scratch.m, scratch.l) if scratch is not None else (out, out, out)
+    acc, m, l_s = scratch if scratch is not None else (out, out, out)
     _latent_kernel[(rows, triton.cdiv(heads, HEAD_BLOCK), splits)](
         q_latent, q_rope, latent_cache, rope_cache, token_lane, positions, page_table, out, acc, m, l_s,
         heads, latent, rope, page_tokens, page_table.shape[1], float(scale),
