@@ -78,9 +78,10 @@ class GraphCapture:
                 preserve: Sequence[torch.Tensor] = ()) -> None:
         """Capture every plan in each of its rank forms (`LaunchPlan.forms`), after `warmup` eager runs of
         each form but "off" (a subset of the own form's launches, each warmed by it). Warm-up and
-        capture run each plan on whatever its buffers hold: the tensors in `preserve` (persistent state, completion records)
-        get their bytes back afterwards, so startup leaves no state a round did not write. (A
-        speculative program run on zeroed transports reads slot 0 as a lane and commits into it.)"""
+        capture run each plan on whatever its buffers hold: the tensors in `preserve` (persistent
+        state, completion records) get their bytes back afterwards, so startup leaves no state a round
+        did not write. (A speculative program run on zeroed transports reads slot 0 as a lane and
+        commits into it.)"""
         saved = [t.clone() for t in preserve]
         forms = [(name, plan, form) for name, plan in plans.items() for form in plan.forms()]
         stream = torch.cuda.Stream(self.device)

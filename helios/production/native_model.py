@@ -267,13 +267,13 @@ class NativeModel:
                 torch.cuda.reset_peak_memory_stats(device)
             reserved = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
             marks = [time.perf_counter()]
-            packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
-                        for name in programs}
             # what decides the load's kernels and products: the key of their records (None on a CPU,
-            # whose interpreter has nothing to compile)
+            # whose interpreter has nothing to compile); the thread compiling ahead is waited for first
             identity = (_load_identity(serving, manifest, programs, options, policy, _platform(device))
                         if device.type == "cuda" else None)
             compiled = ahead.result(identity) if ahead is not None else _NOT_READ
+            packings = {name: GraphPacking.resolve(contracts[name], manifest, physical_rows=serving.max_concurrency)
+                        for name in programs}
             recorded = _recorded_load(identity, policy, device, compiled) if options.cuda_graphs else None
             if options.group is not None and device.type == "cuda" and not options.group.minimum(int(recorded is not None)):
                 recorded = None  # every rank runs the same phases, or the plans' collectives would not meet

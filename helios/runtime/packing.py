@@ -534,8 +534,9 @@ class ResolvedBinding:
             return np.asarray(lane.grammar_mask, dtype=np.int64).astype(self.dtype)
         if source == V.VALUE_SOURCE_PROMPT_HISTOGRAM:
             ids = np.asarray(lane.prompt_token_ids, dtype=np.int64)
-            if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < width:
-                bad = int(ids.max()) if int(ids.max()) >= width else int(ids.min())
+            low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
+            if low < 0 or high >= width:
+                bad = high if high >= width else low
                 raise LaneOverflow(f"{self.destination}: prompt id {bad} outside histogram width {width}")
             # NOTE: bincount, not np.add.at: 3 us against 250 for 2,048 ids (48 against 158 us at a
             # vocabulary of 151,936, where the allocation dominates), measured on the development CPU
