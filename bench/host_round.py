@@ -4,6 +4,7 @@
     python bench/host_round.py --lanes 256 --rounds 200 --profile 25
     python bench/host_round.py --json host_round.json
     python bench/host_round.py --lanes 8 32 128 --speculative 2   # steady SPECULATIVE rounds of width 2
+    python bench/host_round.py --prefill 2048                     # one fresh 2,048-token prompt a round
 
 What runs. A tiny Qwen3-shaped core (2 layers, hidden 64, vocabulary 512), prepared in memory with
 page 16 tokens and DECODE graphs of 1, 64 and 256 lanes, loaded with the production executor
@@ -28,6 +29,12 @@ of width W at the same lane capacities, and the runtime speculates at the fixed 
 holding every lane. The stub then answers as a speculative program would: each lane offered its
 limit, a deterministic number of its proposals accepted (0 .. limit - 1, varying by lane and
 round), its emitted ids, endpoint and draft cursor.
+
+`--prefill N`: instead of the runtime's decode rounds, the executor's own rounds (`run_round`, as
+bench/prefill.py times them on a GPU) of one fresh N-token prompt each, in a core whose PREFILL graph
+holds N rows: staging every binding of N packed rows (tokens, positions, the page table, the
+sampler's rows and the prompt's histogram), the stub's answer and the read-back. "host" is then the
+median of `--rounds` rounds, the stub's time excluded (no breakdown).
 
 Figures. "host" is pass 1: `--rounds` rounds with nothing wrapped, wall time per round less the
 stub's; "CPU" is the same rounds' median (and 10th percentile) of the worker thread's CPU time
@@ -336,6 +343,36 @@ def measure(model, lanes: int, *, prompt: int, rounds: int, profile: int, specul
     return result
 
 
+def measure_prefill(model, prompt: int, rounds: int) -> dict:
+    """Host milliseconds of `run_round` over one fresh `prompt`-token lane a round (module docstring)."""
+    from helios.proto import contract_pb2
+    from helios.runtime.lanes import LaneInput
+    from helios.runtime.request import SamplingParams
+
+    stub = StubDevice(model.executor)
+    graph = next(g for g in model.graphs.values()
+                 if g.operation == contract_pb2.OPERATION_PREFILL and g.packed_token_capacity == prompt)
+    pages = tuple(range(-(-(prompt + 1) // 16)))
+
+    def lane(i: int) -> LaneInput:  # a new request each round: nothing staged for it before
+        ids = tuple((7 + 31 * i + 13 * j) % 250 for j in range(prompt))
+        return LaneInput(slot=0, generation=1 + i, consumed=0, tokens=ids, prompt_tokens_in_round=prompt,
+                         samples=True, page_ids=pages, seed=i, sampling=SamplingParams(temperature=0.6, seed=i),
+                         output_limit=1, eos_ids=(258,), prompt_token_ids=ids)
+
+    lanes = [lane(i) for i in range(rounds + 3)]
+    for warm in lanes[:3]:
+        model.run_round(graph.name, [warm])
+    per_round = []
+    for measured in lanes[3:]:
+        device = stub.seconds
+        start = time.perf_counter()
+        model.run_round(graph.name, [measured])
+        per_round.append(time.perf_counter() - start - (stub.seconds - device))
+    return {"prefill_tokens": prompt, "rounds": rounds, "host_ms_median": 1e3 * statistics.median(per_round),
+            "host_ms_p10": 1e3 * statistics.quantiles(per_round, n=10)[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Host milliseconds per steady decode round of BatchingRuntime over the production executor "
@@ -357,8 +394,24 @@ def main(argv: list[str] | None = None) -> int:
                              "DECODE rounds")
     parser.add_argument("--history-drafting", action="store_true",
                         help="with --speculative: the rounds also carry proposals copied from each request's tokens")
+    parser.add_argument("--prefill", type=int, default=0, metavar="N",
+                        help="measure the executor's rounds of one fresh N-token prompt each instead (module "
+                             "docstring); --lanes, --prompt and --max-tokens do not apply")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
+    if args.prefill:
+        if args.prefill < 16 or args.rounds < 10 or args.speculative:
+            parser.error("--prefill needs N >= 16, --rounds >= 10 and no --speculative")
+        started = time.perf_counter()
+        model = build_model(1, args.prefill, 16)
+        print(f"prefill of {args.prefill} tokens: core prepared and loaded in {time.perf_counter() - started:.1f}s",
+              flush=True)
+        result = measure_prefill(model, args.prefill, args.rounds)
+        print(f"prefill of {args.prefill} tokens: host {result['host_ms_median']:.3f} ms a round median, "
+              f"{result['host_ms_p10']:.3f} 10th percentile (device stub excluded)", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps([result], indent=2))
+        return 0
     if args.history_drafting and not args.speculative:
         parser.error("--history-drafting needs --speculative W")
     width = max(args.speculative, 1)  # tokens a lane may emit a round
