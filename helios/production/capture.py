@@ -77,21 +77,19 @@ class GraphCapture:
     def capture(self, plans: Mapping[str, LaunchPlan], *, warmup: int = 1,
                 preserve: Sequence[torch.Tensor] = ()) -> None:
         """Capture every plan in each of its rank forms (`LaunchPlan.forms`), after `warmup` eager runs of
-        each form but "off" (a subset of the own form's launches, each warmed by it). Warm-up and
-        capture run each plan on whatever its buffers hold: the tensors in `preserve` (persistent
-        state, completion records) get their bytes back afterwards, so startup leaves no state a round
-        did not write. (A speculative program run on zeroed transports reads slot 0 as a lane and
-        commits into it.)"""
+        each of its `LaunchPlan.warm_forms`. Warm-up and capture run each plan on whatever its buffers
+        hold: the tensors in `preserve` (persistent state, completion records) get their bytes back
+        afterwards, so startup leaves no state a round did not write. (A speculative program run on
+        zeroed transports reads slot 0 as a lane and commits into it.)"""
         saved = [t.clone() for t in preserve]
         forms = [(name, plan, form) for name, plan in plans.items() for form in plan.forms()]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            for _name, plan, form in forms:
-                if form == "off":  # the own form's launches less the rank stage: nothing it runs is new
-                    continue
-                for _ in range(warmup):
-                    plan.run(rank_form=form)
+            for plan in plans.values():
+                for form in plan.warm_forms():
+                    for _ in range(warmup):
+                        plan.run(rank_form=form)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()  # the warm-up's temporaries: the graphs' pool may need that memory

@@ -297,9 +297,8 @@ class NativeModel:
                     marks.append(time.perf_counter())
                     before = compiled_kernels()
                     for plan in warm.values():  # the sort beside a chunked rank stage: its memory is measured too
-                        for form in plan.forms():
-                            if form != "off":
-                                plan.run(rank_form=form)
+                        for form in plan.warm_forms():
+                            plan.run(rank_form=form)
                     if compiled.record is not None and compiled_kernels() > before:
                         _log.info("the recorded kernel specializations missed %d the plans launch; the next load "
                                   "discovers them again", compiled_kernels() - before)

@@ -98,6 +98,12 @@ class LaunchPlan:
             return ("own",)
         return ("own", "off", "sort") if switch.sorts else ("own", "off")
 
+    def warm_forms(self) -> tuple[str, ...]:
+        """The forms an eager run before capture (or a memory measurement) needs: every form but "off",
+        whose launches are the own form's less the rank stage (its one other specialization, the
+        weights kernel without the rank stage, is loaded when the kernels compile)."""
+        return tuple(form for form in self.forms() if form != "off")
+
     @property
     def kernels(self) -> tuple[str, ...]:
         return tuple(launch.kernel for launch in self.launches)

@@ -235,6 +235,7 @@ def test_a_round_runs_the_rank_stage_only_when_a_sampling_lane_filters_by_rank(c
         assert graph.plan.rank_filters.form == "own"  # the switch is set again after the round
     # this core's vocabulary fits the fused rank stage: no sort form is captured beside it
     assert graph.plan.forms() == ("own", "off")
+    assert graph.plan.warm_forms() == ("own",)  # the off form runs nothing the own form's run does not
 
 
 def test_a_chunked_sampler_draws_the_reference_engine_tokens_in_each_of_its_forms(cores, monkeypatch):
@@ -255,6 +256,7 @@ def test_a_chunked_sampler_draws_the_reference_engine_tokens_in_each_of_its_form
     native = NativeModel.load(core, LoadOptions(device=str(DEVICE), pages=PAGES))
     driven.executor = native.executor
     assert native.graphs["prefill_p16"].plan.forms() == ("own", "off", "sort")
+    assert native.graphs["prefill_p16"].plan.warm_forms() == ("own", "sort")
     forms = _recorded_forms(native, monkeypatch)
     for expected, sampling in [("own", SamplingParams(temperature=0.9, top_k=6, seed=11)),
                                ("own", SamplingParams(temperature=0.9, top_k=8, top_p=0.6, seed=12)),
