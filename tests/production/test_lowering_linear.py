@@ -18,7 +18,7 @@ from helios.proto import program_pb2
 from helios.reference.engine import ReferenceEngine
 from helios.runtime.packing import LaneInput
 from helios.runtime.request import GenerationRequest, SamplingParams
-from tests.production.helpers import DEVICE, PAGES, PROMPT
+from tests.production.helpers import DEVICE, GPU, PAGES, PROMPT
 
 
 def _program(core, name: str):
@@ -273,11 +273,63 @@ def test_matmul_fusions_follow_the_program_and_keep_its_values(variant, triton_k
                                        rtol=tolerance, atol=tolerance, err_msg=f"{variant}/{path}: {name}")
 
 
-def test_more_than_sixteen_rows_stay_on_torch():
-    program = _mlp_program("plain", "f32", rows=17)
+@pytest.mark.parametrize("variant", ["plain", "swapped", "gate_read_again"])
+def test_more_than_sixteen_rows_stay_on_torch_their_groups_on_streams(variant):
+    """Past the GEMVs' 16 rows the products run on torch; a group of them runs side by side on
+    streams where the policy says so (on a CPU, which has no streams, one after another), storing
+    gate and up, which the activation then reads."""
+    program = _mlp_program(variant, "f32", rows=17)
+    values = _values(program, "f32")
+    expected_kernels = {"plain": ("streams:gate_up+activation",), "swapped": ("streams:gate_up+activation",),
+                        "gate_read_again": ("streams:matmul*2", "gated_activation", "add")}[variant]
+    for path, kernels in (("triton", expected_kernels), ("torch", None)):
+        plan, buffers, expected = _run_synthetic(program, "f32", path, values)
+        if kernels is not None:
+            assert plan.kernels == kernels
+        else:
+            assert not any(k.startswith(("streams:", "matmul*", "gate_up")) for k in plan.kernels)
+        for name in buffers:
+            np.testing.assert_allclose(buffers[name].cpu().numpy(), expected[name], rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{variant}/{path}: {name}")
+
+
+def test_q_k_and_v_past_sixteen_rows_run_on_streams_and_keep_their_values():
+    program = _qkv_program(17, HIDDEN, (32, 8, 8), "f32")
     plan, buffers, expected = _run_synthetic(program, "f32", "triton", _values(program, "f32"))
+    assert plan.kernels[0] == "streams:matmul*3"
+    for name in buffers:
+        np.testing.assert_allclose(buffers[name].cpu().numpy(), expected[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_a_group_on_streams_is_timed_against_its_products_one_after_another():
+    """The policy's candidates for a group on streams: both compute the group over fresh outputs;
+    its decision is reported as "streams" or "serial"."""
+    from helios.production.lowering.product_choice import STREAM_FUSIONS, Decision, LinearPolicy
+
+    built = {}
+
+    class Serial(LinearPolicy):
+        def _decide(self, shape, candidates):
+            if shape.fusion in STREAM_FUSIONS:
+                built[shape.fusion] = candidates()
+                return Decision(shape, "torch", 2.0, 1.0)
+            return Decision(shape, "triton")
+
+    program = _mlp_program("plain", "f32", rows=17)
+    values = _values(program, "f32")
+    weights = {d.resource: torch.from_numpy(values[d.name]).to(DEVICE) for d in program.tensors
+               if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
+    buffers = {name: torch.from_numpy(values[name]).to(DEVICE) for name in ("x", "out")}
+    policy = Serial()
+    plan = lower_program(program, validate_program(program), weights=weights, buffers=buffers,
+                         arena=ScratchArena(DEVICE), device=DEVICE, linear_policy=policy)
     assert plan.kernels == ("matmul", "matmul", "gated_activation")
-    np.testing.assert_allclose(buffers["out"].cpu().numpy(), expected["out"], rtol=1e-5, atol=1e-5)
+    assert list(built) == ["streams:gate_up+activation"]
+    for run in built["streams:gate_up+activation"]:
+        run()  # over the candidates' own outputs: the plan's output is untouched
+    assert np.array_equal(buffers["out"].cpu().numpy(), values["out"])
+    decision = policy.decisions[-1]
+    assert decision.label == "serial" and decision.describe().endswith("serial (streams 2.00 us, serial 1.00 us)")
 
 
 @pytest.mark.parametrize("softcap", [None, 5.0])
@@ -296,3 +348,67 @@ def test_triton_logits_keep_the_fp32_product_softcap_and_masked_tail(softcap):
     result = buffers["out"].cpu().numpy()
     assert np.isneginf(result[:, VOCAB - 11:]).all()
     np.testing.assert_allclose(result, expected["out"], rtol=1e-5, atol=1e-5)
+
+
+def _qkv_program(rows: int, k: int, widths: tuple[int, ...], dtype: str):
+    """x [rows, k] -> one matmul per width (a group of one input), each product copied to a state."""
+    from helios.program.builder import ProgramBuilder
+
+    b = ProgramBuilder("qkv")
+    x = b.state("x", buffer="x", dtype=dtype, shape=[rows, k])
+    products = [b.matmul(x, b.weight(f"w{i}", f"w{i}", dtype, [width, k]), name=f"p{i}")
+                for i, width in enumerate(widths)]
+    for i, (product, width) in enumerate(zip(products, widths, strict=True)):
+        b.copy(product, into=b.state(f"out{i}", buffer=f"out{i}", dtype=dtype, shape=[rows, width]))
+    return b.build()
+
+
+@pytest.mark.skipif(not GPU, reason="side streams need a CUDA device")
+@pytest.mark.parametrize("kind", ["matmul*3", "gate_up+activation"])
+def test_a_group_on_streams_captured_in_a_graph_computes_what_its_products_compute_in_turn(kind):
+    """The products forked onto side streams and joined inside a CUDA graph: replays give what the
+    serial torch plan gives, and allocate nothing."""
+    from helios.production.capture import GraphCapture
+
+    rows, k = 256, 512
+    program = _qkv_program(rows, k, (1024, 256, 256), "bf16") if kind == "matmul*3" else None
+    if program is None:
+        from helios.program.builder import ProgramBuilder
+
+        b = ProgramBuilder("mlp")
+        x = b.state("x", buffer="x", dtype="bf16", shape=[rows, k])
+        gate = b.matmul(x, b.weight("wg", "wg", "bf16", [1536, k]), name="gate")
+        up = b.matmul(x, b.weight("wu", "wu", "bf16", [1536, k]), name="up")
+        b.gated_activation(gate, up, activation="silu", into=b.state("out0", buffer="out0", dtype="bf16",
+                                                                     shape=[rows, 1536]))
+        program = b.build()
+    generator = torch.Generator(device=DEVICE).manual_seed(0)
+
+    def random(shape) -> torch.Tensor:
+        return (torch.randn(shape, generator=generator, device=DEVICE) * 0.1).to(torch.bfloat16)
+
+    weights = {d.resource: random([int(e) for e in d.shape]) for d in program.tensors
+               if d.role == program_pb2.TENSOR_ROLE_WEIGHT}
+    plans, buffers = {}, {}
+    for path in ("triton", "torch"):
+        buffers[path] = {d.buffer: torch.zeros([int(e) for e in d.shape], dtype=torch.bfloat16, device=DEVICE)
+                         for d in program.tensors if d.role == program_pb2.TENSOR_ROLE_STATE}
+        buffers[path]["x"].copy_(random([rows, k]) if path == "triton" else buffers["triton"]["x"])
+        plans[path] = lower_program(program, validate_program(program), weights=weights, buffers=buffers[path],
+                                    arena=ScratchArena(DEVICE), device=DEVICE, linear_policy=FixedPolicy(path))
+    assert "streams:" + kind in plans["triton"].kernels
+    plans["torch"].run()
+    capture = GraphCapture(DEVICE)
+    capture.capture({"streams": plans["triton"]})
+    for tensor in buffers["triton"].values():
+        if tensor is not buffers["triton"]["x"]:
+            tensor.zero_()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    for _ in range(10):
+        capture.replay("streams")
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    for name, tensor in buffers["torch"].items():
+        torch.testing.assert_close(buffers["triton"][name], tensor, rtol=1e-2, atol=1e-2, msg=name)
+        assert tensor.abs().sum() > 0

@@ -20,6 +20,10 @@ meaning (the norm prologue within its rounding, and only where measured faster):
                                                         =>  one multi-output GEMV (q/k/v)
     matmul(x, Wg) -> g ; matmul(x, Wu) -> u ; gated_activation(g, u) -> h
                                                         =>  one GEMV storing act(g) * u into h
+    either group above where its products stay on torch (too many rows for the GEMVs)
+                                                        =>  its products side by side, each on a
+                                                             stream of its own (joined before the
+                                                             next launch), where timed faster
     [add(a, b) -> s ;] rms_norm(s, w) -> n ; <a matmul, either group above, of n>
                                                         =>  the norm (and the add, s stored) in the
                                                              GEMV's one pass, n never stored (n read
@@ -185,6 +189,8 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             fused = _fusion(context, operators, i, readers, deferred)
         if fused is None and fuse:
             fused = linear.matmul_fusion(context, operators, i, readers)
+        if fused is None and fuse:
+            fused = linear.stream_fusion(context, operators, i, readers)
         covered = None
         if fused is not None and fused.startswith(linear.NORM_PREFIXES):
             group = tuple(operators[i:i + linear.norm_fusion_size(fused)])
@@ -194,6 +200,10 @@ def lower_program(program: program_pb2.Program, operators: Sequence[ValidatedOpe
             group = tuple(operators[i:i + linear.fusion_size(fused)])
             bind_outputs(group, linear.unstored(group, fused))
             run = linear.lower_fusion(context, group, fused)
+        elif fused is not None and fused.startswith(linear.STREAMS):
+            group = tuple(operators[i:i + linear.fusion_size(fused)])
+            bind_outputs(group, set())
+            run = linear.lower_stream_fusion(context, group, fused)
         elif fused == "add+rms_norm":
             group = (op, operators[i + 1])
             bind_outputs(group, set())

@@ -7,7 +7,7 @@ Every lowering (`operators.py`, `linear.py`, `rotary.py`) is a function `(Contex
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,17 @@ class Context:
 
 
 Lowering = Callable[[Context, ValidatedOperator], Callable[[], None]]
+
+
+def in_order(runs: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    """One run calling `runs` one after another (the run itself where there is one)."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def run() -> None:
+        for each in runs:
+            each()
+    return run
 
 
 def rank_filters(arena: ScratchArena) -> RankFilters:

@@ -33,14 +33,15 @@ filled with -inf after the product and the softcap anyway.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from helios.production.kernels import activation, linear
 from helios.production.kernels import norm as norm_kernel
-from helios.production.lowering.context import Context
+from helios.production.lowering.context import Context, in_order
 from helios.production.lowering.product_choice import ProductShape
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
@@ -66,8 +67,9 @@ def _triton_matmuls(xs: torch.Tensor, ws: Sequence[torch.Tensor], outs: Sequence
 
 
 def _blocks(c: Context, rows: int, columns: Sequence[int], k: int) -> linear.Blocks | None:
-    """The Triton tile the lowering imposes: the GPU-paths mode's small tile, else None (the device's)."""
-    return None if c.gpu_paths is None else linear.small_blocks(rows, columns, k)
+    """The Triton tile the lowering imposes: the GPU-paths mode's small tile, else None (the device's,
+    or rows the kernels do not take: a group on streams)."""
+    return None if c.gpu_paths is None or rows > linear.MAX_ROWS else linear.small_blocks(rows, columns, k)
 
 
 def _dtypes(c: Context, x: str, w: str, out: str) -> str:
@@ -298,7 +300,9 @@ def _matmul_group(operators: Sequence[ValidatedOperator], i: int, decls: Mapping
 
 
 def fusion_size(fusion: str) -> int:
-    """Operators a matmul fusion covers: 3 for gate/up/activation, n for "matmul*n"."""
+    """Operators a matmul fusion covers: 3 for gate/up/activation, n for "matmul*n" (either on
+    streams too)."""
+    fusion = fusion.removeprefix(STREAMS)
     return 3 if fusion == GATED else int(fusion.rsplit("*", 1)[1])
 
 
@@ -465,3 +469,99 @@ def lower_norm_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str)
     operands = _norm_operands(c, ops[0] if first == 2 else None, ops[first - 1])
     return _product_launch(_group_of(c, operands.x, products, kind), operands.x, _group_outputs(c, products, kind),
                            operands.prologue(_flat(c.t(ops[0].outputs[0])) if first == 2 else None))
+
+
+# ------------------------------------------------------------------------- groups on side streams
+
+STREAMS = "streams:"
+
+
+def stream_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,
+                  readers: Mapping[str, list[int]]) -> str | None:
+    """A group of torch products at operators[i] (matmuls of one input, or gate and up with their
+    activation: `_matmul_group`'s groups) of more rows than the Triton kernels take, whose products
+    run side by side, each on a stream of its own, where the policy times that faster than running
+    them one after another: "streams:matmul*3" (q, k and v of 2,048 rows: k and v alone fill half a
+    GPU's tiles each), or None. The activation of the gated group runs after both products. (Groups
+    the kernels take are `matmul_fusion`'s: a deferred policy answers for them provisionally in the
+    warm lowering, so a streams shape first asked for in the final lowering would go untimed.)"""
+    fused = _matmul_group(operators, i, c.decls, readers)
+    if fused is None:
+        return None
+    ops = operators[i:i + fusion_size(fused)]
+    products = _gate_up(ops) if fused == GATED else ops
+    x = _input(c, ops[0], None)
+    if x.shape[0] <= linear.MAX_ROWS:
+        return None
+    shape = ProductShape(int(x.shape[0]), tuple(int(c.t(op.inputs[1]).shape[0]) for op in products),
+                         int(x.shape[1]), _dtypes(c, ops[0].inputs[0], ops[0].inputs[1], ops[0].outputs[0]),
+                         STREAMS + fused, bias=len(ops[0].inputs) > 2)
+    group = _group(c, ops, fused)
+    return STREAMS + fused if c.linear.choose(shape, lambda: _stream_candidates(group)) == "triton" else None
+
+
+def lower_stream_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str):
+    """The launch of a group on side streams whose outputs are all bound (gate and up included)."""
+    kind = fusion.removeprefix(STREAMS)
+    group = _group(c, ops, kind)
+    products = _gate_up(ops) if kind == GATED else ops
+    outs = [c.t(op.outputs[0]) for op in products]
+    return _stream_runs(group, outs, c.t(ops[2].outputs[0]) if kind == GATED else None)[0]
+
+
+def _stream_runs(group: _Group, outs: Sequence[torch.Tensor], activated: torch.Tensor | None):
+    """(the group's products side by side then its activation, the same one after another) into
+    `outs` (and `activated`, the gated group's activation output)."""
+    biases = group.biases if group.biases is not None else (None,) * len(group.weights)
+    runs = [_torch_matmul(group.x, w, o, b) for w, o, b in zip(group.weights, outs, biases, strict=True)]
+    after = []
+    if group.activation is not None:
+        gate, up = outs
+        kind = group.activation
+        after.append(lambda: activation.gated_activation(gate, up, activated, activation=kind))
+    return in_order([side_by_side(runs, group.device), *after]), in_order([*runs, *after])
+
+
+def _stream_candidates(group: _Group):
+    """(side by side, one after another) over fresh outputs, for timing a group on streams."""
+    outs = [torch.empty(shape, dtype=dtype, device=group.device) for shape, dtype in group.outputs]
+    gate_shape, dtype = group.outputs[0]
+    activated = torch.empty(gate_shape, dtype=dtype, device=group.device) if group.activation is not None else None
+    return _stream_runs(group, outs, activated)
+
+
+_SIDE = threading.local()  # this thread's side streams by device
+
+
+def _side_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
+    """`count` side streams of `device` for the calling thread. A stream joins a capture by waiting on
+    the capturing stream and can belong to one capture at a time, so threads never share one; within
+    a thread plans run (and are captured) one at a time. The first run of a plan in the thread
+    (the kernels phase or the capture's warm-up, before any capture) makes them, and cuBLAS its
+    workspace for each, outside a capture."""
+    streams = _SIDE.__dict__.setdefault("streams", {}).setdefault(str(device), [])
+    while len(streams) < count:
+        streams.append(torch.cuda.Stream(device))
+    return streams[:count]
+
+
+def side_by_side(runs: Sequence[Callable[[], None]], device: torch.device) -> Callable[[], None]:
+    """One launch running `runs` concurrently: the first on the current stream, each other on a side
+    stream forked from it and joined back before the launch returns, so what follows on the current
+    stream (and a CUDA graph capturing it) sees every result. On a device without streams (CPU) the
+    runs go one after another."""
+    if device.type != "cuda" or len(runs) == 1:
+        return in_order(runs)
+    first, rest = runs[0], runs[1:]
+
+    def run() -> None:
+        main = torch.cuda.current_stream(device)
+        sides = _side_streams(device, len(rest))
+        for stream, each in zip(sides, rest, strict=True):
+            stream.wait_stream(main)
+            with torch.cuda.stream(stream):
+                each()
+        first()
+        for stream in sides:
+            main.wait_stream(stream)
+    return run

@@ -26,7 +26,7 @@ import torch
 
 from helios.production.kernels import activation, attention, copies, gather, norm, sampling
 from helios.production.lowering.collectives import lower_all_gather, lower_all_reduce
-from helios.production.lowering.context import Context, Lowering, rank_filters, sampler_storage
+from helios.production.lowering.context import Context, Lowering, in_order, rank_filters, sampler_storage
 from helios.production.lowering.engram import lower_engram_gather
 from helios.production.lowering.latent import lower_head_matmul, lower_latent_attention
 from helios.production.lowering.linear import lower_logits, lower_matmul
@@ -215,13 +215,6 @@ def gather_group_size(operators: Sequence[ValidatedOperator], i: int) -> int:
     return _independent_run(operators, i, gather.MAX_GATHERS, lambda op: op.op == "gather" and op.inputs[1] == index)
 
 
-def _in_order(runs: Sequence[Callable[[], None]]) -> Callable[[], None]:
-    def run() -> None:
-        for each in runs:
-            each()
-    return run
-
-
 def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
     """Gathers by one index (one, or a group of `gather_group_size`): one launch on a GPU
     (`gather.gather_group`; the torch form is five a gather), each gather's torch form on a CPU, where
@@ -231,7 +224,7 @@ def lower_gather_group(c: Context, ops: Sequence[ValidatedOperator]):
         xs, outs = [c.t(op.inputs[0]) for op in ops], [c.t(op.outputs[0]) for op in ops]
         index, block = c.t(ops[0].inputs[1]), _copy_block(c)
         return lambda: gather.gather_group(xs, index, outs, **block)
-    return _in_order([_torch_gather(c, op) for op in ops])
+    return in_order([_torch_gather(c, op) for op in ops])
 
 
 MOVES = ("copy", "fill")
@@ -253,7 +246,7 @@ def lower_move_group(c: Context, ops: Sequence[ValidatedOperator]):
         moves = [copies.Move(c.t(op.outputs[0]).view(-1), src=c.t(op.inputs[0]).view(-1)) if op.op == "copy"
                  else copies.Move(c.t(op.outputs[0]).view(-1), value=float(op.attributes["value"])) for op in ops]
         return copies.copy_fill_group(moves, **_copy_block(c))
-    return _in_order([LOWERINGS[op.op](c, op) for op in ops])
+    return in_order([LOWERINGS[op.op](c, op) for op in ops])
 
 
 def _writes_overlap(c: Context, ops: Sequence[ValidatedOperator]) -> bool:

@@ -4,7 +4,9 @@ The lowering asks a `LinearPolicy` once per distinct product shape it lowers (`P
 output columns of each group, K, dtypes, biases, and the fusion: one matmul, several matmuls of one
 input, gate/up with the activation, or logits; or one of those products with the residual add and
 RMS norm before it in its prologue, where "triton" is the one fused launch and "torch" the norm
-kernel followed by the product's own Triton launch). It is a lowering decision of this runtime, and
+kernel followed by the product's own Triton launch; or a group of torch products the Triton kernels
+do not take, where "triton" runs them side by side on streams of their own and "torch" one after
+another, lowering/linear.py `stream_fusion`). It is a lowering decision of this runtime, and
 not the specification's startup tuning (the manifest's tuning producers filling TUNED buffers: the
 "tuning" phase of `NativeModel.load`). Policies:
 
@@ -48,7 +50,9 @@ PATHS = ("triton", "torch")
 PRODUCTS = ("matmul", "matmul*2", "matmul*3", "gate_up+activation")
 # the products with the residual add and RMS norm (or the norm alone) in their prologue
 NORM_FUSIONS = tuple(prefix + product for prefix in ("add+rms_norm+", "rms_norm+") for product in PRODUCTS)
-FUSIONS = (*PRODUCTS, "logits", *NORM_FUSIONS)
+# the groups whose torch products run side by side on streams of their own
+STREAM_FUSIONS = tuple("streams:" + product for product in PRODUCTS[1:])
+FUSIONS = (*PRODUCTS, "logits", *NORM_FUSIONS, *STREAM_FUSIONS)
 Run = Callable[[], None]
 Candidates = Callable[[], tuple[Run, Run]]  # builds (triton run, torch run) over scratch operands
 
@@ -99,9 +103,12 @@ class Decision:
 
     @property
     def labels(self) -> tuple[str, str]:
-        """What the two paths are for this shape: ("triton", "torch"), or for a norm prologue
-        ("fused", "apart": the norm kernel, then the product's Triton launch)."""
-        return ("fused", "apart") if self.shape.fusion in NORM_FUSIONS else PATHS
+        """What the two paths are for this shape: ("triton", "torch"), for a norm prologue ("fused",
+        "apart": the norm kernel, then the product's Triton launch), for a group on streams
+        ("streams": its torch products side by side, "serial": one after another)."""
+        if self.shape.fusion in NORM_FUSIONS:
+            return ("fused", "apart")
+        return ("streams", "serial") if self.shape.fusion in STREAM_FUSIONS else PATHS
 
     @property
     def label(self) -> str:
