@@ -8,9 +8,9 @@ from __future__ import annotations
 from helios.demo.corpus import HELD_OUT_COUNT, HELD_OUT_SEED
 from helios.demo.tasks import Example, TaskKind, held_out_examples
 
-KNOWN_GOOD = {TaskKind.ADDITION: 0, TaskKind.SUBTRACTION: 1, TaskKind.DIVISION: 3, TaskKind.UNIT_CONVERSION: 4,
+KNOWN_GOOD = {TaskKind.ADDITION: 0, TaskKind.SUBTRACTION: 16, TaskKind.DIVISION: 3, TaskKind.UNIT_CONVERSION: 4,
               TaskKind.REVERSE: 6, TaskKind.TOOL_ANSWER: 9, TaskKind.NO_TOOL: 25, TaskKind.SMALL_TALK: 26,
-              TaskKind.IDENTITY: 27, TaskKind.OUT_OF_DOMAIN: 13, TaskKind.MULTI_TURN: 14,
+              TaskKind.IDENTITY: 27, TaskKind.OUT_OF_DOMAIN: 28, TaskKind.MULTI_TURN: 14,
               TaskKind.MULTIPLICATION: 17, TaskKind.COPY: 20, TaskKind.JSON_EXTRACTION: 37, TaskKind.TOOL_CALL: 8}
 
 
