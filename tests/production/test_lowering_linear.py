@@ -412,3 +412,24 @@ def test_a_group_on_streams_captured_in_a_graph_computes_what_its_products_compu
     for name, tensor in buffers["torch"].items():
         torch.testing.assert_close(buffers["triton"][name], tensor, rtol=1e-2, atol=1e-2, msg=name)
         assert tensor.abs().sum() > 0
+
+
+@pytest.mark.skipif(not GPU, reason="side streams need a CUDA device")
+def test_a_launch_on_one_of_its_side_streams_forks_onto_the_others():
+    """torch hands out streams from a pool in turn, so the stream a launch runs on (a capture's) can
+    be one of its thread's side streams: that one is skipped, and the products still all run."""
+    from helios.production.lowering.linear import _side_streams, side_by_side
+
+    a = torch.randn(256, 256, device=DEVICE)
+    outs = [torch.empty_like(a) for _ in range(3)]
+    launch = side_by_side([lambda i=i, o=o: torch.mm(a * (i + 1), a, out=o) for i, o in enumerate(outs)], DEVICE)
+    launch()  # makes this thread's side streams
+    taken = _side_streams(DEVICE, 2, torch.cuda.current_stream(DEVICE))[0]
+    assert taken not in _side_streams(DEVICE, 2, taken) and len(_side_streams(DEVICE, 2, taken)) == 2
+    with torch.cuda.stream(taken):
+        for out in outs:
+            out.zero_()
+        launch()
+    torch.cuda.synchronize()
+    for i, out in enumerate(outs):
+        torch.testing.assert_close(out, (a * (i + 1)) @ a)
