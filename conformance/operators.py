@@ -12,8 +12,9 @@ padding rows), cross page boundaries and run attention with and without a slidin
 The first mismatching element of a case is its divergence: field `OUTPUT[index]`, lane = the row.
 
 The product fusions (`PRODUCT_FUSIONS`: q/k/v as one multi-output launch, gate/up with the activation,
-and either with the residual add and RMS norm in its prologue) have cases too: production takes them
-where the Triton products are chosen (timed on a GPU; the norm prologue on CUDA-core tiles, one row
+either with the residual add and RMS norm in its prologue, and either past the Triton products' rows
+with its torch products on side streams) have cases too: production takes them where the Triton
+products (or the streams) are chosen (timed on a GPU; the norm prologue on CUDA-core tiles, one row
 of 16-bit operands), and runs them unfused on torch elsewhere. With `gpu_paths` (`helios conform --gpu-paths`) every case is
 lowered in the GPU-paths mode (helios/production/gpu_paths.py: Triton products at small tiles, several
 programs of several rows, attention split along the context with the combine pass, blocked
@@ -47,7 +48,9 @@ MOVES = "copy+fill*5"  # a completion record's copies and fills, one launch (a G
 FUSIONS = ("add+rms_norm", "rotary+paged_cache_write", QK_PROLOGUE, PLAIN_PROLOGUE, MOVES)
 # taken only on the Triton products (a GPU's timed choice, or the GPU-paths mode); torch runs them unfused
 NORM_QKV, NORM_GATE_UP = "add+rms_norm+matmul*3", "rms_norm+gate_up+activation"  # the norm in the prologue
-PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation", NORM_QKV, NORM_GATE_UP)
+# the same groups past the Triton products' rows, their torch products side by side on streams where timed faster
+STREAM_QKV, STREAM_GATE_UP = "streams:matmul*3", "streams:gate_up+activation"
+PRODUCT_FUSIONS = ("matmul*3", "gate_up+activation", NORM_QKV, NORM_GATE_UP, STREAM_QKV, STREAM_GATE_UP)
 INTEGER = ("i32", "i64")
 # operators whose inputs do not take the case's dtype: run in the f32 pass only
 F32_ONLY = ("argmax", "sample", "fill", "token_probability", "speculative_allocate", "speculative_pack",
@@ -185,10 +188,13 @@ def case_builders(cases: OperatorCases, *, gpu_paths: bool = False) -> Iterator[
         yield "latent_attention", split.name, split, _latent_attention
     # one row, a batch-1 decode step's: the products' CUDA-core tile, where the norm joins them
     yield NORM_QKV, "one_row", first, _norm_qkv(1)
+    # more rows than the Triton products take: the groups' torch products on side streams
+    yield STREAM_QKV, "past_the_tiles", first, _qkv_past_the_tiles
     for activation in ("silu", "gelu_tanh", "gelu"):
         yield "gated_activation", activation, first, _gated(activation)
         yield "gate_up+activation", activation, first, _gate_up(activation)
         yield NORM_GATE_UP, f"{activation}/one_row", first, _norm_gate_up(activation)
+    yield STREAM_GATE_UP, "silu/past_the_tiles", first, _gate_up("silu", past_the_tiles=True)
     yield "logits", "plain", first, _logits(None)
     yield "logits", "softcap", first, _logits(cases.softcap)
     yield "argmax", "rows", first, _argmax
@@ -390,10 +396,23 @@ def _prologue(*, head_norms: bool) -> Builder:
     return build
 
 
-def _qkv(p, rng, cohort, g, cases):
+def _rows_past_the_tiles() -> int:
+    """Rows of a product group past what the Triton products take (kernels/linear.py MAX_ROWS), where
+    production runs its torch products on side streams (on a GPU where timed faster, in the GPU-paths
+    mode always: one after another on a CPU)."""
+    from helios.production.kernels.linear import MAX_ROWS
+
+    return MAX_ROWS + 3
+
+
+def _qkv_past_the_tiles(p, rng, cohort, g, cases):
+    _qkv(p, rng, cohort, g, cases, rows=_rows_past_the_tiles())
+
+
+def _qkv(p, rng, cohort, g, cases, rows: int | None = None):
     """Three matmuls of one input with biases into scratch (q, k, v), copied out: one launch of three
-    groups on the Triton products."""
-    rows, hidden = len(_rows(cohort)[0]), g["hidden"]
+    groups on the Triton products (`rows`: that many, else the cohort's)."""
+    rows, hidden = rows or len(_rows(cohort)[0]), g["hidden"]
     x = p.input("x", _normal(rng, rows, hidden))
     widths = {"q": g["heads"] * g["head_dim"], "k": g["kv_heads"] * g["head_dim"], "v": g["kv_heads"] * g["head_dim"]}
     products = [p.builder.matmul(x, p.input(f"w{n}", _normal(rng, width, hidden)),
@@ -402,10 +421,11 @@ def _qkv(p, rng, cohort, g, cases):
         p.builder.copy(product, into=p.output(f"{n}_out", (rows, widths[n])))
 
 
-def _gate_up(activation: str) -> Builder:
-    """gate and up matmuls into scratch read by the activation alone: one gated launch on the Triton products."""
+def _gate_up(activation: str, *, past_the_tiles: bool = False) -> Builder:
+    """gate and up matmuls into scratch read by the activation alone: one gated launch on the Triton
+    products (`past_the_tiles`: more rows than they take, the products side by side on streams)."""
     def build(p, rng, cohort, g, cases):
-        rows, hidden = len(_rows(cohort)[0]), g["hidden"]
+        rows, hidden = _rows_past_the_tiles() if past_the_tiles else len(_rows(cohort)[0]), g["hidden"]
         x = p.input("x", _normal(rng, rows, hidden))
         scale = 2.0 / math.sqrt(hidden)  # gate and up of order 1: act(gate) * up not a cancellation
         gate = p.builder.matmul(x, p.input("w_gate", _normal(rng, g["ffn"], hidden, scale=scale)), name="gate")

@@ -301,14 +301,17 @@ def test_the_operators_level_passes_in_the_mode():
     assert not level.divergences, level.divergences
 
 
-def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
+def test_the_norm_prologue_and_stream_cases_lower_to_their_launch_in_the_mode():
     """The conformance cases of the norm-prologue fusions reach the fused launch in the GPU-paths mode
-    (one row: the CUDA-core tile) and run unfused on torch by default; the completion writes'
-    case is one copy+fill group either way (its kernel runs in the mode, torch calls by default)."""
+    (one row: the CUDA-core tile), those of the groups past the Triton products' rows their launch on
+    streams, and both run unfused on torch by default; the completion writes' case is one copy+fill
+    group either way (its kernel runs in the mode, torch calls by default)."""
     from conformance.operators import (
         MOVES,
         NORM_GATE_UP,
         NORM_QKV,
+        STREAM_GATE_UP,
+        STREAM_QKV,
         OperatorCases,
         OperatorProgram,
         case_builders,
@@ -321,8 +324,8 @@ def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
 
     cases = OperatorCases.from_json(load_operator_cases())
     chosen = [c for c in case_builders(cases, gpu_paths=True) if c[0] in (NORM_QKV, NORM_GATE_UP)
-              and c[1].endswith("one_row")]
-    assert {c[0] for c in chosen} == {NORM_QKV, NORM_GATE_UP}
+              and c[1].endswith("one_row") or c[0] in (STREAM_QKV, STREAM_GATE_UP)]
+    assert {c[0] for c in chosen} == {NORM_QKV, NORM_GATE_UP, STREAM_QKV, STREAM_GATE_UP}
     moves = [c for c in case_builders(cases, gpu_paths=True) if c[0] == MOVES]
     for operator, _, cohort, build in chosen + moves:
         p = OperatorProgram("f32", ProgramBuilder("case"))
@@ -336,4 +339,5 @@ def test_the_norm_prologue_cases_lower_to_one_launch_in_the_mode():
             assert kernels[True] == kernels[False] == (MOVES,)
             continue
         assert operator in kernels[True], (operator, kernels[True])
-        assert not any(k.startswith(("add+rms_norm+", "rms_norm+")) for k in kernels[False]), kernels[False]
+        assert not any(k.startswith(("add+rms_norm+", "rms_norm+", "streams:")) for k in kernels[False]), \
+            kernels[False]
