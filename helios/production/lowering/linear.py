@@ -42,7 +42,7 @@ import torch
 from helios.production.kernels import activation, linear
 from helios.production.kernels import norm as norm_kernel
 from helios.production.lowering.context import Context, in_order
-from helios.production.lowering.product_choice import ProductShape
+from helios.production.lowering.product_choice import STREAMS, ProductShape
 from helios.program.validate import ValidatedOperator
 from helios.proto import program_pb2
 
@@ -472,8 +472,6 @@ def lower_norm_fusion(c: Context, ops: Sequence[ValidatedOperator], fusion: str)
 
 
 # ------------------------------------------------------------------------- groups on side streams
-
-STREAMS = "streams:"
 
 
 def stream_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,

@@ -51,7 +51,8 @@ PRODUCTS = ("matmul", "matmul*2", "matmul*3", "gate_up+activation")
 # the products with the residual add and RMS norm (or the norm alone) in their prologue
 NORM_FUSIONS = tuple(prefix + product for prefix in ("add+rms_norm+", "rms_norm+") for product in PRODUCTS)
 # the groups whose torch products run side by side on streams of their own
-STREAM_FUSIONS = tuple("streams:" + product for product in PRODUCTS[1:])
+STREAMS = "streams:"
+STREAM_FUSIONS = tuple(STREAMS + product for product in PRODUCTS[1:])
 FUSIONS = (*PRODUCTS, "logits", *NORM_FUSIONS, *STREAM_FUSIONS)
 Run = Callable[[], None]
 Candidates = Callable[[], tuple[Run, Run]]  # builds (triton run, torch run) over scratch operands
