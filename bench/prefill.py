@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             result = prefill_round(model, batch, args.prompt_tokens, args.repeats)
             flops = round_flops(shape, batch, args.prompt_tokens)
             result["tflops_per_round"] = flops / 1e12
+            result["linear"] = [d.describe() for d in model.linear_decisions]
             line = (f"  {batch:3d} prompts of {args.prompt_tokens} tokens: {result['tokens_per_second']:12,.0f} tok/s, "
                     f"{1e3 * result['seconds']:.2f} ms")
             if cuda:
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                          f" of the roofline ({result['replay_roofline_fraction']:.2f} for the replays); "
                          f"{result['launches']} launches a round")
             print(line, flush=True)
+            for decision in result["linear"]:  # the products' paths, as the load's policy chose them
+                print(f"    {decision}")
             result["served_seconds"] = served_prefill(model, batch, args.prompt_tokens, max(1, args.repeats // 2))
             result["served_tokens_per_second"] = batch * args.prompt_tokens / result["served_seconds"]
             line = (f"      served (batching runtime, one output token each): "
