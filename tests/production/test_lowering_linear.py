@@ -302,8 +302,8 @@ def test_q_k_and_v_past_sixteen_rows_run_on_streams_and_keep_their_values():
 
 
 def test_a_group_on_streams_is_timed_against_its_products_one_after_another():
-    """The policy's candidates for a group on streams: both compute the group over fresh outputs;
-    its decision is reported as "streams" or "serial"."""
+    """The policy's candidates for a group on streams run over fresh outputs of their own (the plan's
+    are untouched); a "torch" decision keeps the products apart, and is reported as "serial"."""
     from helios.production.lowering.product_choice import STREAM_FUSIONS, Decision, LinearPolicy
 
     built = {}
