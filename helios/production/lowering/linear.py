@@ -85,17 +85,22 @@ def _input(c: Context, op: ValidatedOperator, x: torch.Tensor | None) -> torch.T
     return _flat(c.t(op.inputs[0]) if x is None else x)
 
 
-def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str,
-                  x_rows: torch.Tensor | None = None) -> ProductShape | None:
-    """The product shape of `ops` (matmuls of one input), or None where the Triton kernels cannot take it."""
+def _product_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str,
+                   x_rows: torch.Tensor | None = None) -> ProductShape:
+    """The product shape of `ops` (matmuls of one input) as `fusion`."""
     x = ops[0].inputs[0]
-    rows = _input(c, ops[0], x_rows).shape[0]
-    if not 1 <= rows <= linear.MAX_ROWS:
-        return None
+    rows = int(_input(c, ops[0], x_rows).shape[0])
     columns = tuple(int(c.t(op.inputs[1]).shape[0]) for op in ops)
     k = int(c.t(ops[0].inputs[1]).shape[1])
     return ProductShape(rows, columns, k, _dtypes(c, x, ops[0].inputs[1], ops[0].outputs[0]), fusion,
                         bias=len(ops[0].inputs) > 2)
+
+
+def _matmul_shape(c: Context, ops: Sequence[ValidatedOperator], fusion: str,
+                  x_rows: torch.Tensor | None = None) -> ProductShape | None:
+    """The product shape of `ops` (matmuls of one input), or None where the Triton kernels cannot take it."""
+    rows = _input(c, ops[0], x_rows).shape[0]
+    return _product_shape(c, ops, fusion, x_rows) if 1 <= rows <= linear.MAX_ROWS else None
 
 
 def _single_on_triton(c: Context, op: ValidatedOperator, x_rows: torch.Tensor | None = None) -> ProductShape | None:
@@ -487,13 +492,9 @@ def stream_fusion(c: Context, operators: Sequence[ValidatedOperator], i: int,
     if fused is None:
         return None
     ops = operators[i:i + fusion_size(fused)]
-    products = _gate_up(ops) if fused == GATED else ops
-    x = _input(c, ops[0], None)
-    if x.shape[0] <= linear.MAX_ROWS:
+    if _input(c, ops[0], None).shape[0] <= linear.MAX_ROWS:
         return None
-    shape = ProductShape(int(x.shape[0]), tuple(int(c.t(op.inputs[1]).shape[0]) for op in products),
-                         int(x.shape[1]), _dtypes(c, ops[0].inputs[0], ops[0].inputs[1], ops[0].outputs[0]),
-                         STREAMS + fused, bias=len(ops[0].inputs) > 2)
+    shape = _product_shape(c, ops[:2] if fused == GATED else ops, STREAMS + fused)
     group = _group(c, ops, fused)
     return STREAMS + fused if c.linear.choose(shape, lambda: _stream_candidates(group)) == "triton" else None
 
